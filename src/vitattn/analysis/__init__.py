@@ -1,0 +1,1 @@
+"""Reading run outputs (TensorBoard event files, ``metrics.json``) for figures and tables."""

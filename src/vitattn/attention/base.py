@@ -1,0 +1,64 @@
+"""The attention-kernel interface and the registry of mechanisms.
+
+A *kernel* maps ``q, k, v`` of shape ``(batch, heads, tokens, head_dim)`` to an output of the same
+shape. It owns no projections: :class:`vitattn.attention.multihead.MultiHeadAttention` does, as in
+the xformers attention zoo. Adding a mechanism is one module in this package (decorated with
+:func:`register_attention`) plus one ``configs/attention/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from vitattn.utils.errors import ConfigError
+
+ATTENTIONS: dict[str, type[AttentionKernel]] = {}
+"""Name (the ``attention=<name>`` choice) to kernel class, filled by :func:`register_attention`."""
+
+KernelT = TypeVar("KernelT", bound="type[AttentionKernel]")
+
+
+def register_attention(name: str) -> Callable[[KernelT], KernelT]:
+    """Class decorator that adds a kernel to :data:`ATTENTIONS` under ``name``."""
+
+    def decorator(cls: KernelT) -> KernelT:
+        if name in ATTENTIONS and ATTENTIONS[name] is not cls:
+            raise ValueError(f"attention name {name!r} is registered twice")
+        cls.name = name
+        ATTENTIONS[name] = cls
+        return cls
+
+    return decorator
+
+
+class AttentionKernel(nn.Module):
+    """Base class of every attention mechanism.
+
+    Args:
+        seq_len: number of tokens the model feeds in (fixed for a given model).
+        heads: number of attention heads.
+        head_dim: size of each head's query, key and value vectors.
+    """
+
+    name: str = ""
+
+    def __init__(self, *, seq_len: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        for setting, value in (("seq_len", seq_len), ("heads", heads), ("head_dim", head_dim)):
+            if int(value) < 1:
+                raise ConfigError(f"attention {setting}={value} must be a positive integer")
+        self.seq_len = int(seq_len)
+        self.heads = int(heads)
+        self.head_dim = int(head_dim)
+        self.scale = self.head_dim**-0.5
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attend: ``(batch, heads, tokens, head_dim)`` three times in, the same shape out."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"seq_len={self.seq_len}, heads={self.heads}, head_dim={self.head_dim}"

@@ -1,0 +1,1 @@
+"""The Vision Transformer (plain ``nn.Module``) and its LightningModule."""

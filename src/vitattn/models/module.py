@@ -1,0 +1,130 @@
+"""The LightningModule that trains a :class:`~vitattn.models.vit.VisionTransformer` classifier."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from vitattn.utils.errors import ConfigError
+
+
+def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:
+    if config is None:
+        return None
+    if isinstance(config, DictConfig):
+        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+    return dict(config)
+
+
+class ViTClassifier(L.LightningModule):
+    """Image classification with cross-entropy, accuracy metrics and a per-step schedule.
+
+    The network, optimizer and scheduler are given as Hydra configs (plain mappings with
+    ``_target_``), so a checkpoint carries everything needed to rebuild the model:
+    ``ViTClassifier.load_from_checkpoint(path)`` needs no other argument.
+
+    Args:
+        net: config of the network (``configs/model/*.yaml`` with its ``attention``).
+        optimizer: ``_partial_`` config of a ``torch.optim`` optimizer.
+        scheduler: ``_partial_`` config of a schedule taking ``optimizer`` and ``total_steps``,
+            stepped every optimizer step; ``None`` keeps the rate constant.
+        label_smoothing: label smoothing of the training loss (Szegedy et al. 2016).
+        num_classes: number of classes.
+    """
+
+    def __init__(
+        self,
+        net: Mapping[str, Any],
+        optimizer: Mapping[str, Any],
+        scheduler: Mapping[str, Any] | None = None,
+        label_smoothing: float = 0.0,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ConfigError(
+                f"module.label_smoothing={label_smoothing} is not valid; choose 0 <= value < 1"
+            )
+        self.save_hyperparameters(
+            {
+                "net": _plain(net),
+                "optimizer": _plain(optimizer),
+                "scheduler": _plain(scheduler),
+                "label_smoothing": label_smoothing,
+                "num_classes": num_classes,
+            },
+            logger=False,
+        )
+        self.net: nn.Module = hydra.utils.instantiate(self.hparams.net)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(images)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        self.train_acc(logits, labels)
+        size = labels.shape[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False, batch_size=size)
+        return loss
+
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        accuracy = self.val_acc if stage == "val" else self.test_acc
+        mean_loss = self.val_loss if stage == "val" else self.test_loss
+        accuracy.update(logits, labels)
+        mean_loss.update(loss, weight=labels.shape[0])
+        size = labels.shape[0]
+        self.log(f"{stage}/loss", mean_loss, on_step=False, on_epoch=True, batch_size=size)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True, batch_size=size)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """Weight decay on matrices only: biases, norms and embeddings are not decayed (timm)."""
+        skip = getattr(self.net, "no_weight_decay", set)()
+        decay, no_decay = [], []
+        for name, param in self.net.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim <= 1 or name in skip else decay).append(param)
+        # The names label the learning-rate curves: train/lr/decay and train/lr/no_decay.
+        return [
+            {"params": decay, "name": "decay"},
+            {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
+        ]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = hydra.utils.instantiate(self.hparams.optimizer)(params=self.parameter_groups())
+        if self.hparams.scheduler is None:
+            return {"optimizer": optimizer}
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = hydra.utils.instantiate(self.hparams.scheduler)(
+            optimizer=optimizer, total_steps=total_steps
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/lr"},
+        }

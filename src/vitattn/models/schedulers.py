@@ -1,0 +1,45 @@
+"""Learning-rate schedules stepped once per optimizer step."""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from vitattn.utils.errors import ConfigError
+
+
+def cosine_with_warmup(
+    optimizer: Optimizer,
+    total_steps: int,
+    warmup_steps: int | None = None,
+    warmup_fraction: float = 0.0,
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
+    """Linear warm-up from 0, then cosine annealing to ``min_lr_ratio`` times the base rate.
+
+    Loshchilov & Hutter, "SGDR: Stochastic Gradient Descent with Warm Restarts", ICLR 2017 (one
+    cycle, no restart); the warm-up follows Goyal et al. 2017. ``warmup_steps`` wins over
+    ``warmup_fraction`` (a share of ``total_steps``) when both are given.
+    """
+    total_steps = int(total_steps)
+    if total_steps < 1:
+        raise ConfigError(f"the schedule needs at least one training step, got {total_steps}")
+    if not 0.0 <= warmup_fraction <= 1.0:
+        raise ConfigError(f"scheduler.warmup_fraction={warmup_fraction} is not in [0, 1]")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ConfigError(f"scheduler.min_lr_ratio={min_lr_ratio} is not in [0, 1]")
+    if warmup_steps is None:
+        warmup_steps = round(warmup_fraction * total_steps)
+    if warmup_steps < 0:
+        raise ConfigError(f"scheduler.warmup_steps={warmup_steps} is not valid; choose >= 0")
+    warmup_steps = min(int(warmup_steps), total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,170 @@
+"""A Vision Transformer with an injected attention mechanism.
+
+Dosovitskiy et al., "An Image is Worth 16x16 Words: Transformers for Image Recognition at
+Scale", ICLR 2021; pre-norm blocks as in timm's ``vision_transformer.py``. With ``patch_size=1``
+every pixel is a token, the setting of the founding report and of Long Range Arena's Image task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from vitattn.attention.base import AttentionKernel
+from vitattn.attention.multihead import MultiHeadAttention
+from vitattn.utils.errors import ConfigError
+
+POOLS = ("mean", "cls")
+
+
+class PatchEmbedding(nn.Module):
+    """Cut the image into non-overlapping ``patch_size`` squares and embed each linearly."""
+
+    def __init__(self, in_channels: int, embed_dim: int, patch_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (batch, tokens, embed_dim)
+
+
+class MLP(nn.Module):
+    """Two linear layers with GELU, the transformer's feed-forward part."""
+
+    def __init__(self, dim: int, hidden_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(self.dropout(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        mlp_dim: int,
+        seq_len: int,
+        attention: Callable[..., AttentionKernel],
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = MultiHeadAttention(dim, heads, seq_len, attention, proj_dropout=dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = MLP(dim, mlp_dim, dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    """ViT classifier whose blocks use the attention kernel built by ``attention``.
+
+    Args:
+        attention: kernel factory (the instantiated ``_partial_`` attention config); each
+            block calls it with ``seq_len`` (tokens, class token included), ``heads``, ``head_dim``.
+        image_size: side of the square input images.
+        in_channels: image channels.
+        num_classes: number of output logits.
+        patch_size: side of a patch; must divide ``image_size``. Tokens = (image_size/patch)^2.
+        embed_dim: token width; must be divisible by ``heads``.
+        depth: number of blocks.
+        heads: attention heads per block.
+        mlp_ratio: MLP hidden size as a multiple of ``embed_dim`` (ignored if ``mlp_dim`` is set).
+        mlp_dim: MLP hidden size.
+        dropout: dropout after the embedding, in the MLPs and after attention projections.
+        pool: ``mean`` (average of the tokens) or ``cls`` (a learned class token).
+    """
+
+    def __init__(
+        self,
+        attention: Callable[..., AttentionKernel],
+        image_size: int = 32,
+        in_channels: int = 3,
+        num_classes: int = 10,
+        patch_size: int = 4,
+        embed_dim: int = 192,
+        depth: int = 6,
+        heads: int = 3,
+        mlp_ratio: float = 2.0,
+        mlp_dim: int | None = None,
+        dropout: float = 0.0,
+        pool: str = "mean",
+    ) -> None:
+        super().__init__()
+        # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
+        _validate(image_size, patch_size, depth, pool, dropout)
+        mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
+        if mlp_dim < 1:
+            raise ConfigError(f"model.mlp_dim={mlp_dim} is not valid; choose a positive integer")
+        self.pool = pool
+        self.num_patches = (image_size // patch_size) ** 2
+        self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
+
+        self.patch_embed = PatchEmbedding(in_channels, embed_dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if pool == "cls" else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.seq_len, embed_dim))
+        self.embed_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, heads, mlp_dim, self.seq_len, attention, dropout) for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names excluded from weight decay (embeddings; norms and biases by shape)."""
+        return {"pos_embed", "cls_token"}
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """Tokens after the last block and the final norm: ``(batch, seq_len, embed_dim)``."""
+        x = self.patch_embed(images)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.embed_dropout(x + self.pos_embed)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.forward_features(images)
+        pooled = x[:, 0] if self.pool == "cls" else x.mean(dim=1)
+        return self.head(pooled)
+
+
+def _validate(image_size: int, patch_size: int, depth: int, pool: str, dropout: float) -> None:
+    if patch_size < 1 or image_size % patch_size != 0:
+        valid = [p for p in range(1, image_size + 1) if image_size % p == 0]
+        raise ConfigError(
+            f"model.patch_size={patch_size} does not divide the image size {image_size}; "
+            f"choose one of {valid}"
+        )
+    if depth < 1:
+        raise ConfigError(f"model.depth={depth} is not valid; choose a positive integer")
+    if pool not in POOLS:
+        raise ConfigError(f"model.pool={pool!r} is not valid; choose one of {POOLS}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"model.dropout={dropout} is not valid; choose 0 <= dropout < 1")

@@ -1,0 +1,161 @@
+"""``vitattn-train``: fit a ViT on CIFAR-10, test it, and write ``metrics.json``.
+
+Examples::
+
+    vitattn-train                                      # model=vit, attention=softmax
+    vitattn-train attention.impl=naive model.heads=4 model.embed_dim=192
+    vitattn-train -m attention=softmax seed=1,2,3      # one run directory per job
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from vitattn.utils.config import CONFIG_DIR, check_group_choices
+from vitattn.utils.errors import VitattnError
+from vitattn.utils.run import fail, run_task
+
+log = logging.getLogger(__name__)
+
+
+def instantiate_list(configs: DictConfig | None) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a ``{name: config}`` group (callbacks, loggers)."""
+    if not configs:
+        return []
+    return [hydra.utils.instantiate(c) for c in configs.values() if c and "_target_" in c]
+
+
+def choice(cfg: DictConfig, group: str) -> str | None:
+    """The option chosen for ``group`` (e.g. ``attention`` -> ``softmax``), if known."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.choices.get(group)
+    return cfg.get("choices", {}).get(group) if "choices" in cfg else None
+
+
+def tidy_lightning_output() -> None:
+    """One copy of each Lightning message, and no warnings that do not apply here."""
+    import lightning  # noqa: F401  (it adds its own console handler on import)
+
+    # Hydra's root handlers already print (and file) Lightning's records: without this, every
+    # Lightning message is printed twice.
+    if logging.getLogger().handlers:
+        logging.getLogger("lightning").handlers.clear()
+    # Batches are slices of in-memory tensors: worker processes would only slow them down.
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    # Raised inside Lightning's own pytree helper for the installed torch; nothing to act on.
+    warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
+    import lightning as L
+    import torch
+
+    from vitattn.callbacks import ImagesPerSecond
+    from vitattn.utils.hparams import flatten, log_hyperparameters
+    from vitattn.utils.run import write_metrics
+
+    tidy_lightning_output()
+    output_dir = Path(cfg.paths.output_dir)
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+    # Everything that can reject the configuration or the data runs before anything is written.
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    module: L.LightningModule = hydra.utils.instantiate(cfg.module)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+    callbacks = instantiate_list(cfg.get("callbacks"))
+    loggers = instantiate_list(cfg.get("logger"))
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+    params = sum(p.numel() for p in module.parameters())
+    attention = choice(cfg, "attention")
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    model_knobs = {k: v for k, v in tree["model"].items() if k != "attention"}
+    knobs = {
+        "attention": tree["attention"],
+        "model": model_knobs,
+        "optimizer": tree.get("optimizer"),
+        "scheduler": tree.get("scheduler"),
+        "data": tree["data"],
+        "trainer": tree["trainer"],
+        "module": {k: v for k, v in tree["module"].items() if not isinstance(v, dict)},
+    }
+    hparams = {
+        "attention": attention,
+        "model": choice(cfg, "model"),
+        "params": params,
+        "seed": cfg.get("seed"),
+        **{k: v for k, v in flatten(knobs).items() if not k.endswith("_partial_")},
+    }
+    log_hyperparameters(trainer.loggers, hparams)
+    log.info("attention=%s, %d parameters, run directory %s", attention, params, output_dir)
+
+    started = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    fit_seconds = time.perf_counter() - started
+    metrics: dict[str, Any] = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    train_metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+
+    test_ckpt = None
+    if cfg.get("test", True):
+        checkpoint = trainer.checkpoint_callback
+        best = checkpoint.best_model_path if checkpoint is not None else ""
+        test_ckpt = best or (checkpoint.last_model_path if checkpoint is not None else "") or None
+        if test_ckpt is None:
+            log.warning("no checkpoint was saved: testing the weights in memory")
+        trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)
+        metrics.update({k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+
+    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
+    metrics.update(
+        {
+            "train/loss": train_metrics.get("train/loss"),
+            "train/images_per_sec": throughput.overall if throughput is not None else None,
+            "params": params,
+            "attention": attention,
+            "model": choice(cfg, "model"),
+            "steps": trainer.global_step,
+            "epochs": trainer.current_epoch,
+            "seconds": round(fit_seconds, 2),
+            "ckpt_path": test_ckpt,
+        }
+    )
+    if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
+        write_metrics(output_dir / "metrics.json", metrics)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    metrics = run_task("vitattn-train", train, cfg)
+    value = metrics.get(cfg.get("optimized_metric") or "val/acc")
+    return float(value) if value is not None else None
+
+
+def main() -> None:
+    """Console script ``vitattn-train``."""
+    try:
+        check_group_choices(sys.argv[1:])
+    except VitattnError as error:
+        fail("vitattn-train", error)
+        sys.exit(1)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Small helpers that Lightning, Hydra and torch do not already provide."""

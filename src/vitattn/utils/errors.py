@@ -1,0 +1,13 @@
+"""Exceptions that end a run with one clear line instead of a traceback."""
+
+
+class VitattnError(Exception):
+    """A problem the user can fix: the message names the setting and what would be valid."""
+
+
+class ConfigError(VitattnError, ValueError):
+    """A configuration value is invalid (for example ``model.embed_dim`` not divisible by heads)."""
+
+
+class DataError(VitattnError):
+    """The data set is missing, cannot be downloaded, or a file of it is damaged."""

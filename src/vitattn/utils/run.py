@@ -1,0 +1,94 @@
+"""Running a Hydra task: one-line errors, no half-written run directories, ``metrics.json``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig
+
+from vitattn.utils.errors import VitattnError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HYDRA_FILES = {".hydra"}
+
+
+def fail(program: str, error: BaseException) -> None:
+    """Print the one line that ends a run, on stderr."""
+    print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+
+
+def remove_unstarted_run(output_dir: Path) -> None:
+    """Delete what Hydra wrote for a run that failed before it started, and nothing else.
+
+    Only Hydra's ``.hydra/`` folder and ``*.log`` files are removed, and the directory itself only
+    if that leaves it empty: a run pointed at an existing directory keeps everything it had.
+    """
+    if not output_dir.is_dir():
+        return
+    for entry in output_dir.iterdir():
+        if entry.name in HYDRA_FILES and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.suffix == ".log" and entry.is_file():
+            entry.unlink(missing_ok=True)
+    try:
+        output_dir.rmdir()
+    except OSError:
+        pass  # not empty: something else lives there, keep it
+
+
+def user_error(error: BaseException) -> VitattnError | None:
+    """The :class:`VitattnError` behind ``error``, also when Hydra's ``instantiate`` wrapped it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, VitattnError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
+    """Call ``task(cfg)``; a :class:`VitattnError` ends it with one line and exit status 1.
+
+    The task raises such errors only before it writes anything, so the run directory Hydra made
+    is removed. In a multirun the error is re-raised after that so that Hydra records the job
+    as failed and the other jobs go on.
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return task(cfg)
+    except Exception as raised:
+        error = user_error(raised)
+        if error is None:
+            raise
+        fail(program, error)
+        if HydraConfig.initialized():
+            hydra_cfg = HydraConfig.get()
+            remove_unstarted_run(Path(hydra_cfg.runtime.output_dir))
+            if hydra_cfg.mode == RunMode.MULTIRUN:
+                raise error from None
+        sys.exit(1)
+
+
+def write_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
+    """Write ``metrics.json`` (numbers as plain floats, NaN as null)."""
+
+    def plain(value: Any) -> Any:
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+
+    path.write_text(json.dumps({k: plain(v) for k, v in metrics.items()}, indent=2) + "\n")
+    log.info("wrote %s", path)
