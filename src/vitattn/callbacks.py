@@ -41,7 +41,12 @@ class ImagesPerSecond(L.Callback):
     on_validation_end = _restart_clock
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         now = time.perf_counter()
         last, self._last_end = self._last_end, now
@@ -66,7 +71,12 @@ class ValidateAtEnd(L.Callback):
     """
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         last_step = 0 < trainer.max_steps <= trainer.global_step
         max_epochs = trainer.max_epochs

@@ -28,7 +28,9 @@ def load_classifier(ckpt_path: str | Path) -> Any:
 
     path = Path(ckpt_path).expanduser()
     if not path.is_file():
-        raise ConfigError(f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train")
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
+        )
     try:
         return ViTClassifier.load_from_checkpoint(path, map_location="cpu")
     except VitattnError:
@@ -48,17 +50,23 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     tidy_lightning_output()
     if cfg.get("ckpt_path") in (None, "", "???"):
-        raise ConfigError("ckpt_path is required: vitattn-eval ckpt_path=<run>/checkpoints/last.ckpt")
+        raise ConfigError(
+            "ckpt_path is required: vitattn-eval ckpt_path=<run>/checkpoints/last.ckpt"
+        )
     module = load_classifier(cfg.ckpt_path)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("test")
 
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=instantiate_list(cfg.get("callbacks")), logger=instantiate_list(cfg.get("logger"))
+        cfg.trainer,
+        callbacks=instantiate_list(cfg.get("callbacks")),
+        logger=instantiate_list(cfg.get("logger")),
     )
     trainer.test(module, datamodule=datamodule)
-    metrics: dict[str, Any] = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")
+    }
     metrics["ckpt_path"] = str(Path(cfg.ckpt_path).expanduser().resolve())
     metrics["params"] = sum(p.numel() for p in module.parameters())
     if trainer.is_global_zero:

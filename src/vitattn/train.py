@@ -56,6 +56,14 @@ def tidy_lightning_output() -> None:
     warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 
 
+def best_checkpoint(trainer: Any) -> str | None:
+    """The best checkpoint by the monitored metric, else the latest one saved, else ``None``."""
+    callbacks = trainer.checkpoint_callbacks
+    monitored = [c.best_model_path for c in callbacks if c.monitor and c.best_model_path]
+    latest = [c.best_model_path or c.last_model_path for c in callbacks if not c.monitor]
+    return next((path for path in monitored + latest if path), None)
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
@@ -108,14 +116,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     fit_seconds = time.perf_counter() - started
-    metrics: dict[str, Any] = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+    }
     train_metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
 
     test_ckpt = None
     if cfg.get("test", True):
-        checkpoint = trainer.checkpoint_callback
-        best = checkpoint.best_model_path if checkpoint is not None else ""
-        test_ckpt = best or (checkpoint.last_model_path if checkpoint is not None else "") or None
+        test_ckpt = best_checkpoint(trainer)
         if test_ckpt is None:
             log.warning("no checkpoint was saved: testing the weights in memory")
         trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)

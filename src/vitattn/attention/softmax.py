@@ -36,7 +36,9 @@ class SoftmaxAttention(AttentionKernel):
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         if impl not in IMPLEMENTATIONS:
-            raise ConfigError(f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}")
+            raise ConfigError(
+                f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"attention.dropout={dropout} is not valid; choose 0 <= dropout < 1")
         self.impl = impl

@@ -74,7 +74,9 @@ class ViTClassifier(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
+    ) -> torch.Tensor:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
@@ -94,7 +96,9 @@ class ViTClassifier(L.LightningModule):
         mean_loss.update(loss, weight=labels.shape[0])
         size = labels.shape[0]
         self.log(f"{stage}/loss", mean_loss, on_step=False, on_epoch=True, batch_size=size)
-        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True, batch_size=size)
+        self.log(
+            f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True, batch_size=size
+        )
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -39,10 +40,8 @@ def remove_unstarted_run(output_dir: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         elif entry.suffix == ".log" and entry.is_file():
             entry.unlink(missing_ok=True)
-    try:
+    with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
         output_dir.rmdir()
-    except OSError:
-        pass  # not empty: something else lives there, keep it
 
 
 def user_error(error: BaseException) -> VitattnError | None:

@@ -1,0 +1,69 @@
+"""Properties every registered attention kernel must have (parametrised over the registry)."""
+
+from __future__ import annotations
+
+import hydra
+import pytest
+import torch
+
+from tests.conftest import compose_config
+from vitattn.attention import ATTENTIONS, MultiHeadAttention
+from vitattn.utils.errors import ConfigError
+
+NAMES = sorted(ATTENTIONS)
+
+
+def build(name: str, tmp_path, seq_len: int, heads: int = 2, head_dim: int = 16):
+    cfg = compose_config("train", [f"attention={name}"], tmp_path)
+    return hydra.utils.instantiate(cfg.attention)(seq_len=seq_len, heads=heads, head_dim=head_dim)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("seq_len", [64, 1024])
+def test_shape_and_finite_gradients_fp32(name: str, seq_len: int, tmp_path) -> None:
+    torch.manual_seed(0)
+    kernel = build(name, tmp_path, seq_len)
+    q, k, v = (torch.randn(2, 2, seq_len, 16, requires_grad=True) for _ in range(3))
+    out = kernel(q, k, v)
+    assert out.shape == (2, 2, seq_len, 16)
+    assert out.dtype == torch.float32
+    out.square().mean().backward()
+    for tensor in (q, k, v):
+        assert tensor.grad is not None and torch.isfinite(tensor.grad).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_finite_in_bf16_autocast(name: str, tmp_path) -> None:
+    torch.manual_seed(0)
+    kernel = build(name, tmp_path, 64)
+    q, k, v = (torch.randn(2, 2, 64, 16, requires_grad=True) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = kernel(q, k, v)
+    out.float().square().mean().backward()
+    assert torch.isfinite(out).all()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_in_eval(name: str, tmp_path) -> None:
+    kernel = build(name, tmp_path, 64).eval()
+    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
+    torch.testing.assert_close(kernel(q, k, v), kernel(q, k, v), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_multihead_wrapper_passes_sizes(name: str, tmp_path) -> None:
+    cfg = compose_config("train", [f"attention={name}"], tmp_path)
+    layer = MultiHeadAttention(
+        dim=48, heads=3, seq_len=20, attention=hydra.utils.instantiate(cfg.attention)
+    )
+    assert (layer.kernel.seq_len, layer.kernel.heads, layer.kernel.head_dim) == (20, 3, 16)
+    assert layer(torch.randn(2, 20, 48)).shape == (2, 20, 48)
+
+
+def test_multihead_rejects_indivisible_heads(tmp_path) -> None:
+    cfg = compose_config("train", [], tmp_path)
+    with pytest.raises(ConfigError, match=r"model.embed_dim=50 is not divisible by model.heads=4"):
+        MultiHeadAttention(
+            dim=50, heads=4, seq_len=8, attention=hydra.utils.instantiate(cfg.attention)
+        )

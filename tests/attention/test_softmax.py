@@ -1,0 +1,60 @@
+"""Softmax attention: the fused SDPA path equals the explicit matrix."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.utils.errors import ConfigError
+
+
+@pytest.mark.parametrize("seq_len", [1, 17, 64, 257])
+def test_sdpa_equals_naive(seq_len: int) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, seq_len, 32) for _ in range(3))
+    sizes = {"seq_len": seq_len, "heads": 4, "head_dim": 32}
+    sdpa = SoftmaxAttention(**sizes, impl="sdpa")(q, k, v)
+    naive = SoftmaxAttention(**sizes, impl="naive")(q, k, v)
+    torch.testing.assert_close(sdpa, naive, rtol=1e-5, atol=1e-5)
+
+
+def test_naive_matches_the_definition() -> None:
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 5, 8, dtype=torch.float64) for _ in range(3))
+    kernel = SoftmaxAttention(seq_len=5, heads=1, head_dim=8, impl="naive")
+    scores = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(8))
+    expected = (scores / scores.sum(-1, keepdim=True)) @ v
+    torch.testing.assert_close(kernel(q, k, v), expected)
+    weights = kernel.attention_matrix(q, k)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 1, 5, dtype=torch.float64))
+
+
+def test_gradients_agree() -> None:
+    torch.manual_seed(2)
+    grads = {}
+    for impl in ("sdpa", "naive"):
+        torch.manual_seed(3)
+        q, k, v = (torch.randn(2, 2, 33, 16, requires_grad=True) for _ in range(3))
+        SoftmaxAttention(seq_len=33, heads=2, head_dim=16, impl=impl)(q, k, v).sum().backward()
+        grads[impl] = [t.grad for t in (q, k, v)]
+    for a, b in zip(grads["sdpa"], grads["naive"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_only_in_training() -> None:
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    kernel = SoftmaxAttention(seq_len=16, heads=2, head_dim=8, impl="naive", dropout=0.5)
+    reference = SoftmaxAttention(seq_len=16, heads=2, head_dim=8, impl="naive")
+    torch.testing.assert_close(kernel.eval()(q, k, v), reference(q, k, v))
+    assert not torch.allclose(kernel.train()(q, k, v), reference(q, k, v))
+
+
+def test_bad_knobs_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"attention.impl='flash' .*'sdpa', 'naive'"):
+        SoftmaxAttention(seq_len=4, heads=1, head_dim=4, impl="flash")
+    with pytest.raises(ConfigError, match=r"attention.dropout=1.5"):
+        SoftmaxAttention(seq_len=4, heads=1, head_dim=4, dropout=1.5)

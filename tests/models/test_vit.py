@@ -1,0 +1,67 @@
+"""The ViT: token counts, shapes and the checks on its settings."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.models.vit import VisionTransformer
+from vitattn.utils.errors import ConfigError
+
+softmax = functools.partial(SoftmaxAttention, impl="sdpa")
+
+
+@pytest.mark.parametrize("patch_size", [1, 2, 4, 8])
+@pytest.mark.parametrize("pool", ["mean", "cls"])
+def test_shapes_for_every_patch_size(patch_size: int, pool: str) -> None:
+    model = VisionTransformer(
+        softmax, patch_size=patch_size, embed_dim=32, depth=2, heads=4, pool=pool
+    )
+    tokens = (32 // patch_size) ** 2
+    assert model.num_patches == tokens
+    assert model.seq_len == tokens + (pool == "cls")
+    assert all(block.attn.kernel.seq_len == model.seq_len for block in model.blocks)
+    images = torch.randn(2, 3, 32, 32)
+    assert model.forward_features(images).shape == (2, model.seq_len, 32)
+    logits = model(images)
+    assert logits.shape == (2, 10)
+    logits.sum().backward()
+    assert model.patch_embed.proj.weight.grad is not None
+
+
+def test_kernel_gets_head_dim_and_heads() -> None:
+    model = VisionTransformer(softmax, embed_dim=48, heads=3, depth=1)
+    kernel = model.blocks[0].attn.kernel
+    assert (kernel.heads, kernel.head_dim) == (3, 16)
+
+
+def test_mlp_dim_wins_over_ratio() -> None:
+    model = VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, mlp_ratio=4, mlp_dim=40)
+    assert model.blocks[0].mlp.fc1.out_features == 40
+    model = VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, mlp_ratio=3)
+    assert model.blocks[0].mlp.fc1.out_features == 96
+
+
+def test_pixel_model_has_1024_tokens() -> None:
+    model = VisionTransformer(softmax, patch_size=1, embed_dim=256, depth=4, heads=8, mlp_dim=512)
+    assert model.seq_len == 1024
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"patch_size": 3},
+            r"model.patch_size=3 does not divide the image size 32; .*\[1, 2, 4, 8, 16, 32\]",
+        ),
+        ({"embed_dim": 100, "heads": 8}, r"model.embed_dim=100 is not divisible by model.heads=8"),
+        ({"pool": "max"}, r"model.pool='max' .*'mean', 'cls'"),
+        ({"depth": 0}, r"model.depth=0"),
+    ],
+)
+def test_bad_settings_name_the_setting(settings: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        VisionTransformer(softmax, **settings)

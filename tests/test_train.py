@@ -1,0 +1,210 @@
+"""The command-line tools end to end, on the real CIFAR-10 subset."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import TINY
+from vitattn.analysis.events import read_scalars
+
+BIN = Path(sys.executable).parent
+SHORT_RUN = [*TINY, "trainer.max_steps=60", "trainer.val_check_interval=25"]
+
+
+def cli(
+    program: str, *args: str, data_dir: Path, check: bool = True
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run(
+        [str(BIN / program), *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """About 60 steps of a tiny model: the run every test below reads."""
+    run_dir = tmp_path_factory.mktemp("short") / "run"
+    cli("vitattn-train", *SHORT_RUN, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    return run_dir
+
+
+def test_fast_dev_run(tmp_path: Path, data_dir: Path) -> None:
+    result = cli(
+        "vitattn-train", *TINY, "debug=fdr", f"hydra.run.dir={tmp_path}", data_dir=data_dir
+    )
+    assert "fast_dev_run" in result.stdout + result.stderr
+
+
+def test_run_directory_layout(short_run: Path) -> None:
+    assert (short_run / ".hydra" / "config.yaml").is_file()
+    assert (short_run / "checkpoints" / "last.ckpt").is_file()
+    assert list((short_run / "tensorboard").glob("events.out.tfevents.*"))
+    metrics = json.loads((short_run / "metrics.json").read_text())
+    for key in ("val/acc", "test/acc", "train/images_per_sec", "params", "attention", "seconds"):
+        assert metrics[key] is not None, key
+    assert metrics["attention"] == "softmax"
+    assert metrics["steps"] == 60
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    assert metrics["train/images_per_sec"] > 0
+
+
+def test_scalars_per_step(short_run: Path) -> None:
+    scalars = read_scalars(short_run)
+    assert [step for step, _ in scalars["train/loss"]] == list(range(60))
+    assert [step for step, _ in scalars["train/acc"]] == list(range(60))
+    val_steps = [step for step, _ in scalars["val/acc"]]
+    assert val_steps == [24, 49, 59]  # every 25 steps, and at the last step
+    assert len(scalars["val/loss"]) == 3
+    assert len(scalars["test/acc"]) == 1
+    assert len(scalars["train/lr/decay"]) == 60
+    assert scalars["train/images_per_sec"] and all(
+        v > 0 for _, v in scalars["train/images_per_sec"]
+    )
+    first, last = scalars["train/loss"][0][1], scalars["train/loss"][-1][1]
+    assert last < first  # it learns
+
+
+def test_hparams_view_lists_metrics(short_run: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    event_file = sorted((short_run / "tensorboard").glob("events.out.tfevents.*"))[0]
+    accumulator = EventAccumulator(str(event_file))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent("hparams")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    metric_tags = {m.name.tag for m in experiment.experiment.metric_infos}
+    assert {"val/acc", "test/acc"} <= metric_tags
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hparams = session.session_start_info.hparams
+    assert hparams["attention"].string_value == "softmax"
+    assert hparams["model/heads"].number_value == 2
+
+
+def test_last_checkpoint_holds_final_weights(short_run: Path) -> None:
+    checkpoint = torch.load(short_run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["global_step"] == 60
+
+
+def test_eval_reproduces_test_accuracy(short_run: Path, tmp_path: Path, data_dir: Path) -> None:
+    trained = json.loads((short_run / "metrics.json").read_text())
+    cli(
+        "vitattn-eval",
+        f"ckpt_path={trained['ckpt_path']}",
+        "trainer=cpu",
+        f"hydra.run.dir={tmp_path}",
+        data_dir=data_dir,
+    )
+    evaluated = json.loads((tmp_path / "metrics.json").read_text())
+    assert evaluated["test/acc"] == pytest.approx(trained["test/acc"], abs=1e-6)
+    assert evaluated["params"] == trained["params"]
+
+
+def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "sweep"
+    cli(
+        "vitattn-train",
+        "-m",
+        *TINY,
+        "trainer.max_steps=3",
+        "seed=1,2",
+        "logger=csv",
+        f"hydra.sweep.dir={sweep}",
+        data_dir=data_dir,
+    )
+    for job in ("0", "1"):
+        metrics = json.loads((sweep / job / "metrics.json").read_text())
+        assert metrics["steps"] == 3
+        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
+        assert (sweep / job / "csv" / "metrics.csv").is_file()
+    assert (sweep / "multirun.yaml").is_file()
+
+
+BAD_INPUTS = [
+    (["attention=nope"], r"attention=nope is not a known attention; choose one of: .*softmax"),
+    (["model=vit_huge"], r"model=vit_huge is not a known model; choose one of: vit, vit_pixel"),
+    (
+        ["model.embed_dim=100", "model.heads=8"],
+        r"model.embed_dim=100 is not divisible by model.heads=8",
+    ),
+    (["model.patch_size=3"], r"model.patch_size=3 does not divide the image size 32"),
+    (
+        ["paths.data_dir=/nonexistent/cifar", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"],
+        r"data.data_dir=/nonexistent/cifar holds no cifar-10-batches-py/ .*put the official",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
+def test_bad_input_ends_in_one_line(
+    overrides: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    result = cli(
+        "vitattn-train",
+        *overrides,
+        "trainer=cpu",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+        check=False,
+    )
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("vitattn-train: error: ")
+    assert re.search(message, last_line), last_line
+    assert not run_dir.exists()
+
+
+def test_damaged_data_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
+    import shutil
+
+    shutil.copytree(data_dir / "cifar-10-batches-py", tmp_path / "cifar-10-batches-py")
+    (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"not a pickle")
+    run_dir = tmp_path / "run"
+    result = cli(
+        "vitattn-train", "trainer=cpu", f"hydra.run.dir={run_dir}", data_dir=tmp_path, check=False
+    )
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "data_batch_2 is truncated or not a CIFAR-10 batch file" in last_line
+    assert not run_dir.exists()
+
+
+def test_existing_run_directory_is_not_emptied(tmp_path: Path, data_dir: Path) -> None:
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    result = cli(
+        "vitattn-train",
+        "model.patch_size=5",
+        f"hydra.run.dir={tmp_path}",
+        data_dir=data_dir,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert keep.read_text() == "mine"
+    assert not (tmp_path / ".hydra").exists()
+
+
+def test_eval_rejects_a_missing_checkpoint(tmp_path: Path, data_dir: Path) -> None:
+    result = cli(
+        "vitattn-eval",
+        f"ckpt_path={tmp_path}/none.ckpt",
+        f"hydra.run.dir={tmp_path}/run",
+        data_dir=data_dir,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("vitattn-eval: error: ckpt_path=")
