@@ -208,3 +208,34 @@ def test_eval_rejects_a_missing_checkpoint(tmp_path: Path, data_dir: Path) -> No
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("vitattn-eval: error: ckpt_path=")
+
+
+def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Path) -> None:
+    from tests.conftest import compose_config
+    from vitattn.train import train
+
+    overrides = [
+        *TINY,
+        f"paths.data_dir={data_dir}",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=7",
+        "trainer.val_check_interval=5",
+        "logger=tensorboard",
+    ]
+    metrics = train(compose_config("train", overrides, tmp_path))
+    assert metrics["steps"] == 7
+    val_steps = [step for step, _ in read_scalars(tmp_path)["val/acc"]]
+    assert val_steps == [4, 6]
+    assert (
+        torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 7
+    )
+
+
+def test_same_seed_same_metrics(tmp_path: Path, data_dir: Path) -> None:
+    from tests.conftest import compose_config
+    from vitattn.train import train
+
+    overrides = [*TINY, f"paths.data_dir={data_dir}", "trainer.max_steps=8", "logger=csv"]
+    runs = [train(compose_config("train", overrides, tmp_path / str(i))) for i in range(2)]
+    for key in ("train/loss", "val/acc", "val/loss", "test/acc"):
+        assert runs[0][key] == runs[1][key], key

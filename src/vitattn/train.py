@@ -92,17 +92,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     params = sum(p.numel() for p in module.parameters())
     attention = choice(cfg, "attention")
-    tree = OmegaConf.to_container(cfg, resolve=True)
-    model_knobs = {k: v for k, v in tree["model"].items() if k != "attention"}
+    groups = ("attention", "model", "optimizer", "scheduler", "data", "trainer", "module")
     knobs = {
-        "attention": tree["attention"],
-        "model": model_knobs,
-        "optimizer": tree.get("optimizer"),
-        "scheduler": tree.get("scheduler"),
-        "data": tree["data"],
-        "trainer": tree["trainer"],
-        "module": {k: v for k, v in tree["module"].items() if not isinstance(v, dict)},
+        g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) else None for g in groups
     }
+    # The model's attention and the module's net/optimizer/scheduler repeat groups listed above.
+    knobs["model"] = {k: v for k, v in knobs["model"].items() if k != "attention"}
+    knobs["module"] = {k: v for k, v in knobs["module"].items() if not isinstance(v, dict)}
     hparams = {
         "attention": attention,
         "model": choice(cfg, "model"),
