@@ -65,3 +65,30 @@ def test_pixel_model_has_1024_tokens() -> None:
 def test_bad_settings_name_the_setting(settings: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         VisionTransformer(softmax, **settings)
+
+
+def test_sincos_position_codes() -> None:
+    from vitattn.models.vit import sincos_2d_position_embedding
+
+    codes = sincos_2d_position_embedding(grid=8, dim=32)
+    assert codes.shape == (64, 32)
+    assert torch.unique(codes, dim=0).shape[0] == 64  # every position has its own code
+    # Same row -> same row half; same column -> same column half.
+    torch.testing.assert_close(codes[0, 16:], codes[7, 16:])
+    torch.testing.assert_close(codes[0, :16], codes[8, :16])
+
+
+@pytest.mark.parametrize("pool", ["mean", "cls"])
+def test_position_embedding_is_learned_from_either_start(pool: str) -> None:
+    from vitattn.models.vit import sincos_2d_position_embedding
+
+    model = VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, pool=pool)
+    assert model.pos_embed.requires_grad
+    patches = model.pos_embed[0, -model.num_patches :]
+    torch.testing.assert_close(patches.detach(), sincos_2d_position_embedding(8, 32))
+    if pool == "cls":
+        assert model.pos_embed[0, 0].abs().sum() == 0
+    random = VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, pos_embed_init="random")
+    assert random.pos_embed.std() < 0.05
+    with pytest.raises(ConfigError, match=r"model.pos_embed_init='zeros'"):
+        VisionTransformer(softmax, pos_embed_init="zeros")

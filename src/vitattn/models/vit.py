@@ -17,6 +17,22 @@ from vitattn.attention.multihead import MultiHeadAttention
 from vitattn.utils.errors import ConfigError
 
 POOLS = ("mean", "cls")
+POS_EMBED_INITS = ("sincos", "random")
+
+
+def sincos_2d_position_embedding(grid: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position codes for a ``grid x grid`` patch grid: ``(grid**2, dim)``.
+
+    As in MAE (He et al. 2022) and "Better plain ViT baselines for ImageNet-1k" (Beyer et al.
+    2022): a quarter of the channels each for sin and cos of the row and of the column.
+    """
+    quarter = dim // 4
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / max(1, quarter - 1))
+    rows, cols = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    rows = rows.flatten()[:, None] * omega[None, :]
+    cols = cols.flatten()[:, None] * omega[None, :]
+    codes = torch.cat([cols.sin(), cols.cos(), rows.sin(), rows.cos()], dim=1)
+    return torch.nn.functional.pad(codes, (0, dim - 4 * quarter)).float()
 
 
 class PatchEmbedding(nn.Module):
@@ -84,6 +100,9 @@ class VisionTransformer(nn.Module):
         mlp_dim: MLP hidden size.
         dropout: dropout after the embedding, in the MLPs and after attention projections.
         pool: ``mean`` (average of the tokens) or ``cls`` (a learned class token).
+        pos_embed_init: the learned position embedding starts as 2-D sine-cosine codes
+            (``sincos``), which gives a short run the image's geometry from the first step, or as
+            small random values (``random``, std 0.02, as in the original ViT).
     """
 
     def __init__(
@@ -100,10 +119,12 @@ class VisionTransformer(nn.Module):
         mlp_dim: int | None = None,
         dropout: float = 0.0,
         pool: str = "mean",
+        pos_embed_init: str = "sincos",
     ) -> None:
         super().__init__()
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
-        _validate(image_size, patch_size, depth, pool, dropout)
+        _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
+        self.grid = image_size // patch_size
         mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
         if mlp_dim < 1:
             raise ConfigError(f"model.mlp_dim={mlp_dim} is not valid; choose a positive integer")
@@ -120,10 +141,16 @@ class VisionTransformer(nn.Module):
         )
         self.norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, num_classes)
-        self._init_weights()
+        self._init_weights(pos_embed_init)
 
-    def _init_weights(self) -> None:
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+    def _init_weights(self, pos_embed_init: str) -> None:
+        if pos_embed_init == "sincos":
+            with torch.no_grad():
+                self.pos_embed.zero_()  # the class token's position stays at zero
+                codes = sincos_2d_position_embedding(self.grid, self.pos_embed.shape[-1])
+                self.pos_embed[0, -self.num_patches :] = codes
+        else:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.trunc_normal_(self.cls_token, std=0.02)
         for module in self.modules():
@@ -155,7 +182,9 @@ class VisionTransformer(nn.Module):
         return self.head(pooled)
 
 
-def _validate(image_size: int, patch_size: int, depth: int, pool: str, dropout: float) -> None:
+def _validate(
+    image_size: int, patch_size: int, depth: int, pool: str, dropout: float, pos_embed_init: str
+) -> None:
     if patch_size < 1 or image_size % patch_size != 0:
         valid = [p for p in range(1, image_size + 1) if image_size % p == 0]
         raise ConfigError(
@@ -168,3 +197,7 @@ def _validate(image_size: int, patch_size: int, depth: int, pool: str, dropout: 
         raise ConfigError(f"model.pool={pool!r} is not valid; choose one of {POOLS}")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"model.dropout={dropout} is not valid; choose 0 <= dropout < 1")
+    if pos_embed_init not in POS_EMBED_INITS:
+        raise ConfigError(
+            f"model.pos_embed_init={pos_embed_init!r} is not valid; choose one of {POS_EMBED_INITS}"
+        )
