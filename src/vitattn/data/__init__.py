@@ -1,0 +1,1 @@
+"""CIFAR-10 as in-memory uint8 tensors with augmentation on the device."""

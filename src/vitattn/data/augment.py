@@ -1,0 +1,36 @@
+"""Batched image augmentation on whatever device the batch lives on (no per-image PIL work)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
+    """Zero-pad by ``padding`` pixels, then crop each image back at its own random offset.
+
+    The batched equivalent of ``torchvision.transforms.RandomCrop(size, padding)``.
+    """
+    if padding <= 0:
+        return images
+    batch, channels, height, width = images.shape
+    padded = F.pad(images, (padding, padding, padding, padding))
+    offsets = torch.randint(
+        0, 2 * padding + 1, (2, batch), device=images.device, generator=generator
+    )
+    rows = offsets[0, :, None] + torch.arange(height, device=images.device)  # (batch, height)
+    cols = offsets[1, :, None] + torch.arange(width, device=images.device)  # (batch, width)
+    batch_index = torch.arange(batch, device=images.device)[:, None, None, None]
+    channel_index = torch.arange(channels, device=images.device)[None, :, None, None]
+    return padded[batch_index, channel_index, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def random_horizontal_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Mirror each image left-right with probability 1/2."""
+    flip = torch.rand(images.shape[0], device=images.device, generator=generator) < 0.5
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
+def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """uint8 images in [0, 255] to float32, standardised per channel."""
+    return (images.float() / 255.0 - mean[:, None, None]) / std[:, None, None]

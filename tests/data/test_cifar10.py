@@ -1,0 +1,182 @@
+"""The CIFAR-10 data module on the real subset, its augmentation and its failures."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
+from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule, read_batch_file
+from vitattn.utils.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def datamodule(data_dir: Path) -> CIFAR10DataModule:
+    dm = CIFAR10DataModule(data_dir, batch_size=64, val_fraction=0.1, augment_seed=0)
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def test_reads_the_subset_as_uint8(datamodule: CIFAR10DataModule) -> None:
+    train_x, train_y = datamodule.train_set.tensors
+    val_x, _ = datamodule.val_set.tensors
+    test_x, test_y = datamodule.test_set.tensors
+    assert len(train_x) + len(val_x) == 5085
+    assert len(val_x) == round(0.1 * 5085)
+    assert len(test_x) == 1017
+    assert train_x.dtype == torch.uint8 and train_x.shape[1:] == (3, 32, 32)
+    assert train_y.dtype == torch.int64 and set(train_y.tolist()) == set(range(10))
+    assert set(test_y.tolist()) == set(range(10))
+
+
+def test_split_is_seeded_and_disjoint(data_dir: Path, datamodule: CIFAR10DataModule) -> None:
+    again = CIFAR10DataModule(data_dir, val_fraction=0.1)
+    again.setup("fit")
+    torch.testing.assert_close(again.val_set.tensors[0], datamodule.val_set.tensors[0])
+    other = CIFAR10DataModule(data_dir, val_fraction=0.1, split_seed=1)
+    other.setup("fit")
+    assert not torch.equal(other.val_set.tensors[1], datamodule.val_set.tensors[1])
+    train_images = {bytes(x.numpy()) for x in datamodule.train_set.tensors[0]}
+    assert not any(bytes(x.numpy()) in train_images for x in datamodule.val_set.tensors[0][:200])
+
+
+def test_loaders_yield_whole_batches(datamodule: CIFAR10DataModule) -> None:
+    images, labels = next(iter(datamodule.train_dataloader()))
+    assert images.shape == (64, 3, 32, 32) and images.dtype == torch.uint8
+    assert labels.shape == (64,)
+    batches = list(datamodule.train_dataloader())
+    assert all(len(b[1]) == 64 for b in batches)  # drop_last keeps shapes fixed
+    seen = sum(len(b[1]) for b in datamodule.val_dataloader())
+    assert seen == len(datamodule.val_set)
+
+
+def test_augmentation_keeps_shapes_and_is_seeded(data_dir: Path) -> None:
+    images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    outputs = []
+    for _ in range(2):
+        dm = CIFAR10DataModule(data_dir, augment_seed=123)
+        outputs.append(dm.augment(images))
+    assert outputs[0].shape == images.shape and outputs[0].dtype == torch.uint8
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+    different = CIFAR10DataModule(data_dir, augment_seed=124).augment(images)
+    assert not torch.equal(different, outputs[0])
+
+
+def test_random_crop_is_a_window_of_the_padded_image() -> None:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(1, 256, (32, 3, 8, 8), dtype=torch.uint8)
+    cropped = random_crop(images, padding=2, generator=generator)
+    padded = torch.nn.functional.pad(images, (2, 2, 2, 2))
+    for image, crop in zip(padded, cropped, strict=True):
+        windows = [image[:, r : r + 8, c : c + 8] for r in range(5) for c in range(5)]
+        assert any(torch.equal(crop, w) for w in windows)
+    assert (cropped == 0).any()  # some crops reach into the zero padding
+
+
+def test_flip_mirrors_about_half() -> None:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.arange(1000 * 4, dtype=torch.float32).reshape(1000, 1, 1, 4)
+    flipped = random_horizontal_flip(images, generator)
+    mirrored = (flipped == images.flip(-1)).all(dim=(1, 2, 3))
+    kept = (flipped == images).all(dim=(1, 2, 3))
+    assert (mirrored ^ kept).all()
+    assert 400 < int(mirrored.sum()) < 600
+
+
+def test_normalize_standardises() -> None:
+    images = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
+    out = normalize(images, torch.tensor([0.5, 0.5, 0.5]), torch.tensor([0.5, 0.5, 0.5]))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.ones(2, 3, 4, 4))
+
+
+def test_augmentation_only_while_training(datamodule: CIFAR10DataModule) -> None:
+    batch = next(iter(datamodule.val_dataloader()))
+    images, labels = datamodule.on_after_batch_transfer(batch, 0)  # no trainer: evaluation path
+    expected = normalize(batch[0], datamodule.mean, datamodule.std)
+    torch.testing.assert_close(images, expected)
+    assert labels is batch[1]
+
+
+def copy_subset(data_dir: Path, tmp_path: Path) -> Path:
+    shutil.copytree(data_dir / FOLDER, tmp_path / FOLDER)
+    return tmp_path
+
+
+def test_truncated_batch_file_is_named(data_dir: Path, tmp_path: Path) -> None:
+    root = copy_subset(data_dir, tmp_path)
+    damaged = root / FOLDER / "data_batch_3"
+    damaged.write_bytes(damaged.read_bytes()[:5000])
+    with pytest.raises(DataError, match=r"data_batch_3 is truncated or not a CIFAR-10 batch file"):
+        CIFAR10DataModule(root).setup("fit")
+
+
+def test_foreign_batch_file_is_named(data_dir: Path, tmp_path: Path) -> None:
+    root = copy_subset(data_dir, tmp_path)
+    with (root / FOLDER / "test_batch").open("wb") as handle:
+        pickle.dump({"data": [[1, 2, 3]], "labels": [0]}, handle)
+    with pytest.raises(DataError, match=r"test_batch is truncated or not a CIFAR-10 batch file"):
+        CIFAR10DataModule(root).setup("test")
+
+
+def test_missing_file_is_named(data_dir: Path, tmp_path: Path) -> None:
+    root = copy_subset(data_dir, tmp_path)
+    (root / FOLDER / "data_batch_5").unlink()
+    with pytest.raises(DataError, match=r"data_batch_5 is missing"):
+        CIFAR10DataModule(root).setup("fit")
+
+
+def test_read_batch_file_matches_official_layout(data_dir: Path) -> None:
+    images, labels = read_batch_file(data_dir / FOLDER / "test_batch")
+    with (data_dir / FOLDER / "test_batch").open("rb") as handle:
+        raw = pickle.load(handle, encoding="latin1")
+    first = torch.as_tensor(raw["data"][0])
+    assert torch.equal(images[0, 0].flatten(), first[:1024])  # red plane first
+    assert torch.equal(images[0, 2].flatten(), first[2048:])
+    assert labels.tolist() == list(raw["labels"])
+
+
+def test_no_data_and_no_network_names_the_directory(tmp_path: Path) -> None:
+    # Port 9 on loopback refuses at once: the same failure as a machine without network.
+    dm = CIFAR10DataModule(tmp_path / "empty", url="http://127.0.0.1:9/cifar-10-python.tar.gz")
+    with pytest.raises(DataError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert f"data.data_dir={tmp_path / 'empty'} holds no cifar-10-batches-py/" in message
+    assert "VITATTN_DATA_DIR" in message and "\n" not in message
+
+
+def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"holds no cifar-10-batches-py/ and data.download=false"):
+        CIFAR10DataModule(tmp_path, download=False).prepare_data()
+
+
+def test_download_unpacks_the_archive(data_dir: Path, tmp_path: Path) -> None:
+    """The real download path (torchvision's utility), served from loopback."""
+    import functools
+    import http.server
+    import tarfile
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    with tarfile.open(served / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(data_dir / FOLDER, arcname=FOLDER)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+        dm = CIFAR10DataModule(tmp_path / "downloaded", url=url)
+        dm.prepare_data()
+        dm.setup("test")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(dm.test_set) == 1017
