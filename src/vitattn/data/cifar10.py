@@ -14,8 +14,13 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
-from torch.utils.data import TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+)
 
 from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
 from vitattn.utils.errors import ConfigError, DataError
@@ -115,7 +120,9 @@ class CIFAR10DataModule(L.LightningDataModule):
                 "must be positive integers"
             )
         if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={val_fraction} is not valid; choose 0 < value < 1")
+            raise ConfigError(
+                f"data.val_fraction={val_fraction} is not valid; choose 0 < value < 1"
+            )
         if crop_padding < 0:
             raise ConfigError(f"data.crop_padding={crop_padding} is not valid; choose >= 0")
         self.save_hyperparameters(logger=False)
