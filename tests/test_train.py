@@ -224,6 +224,7 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
     ]
     metrics = train(compose_config("train", overrides, tmp_path))
     assert metrics["steps"] == 7
+    assert (metrics["attention"], metrics["model"]) == ("softmax", "vit")
     val_steps = [step for step, _ in read_scalars(tmp_path)["val/acc"]]
     assert val_steps == [4, 6]
     assert (

@@ -39,7 +39,9 @@ def choice(cfg: DictConfig, group: str) -> str | None:
 
     if HydraConfig.initialized():
         return HydraConfig.get().runtime.choices.get(group)
-    return cfg.get("choices", {}).get(group) if "choices" in cfg else None
+    if "hydra" in cfg:  # composed with the compose API and return_hydra_config=True
+        return cfg.hydra.runtime.choices.get(group)
+    return None
 
 
 def tidy_lightning_output() -> None:
@@ -64,13 +66,33 @@ def best_checkpoint(trainer: Any) -> str | None:
     return next((path for path in monitored + latest if path), None)
 
 
+def hyperparameters(cfg: DictConfig, params: int) -> dict[str, Any]:
+    """The flat settings shown in TensorBoard's HPARAMS view: names of the choices and knobs."""
+    from vitattn.utils.hparams import flatten
+
+    groups = ("attention", "model", "optimizer", "scheduler", "data", "trainer", "module")
+    knobs = {
+        g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) else None for g in groups
+    }
+    # The model's attention and the module's net/optimizer/scheduler repeat groups listed above.
+    knobs["model"] = {k: v for k, v in knobs["model"].items() if k != "attention"}
+    knobs["module"] = {k: v for k, v in knobs["module"].items() if not isinstance(v, dict)}
+    return {
+        "attention": choice(cfg, "attention"),
+        "model": choice(cfg, "model"),
+        "params": params,
+        "seed": cfg.get("seed"),
+        **{k: v for k, v in flatten(knobs).items() if not k.endswith("_partial_")},
+    }
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
     import torch
 
     from vitattn.callbacks import ImagesPerSecond
-    from vitattn.utils.hparams import flatten, log_hyperparameters
+    from vitattn.utils.hparams import log_hyperparameters
     from vitattn.utils.run import write_metrics
 
     tidy_lightning_output()
@@ -92,21 +114,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     params = sum(p.numel() for p in module.parameters())
     attention = choice(cfg, "attention")
-    groups = ("attention", "model", "optimizer", "scheduler", "data", "trainer", "module")
-    knobs = {
-        g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) else None for g in groups
-    }
-    # The model's attention and the module's net/optimizer/scheduler repeat groups listed above.
-    knobs["model"] = {k: v for k, v in knobs["model"].items() if k != "attention"}
-    knobs["module"] = {k: v for k, v in knobs["module"].items() if not isinstance(v, dict)}
-    hparams = {
-        "attention": attention,
-        "model": choice(cfg, "model"),
-        "params": params,
-        "seed": cfg.get("seed"),
-        **{k: v for k, v in flatten(knobs).items() if not k.endswith("_partial_")},
-    }
-    log_hyperparameters(trainer.loggers, hparams)
+    log_hyperparameters(trainer.loggers, hyperparameters(cfg, params))
     log.info("attention=%s, %d parameters, run directory %s", attention, params, output_dir)
 
     started = time.perf_counter()
