@@ -76,7 +76,6 @@ def lightning_loop(cfg, datamodule, steps: int, warmup: int) -> float:
         logger=instantiate_list(cfg.logger),
         max_steps=steps,
         val_check_interval=10 * steps,
-        enable_progress_bar=False,
     )
     trainer.fit(module, datamodule=datamodule)
     throughput = next(c for c in trainer.callbacks if isinstance(c, ImagesPerSecond))
