@@ -68,8 +68,7 @@ def lightning_loop(cfg, datamodule, steps: int, warmup: int) -> float:
     callbacks = instantiate_list(cfg.callbacks)
     for callback in callbacks:
         if isinstance(callback, ImagesPerSecond):
-            callback.warmup_steps = warmup
-            callback.window = steps
+            callback.warmup_steps = warmup  # `overall` then counts the same steps as plain_loop
     trainer = hydra.utils.instantiate(
         cfg.trainer,
         callbacks=callbacks,

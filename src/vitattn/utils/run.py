@@ -19,8 +19,6 @@ from vitattn.utils.errors import VitattnError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-HYDRA_FILES = {".hydra"}
-
 
 def fail(program: str, error: BaseException) -> None:
     """Print the one line that ends a run, on stderr."""
@@ -36,7 +34,7 @@ def remove_unstarted_run(output_dir: Path) -> None:
     if not output_dir.is_dir():
         return
     for entry in output_dir.iterdir():
-        if entry.name in HYDRA_FILES and entry.is_dir():
+        if entry.name == ".hydra" and entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
         elif entry.suffix == ".log" and entry.is_file():
             entry.unlink(missing_ok=True)
