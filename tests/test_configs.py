@@ -117,3 +117,10 @@ def test_unknown_group_choice_is_one_clear_error() -> None:
 
 def test_kernels_subclass_base() -> None:
     assert ATTENTIONS and all(issubclass(cls, AttentionKernel) for cls in ATTENTIONS.values())
+
+
+def test_scheduler_can_be_removed(tmp_path: Path) -> None:
+    cfg = compose_config("train", ["~scheduler"], tmp_path)
+    module = hydra.utils.instantiate(cfg.module)
+    assert module.hparams.scheduler is None
+    assert set(module.configure_optimizers()) == {"optimizer"}
