@@ -14,6 +14,7 @@ import torch
 
 from tests.conftest import TINY
 from vitattn.analysis.events import read_scalars
+from vitattn.attention import ATTENTIONS
 
 BIN = Path(sys.executable).parent
 SHORT_RUN = [*TINY, "trainer.max_steps=60", "trainer.val_check_interval=25"]
@@ -240,3 +241,25 @@ def test_same_seed_same_metrics(tmp_path: Path, data_dir: Path) -> None:
     runs = [train(compose_config("train", overrides, tmp_path / str(i))) for i in range(2)]
     for key in ("train/loss", "val/acc", "val/loss", "test/acc"):
         assert runs[0][key] == runs[1][key], key
+
+
+@pytest.mark.parametrize("model", ["vit", "vit_pixel"])
+@pytest.mark.parametrize("attention", sorted(ATTENTIONS))
+def test_fast_dev_run_per_attention(attention: str, model: str, tmp_path: Path, data_dir: Path):
+    from tests.conftest import compose_config
+    from vitattn.train import train
+
+    overrides = [
+        *TINY,
+        f"paths.data_dir={data_dir}",
+        f"attention={attention}",
+        f"model={model}",
+        "model.mlp_dim=null",
+        "data.batch_size=8",
+        "data.eval_batch_size=8",
+        "debug=fdr",
+    ]
+    metrics = train(compose_config("train", overrides, tmp_path))
+    assert metrics["steps"] == 1
+    assert metrics["attention"] == attention
+    assert 0.0 <= float(metrics["test/acc"]) <= 1.0

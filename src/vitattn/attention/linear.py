@@ -1,0 +1,50 @@
+"""Linear attention with the elu(x)+1 feature map.
+
+Katharopoulos et al., "Transformers are RNNs: Fast Autoregressive Transformers with Linear
+Attention", ICML 2020. softmax(q k^T) is replaced by phi(q) phi(k)^T with phi = elu + 1, and the
+product is reassociated: phi(Q) (phi(K)^T V) costs O(n d^2) instead of O(n^2 d).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from vitattn.attention.base import AttentionKernel, register_attention
+from vitattn.utils.errors import ConfigError
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1, positive everywhere."""
+    return F.elu(x) + 1.0
+
+
+@register_attention("linear")
+class LinearAttention(AttentionKernel):
+    """Non-causal linear attention, O(n d^2).
+
+    Args:
+        eps: added to the normaliser phi(q) . sum_j phi(k_j) to keep the division finite.
+
+    The feature map and the running sums are computed in fp32 whatever the autocast dtype: the
+    key sum grows with n and overflows fp16, and elu(x)+1 rounds to 0 in bf16 for x below about -6.
+    """
+
+    def __init__(self, *, seq_len: int, heads: int, head_dim: int, eps: float = 1e-6) -> None:
+        super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        if eps <= 0:
+            raise ConfigError(f"attention.eps={eps} is not valid; choose a positive number")
+        self.eps = eps
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            phi_q = elu_feature_map(q.float())
+            phi_k = elu_feature_map(k.float())
+            key_values = phi_k.transpose(-2, -1) @ v.float()  # (batch, heads, d, d_v)
+            key_sum = phi_k.sum(dim=-2)  # (batch, heads, d)
+            normaliser = (phi_q @ key_sum.unsqueeze(-1)) + self.eps  # (batch, heads, n, 1)
+            out = (phi_q @ key_values) / normaliser
+        return out.to(v.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, eps={self.eps}"
