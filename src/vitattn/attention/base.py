@@ -35,6 +35,13 @@ def register_attention(name: str) -> Callable[[KernelT], KernelT]:
     return decorator
 
 
+def positive(setting: str, value: float) -> float:
+    """``value`` if it is above zero, else a :class:`ConfigError` naming ``attention.<setting>``."""
+    if value <= 0:
+        raise ConfigError(f"attention.{setting}={value} is not valid; choose a positive number")
+    return value
+
+
 class AttentionKernel(nn.Module):
     """Base class of every attention mechanism.
 
