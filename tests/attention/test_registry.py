@@ -55,10 +55,10 @@ def test_deterministic_in_eval(name: str, tmp_path) -> None:
 def test_multihead_wrapper_passes_sizes(name: str, tmp_path) -> None:
     cfg = compose_config("train", [f"attention={name}"], tmp_path)
     layer = MultiHeadAttention(
-        dim=48, heads=3, seq_len=20, attention=hydra.utils.instantiate(cfg.attention)
+        dim=48, heads=3, seq_len=65, attention=hydra.utils.instantiate(cfg.attention)
     )
-    assert (layer.kernel.seq_len, layer.kernel.heads, layer.kernel.head_dim) == (20, 3, 16)
-    assert layer(torch.randn(2, 20, 48)).shape == (2, 20, 48)
+    assert (layer.kernel.seq_len, layer.kernel.heads, layer.kernel.head_dim) == (65, 3, 16)
+    assert layer(torch.randn(2, 65, 48)).shape == (2, 65, 48)
 
 
 def test_multihead_rejects_indivisible_heads(tmp_path) -> None:

@@ -42,6 +42,13 @@ def positive(setting: str, value: float) -> float:
     return value
 
 
+def positive_int(setting: str, value: int) -> int:
+    """``value`` if it is an integer of at least 1, else a :class:`ConfigError` naming the knob."""
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ConfigError(f"attention.{setting}={value} is not valid; choose an integer >= 1")
+    return int(value)
+
+
 class AttentionKernel(nn.Module):
     """Base class of every attention mechanism.
 

@@ -1,0 +1,144 @@
+"""Nyströmformer attention: softmax attention through m landmarks and a pseudoinverse.
+
+Xiong et al., "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
+AAAI 2021. With landmarks Q~, K~ (segment means of Q and K),
+
+    softmax(Q K^T) V  ~  softmax(Q K~^T) pinv(softmax(Q~ K~^T)) (softmax(Q~ K^T) V),
+
+O(n m d) for m landmarks. The pseudoinverse is the paper's iterative Newton-Schulz-type scheme
+(Razavi et al. 2014), initialised per matrix with Z0 = A^T / (|A|_1 |A|_inf), or torch's exact
+SVD-based ``torch.linalg.pinv``. An optional depthwise convolution over the sequence adds a skip
+path on V, as in the paper's implementation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitattn.attention.base import AttentionKernel, positive_int, register_attention
+from vitattn.utils.errors import ConfigError
+
+PINV_METHODS = ("iterative", "exact")
+
+
+def segment_means(x: torch.Tensor, segments: int) -> torch.Tensor:
+    """Means of ``segments`` contiguous, non-empty runs of tokens of ``x`` ``(..., n, d)``.
+
+    When ``segments`` divides n every run has n / segments tokens; otherwise the runs differ by
+    at most one token (token i goes to segment floor(i * segments / n)). Unlike zero-padding to a
+    multiple of ``segments``, no landmark is an average that includes padding.
+    """
+    tokens = x.shape[-2]
+    if tokens % segments == 0:
+        return x.unflatten(-2, (segments, tokens // segments)).mean(dim=-2)
+    segment_of_token = torch.arange(tokens, device=x.device) * segments // tokens
+    counts = torch.bincount(segment_of_token, minlength=segments).to(x.dtype)
+    sums = x.new_zeros(*x.shape[:-2], segments, x.shape[-1]).index_add(-2, segment_of_token, x)
+    return sums / counts.unsqueeze(-1)
+
+
+def iterative_pinv(matrix: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Moore-Penrose pseudoinverse of each ``(m, m)`` matrix in a batch, iteratively.
+
+    Z0 = A^T / (max column sum * max row sum), computed for *each* matrix: a maximum over the
+    whole batch (as in some public implementations) starts far from convergence for every matrix
+    but the largest. Then Z <- Z/4 (13 I - A Z (15 I - A Z (7 I - A Z))).
+    """
+    identity = torch.eye(matrix.shape[-1], device=matrix.device, dtype=matrix.dtype)
+    absolute = matrix.abs()
+    max_column_sum = absolute.sum(dim=-2).amax(dim=-1)
+    max_row_sum = absolute.sum(dim=-1).amax(dim=-1)
+    z = matrix.transpose(-2, -1) / (max_column_sum * max_row_sum)[..., None, None]
+    for _ in range(iterations):
+        az = matrix @ z
+        z = 0.25 * z @ (13 * identity - az @ (15 * identity - az @ (7 * identity - az)))
+    return z
+
+
+@register_attention("nystrom")
+class NystromAttention(AttentionKernel):
+    """Nyström approximation of softmax attention with ``landmarks`` landmarks, O(n m d).
+
+    Args:
+        landmarks: m, the number of segment-mean landmarks (the report's 64); 1 <= m <= seq_len.
+            With m = seq_len and the exact pseudoinverse this is exact softmax attention.
+        pinv: ``iterative`` (the paper's) or ``exact`` (``torch.linalg.pinv``).
+        pinv_iters: iterations of the iterative pseudoinverse (the paper uses 6).
+        conv_kernel: size of the depthwise convolution over V added to the output (the paper's
+            implementation uses 33); 0 turns it off.
+
+    Runs in fp32 whatever the autocast dtype: the pseudoinverse iteration is unstable in half
+    precision.
+    """
+
+    def __init__(
+        self,
+        *,
+        seq_len: int,
+        heads: int,
+        head_dim: int,
+        landmarks: int = 64,
+        pinv: str = "iterative",
+        pinv_iters: int = 6,
+        conv_kernel: int = 0,
+    ) -> None:
+        super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        landmarks = positive_int("landmarks", landmarks)
+        if landmarks > self.seq_len:
+            raise ConfigError(
+                f"attention.landmarks={landmarks} is more than the {self.seq_len} tokens of this "
+                f"model; choose 1 <= attention.landmarks <= {self.seq_len}"
+            )
+        if pinv not in PINV_METHODS:
+            raise ConfigError(f"attention.pinv={pinv!r} is not valid; choose one of {PINV_METHODS}")
+        if isinstance(conv_kernel, bool) or int(conv_kernel) != conv_kernel or conv_kernel < 0:
+            raise ConfigError(
+                f"attention.conv_kernel={conv_kernel} is not valid; choose an odd integer, or 0 "
+                "for no convolution"
+            )
+        if conv_kernel and conv_kernel % 2 == 0:
+            raise ConfigError(
+                f"attention.conv_kernel={conv_kernel} is not valid; choose an odd integer (the "
+                "output keeps the token count), or 0 for no convolution"
+            )
+        self.landmarks = landmarks
+        self.pinv = pinv
+        self.pinv_iters = positive_int("pinv_iters", pinv_iters)
+        self.conv_kernel = int(conv_kernel)
+        self.conv = (
+            nn.Conv2d(
+                heads,
+                heads,
+                kernel_size=(self.conv_kernel, 1),
+                padding=(self.conv_kernel // 2, 0),
+                groups=heads,
+                bias=False,
+            )
+            if self.conv_kernel
+            else None
+        )
+
+    def pseudoinverse(self, matrix: torch.Tensor) -> torch.Tensor:
+        if self.pinv == "exact":
+            return torch.linalg.pinv(matrix)
+        return iterative_pinv(matrix, self.pinv_iters)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            queries, keys, values = q.float() * self.scale, k.float(), v.float()
+            query_landmarks = segment_means(queries, self.landmarks)
+            key_landmarks = segment_means(keys, self.landmarks)
+            kernel_1 = (queries @ key_landmarks.transpose(-2, -1)).softmax(dim=-1)  # (n, m)
+            kernel_2 = (query_landmarks @ key_landmarks.transpose(-2, -1)).softmax(dim=-1)
+            kernel_3 = (query_landmarks @ keys.transpose(-2, -1)).softmax(dim=-1)  # (m, n)
+            out = (kernel_1 @ self.pseudoinverse(kernel_2)) @ (kernel_3 @ values)
+            if self.conv is not None:
+                out = out + self.conv(values)
+        return out.to(v.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, landmarks={self.landmarks}, pinv={self.pinv}, "
+            f"pinv_iters={self.pinv_iters}, conv_kernel={self.conv_kernel}"
+        )

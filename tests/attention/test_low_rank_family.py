@@ -1,0 +1,266 @@
+"""linformer, nystrom, random_feature, performer: exact limits, convergence, knobs and errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from vitattn.attention.linformer import LinformerAttention
+from vitattn.attention.nystrom import NystromAttention, iterative_pinv, segment_means
+from vitattn.attention.performer import PerformerAttention, orthogonal_gaussian_rows
+from vitattn.attention.random_feature import RandomFeatureAttention
+from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.models.vit import VisionTransformer
+from vitattn.utils.errors import ConfigError
+
+
+def qkv(tokens: int, head_dim: int = 16, heads: int = 2, scale: float = 1.0, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (2, heads, tokens, head_dim)
+    q, k = (scale * torch.randn(shape, generator=generator) for _ in range(2))
+    return q, k, torch.randn(shape, generator=generator)
+
+
+def softmax_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    sizes = {"seq_len": q.shape[-2], "heads": q.shape[1], "head_dim": q.shape[-1]}
+    return SoftmaxAttention(**sizes, impl="naive")(q, k, v)
+
+
+def relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((output - reference).norm() / reference.norm()).item()
+
+
+# --- linformer ---------------------------------------------------------------------------------
+
+
+def test_linformer_with_identity_projections_equals_softmax() -> None:
+    q, k, v = qkv(40)
+    kernel = LinformerAttention(seq_len=40, heads=2, head_dim=16, k=40)
+    with torch.no_grad():
+        kernel.key_projection.copy_(torch.eye(40))
+        kernel.value_projection.copy_(torch.eye(40))
+    torch.testing.assert_close(kernel(q, k, v), softmax_reference(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_linformer_projects_keys_and_values_separately_unless_shared() -> None:
+    separate = LinformerAttention(seq_len=64, heads=2, head_dim=16)
+    shared = LinformerAttention(seq_len=64, heads=2, head_dim=16, share_kv=True)
+    assert separate.k == 8  # seq_len // 8, the report's choice
+    assert separate.value_projection is not None and separate.key_projection.shape == (8, 64)
+    assert shared.value_projection is None
+    assert sum(p.numel() for p in shared.parameters()) == 8 * 64
+    # Shared with identity: values are projected with E too, so the output equals softmax.
+    with torch.no_grad():
+        shared_full = LinformerAttention(seq_len=24, heads=2, head_dim=16, k=24, share_kv=True)
+        shared_full.key_projection.copy_(torch.eye(24))
+    q, k, v = qkv(24)
+    torch.testing.assert_close(shared_full(q, k, v), softmax_reference(q, k, v))
+
+
+def test_linformer_rejects_k_above_token_count() -> None:
+    with pytest.raises(ConfigError, match=r"attention.k=100 is larger than the 64 tokens"):
+        LinformerAttention(seq_len=64, heads=2, head_dim=16, k=100)
+    with pytest.raises(ConfigError, match=r"attention.k=0 is not valid"):
+        LinformerAttention(seq_len=64, heads=2, head_dim=16, k=0)
+
+
+def test_linformer_rejects_other_sequence_lengths() -> None:
+    kernel = LinformerAttention(seq_len=64, heads=2, head_dim=16)
+    with pytest.raises(ConfigError, match=r"built for 64 tokens but got 65"):
+        kernel(*qkv(65))
+
+
+def test_linformer_checkpoint_from_another_sequence_length_is_refused() -> None:
+    def vit(patch_size: int) -> VisionTransformer:
+        return VisionTransformer(
+            attention=lambda **sizes: LinformerAttention(**sizes, k=4),
+            patch_size=patch_size,
+            embed_dim=32,
+            depth=1,
+            heads=2,
+        )
+
+    trained = vit(patch_size=4).state_dict()  # 64 tokens
+    with pytest.raises(ConfigError, match=r"k=4, seq_len=64 tokens, but the model has k=4, seq"):
+        vit(patch_size=8).load_state_dict(trained)  # 16 tokens
+    vit(patch_size=4).load_state_dict(trained)  # the matching model loads
+
+
+# --- nystrom -----------------------------------------------------------------------------------
+
+
+def test_nystrom_with_all_landmarks_and_exact_pinv_equals_softmax() -> None:
+    q, k, v = qkv(32)
+    kernel = NystromAttention(seq_len=32, heads=2, head_dim=16, landmarks=32, pinv="exact")
+    torch.testing.assert_close(kernel(q, k, v), softmax_reference(q, k, v), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("tokens", "segments"), [(64, 16), (65, 64), (50, 7), (10, 10)])
+def test_segment_means_cover_every_token_once(tokens: int, segments: int) -> None:
+    x = torch.randn(3, tokens, 5, dtype=torch.float64)
+    means = segment_means(x, segments)
+    assert means.shape == (3, segments, 5)
+    # Every segment is non-empty and sizes differ by at most one: rebuild the means by hand.
+    bounds = [i * tokens // segments for i in range(segments + 1)]
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+    segment_of_token = torch.arange(tokens) * segments // tokens
+    expected = torch.stack(
+        [x[:, segment_of_token == s].mean(dim=1) for s in range(segments)], dim=1
+    )
+    torch.testing.assert_close(means, expected)
+
+
+def test_iterative_pinv_is_initialised_per_matrix() -> None:
+    # Two well-conditioned matrices of very different scale in one batch: a batch-wide
+    # initialisation would leave the small one far from converged after a few iterations.
+    generator = torch.Generator().manual_seed(0)
+    base = torch.eye(8, dtype=torch.float64) + 0.1 * torch.randn(8, 8, generator=generator)
+    batch = torch.stack([base, 1000 * base])
+    inverse = iterative_pinv(batch, iterations=8)
+    torch.testing.assert_close(inverse, torch.linalg.inv(batch), rtol=1e-6, atol=1e-9)
+
+
+def test_nystrom_iterative_pinv_converges_to_exact_on_a_softmax_kernel() -> None:
+    q, k, v = qkv(64, scale=0.5)
+    exact = NystromAttention(seq_len=64, heads=2, head_dim=16, landmarks=8, pinv="exact")
+    errors = [
+        relative_error(
+            NystromAttention(seq_len=64, heads=2, head_dim=16, landmarks=8, pinv_iters=n)(q, k, v),
+            exact(q, k, v),
+        )
+        for n in (1, 3, 6, 20)
+    ]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 1e-3  # fp32 round-off
+
+
+def test_nystrom_convolution_adds_a_depthwise_skip_on_values() -> None:
+    kernel = NystromAttention(seq_len=32, heads=2, head_dim=16, landmarks=8, conv_kernel=3)
+    assert kernel.conv is not None and kernel.conv.weight.shape == (2, 1, 3, 1)
+    q, k, v = qkv(32)
+    plain = NystromAttention(seq_len=32, heads=2, head_dim=16, landmarks=8)
+    with torch.no_grad():
+        kernel.conv.weight.zero_()
+        kernel.conv.weight[:, :, 1] = 1.0  # identity convolution
+    torch.testing.assert_close(kernel(q, k, v), plain(q, k, v) + v)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"landmarks": 0}, r"attention.landmarks=0 is not valid; choose an integer >= 1"),
+        ({"landmarks": 65}, r"attention.landmarks=65 is more than the 64 tokens"),
+        ({"pinv": "svd"}, r"attention.pinv='svd' is not valid; choose one of"),
+        ({"pinv_iters": 0}, r"attention.pinv_iters=0 is not valid"),
+        ({"conv_kernel": 4}, r"attention.conv_kernel=4 is not valid; choose an odd integer"),
+    ],
+)
+def test_nystrom_rejects_bad_knobs(knobs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        NystromAttention(seq_len=64, heads=2, head_dim=16, **knobs)
+
+
+# --- random features ---------------------------------------------------------------------------
+
+FEATURE_KERNELS = [RandomFeatureAttention, PerformerAttention]
+
+
+def mean_error(kernel_class, num_features: int, q, k, v, draws: int = 4) -> float:
+    """Mean relative error against exact softmax over ``draws`` seeded draws of the features."""
+    reference = softmax_reference(q, k, v)
+    errors = []
+    for seed in range(draws):
+        torch.manual_seed(seed)
+        kernel = kernel_class(
+            seq_len=q.shape[-2], heads=q.shape[1], head_dim=q.shape[-1], num_features=num_features
+        ).eval()
+        errors.append(relative_error(kernel(q, k, v), reference))
+    return sum(errors) / draws
+
+
+def test_random_feature_errors_fall_with_more_features_and_performer_beats_rfa() -> None:
+    # Inputs like a trained ViT's: unit-variance components, so q.k / sqrt(d) has unit spread.
+    q, k, v = qkv(128, head_dim=32)
+    errors = {
+        cls.name: [mean_error(cls, features, q, k, v) for features in (64, 256, 1024)]
+        for cls in FEATURE_KERNELS
+    }
+    for name, by_features in errors.items():
+        assert by_features[0] > by_features[1] > by_features[2], (name, by_features)
+    assert all(
+        performer < rfa
+        for performer, rfa in zip(errors["performer"], errors["random_feature"], strict=True)
+    ), errors
+
+
+def test_random_features_converge_to_softmax_on_small_logits() -> None:
+    q, k, v = qkv(64, head_dim=16, scale=0.3)
+    for cls in FEATURE_KERNELS:
+        assert mean_error(cls, 8192, q, k, v, draws=2) < 0.1, cls.name
+
+
+def test_orthogonal_rows_are_orthogonal_within_a_block() -> None:
+    rows = orthogonal_gaussian_rows(40, 16, torch.device("cpu"))
+    block = rows[:16] / rows[:16].norm(dim=1, keepdim=True)
+    torch.testing.assert_close(block @ block.T, torch.eye(16), atol=1e-5, rtol=0)
+    assert rows.shape == (40, 16)
+
+
+def test_rfa_redraws_every_training_step_only_when_asked() -> None:
+    q, k, v = qkv(16)
+    kernel = RandomFeatureAttention(seq_len=16, heads=2, head_dim=16, num_features=8)
+    first = kernel.frequencies.clone()
+    kernel.train()(q, k, v)
+    assert not torch.equal(kernel.frequencies, first)
+    redrawn = kernel.frequencies.clone()
+    kernel.eval()(q, k, v)
+    assert torch.equal(kernel.frequencies, redrawn)  # evaluation uses the last draw
+    fixed = RandomFeatureAttention(seq_len=16, heads=2, head_dim=16, num_features=8, redraw=False)
+    before = fixed.frequencies.clone()
+    fixed.train()(q, k, v)
+    assert torch.equal(fixed.frequencies, before)
+
+
+def test_performer_redraws_on_its_interval_in_training_only() -> None:
+    q, k, v = qkv(16)
+    kernel = PerformerAttention(seq_len=16, heads=2, head_dim=16, redraw_interval=2).train()
+    projections = []
+    for _ in range(5):
+        kernel(q, k, v)
+        projections.append(kernel.projection.clone())
+    changed = [not torch.equal(a, b) for a, b in itertools.pairwise(projections)]
+    assert changed == [False, True, False, True]  # redrawn before the 3rd and 5th forward
+    kernel.eval()
+    for _ in range(3):
+        kernel(q, k, v)
+    assert torch.equal(kernel.projection, projections[-1])
+    # The counter travels with the checkpoint, so a resumed run redraws on schedule.
+    restored = PerformerAttention(seq_len=16, heads=2, head_dim=16, redraw_interval=2)
+    restored.load_state_dict(kernel.state_dict())
+    assert restored.forwards_since_redraw == kernel.forwards_since_redraw == 1
+    assert torch.equal(restored.projection, kernel.projection)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_performer_stays_finite_on_large_norms_in_half_precision(dtype) -> None:
+    # exp(w.x - |x|^2/2) overflows without the max shift; fp16 overflows without fp32 inside.
+    q, k, v = qkv(1024, head_dim=16, scale=10.0)
+    kernel = PerformerAttention(seq_len=1024, heads=2, head_dim=16)
+    with torch.autocast("cpu", dtype=dtype):
+        out = kernel(q.to(dtype), k.to(dtype), v.to(dtype))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("cls", FEATURE_KERNELS)
+def test_num_features_must_be_positive(cls) -> None:
+    with pytest.raises(ConfigError, match=r"attention.num_features=0 is not valid"):
+        cls(seq_len=16, heads=2, head_dim=16, num_features=0)
+
+
+def test_feature_knobs_reject_bad_values() -> None:
+    with pytest.raises(ConfigError, match=r"attention.sigma=0 is not valid"):
+        RandomFeatureAttention(seq_len=16, heads=2, head_dim=16, sigma=0)
+    with pytest.raises(ConfigError, match=r"attention.redraw_interval=-1 is not valid"):
+        PerformerAttention(seq_len=16, heads=2, head_dim=16, redraw_interval=-1)
