@@ -1,12 +1,21 @@
-"""Lightning callbacks that the contracts rely on (throughput, a validation at the last step)."""
+"""Lightning callbacks that the contracts rely on: throughput, a validation at the last step, a
+checkpoint when the run is interrupted, and a stop when the loss stops being finite."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from vitattn.utils.errors import TrainingError
+
+log = logging.getLogger(__name__)
 
 
 class ImagesPerSecond(L.Callback):
@@ -84,3 +93,90 @@ class ValidateAtEnd(L.Callback):
         last_batch_of_epoch = batch_idx + 1 >= trainer.num_training_batches
         if last_step or (last_epoch and last_batch_of_epoch):
             trainer.should_stop = True
+
+
+class CheckpointOnInterrupt(L.Callback):
+    """Save ``last.ckpt`` when SIGTERM stops the run (a pre-empted job, ``kill``, SLURM's time
+    limit), so that ``vitattn-train ckpt_path=<run>/checkpoints/last.ckpt`` continues it.
+
+    Lightning finishes the current training step and then stops. The checkpoint is written at the
+    end of that step, the point where Lightning's own step checkpoints are written, so that the
+    resumed run continues with the next batch and step number. (Ctrl-C can interrupt a step
+    half-way; it keeps the last regular checkpoint.)
+    """
+
+    def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
+        self.path = Path(dirpath) / f"{filename}.ckpt"
+        self._saved_at_step: int | None = None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if trainer.received_sigterm and self._saved_at_step != trainer.global_step:
+            trainer.save_checkpoint(self.path)
+            self._saved_at_step = trainer.global_step
+            log.warning(
+                "SIGTERM: stopping after step %d; saved %s (continue with: vitattn-train "
+                "ckpt_path=%s)",
+                trainer.global_step,
+                self.path,
+                self.path,
+            )
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, SIGTERMException) and self._saved_at_step is None:
+            # The signal came after this step's on_train_batch_end: the weights are those of a
+            # finished step, but the resumed run will count the step once more.
+            trainer.save_checkpoint(self.path)
+            log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+
+
+class NanGuard(L.Callback):
+    """Stop the run when the training loss is NaN or infinite, before anything saves those
+    weights: the last checkpoint written before it stays the last good one.
+
+    A flag on the device collects non-finite losses at every step without a host-device sync;
+    it is read every ``check_every_n_steps`` steps and always before a validation (which is when
+    checkpoints are written).
+    """
+
+    def __init__(self, check_every_n_steps: int = 20) -> None:
+        self.check_every_n_steps = max(1, int(check_every_n_steps))
+        self._bad: torch.Tensor | None = None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        bad = ~torch.isfinite(loss.detach())
+        self._bad = bad if self._bad is None else self._bad | bad
+        if trainer.global_step % self.check_every_n_steps == 0:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._check(trainer)
+
+    def _check(self, trainer: L.Trainer) -> None:
+        if self._bad is None or not bool(self._bad):
+            return
+        last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        kept = f"; the last good weights are in {last}" if last.is_file() else ""
+        raise TrainingError(
+            f"train/loss became NaN or infinite by step {trainer.global_step}{kept}; lower "
+            "optimizer.lr, set trainer.gradient_clip_val, or train in fp32 (trainer.precision)"
+        )

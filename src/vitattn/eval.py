@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vitattn.train import instantiate_list, tidy_lightning_output
-from vitattn.utils.config import CONFIG_DIR, check_group_choices
+from vitattn.utils.config import CONFIG_DIR, check_group_choices, check_output_dirs
 from vitattn.utils.errors import ConfigError, VitattnError
 from vitattn.utils.run import fail, run_task
 
@@ -84,6 +84,7 @@ def main() -> None:
     """Console script ``vitattn-eval``."""
     try:
         check_group_choices(sys.argv[1:])
+        check_output_dirs(sys.argv[1:])
     except VitattnError as error:
         fail("vitattn-eval", error)
         sys.exit(1)

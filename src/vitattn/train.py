@@ -19,8 +19,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.utils.config import CONFIG_DIR, check_group_choices
-from vitattn.utils.errors import VitattnError
+from vitattn.utils.config import CONFIG_DIR, check_group_choices, check_output_dirs
+from vitattn.utils.errors import ConfigError, VitattnError
 from vitattn.utils.run import fail, run_task
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ def tidy_lightning_output() -> None:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     # Raised inside Lightning's own pytree helper for the installed torch; nothing to act on.
     warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # Our data module resumes mid-epoch itself (it skips the batches already trained).
+    warnings.filterwarnings("ignore", ".*resuming from a checkpoint that ended before the epoch.*")
 
 
 def best_checkpoint(trainer: Any) -> str | None:
@@ -64,6 +66,46 @@ def best_checkpoint(trainer: Any) -> str | None:
     monitored = [c.best_model_path for c in callbacks if c.monitor and c.best_model_path]
     latest = [c.best_model_path or c.last_model_path for c in callbacks if not c.monitor]
     return next((path for path in monitored + latest if path), None)
+
+
+def check_checkpoint_matches(ckpt_path: str, module: Any) -> None:
+    """Refuse, in one line, a checkpoint whose network differs from the configured one."""
+    import torch
+
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        stored = checkpoint["hyper_parameters"]["net"]
+    except FileNotFoundError as error:
+        raise ConfigError(f"ckpt_path={ckpt_path} is not a file") from error
+    except Exception as error:
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({type(error).__name__})"
+        ) from error
+    configured = OmegaConf.to_container(OmegaConf.create(dict(module.hparams.net)), resolve=True)
+    stored = OmegaConf.to_container(OmegaConf.create(dict(stored)), resolve=True)
+    if stored != configured:
+        differ = sorted(
+            key
+            for key in set(flatten_dict(stored)) | set(flatten_dict(configured))
+            if flatten_dict(stored).get(key) != flatten_dict(configured).get(key)
+        )
+        shown = ", ".join(
+            f"model.{k}={flatten_dict(stored).get(k)} (here {flatten_dict(configured).get(k)})"
+            for k in differ[:3]
+        )
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} was trained with another network: {shown}; "
+            "resume without model/attention overrides, or start a new run"
+        )
+
+
+def flatten_dict(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(flatten_dict(value, f"{prefix}{key}."))
+    return flat
 
 
 def hyperparameters(cfg: DictConfig, params: int) -> dict[str, Any]:
@@ -90,6 +132,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
     import torch
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from vitattn.callbacks import ImagesPerSecond
     from vitattn.utils.hparams import log_hyperparameters
@@ -108,6 +151,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("fit")
 
+    if cfg.get("ckpt_path"):
+        check_checkpoint_matches(cfg.ckpt_path, module)
+
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_list(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
@@ -118,7 +164,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     log.info("attention=%s, %d parameters, run directory %s", attention, params, output_dir)
 
     started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    except SIGTERMException:
+        log.warning("stopped by SIGTERM; logs and checkpoints/last.ckpt are in %s", output_dir)
+        raise SystemExit(143) from None  # 128 + SIGTERM, as if the signal had ended the process
     fit_seconds = time.perf_counter() - started
     metrics: dict[str, Any] = {
         k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
@@ -145,8 +195,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "epochs": trainer.current_epoch,
             "seconds": round(fit_seconds, 2),
             "ckpt_path": test_ckpt,
+            "status": "completed",
         }
     )
+    if trainer.strategy.root_device.type == "cuda":
+        metrics["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
         write_metrics(output_dir / "metrics.json", metrics)
     return metrics
@@ -159,13 +212,67 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return float(value) if value is not None else None
 
 
+def resume_arguments(arguments: list[str]) -> list[str]:
+    """Command-line arguments that continue a run in its own directory with its own settings.
+
+    ``ckpt_path=<run>/checkpoints/<file>.ckpt`` or ``resume=true hydra.run.dir=<run>`` (which
+    takes ``<run>/checkpoints/last.ckpt``): the run's recorded overrides
+    (``<run>/.hydra/overrides.yaml``) come first, so the model and data are rebuilt as they were,
+    then the ones given now (e.g. a larger ``trainer.max_steps``); ``hydra.run.dir`` points at the
+    run, so TensorBoard curves, checkpoints and ``metrics.json`` continue there.
+    """
+    if any(arg in ("-m", "--multirun") for arg in arguments):
+        return arguments
+    given = dict(arg.split("=", 1) for arg in arguments if "=" in arg and not arg.startswith("-"))
+    run_dir = Path(given["hydra.run.dir"]) if "hydra.run.dir" in given else None
+    ckpt_path = given.get("ckpt_path")
+    if given.get("resume", "false").lower() == "true":
+        if run_dir is None:
+            raise ConfigError("resume=true needs the run to continue: add hydra.run.dir=<run dir>")
+        if ckpt_path in (None, "null"):
+            ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+            if not Path(ckpt_path).is_file():
+                raise ConfigError(
+                    f"resume=true: {ckpt_path} does not exist; hydra.run.dir must be a "
+                    "vitattn-train run directory with checkpoints/last.ckpt"
+                )
+            arguments = [*arguments, f"ckpt_path={ckpt_path}"]
+    if ckpt_path in (None, "null"):
+        return arguments
+    checkpoint = Path(ckpt_path).expanduser()
+    if not checkpoint.is_file():
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
+        )
+    if run_dir is None and checkpoint.parent.name == "checkpoints":
+        candidate = checkpoint.parent.parent
+        if (candidate / ".hydra" / "overrides.yaml").is_file():
+            run_dir = candidate
+            arguments = [*arguments, f"hydra.run.dir={run_dir}"]
+    recorded = run_dir / ".hydra" / "overrides.yaml" if run_dir is not None else None
+    if recorded is None or not recorded.is_file():
+        return arguments
+    previous = OmegaConf.to_container(OmegaConf.load(recorded)) or []
+    keys_now = {arg.split("=", 1)[0].lstrip("+~") for arg in arguments}
+    skip = {"ckpt_path", "resume", *keys_now}
+    kept = [
+        str(arg)
+        for arg in previous
+        if str(arg).split("=", 1)[0].lstrip("+~") not in skip and not str(arg).startswith("hydra.")
+    ]
+    return [*kept, *arguments]
+
+
 def main() -> None:
     """Console script ``vitattn-train``."""
     try:
-        check_group_choices(sys.argv[1:])
+        arguments = resume_arguments(sys.argv[1:])
+        check_group_choices(arguments)
+        check_output_dirs(arguments)
     except VitattnError as error:
         fail("vitattn-train", error)
         sys.exit(1)
+    sys.argv = [sys.argv[0], *arguments]
     _hydra_main()
 
 

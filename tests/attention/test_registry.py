@@ -33,14 +33,22 @@ def test_shape_and_finite_gradients_fp32(name: str, seq_len: int, tmp_path) -> N
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_finite_in_bf16_autocast(name: str, tmp_path) -> None:
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("seq_len", [64, 1024])
+def test_finite_in_half_precision_autocast_with_large_norms(
+    name: str, dtype: torch.dtype, seq_len: int, tmp_path
+) -> None:
+    # q and k scaled by 10: softmax logits in the hundreds, the case where exponentials and
+    # running sums overflow fp16 unless a kernel subtracts maxima and keeps its sums in fp32.
     torch.manual_seed(0)
-    kernel = build(name, tmp_path, 64)
-    q, k, v = (torch.randn(2, 2, 64, 16, requires_grad=True) for _ in range(3))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    kernel = build(name, tmp_path, seq_len)
+    q, k, v = (torch.randn(2, 2, seq_len, 16) for _ in range(3))
+    q, k = 10 * q, 10 * k
+    q, k, v = (t.to(dtype).requires_grad_() for t in (q, k, v))  # as a half-precision model has
+    with torch.autocast("cpu", dtype=dtype):
         out = kernel(q, k, v)
     out.float().square().mean().backward()
-    assert torch.isfinite(out).all()
+    assert out.dtype == dtype and torch.isfinite(out).all()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 

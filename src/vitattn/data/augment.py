@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+from torchvision.transforms import v2
 
 
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
@@ -34,3 +37,18 @@ def random_horizontal_flip(images: torch.Tensor, generator: torch.Generator) -> 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 images in [0, 255] to float32, standardised per channel."""
     return (images.float() / 255.0 - mean[:, None, None]) / std[:, None, None]
+
+
+def mix_transform(
+    mixup_alpha: float, cutmix_alpha: float, num_classes: int
+) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+    """Batch-level MixUp and/or CutMix from torchvision.transforms.v2 (one of the two at random
+    per batch when both are on), or ``None`` when both alphas are 0. Labels come out soft."""
+    choices = []
+    if mixup_alpha > 0:
+        choices.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
+    if cutmix_alpha > 0:
+        choices.append(v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes))
+    if not choices:
+        return None
+    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)

@@ -17,12 +17,16 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    DistributedSampler,
     RandomSampler,
     SequentialSampler,
     TensorDataset,
 )
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as v2F
 
-from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
+from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
+from vitattn.data.shifts import SHIFTS, apply_shift
 from vitattn.utils.errors import ConfigError, DataError
 
 FOLDER = "cifar-10-batches-py"
@@ -33,6 +37,35 @@ ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
+
+
+class EpochBatchSampler(BatchSampler):
+    """A BatchSampler whose shuffling depends only on a seed and the epoch number.
+
+    Lightning calls ``set_epoch`` on the DataLoader's sampler (this one) at the start of every
+    epoch; it is passed on to a DistributedSampler, or re-seeds a RandomSampler's generator with
+    ``seed + epoch``. So a run resumed from a checkpoint sees the same batches as one that never
+    stopped, which a sampler drawing from torch's global RNG would not give.
+    """
+
+    def __init__(
+        self, sampler: Any, batch_size: int, drop_last: bool, seed: int = 0, skip: int = 0
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.seed = seed
+        self.skip = skip  # batches of the first epoch already trained (a resumed run)
+
+    def __iter__(self) -> Any:
+        skip, self.skip = self.skip, 0
+        for index, batch in enumerate(super().__iter__()):
+            if index >= skip:
+                yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+        elif isinstance(self.sampler, RandomSampler) and self.sampler.generator is not None:
+            self.sampler.generator.manual_seed(self.seed + epoch)
 
 
 def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,6 +123,23 @@ class CIFAR10DataModule(L.LightningDataModule):
         split_seed: seed of the train/validation split (fixed, so runs compare on equal data).
         crop_padding: padding of the random crop (0 turns it off).
         hflip: random horizontal flips.
+        randaugment_ops: RandAugment (Cubuk et al. 2020, torchvision.transforms.v2) with this many
+            operations per image; 0 turns it off.
+        randaugment_magnitude: RandAugment's magnitude (0..30).
+        randaugment_group: images that share one draw of RandAugment's operations. torchvision
+            applies one draw to a whole batch tensor; drawing per group of this many images keeps
+            the augmentation varied without a Python loop over single images.
+        mixup_alpha: MixUp (Zhang et al. 2018) Beta parameter; 0 turns it off.
+        cutmix_alpha: CutMix (Yun et al. 2019) Beta parameter; 0 turns it off. With both on, each
+            batch gets one of the two at random. Either makes the training labels soft,
+            ``(batch, classes)`` probabilities.
+        grayscale: convert the images to one luma channel (ITU-R 601), as in Long Range Arena's
+            Image task.
+        normalize: scale to zero mean and unit variance per channel; ``False`` passes the raw
+            uint8 pixels on (for ``model.embedding=intensity``).
+        shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
+            ``rotate``, ``invert`` or ``none``; applied to training, validation and test batches
+            alike, on the device, before augmentation and normalisation.
         augment_seed: seed of the augmentation generator; ``None`` draws it from torch's global
             RNG, which ``seed_everything`` has seeded.
         download: download the archive if ``cifar-10-batches-py/`` is missing.
@@ -107,6 +157,14 @@ class CIFAR10DataModule(L.LightningDataModule):
         split_seed: int = 0,
         crop_padding: int = 4,
         hflip: bool = True,
+        randaugment_ops: int = 0,
+        randaugment_magnitude: int = 9,
+        randaugment_group: int = 16,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        grayscale: bool = False,
+        normalize: bool = True,
+        shift: str = "none",
         augment_seed: int | None = None,
         download: bool = True,
         url: str = URL,
@@ -125,15 +183,45 @@ class CIFAR10DataModule(L.LightningDataModule):
             )
         if crop_padding < 0:
             raise ConfigError(f"data.crop_padding={crop_padding} is not valid; choose >= 0")
+        for setting, value in (("randaugment_ops", randaugment_ops), ("mixup_alpha", mixup_alpha)):
+            if value < 0:
+                raise ConfigError(f"data.{setting}={value} is not valid; choose >= 0 (0 = off)")
+        if cutmix_alpha < 0:
+            raise ConfigError(
+                f"data.cutmix_alpha={cutmix_alpha} is not valid; choose >= 0 (0 = off)"
+            )
+        if (mixup_alpha or cutmix_alpha) and not normalize:
+            raise ConfigError(
+                "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true"
+            )
+        if not 0 <= randaugment_magnitude <= 30:
+            raise ConfigError(
+                f"data.randaugment_magnitude={randaugment_magnitude} is not valid; choose 0..30"
+            )
+        if randaugment_group < 1:
+            raise ConfigError(
+                f"data.randaugment_group={randaugment_group} is not valid; choose >= 1"
+            )
+        if shift not in SHIFTS:
+            raise ConfigError(f"data.shift={shift!r} is not valid; choose one of {SHIFTS}")
         self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir).expanduser()
         self.mean = torch.tensor(MEAN)
         self.std = torch.tensor(STD)
+        self.randaugment = (
+            v2.RandAugment(num_ops=randaugment_ops, magnitude=randaugment_magnitude)
+            if randaugment_ops
+            else None
+        )
+        self.mix = mix_transform(mixup_alpha, cutmix_alpha, len(CLASSES))
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
         self.test_set: TensorDataset | None = None
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
+        self._resume_batches = 0
+        # Seed of the epoch order, from the global seed (``seed_everything`` ran before this).
+        self.shuffle_seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
 
     @property
     def folder(self) -> Path:
@@ -160,6 +248,10 @@ class CIFAR10DataModule(L.LightningDataModule):
             raise DataError(f"data.data_dir={self.data_dir} holds no {FOLDER}/ (run prepare_data)")
         images, labels = read_split(self.folder, TRAIN_FILES)
         test_images, test_labels = read_split(self.folder, TEST_FILES)
+        if self.hparams.grayscale:
+            images, test_images = v2F.rgb_to_grayscale(images), v2F.rgb_to_grayscale(test_images)
+            luma = images.float().div(255)
+            self.mean, self.std = luma.mean().reshape(1), luma.std().reshape(1)
         num_val = max(1, round(self.hparams.val_fraction * len(labels)))
         if num_val >= len(labels):
             raise ConfigError(
@@ -177,12 +269,33 @@ class CIFAR10DataModule(L.LightningDataModule):
     def _loader(self, dataset: TensorDataset | None, batch_size: int, train: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
-        sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        skip = 0
+        if train and self._resume_batches:
+            # A checkpoint written at the end of an epoch resumes at the start of the next one.
+            skip, self._resume_batches = self._resume_batches % (len(dataset) // batch_size), 0
+        if world_size > 1:
+            # Each process takes its own shard (the trainer's use_distributed_sampler is off:
+            # Lightning would put a per-image sampler in place of the batch sampler).
+            sampler = DistributedSampler(
+                dataset,
+                num_replicas=world_size,
+                rank=self.trainer.global_rank,
+                shuffle=train,
+                seed=self.shuffle_seed,
+            )
+        elif train:
+            generator = torch.Generator().manual_seed(self.shuffle_seed)
+            sampler = RandomSampler(dataset, generator=generator)
+        else:
+            sampler = SequentialSampler(dataset)
         # Whole batches are sampled and sliced from the tensors at once (batch_size=None turns
         # off per-sample collation).
         return DataLoader(
             dataset,
-            sampler=BatchSampler(sampler, batch_size, drop_last=train),
+            sampler=EpochBatchSampler(
+                sampler, batch_size, drop_last=train, seed=self.shuffle_seed, skip=skip
+            ),
             batch_size=None,
             num_workers=self.hparams.num_workers,
             pin_memory=self.hparams.pin_memory,
@@ -221,20 +334,38 @@ class CIFAR10DataModule(L.LightningDataModule):
         images = random_crop(images, self.hparams.crop_padding, generator)
         if self.hparams.hflip:
             images = random_horizontal_flip(images, generator)
+        if self.randaugment is not None:
+            group = self.hparams.randaugment_group
+            images = torch.cat([self.randaugment(part) for part in images.split(group)])
         return images
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, labels = batch
-        if self.trainer is not None and self.trainer.training:
+        images = apply_shift(images, self.hparams.shift)  # the data set's variant, for all stages
+        training = self.trainer is not None and self.trainer.training
+        if training:
             images = self.augment(images)
-        mean, std = self.mean.to(images.device), self.std.to(images.device)
-        return normalize(images, mean, std), labels
+        if self.hparams.normalize:
+            images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
+        if training and self.mix is not None:
+            images, labels = self.mix(images, labels)
+        return images, labels
 
     def state_dict(self) -> dict[str, Any]:
-        if self._generator is None:
-            return {}
-        return {"augment_generator": self._generator.get_state()}
+        state: dict[str, Any] = {}
+        if self._generator is not None:
+            state["augment_generator"] = self._generator.get_state()
+        if self.trainer is not None and self.trainer.training:
+            # Where in its epoch the run is, so that a resumed run skips the batches already
+            # trained (Lightning resumes mid-epoch but restarts the data from the epoch's start).
+            trainer = self.trainer
+            batches = trainer.global_step * trainer.accumulate_grad_batches
+            state["batches_done_in_epoch"] = batches - trainer.current_epoch * int(
+                trainer.num_training_batches
+            )
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._generator_state = state_dict.get("augment_generator")
         self._generator = None
+        self._resume_batches = max(0, int(state_dict.get("batches_done_in_epoch", 0)))

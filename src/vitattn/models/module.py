@@ -79,8 +79,9 @@ class ViTClassifier(L.LightningModule):
     ) -> torch.Tensor:
         images, labels = batch
         logits = self(images)
+        # Soft (batch, classes) labels come from MixUp/CutMix; accuracy is against their argmax.
         loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
-        self.train_acc(logits, labels)
+        self.train_acc(logits, labels.argmax(dim=-1) if labels.ndim == 2 else labels)
         size = labels.shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False, batch_size=size)

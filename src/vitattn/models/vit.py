@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torchvision.ops import StochasticDepth
 
 from vitattn.attention.base import AttentionKernel
 from vitattn.attention.multihead import MultiHeadAttention
@@ -18,6 +19,7 @@ from vitattn.utils.errors import ConfigError
 
 POOLS = ("mean", "cls")
 POS_EMBED_INITS = ("sincos", "random")
+EMBEDDINGS = ("patch", "intensity")
 
 
 def sincos_2d_position_embedding(grid: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -46,6 +48,27 @@ class PatchEmbedding(nn.Module):
         return self.proj(images).flatten(2).transpose(1, 2)  # (batch, tokens, embed_dim)
 
 
+class IntensityEmbedding(nn.Module):
+    """One token per pixel, embedded by a lookup of its 8-bit intensity (Long Range Arena's Image
+    task, Tay et al., ICLR 2021): a 256-entry table per channel, the channels' entries summed.
+
+    Takes the raw uint8 (or integer) images, so the data must not be normalised.
+    """
+
+    def __init__(self, in_channels: int, embed_dim: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(256 * in_channels, embed_dim)
+        self.register_buffer("offsets", torch.arange(in_channels) * 256, persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if images.is_floating_point():
+            raise ConfigError(
+                "model.embedding=intensity needs the 8-bit pixel values; set data.normalize=false"
+            )
+        indices = images.long().flatten(2) + self.offsets[None, :, None]  # (batch, channels, n)
+        return self.table(indices).sum(dim=1)  # (batch, tokens, embed_dim)
+
+
 class MLP(nn.Module):
     """Two linear layers with GELU, the transformer's feed-forward part."""
 
@@ -71,16 +94,19 @@ class Block(nn.Module):
         seq_len: int,
         attention: Callable[..., AttentionKernel],
         dropout: float,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = MultiHeadAttention(dim, heads, seq_len, attention, proj_dropout=dropout)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = MLP(dim, mlp_dim, dropout)
+        # Stochastic depth (Huang et al. 2016): drop each residual branch per sample.
+        self.drop_path = StochasticDepth(drop_path, mode="row") if drop_path else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path(self.attn(self.norm1(x)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class VisionTransformer(nn.Module):
@@ -99,10 +125,15 @@ class VisionTransformer(nn.Module):
         mlp_ratio: MLP hidden size as a multiple of ``embed_dim`` (ignored if ``mlp_dim`` is set).
         mlp_dim: MLP hidden size.
         dropout: dropout after the embedding, in the MLPs and after attention projections.
+        drop_path: stochastic-depth rate of the last block, rising linearly from 0 in the first
+            (as in DeiT and timm); 0 turns it off.
         pool: ``mean`` (average of the tokens) or ``cls`` (a learned class token).
         pos_embed_init: the learned position embedding starts as 2-D sine-cosine codes
             (``sincos``), which gives a short run the image's geometry from the first step, or as
             small random values (``random``, std 0.02, as in the original ViT).
+        embedding: ``patch`` (a linear map of each patch, the ViT's) or ``intensity`` (a lookup
+            of each pixel's 8-bit value, Long Range Arena's Image task; needs ``patch_size=1``
+            and un-normalised data).
     """
 
     def __init__(
@@ -120,10 +151,23 @@ class VisionTransformer(nn.Module):
         dropout: float = 0.0,
         pool: str = "mean",
         pos_embed_init: str = "sincos",
+        drop_path: float = 0.0,
+        embedding: str = "patch",
     ) -> None:
         super().__init__()
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
+        if not 0.0 <= drop_path < 1.0:
+            raise ConfigError(f"model.drop_path={drop_path} is not valid; choose 0 <= value < 1")
+        if embedding not in EMBEDDINGS:
+            raise ConfigError(
+                f"model.embedding={embedding!r} is not valid; choose one of {EMBEDDINGS}"
+            )
+        if embedding == "intensity" and patch_size != 1:
+            raise ConfigError(
+                f"model.embedding=intensity embeds single pixels; set model.patch_size=1 "
+                f"(got {patch_size})"
+            )
         self.grid = image_size // patch_size
         mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
         if mlp_dim < 1:
@@ -132,12 +176,18 @@ class VisionTransformer(nn.Module):
         self.num_patches = (image_size // patch_size) ** 2
         self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
 
-        self.patch_embed = PatchEmbedding(in_channels, embed_dim, patch_size)
+        self.patch_embed = (
+            PatchEmbedding(in_channels, embed_dim, patch_size)
+            if embedding == "patch"
+            else IntensityEmbedding(in_channels, embed_dim)
+        )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if pool == "cls" else None
         self.pos_embed = nn.Parameter(torch.zeros(1, self.seq_len, embed_dim))
         self.embed_dropout = nn.Dropout(dropout)
+        drop_rates = [drop_path * i / max(1, depth - 1) for i in range(depth)]
         self.blocks = nn.ModuleList(
-            Block(embed_dim, heads, mlp_dim, self.seq_len, attention, dropout) for _ in range(depth)
+            Block(embed_dim, heads, mlp_dim, self.seq_len, attention, dropout, rate)
+            for rate in drop_rates
         )
         self.norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, num_classes)
@@ -164,7 +214,10 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names excluded from weight decay (embeddings; norms and biases by shape)."""
-        return {"pos_embed", "cls_token"}
+        names = {"pos_embed", "cls_token"}
+        if isinstance(self.patch_embed, IntensityEmbedding):
+            names.add("patch_embed.table.weight")
+        return names
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """Tokens after the last block and the final norm: ``(batch, seq_len, embed_dim)``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,3 +53,39 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
                 raise ConfigError(
                     f"{group}={value} is not a known {group}; choose one of: {', '.join(valid)}"
                 )
+
+
+OUTPUT_SETTINGS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir")
+
+
+def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "outputs") -> None:
+    """Reject, before Hydra creates anything, an output location that cannot be written.
+
+    Looks at ``hydra.run.dir``, ``hydra.sweep.dir`` and ``paths.log_dir`` when given (else the
+    default ``outputs/``): the nearest existing folder on the path must be a writable directory.
+    Paths with interpolations (``${...}``) are left to Hydra.
+    """
+    given = {
+        key: value
+        for key, value in (arg.split("=", 1) for arg in arguments if "=" in arg)
+        if key in OUTPUT_SETTINGS
+    }
+    if not given:
+        given = {"paths.log_dir": str(default)}
+    for setting, value in given.items():
+        if "${" in value:
+            continue
+        path = Path(value).expanduser().absolute()
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is None:
+            continue
+        if not existing.is_dir():
+            raise ConfigError(
+                f"{setting}={value} is not writable: {existing} is a file, not a directory; "
+                "choose another location"
+            )
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"{setting}={value} is not writable (no write permission in {existing}); "
+                "choose a directory you can write to"
+            )

@@ -11,3 +11,11 @@ class ConfigError(VitattnError, ValueError):
 
 class DataError(VitattnError):
     """The data set is missing, cannot be downloaded, or a file of it is damaged."""
+
+
+class TrainingError(VitattnError):
+    """Training started and cannot go on (for example the loss became NaN).
+
+    Unlike the errors above it is raised after the run directory has checkpoints and logs, which
+    are kept.
+    """

@@ -39,5 +39,7 @@ def log_hyperparameters(loggers: Iterable[Logger], hparams: Mapping[str, Any]) -
         logger.log_hyperparams(flat)
         if isinstance(logger, TensorBoardLogger):
             writer = logger.experiment._get_file_writer()
+            if writer is None:  # not rank 0 of a multi-process run: rank 0 writes the summary
+                continue
             for summary in hparams_summary(flat, dict.fromkeys(HPARAM_METRICS, 0.0)):
                 writer.add_summary(summary)

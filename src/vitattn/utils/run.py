@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.utils.errors import VitattnError
+from vitattn.utils.errors import TrainingError, VitattnError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,9 +55,11 @@ def user_error(error: BaseException) -> VitattnError | None:
 def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     """Call ``task(cfg)``; a :class:`VitattnError` ends it with one line and exit status 1.
 
-    The task raises such errors only before it writes anything, so the run directory Hydra made
-    is removed. In a multirun the error is re-raised after that so that Hydra records the job
-    as failed and the other jobs go on.
+    Such errors are raised before the task writes anything, so the run directory Hydra made is
+    removed; a :class:`TrainingError` comes later and keeps the directory, with a
+    ``metrics.json`` that records the failure. A job of a multirun always keeps its directory
+    with such a ``metrics.json`` (``status: failed`` and the error), so that sweep summaries can
+    name it, and the error is re-raised: Hydra records the job as failed and the other jobs go on.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -66,15 +68,33 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         return task(cfg)
     except Exception as raised:
         error = user_error(raised)
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            output_dir = Path(HydraConfig.get().runtime.output_dir)
+            record_failure(output_dir / "metrics.json", error or raised)
+            if error is None:
+                raise
+            fail(program, error)
+            raise error from None
         if error is None:
             raise
         fail(program, error)
         if HydraConfig.initialized():
-            hydra_cfg = HydraConfig.get()
-            remove_unstarted_run(Path(hydra_cfg.runtime.output_dir))
-            if hydra_cfg.mode == RunMode.MULTIRUN:
-                raise error from None
+            output_dir = Path(HydraConfig.get().runtime.output_dir)
+            if isinstance(error, TrainingError):  # the run has logs and checkpoints: keep them
+                record_failure(output_dir / "metrics.json", error)
+            else:
+                remove_unstarted_run(output_dir)
         sys.exit(1)
+
+
+def record_failure(path: Path, error: BaseException) -> None:
+    """Write ``{"status": "failed", "error": ...}`` to ``path`` unless the run wrote metrics."""
+    if path.exists():
+        return
+    message = str(error) if isinstance(error, VitattnError) else f"{type(error).__name__}: {error}"
+    with contextlib.suppress(OSError):  # an unwritable directory must not hide the real error
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_metrics(path, {"status": "failed", "error": message})
 
 
 def write_metrics(path: Path, metrics: Mapping[str, Any]) -> None:

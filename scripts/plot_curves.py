@@ -1,0 +1,13 @@
+#!/usr/bin/env python
+"""Curves and summary of vitattn-train runs: ``python scripts/plot_curves.py DIR... [--out DIR]``.
+
+Writes val_acc_vs_step.png, train_loss_vs_step.png, summary.csv and summary.md (see
+``vitattn.analysis.curves``).
+"""
+
+import sys
+
+from vitattn.analysis.curves import main
+
+if __name__ == "__main__":
+    sys.exit(main())
