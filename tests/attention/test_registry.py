@@ -28,7 +28,9 @@ def test_shape_and_finite_gradients_fp32(name: str, seq_len: int, tmp_path) -> N
     assert out.shape == (2, 2, seq_len, 16)
     assert out.dtype == torch.float32
     out.square().mean().backward()
-    for tensor in (q, k, v):
+    # A shared-QK kernel (reformer) takes its keys from q by design and ignores k.
+    used = (q, v) if getattr(kernel, "shared_qk", False) else (q, k, v)
+    for tensor in used:
         assert tensor.grad is not None and torch.isfinite(tensor.grad).all()
 
 
@@ -49,7 +51,8 @@ def test_finite_in_half_precision_autocast_with_large_norms(
         out = kernel(q, k, v)
     out.float().square().mean().backward()
     assert out.dtype == dtype and torch.isfinite(out).all()
-    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    used = (q, v) if getattr(kernel, "shared_qk", False) else (q, k, v)
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in used)
 
 
 @pytest.mark.parametrize("name", NAMES)

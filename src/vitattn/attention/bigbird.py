@@ -1,0 +1,167 @@
+"""BigBird: block-sparse attention with sliding, random and global blocks.
+
+Zaheer et al., "Big Bird: Transformers for Longer Sequences", NeurIPS 2020 (the ITC variant: the
+global tokens are taken from the sequence). The tokens are cut into blocks of ``block``; a query
+block attends to the ``window_blocks`` blocks around it, to ``num_random`` random key blocks
+(drawn once per layer) and to the ``global_blocks`` global blocks; the global blocks attend to
+every token.
+
+Cost O(n b d) with b = (window_blocks + num_random + global_blocks) * block keys per query: each
+query block gathers its key blocks (an index per block, never an n x n mask).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vitattn.attention.base import AttentionKernel, register_attention
+from vitattn.attention.blocks import (
+    MASKED,
+    dense_attention,
+    in_fp32,
+    integer,
+    pad_tokens,
+)
+from vitattn.utils.errors import ConfigError
+
+
+def key_block_table(
+    heads: int,
+    blocks: int,
+    window_blocks: int,
+    num_random: int,
+    global_blocks: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Key blocks of each non-global query block: ``(heads, blocks - global_blocks, slots)``.
+
+    The slots are the global blocks, the sliding blocks ``b - w//2 .. b + w//2`` and
+    ``num_random`` blocks drawn without replacement (per head) among those neither global nor
+    sliding. A slot that does not exist (past an edge, a global block already in front, or too few
+    blocks left to draw from) is -1.
+    """
+    radius = min(window_blocks // 2, blocks - 1)
+    query_blocks = torch.arange(global_blocks, blocks)
+    window = query_blocks[:, None] + torch.arange(-radius, radius + 1)  # (queries, 2r+1)
+    window = window.where((window >= global_blocks) & (window < blocks), -1)
+    front = torch.arange(global_blocks).expand(len(query_blocks), -1)
+    table = torch.cat([front, window], dim=-1).expand(heads, -1, -1)
+    num_random = min(num_random, blocks - global_blocks)
+    if num_random:
+        candidate = torch.arange(blocks)[None, :] >= global_blocks  # (1, blocks)
+        candidate = candidate & ((query_blocks[:, None] - torch.arange(blocks)).abs() > radius)
+        noise = torch.rand(heads, len(query_blocks), blocks, generator=generator)
+        noise = noise.masked_fill(~candidate, 2.0)  # candidates first in ascending order
+        drawn, picked = noise.topk(num_random, dim=-1, largest=False)
+        picked = picked.where(drawn < 2.0, -1)
+        table = torch.cat([table, picked], dim=-1)
+    return table.contiguous()
+
+
+@register_attention("bigbird")
+class BigBirdAttention(AttentionKernel):
+    """BigBird block-sparse attention, O(n b d).
+
+    Args:
+        block: tokens per block. The sequence is zero-padded *at the front* to a multiple of
+            ``block`` (padding is never attended to), so that a class token (``model.pool=cls``,
+            token 0) ends the first block and the patch grid starts on a block boundary. Must not
+            exceed ``seq_len``.
+        window_blocks: odd number of sliding blocks, centred on the query's block (3 in the
+            paper).
+        num_random: random key blocks per query block, drawn per head among the blocks that are
+            neither global nor sliding (fewer where fewer remain). They are drawn once, at
+            construction, from torch's random generator (which the run's ``seed`` fixes), and kept
+            in the state dict, so a layer's pattern stays fixed through training, evaluation and
+            checkpoints.
+        global_blocks: the first ``global_blocks`` blocks attend to every token and every token
+            attends to them (at most the number of blocks). ``global_blocks`` equal to the number
+            of blocks, or enough random blocks to cover the rest, is exact softmax attention.
+    """
+
+    def __init__(
+        self,
+        *,
+        seq_len: int,
+        heads: int,
+        head_dim: int,
+        block: int = 16,
+        window_blocks: int = 3,
+        num_random: int = 3,
+        global_blocks: int = 1,
+    ) -> None:
+        super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        self.block = integer(
+            "block", block, 1, self.seq_len, f" (the {self.seq_len} tokens of this model)"
+        )
+        self.window_blocks = integer("window_blocks", window_blocks, 1)
+        if self.window_blocks % 2 == 0:
+            raise ConfigError(
+                f"attention.window_blocks={window_blocks} is not valid; choose an odd number "
+                "(the query's block and as many on each side)"
+            )
+        self.num_random = integer("num_random", num_random, 0)
+        self.padding = -self.seq_len % self.block
+        self.blocks = (self.seq_len + self.padding) // self.block
+        self.global_blocks = integer(
+            "global_blocks",
+            global_blocks,
+            0,
+            self.blocks,
+            f" (seq_len={self.seq_len} makes {self.blocks} blocks of {self.block})",
+        )
+        table = key_block_table(
+            self.heads, self.blocks, self.window_blocks, self.num_random, self.global_blocks
+        )
+        self.register_buffer("key_blocks", table)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        heads, tokens = q.shape[1:3]
+        if (tokens, heads) != (self.seq_len, self.heads):
+            raise ConfigError(
+                f"attention=bigbird was built for {self.seq_len} tokens and {self.heads} heads "
+                f"but got {tokens} tokens and {heads} heads; its random blocks are drawn for "
+                "the model's sizes"
+            )
+        return in_fp32(self._attend, q, k, v)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        batch, heads, _, dim = q.shape
+        size, blocks, pad = self.block, self.blocks, self.padding
+        global_tokens = self.global_blocks * size
+        qp, kp, vp = (pad_tokens(x, before=pad) for x in (q * self.scale, k, v))
+        outputs = []
+        if global_tokens:  # global queries: dense against every real key
+            outputs.append(dense_attention(qp[:, :, :global_tokens], k, v, 1.0, None))
+        if self.global_blocks < blocks:
+            table = self.key_blocks  # (heads, query_blocks, slots)
+            query_blocks, slots = table.shape[1:]
+            flat = (torch.arange(heads, device=q.device)[:, None, None] * blocks) + table.clamp(
+                min=0
+            )
+            kb, vb = (
+                x.reshape(batch, heads * blocks, size, dim)
+                .index_select(1, flat.flatten())
+                .view(batch, heads, query_blocks, slots * size, dim)
+                for x in (kp, vp)
+            )
+            # Mask slots that do not exist and the front padding (positions < pad):
+            # (heads, query_blocks, slots, size).
+            positions = table.clamp(min=0)[..., None] * size + torch.arange(size, device=q.device)
+            hidden = (table[..., None] < 0) | (positions < pad)
+            bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
+            bias = bias.view(1, heads, query_blocks, 1, slots * size)
+            # Contiguous, so that the batched products see evenly strided matrices.
+            qb = (
+                qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim).contiguous()
+            )
+            scores = (qb @ kb.transpose(-2, -1)).add_(bias)
+            out = scores.softmax(dim=-1) @ vb
+            outputs.append(out.view(batch, heads, query_blocks * size, dim))
+        return torch.cat(outputs, dim=2)[:, :, pad:]
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, block={self.block}, window_blocks={self.window_blocks}, "
+            f"num_random={self.num_random}, global_blocks={self.global_blocks}"
+        )

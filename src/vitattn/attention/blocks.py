@@ -1,0 +1,181 @@
+"""Helpers shared by the sparse kernels (local, bigbird, sparse, reformer); registers nothing.
+
+The sparse kernels never build the n x n score matrix. They gather, for each block of queries,
+the few keys it may attend to (a band, a set of key blocks, a row or column of the image, a chunk
+of hash-sorted tokens), score the block against them, and mask the gathered slots that are not
+allowed with an additive bias. The bias of a masked slot is :data:`MASKED`, a large *finite*
+negative number, so that a row whose every slot is masked (only ever a padding query, whose
+output is discarded) gives finite weights instead of the NaN of ``-inf - (-inf)``, and no NaN
+reaches the gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from vitattn.utils.errors import ConfigError
+
+MASKED = -1e9
+"""Additive score bias of a slot a query may not attend to."""
+
+
+def integer(setting: str, value: Any, low: int, high: int | None = None, hint: str = "") -> int:
+    """``value`` as an int in ``[low, high]``, else a one-line :class:`ConfigError` naming
+    ``attention.<setting>``; ``hint`` is appended to the message (the valid range is always
+    named)."""
+    valid = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and int(value) == value
+        and value >= low
+        and (high is None or value <= high)
+    )
+    if not valid:
+        bound = f"{low} <= attention.{setting} <= {high}" if high is not None else f">= {low}"
+        message = f"attention.{setting}={value} is not valid; choose an integer {bound}"
+        raise ConfigError(f"{message}{hint}")
+    return int(value)
+
+
+def choice(setting: str, value: Any, options: Sequence[str]) -> str:
+    """``value`` if it is one of ``options``, else a one-line :class:`ConfigError`."""
+    if value not in options:
+        raise ConfigError(
+            f"attention.{setting}={value!r} is not valid; choose one of {' | '.join(options)}"
+        )
+    return str(value)
+
+
+def pad_tokens(x: torch.Tensor, before: int = 0, after: int = 0) -> torch.Tensor:
+    """Zero-pad ``(..., tokens, dim)`` along the token axis."""
+    if before == 0 and after == 0:
+        return x
+    return F.pad(x, (0, 0, before, after))
+
+
+def softmax_parts(scores: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """One softmax over the concatenation of several score blocks (same shape but the last axis),
+    split back into the blocks: the weights of a query over the union of its key sets."""
+    if len(scores) == 1:
+        return [scores[0].softmax(dim=-1)]
+    sizes = [s.shape[-1] for s in scores]
+    shape = torch.broadcast_shapes(*(s.shape[:-1] for s in scores))
+    joint = torch.cat([s.expand(*shape, s.shape[-1]) for s in scores], dim=-1)
+    return list(joint.softmax(dim=-1).split(sizes, dim=-1))
+
+
+def in_fp32(
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> torch.Tensor:
+    """Run ``attend`` on fp32 copies of q, k, v with autocast off, and return the output in
+    ``v``'s dtype: the scores, masks (:data:`MASKED`) and softmax stay in fp32 under
+    bf16/fp16 autocast."""
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        out = attend(q.float(), k.float(), v.float())
+    return out.to(v.dtype)
+
+
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v for a *few* queries against all keys (global tokens)."""
+    scores = (q * scale) @ k.transpose(-2, -1)
+    if bias is not None:
+        scores = scores + bias
+    return scores.softmax(dim=-1) @ v
+
+
+def grid_side(seq_len: int) -> int:
+    """Side of the largest square patch grid within ``seq_len`` tokens."""
+    return math.isqrt(seq_len)
+
+
+class _GatherRows(torch.autograd.Function):
+    """``x[index]`` for a 2-D ``x`` whose every row is used the same number of times, with a
+    backward that gathers instead of scattering (CPU ``index_add_`` is serial)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor):
+        ctx.save_for_backward(inverse)
+        return x.index_select(0, index)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor):
+        (inverse,) = ctx.saved_tensors
+        uses, rows = inverse.shape
+        gathered = grad.index_select(0, inverse.flatten())
+        return gathered.view(uses, rows, *grad.shape[1:]).sum(dim=0), None, None
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    """Rows ``x[index]`` of a 2-D ``x``, where every row of ``x`` occurs exactly ``u`` times in
+    ``index`` and ``inverse`` ``(u, rows of x)`` lists where: ``index[inverse[j, i]] == i``.
+    The gradient of row i is the sum of the output gradients at ``inverse[:, i]``."""
+    return _GatherRows.apply(x, index, inverse)
+
+
+class _AttentionWithLSE(torch.autograd.Function):
+    """softmax(q k^T * scale + bias) v and the log-sum-exp of each row, fused by hand: the
+    forward works in place on one score buffer and saves only the weights; the backward is the
+    softmax/log-sum-exp gradient in closed form (as in FlashAttention's)."""
+
+    @staticmethod
+    def forward(ctx: Any, q, k, v, bias, scale: float, groups: int):
+        rows, queries, _ = q.shape
+        scaled = q * scale
+        weights = torch.bmm(scaled, k.transpose(1, 2))  # (rows, queries, keys)
+        keys = weights.shape[-1]
+        weights.view(groups, rows // groups, queries, keys).add_(bias)
+        top = weights.amax(dim=-1, keepdim=True)
+        weights.sub_(top).exp_()
+        total = weights.sum(dim=-1, keepdim=True)
+        weights.div_(total)
+        out = torch.bmm(weights, v)
+        lse = (top + total.log()).squeeze(-1)
+        ctx.scale = scale
+        ctx.set_materialize_grads(False)  # an unused log-sum-exp gets None, not zeros
+        ctx.save_for_backward(scaled, k, v, weights, out)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out, grad_lse):
+        scaled, k, v, weights, out = ctx.saved_tensors
+        if grad_out is None:
+            grad_out = torch.zeros_like(out)
+        grad_v = torch.bmm(weights.transpose(1, 2), grad_out)
+        grad_scores = torch.bmm(grad_out, v.transpose(1, 2))
+        shift = (grad_out * out).sum(dim=-1, keepdim=True)
+        if grad_lse is not None:
+            shift = shift - grad_lse.unsqueeze(-1)
+        grad_scores.sub_(shift).mul_(weights)
+        grad_q = torch.bmm(grad_scores, k).mul_(ctx.scale)
+        grad_k = torch.bmm(grad_scores.transpose(1, 2), scaled)
+        return grad_q, grad_k, grad_v, None, None, None
+
+
+def attention_with_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float,
+    groups: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched attention ``(rows, queries, d)`` x ``(rows, keys, d)`` with its log-sum-exp.
+
+    ``bias`` is added to the scores viewed as ``(groups, rows // groups, queries, keys)``, so it
+    may be ``(queries, keys)`` (the same for every row) or ``(rows // groups, queries, keys)``
+    (one per row of a group). Returns the output ``(rows, queries, d)`` and the log-sum-exp of
+    the biased, scaled scores ``(rows, queries)``.
+    """
+    return _AttentionWithLSE.apply(q, k, v, bias, scale, groups)

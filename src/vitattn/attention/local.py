@@ -1,0 +1,200 @@
+"""Local attention: a sliding window around each token plus a few global tokens.
+
+Beltagy, Peters and Cohan, "Longformer: The Long-Document Transformer", arXiv:2004.05150, 2020.
+Each token attends to the ``window`` tokens around it; ``global_tokens`` tokens attend to every
+token and are attended by every token. Images are 2-D, so the window can also be a square
+neighbourhood on the patch grid (``window_shape: 2d``).
+
+At the edges of the sequence (or of the grid) the window is shifted inwards so that every query
+sees exactly ``min(window, n)`` keys (``min(window, side)^2`` in 2-D), as in neighbourhood
+attention (Hassani et al., "Neighborhood Attention Transformer", CVPR 2023); Longformer instead
+lets the window hang over the edge. With this convention a window covering the whole sequence
+(or grid) is exact softmax attention.
+
+Cost O(n w d): the queries are cut into blocks (1-D runs or 2-D tiles), each block gathers the
+contiguous keys its windows span, and slots outside a query's own window are masked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vitattn.attention.base import AttentionKernel, register_attention
+from vitattn.attention.blocks import (
+    MASKED,
+    choice,
+    dense_attention,
+    grid_side,
+    in_fp32,
+    integer,
+)
+from vitattn.utils.errors import ConfigError
+
+WINDOW_SHAPES = ("1d", "2d")
+
+
+def _window_starts(positions: torch.Tensor, window: int, length: int) -> torch.Tensor:
+    """First key of the window of each query position: centred, shifted inwards at the edges."""
+    return (positions - window // 2).clamp(0, length - window)
+
+
+def _band(length: int, window: int, block: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """1-D layout: query blocks of ``block`` positions (the last one padded by repeating the last
+    position), the ``span`` contiguous keys each block needs, and whether each slot lies in the
+    query's own window. Returns (query_index (blocks, block), key_index (blocks, span),
+    allowed (blocks, block, span))."""
+    blocks = math.ceil(length / block)
+    queries = torch.arange(blocks * block).clamp(max=length - 1).view(blocks, block)
+    starts = _window_starts(queries, window, length)  # (blocks, block)
+    span = min(block + window - 1, length)
+    first = starts[:, 0].clamp(max=length - span)
+    keys = first[:, None] + torch.arange(span)  # (blocks, span)
+    offsets = keys[:, None, :] - starts[..., None]  # key position relative to the window start
+    allowed = (offsets >= 0) & (offsets < window)
+    return queries, keys, allowed
+
+
+def _tiles(side: int, window: int, tile: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """2-D layout on a ``side x side`` grid (row-major cell indices): query tiles of
+    ``tile x tile`` cells, the rectangle of keys each tile's windows span, and whether each slot
+    lies in the query's own ``window x window`` square. Shapes as in :func:`_band`."""
+    rows, row_keys, row_allowed = _band(side, window, tile)  # (T, t), (T, span), (T, t, span)
+    tiles_per_side = rows.shape[0]
+    # Cell (r, c) of tile (a, b): r = rows[a, i], c = rows[b, j]; keys likewise.
+    queries = rows[:, None, :, None] * side + rows[None, :, None, :]  # (T, T, t, t)
+    keys = row_keys[:, None, :, None] * side + row_keys[None, :, None, :]  # (T, T, span, span)
+    allowed = row_allowed[:, None, :, None, :, None] & row_allowed[None, :, None, :, None, :]
+    tiles = tiles_per_side * tiles_per_side
+    span = row_keys.shape[1]
+    return (
+        queries.reshape(tiles, tile * tile),
+        keys.reshape(tiles, span * span),
+        allowed.reshape(tiles, tile * tile, span * span),
+    )
+
+
+@register_attention("local")
+class LocalAttention(AttentionKernel):
+    """Sliding-window attention with global tokens (Longformer), O(n w d).
+
+    Args:
+        window: ``1d``: the number of consecutive tokens each query attends to (itself
+            included); ``2d``: the side of the square neighbourhood on the patch grid
+            (``window^2`` tokens). Windows are centred and shifted inwards at the edges; a window
+            of at least the sequence length (``1d``) or grid side (``2d``) is exact softmax.
+        window_shape: ``1d`` (windows along the token sequence) or ``2d`` (square windows on the
+            ``side x side`` patch grid formed by the last ``side^2`` tokens, ``side =
+            isqrt(seq_len)``; the leading ``seq_len - side^2`` tokens, such as the class token of
+            ``model.pool=cls``, are not on the grid and must be global).
+        global_tokens: the first ``global_tokens`` tokens attend to all tokens and all tokens
+            attend to them. ``None`` takes the tokens in front of the largest square, i.e. the
+            class token when ``model.pool=cls`` and none otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        seq_len: int,
+        heads: int,
+        head_dim: int,
+        window: int = 7,
+        window_shape: str = "2d",
+        global_tokens: int | None = None,
+    ) -> None:
+        super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        self.window = integer("window", window, 1)
+        self.window_shape = choice("window_shape", window_shape, WINDOW_SHAPES)
+        side = grid_side(self.seq_len)
+        extra = self.seq_len - side * side
+        if global_tokens is None:
+            global_tokens = extra
+        self.global_tokens = integer("global_tokens", global_tokens, 0, self.seq_len)
+        if self.window_shape == "2d" and self.global_tokens < extra:
+            raise ConfigError(
+                f"attention.global_tokens={self.global_tokens} leaves {extra} of the "
+                f"{self.seq_len} tokens off the {side}x{side} grid of window_shape=2d; "
+                f"choose attention.global_tokens >= {extra} (or null)"
+            )
+        self._layouts: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
+
+    def layout(self, tokens: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(query_index, key_index, bias, inverse) for ``tokens`` tokens, cached per device.
+
+        ``query_index`` (blocks, per_block) and ``key_index`` (blocks, span) are token positions,
+        the global tokens first in every block's keys; ``bias`` (blocks, per_block, span) is 0
+        where a query may attend and :data:`MASKED` elsewhere (outside its window, or the second
+        copy of a global token); ``inverse`` gives, for each non-global token, its row in the
+        flattened query blocks.
+        """
+        cache_key = (tokens, str(device))
+        if cache_key not in self._layouts:
+            g = self.global_tokens
+            if self.window_shape == "1d":
+                window = min(self.window, tokens)
+                block = min(tokens, max(16, window))
+                queries, keys, allowed = _band(tokens, window, block)
+                flat_position = torch.arange(tokens)
+            else:
+                side = grid_side(tokens)
+                offset = tokens - side * side
+                window = min(self.window, side)
+                tile = min(side, max(4, window + 1))
+                queries, keys, allowed = _tiles(side, window, tile)
+                queries, keys = queries + offset, keys + offset
+                # Row of each grid cell in the tile order, for cells r*side + c.
+                cell = torch.arange(side * side)
+                r, c = cell // side, cell % side
+                tiles_per_side = math.ceil(side / tile)
+                flat_position = torch.full((tokens,), -1, dtype=torch.long)
+                flat_position[offset:] = (
+                    ((r // tile) * tiles_per_side + c // tile) * tile * tile
+                    + (r % tile) * tile
+                    + c % tile
+                )
+            allowed = allowed & (keys[:, None, :] >= g)  # global keys: once, in front
+            if g:
+                blocks, per_block = queries.shape
+                keys = torch.cat([torch.arange(g).expand(blocks, g), keys], dim=1)
+                everyone = torch.ones(blocks, per_block, g, dtype=torch.bool)
+                allowed = torch.cat([everyone, allowed], dim=2)
+            bias = torch.zeros(allowed.shape).masked_fill_(~allowed, MASKED)
+            inverse = flat_position[g:]
+            self._layouts[cache_key] = tuple(t.to(device) for t in (queries, keys, bias, inverse))
+        return self._layouts[cache_key]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return in_fp32(self._attend, q, k, v)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        batch, heads, tokens, dim = q.shape
+        g = self.global_tokens
+        if self.window_shape == "2d" and tokens - grid_side(tokens) ** 2 > g:
+            raise ConfigError(
+                f"attention=local (window_shape=2d, global_tokens={g}) got {tokens} tokens, "
+                "more than a square grid plus the global tokens"
+            )
+        queries, keys, bias, inverse = self.layout(tokens, q.device)
+        blocks, per_block = queries.shape
+        span = keys.shape[1]
+        qb = (
+            (q * self.scale)
+            .index_select(2, queries.flatten())
+            .view(batch, heads, blocks, per_block, dim)
+        )
+        kb = k.index_select(2, keys.flatten()).view(batch, heads, blocks, span, dim)
+        vb = v.index_select(2, keys.flatten()).view(batch, heads, blocks, span, dim)
+        scores = (qb @ kb.transpose(-2, -1)).add_(bias)
+        out = scores.softmax(dim=-1) @ vb
+        out = out.view(batch, heads, blocks * per_block, dim).index_select(2, inverse)
+        if g:
+            out_global = dense_attention(q[:, :, :g], k, v, self.scale, None)
+            out = torch.cat([out_global, out], dim=2)
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, window={self.window}, window_shape={self.window_shape}, "
+            f"global_tokens={self.global_tokens}"
+        )
