@@ -42,13 +42,21 @@ def orthogonal_gaussian_rows(
 def positive_features(
     x: torch.Tensor, projection: torch.Tensor, *, is_query: bool, eps: float
 ) -> torch.Tensor:
-    """FAVOR+ features exp(w.x - |x|^2/2 - shift) / sqrt(m) of ``x`` ``(batch, heads, n, d)``."""
-    exponent = x @ projection.transpose(-2, -1) - 0.5 * x.square().sum(dim=-1, keepdim=True)
+    """FAVOR+ features of ``x`` ``(batch, heads, n, d)`` up to factors that cancel in attention.
+
+    phi(x) = exp(w.x - |x|^2/2) / sqrt(m). In the ratio phi(q) (phi(K)^T V) / phi(q) (phi(K)^T 1)
+    a factor common to one query's features cancels, and so does one common to all keys' features
+    of a head. So: no 1/sqrt(m); for a query, |q|^2/2 and the max over its features are dropped
+    (the exponent is w.q minus its maximum); for keys, the max over all keys and features of the
+    head is subtracted. The maxima are constants for autograd (``detach``).
+    """
+    projected = x @ projection.transpose(-2, -1)  # (batch, heads, n, m)
     if is_query:
-        shift = exponent.amax(dim=-1, keepdim=True)
+        exponent = projected - projected.amax(dim=-1, keepdim=True).detach()
     else:
-        shift = exponent.amax(dim=(-2, -1), keepdim=True)
-    return ((exponent - shift.detach()).exp() + eps) * projection.shape[-2] ** -0.5
+        exponent = projected - 0.5 * x.square().sum(dim=-1, keepdim=True)
+        exponent = exponent - exponent.amax(dim=(-2, -1), keepdim=True).detach()
+    return exponent.exp() + eps
 
 
 @register_attention("performer")

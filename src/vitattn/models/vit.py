@@ -109,6 +109,26 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
+def compile_or_explain(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor] | None:
+    """``torch.compile(function)``, or ``None`` with a warning saying why it is unavailable.
+
+    Errors while compiling (at the first call; e.g. no C++ toolchain) fall back to eager
+    execution through dynamo's ``suppress_errors`` instead of ending the run.
+    """
+    import logging
+
+    try:
+        import torch._dynamo
+
+        torch._dynamo.config.suppress_errors = True
+        return torch.compile(function)
+    except Exception as error:  # an old torch, a platform torch.compile does not support
+        logging.getLogger(__name__).warning(
+            "model.compile=true ignored: torch.compile is unavailable here (%s)", error
+        )
+        return None
+
+
 class VisionTransformer(nn.Module):
     """ViT classifier whose blocks use the attention kernel built by ``attention``.
 
@@ -134,6 +154,9 @@ class VisionTransformer(nn.Module):
         embedding: ``patch`` (a linear map of each patch, the ViT's) or ``intensity`` (a lookup
             of each pixel's 8-bit value, Long Range Arena's Image task; needs ``patch_size=1``
             and un-normalised data).
+        compile: run the forward pass through ``torch.compile`` (falls back to eager, with a
+            warning, where compile is unavailable). Parameter names, and so checkpoints, are
+            the same either way.
     """
 
     def __init__(
@@ -153,6 +176,7 @@ class VisionTransformer(nn.Module):
         pos_embed_init: str = "sincos",
         drop_path: float = 0.0,
         embedding: str = "patch",
+        compile: bool = False,
     ) -> None:
         super().__init__()
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
@@ -192,6 +216,8 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights(pos_embed_init)
+        # A compiled bound method, not a wrapped module: state_dict names stay unprefixed.
+        self._compiled_forward = compile_or_explain(self._forward) if compile else None
 
     def _init_weights(self, pos_embed_init: str) -> None:
         if pos_embed_init == "sincos":
@@ -230,6 +256,11 @@ class VisionTransformer(nn.Module):
         return self.norm(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self._compiled_forward is not None:
+            return self._compiled_forward(images)
+        return self._forward(images)
+
+    def _forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.forward_features(images)
         pooled = x[:, 0] if self.pool == "cls" else x.mean(dim=1)
         return self.head(pooled)

@@ -1,0 +1,239 @@
+"""How far each approximation is from exact softmax attention (``vitattn-bench mode=approx``).
+
+For each mechanism and each value of its *budget knob* (Linformer's ``k``, Nyström's
+``landmarks``, the random features' ``num_features``, a window...: the table
+``approx.budgets`` in ``configs/bench.yaml``), the kernel is built from its config with that
+value and run in evaluation mode on the same q, k, v as the reference
+
+    A = softmax(Q K^T / sqrt(d)),  O = A V     (computed in float64).
+
+Two relative Frobenius errors are reported, over all batch items and heads together:
+
+* ``output_rel_error`` = |O~ - O| / |O|, for every mechanism;
+* ``matrix_rel_error`` = |A~ - A| / |A|, where the mechanism has an n x n matrix A~. A kernel
+  with an ``attention_matrix(q, k)`` method gives it directly. Otherwise the matrix its forward
+  *implies* is probed: every attention mechanism is linear in V (O~ = A~ V), so feeding the
+  columns of the identity matrix as values, ``head_dim`` at a time, returns A~ column by column
+  (n / head_dim forward calls). The probe is kept only if A~ V reproduces the kernel's own output
+  on the real V (relative difference below 1e-3); a kernel not linear in V gets no matrix error.
+
+Randomised kernels (random features) are rebuilt ``approx.trials`` times with different seeds and
+the errors averaged (the standard deviation is reported too). Learned parameters (Linformer's
+E and F) keep their initialisation: the error of an untrained projection, also on q, k, v taken
+from a trained checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from vitattn.bench.kernels import build_kernel, split_variant
+from vitattn.bench.scaling import first_line
+from vitattn.utils.run import user_error
+
+log = logging.getLogger(__name__)
+
+PROBE_TOLERANCE = 1e-3
+
+
+@dataclass
+class ApproxRow:
+    """One line of ``approx.csv``."""
+
+    attention: str
+    knob: str
+    budget: Any
+    source: str  # "random" or "checkpoint"
+    seq_len: int
+    head_dim: int
+    output_rel_error: float | None = None
+    output_rel_error_std: float | None = None
+    matrix_rel_error: float | None = None
+    matrix_rel_error_std: float | None = None
+    matrix_method: str = ""
+    trials: int = 0
+    status: str = "ok"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The knob that sets a mechanism's budget and the values to try (knob "" = defaults)."""
+
+    knob: str
+    values: tuple[Any, ...]
+
+
+def budget_of(name: str, budgets: Mapping[str, Mapping[str, Any]]) -> Budget:
+    """The budget entry of ``name`` in ``approx.budgets``; a mechanism without one runs once."""
+    entry = budgets.get(name)
+    if not entry:
+        return Budget("", (None,))
+    return Budget(str(entry["knob"]), tuple(entry["values"]))
+
+
+def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """|approx - exact|_F / |exact|_F, in float64."""
+    exact = exact.double()
+    return float((approx.double() - exact).norm() / exact.norm().clamp_min(1e-300))
+
+
+def softmax_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact ``(A, A V)`` in float64 with the kernels' scale 1/sqrt(head_dim)."""
+    scale = q.shape[-1] ** -0.5
+    matrix = ((q.double() * scale) @ k.double().transpose(-2, -1)).softmax(dim=-1)
+    return matrix, matrix @ v.double()
+
+
+def probe_matrix(kernel: torch.nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The n x n matrix A~ with kernel(q, k, V) = A~ V, read off by feeding identity columns."""
+    tokens, head_dim = q.shape[-2], q.shape[-1]
+    eye = torch.eye(tokens, dtype=q.dtype, device=q.device)
+    columns = []
+    for start in range(0, tokens, head_dim):
+        block = eye[:, start : start + head_dim]
+        width = block.shape[1]
+        if width < head_dim:
+            block = torch.nn.functional.pad(block, (0, head_dim - width))
+        values = block.expand(*q.shape[:-2], tokens, head_dim).contiguous()
+        columns.append(kernel(q, k, values)[..., :width])
+    return torch.cat(columns, dim=-1)
+
+
+def implied_matrix(
+    kernel: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor
+) -> tuple[torch.Tensor | None, str]:
+    """The kernel's attention matrix and how it was obtained (``attention_matrix``/``probe``)."""
+    if callable(getattr(kernel, "attention_matrix", None)):
+        return kernel.attention_matrix(q, k), "attention_matrix"
+    matrix = probe_matrix(kernel, q, k)
+    if relative_error(matrix.double() @ v.double(), out) > PROBE_TOLERANCE:
+        return None, "none (not linear in V)"
+    return matrix, "probe"
+
+
+@torch.no_grad()
+def errors_of(
+    kernel: torch.nn.Module,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    reference: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[float, float | None, str]:
+    """``(output error, matrix error or None, matrix method)`` of one kernel on q, k, v."""
+    kernel.eval()
+    exact_matrix, exact_out = reference if reference is not None else softmax_reference(q, k, v)
+    out = kernel(q, k, v)
+    matrix, method = implied_matrix(kernel, q, k, v, out)
+    matrix_error = None if matrix is None else relative_error(matrix, exact_matrix)
+    return relative_error(out, exact_out), matrix_error, method
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None, None
+    return statistics.fmean(finite), statistics.pstdev(finite) if len(finite) > 1 else 0.0
+
+
+def measure_row(
+    row: ApproxRow,
+    attention: str,
+    settings: Mapping[str, Any],
+    qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    reference: tuple[torch.Tensor, torch.Tensor],
+    *,
+    trials: int,
+    seed: int,
+) -> None:
+    """Fill ``row``: errors of ``attention`` with ``settings``, averaged over ``trials`` seeds."""
+    q, k, v = qkv
+    heads, tokens, head_dim = q.shape[1:]
+    outputs: list[float] = []
+    matrices: list[float] = []
+    for trial in range(trials):
+        torch.manual_seed(seed + trial)
+        try:
+            kernel = build_kernel(
+                attention, seq_len=tokens, heads=heads, head_dim=head_dim, knobs=settings
+            ).to(device=q.device, dtype=q.dtype)
+            output, matrix, row.matrix_method = errors_of(kernel, q, k, v, reference)
+        except Exception as error:
+            problem = user_error(error)
+            row.status = (
+                f"unsupported: {problem}" if problem is not None else f"error: {first_line(error)}"
+            )
+            return
+        outputs.append(output)
+        if matrix is not None:
+            matrices.append(matrix)
+    row.trials = trials
+    row.output_rel_error, row.output_rel_error_std = _mean_std(outputs)
+    row.matrix_rel_error, row.matrix_rel_error_std = _mean_std(matrices)
+
+
+def approximation_errors(
+    attentions: Sequence[str],
+    budgets: Mapping[str, Mapping[str, Any]],
+    inputs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    *,
+    trials: int = 1,
+    seed: int = 0,
+    knobs: Mapping[str, Mapping[str, Any]] | None = None,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[ApproxRow]:
+    """Every attention x budget value x input source (``{"random": (q, k, v), ...}``)."""
+    rows: list[ApproxRow] = []
+    for source, qkv in inputs.items():
+        reference = softmax_reference(*qkv)
+        tokens, head_dim = qkv[0].shape[-2:]
+        for name in attentions:
+            budget = budget_of(name, budgets)
+            for value in budget.values:
+                row = ApproxRow(name, budget.knob, value, source, tokens, head_dim)
+                attention, settings = split_variant(name, variants, knobs)
+                if budget.knob:
+                    settings[budget.knob] = value
+                measure_row(row, attention, settings, qkv, reference, trials=trials, seed=seed)
+                rows.append(row)
+                log.info(
+                    "%s %s=%s on %s: output error %s, matrix error %s (%s)",
+                    name, budget.knob or "default", value, source,
+                    _fmt(row.output_rel_error), _fmt(row.matrix_rel_error),
+                    row.status if row.status != "ok" else row.matrix_method,
+                )  # fmt: skip
+    return rows
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def random_qkv(
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    *,
+    std: float = 1.0,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gaussian q, k, v; with the 1/sqrt(d) scale the logits have standard deviation std^2."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, heads, seq_len, head_dim)
+    q, k, v = (torch.randn(shape, generator=generator) for _ in range(3))
+    return tuple(t.to(device=device, dtype=dtype) * s for t, s in ((q, std), (k, std), (v, 1.0)))  # type: ignore[return-value]
+
+
+def as_dicts(rows: list[ApproxRow]) -> list[dict[str, Any]]:
+    return [asdict(row) for row in rows]

@@ -1,0 +1,117 @@
+"""Building any registered attention kernel from its ``configs/attention/<name>.yaml``.
+
+Nothing here knows a mechanism by name: the registry :data:`vitattn.attention.ATTENTIONS` says
+which exist, the config file says how to build each and which knobs it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from vitattn.attention import ATTENTIONS
+from vitattn.attention.base import AttentionKernel
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+
+
+def registered() -> list[str]:
+    """Names of every registered mechanism, sorted."""
+    return sorted(ATTENTIONS)
+
+
+def attention_config_path(name: str, config_dir: Path = CONFIG_DIR) -> Path:
+    return config_dir / "attention" / f"{name}.yaml"
+
+
+def resolve_attentions(
+    selected: Sequence[str] | None,
+    setting: str = "attentions",
+    variants: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The mechanisms to measure: ``selected`` in its order, or all registered ones if ``None``.
+
+    A name may also be one of ``variants`` (a registered attention with settings, see
+    :func:`split_variant`). Unknown names end in one line naming ``setting`` and the choices.
+    """
+    valid = registered()
+    if selected is None:
+        return valid
+    if isinstance(selected, str):
+        selected = [selected]
+    names = [str(name) for name in selected]
+    known = set(ATTENTIONS) | set(variants or {})
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        shown = ",".join(unknown) if unknown else ""
+        extra = f"; variants: {', '.join(sorted(variants))}" if variants else ""
+        raise ConfigError(
+            f"{setting}=[{shown}] names no registered attention; choose from: {', '.join(valid)} "
+            f"(or null for all){extra}"
+        )
+    return list(dict.fromkeys(names))  # keep order, drop repeats
+
+
+def split_variant(
+    label: str,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
+    knobs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """``(registered attention, settings)`` behind a name of the results.
+
+    A registered name stands for itself; a variant ``{attention: softmax, impl: naive}`` for
+    its ``attention`` with the other entries as settings. ``knobs[label]`` is merged on top.
+    """
+    variant = dict((variants or {}).get(label) or {})
+    attention = str(variant.pop("attention", label))
+    return attention, {**variant, **dict((knobs or {}).get(label) or {})}
+
+
+def knob_names(name: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The settings of ``configs/attention/<name>.yaml`` other than ``_target_``/``_partial_``."""
+    path = attention_config_path(name, config_dir)
+    if not path.is_file():
+        raise ConfigError(f"attention {name!r} is registered but {path} is missing")
+    raw = OmegaConf.load(path)
+    return [str(key) for key in raw if not str(key).startswith("_")]
+
+
+def attention_config(
+    name: str, knobs: Mapping[str, Any] | None = None, config_dir: Path = CONFIG_DIR
+) -> DictConfig:
+    """``configs/attention/<name>.yaml`` with ``knobs`` merged in (each must be one of its keys)."""
+    path = attention_config_path(name, config_dir)
+    if not path.is_file():
+        raise ConfigError(f"attention {name!r} is registered but {path} is missing")
+    cfg = OmegaConf.load(path)
+    assert isinstance(cfg, DictConfig)
+    for key, value in dict(knobs or {}).items():
+        if key not in cfg or str(key).startswith("_"):
+            raise ConfigError(
+                f"{key} is not a setting of configs/attention/{name}.yaml; "
+                f"choose one of: {', '.join(knob_names(name, config_dir)) or '(none)'}"
+            )
+        cfg[key] = value
+    return cfg
+
+
+def build_kernel(
+    name: str,
+    *,
+    seq_len: int,
+    heads: int,
+    head_dim: int,
+    knobs: Mapping[str, Any] | None = None,
+) -> AttentionKernel:
+    """Instantiate mechanism ``name`` for ``seq_len`` tokens, as the model would."""
+    factory = hydra.utils.instantiate(attention_config(name, knobs))
+    return factory(seq_len=seq_len, heads=heads, head_dim=head_dim)
+
+
+def attention_factory(name: str, knobs: Mapping[str, Any] | None = None) -> Any:
+    """The ``_partial_`` factory of mechanism ``name`` (what ``Block`` takes as ``attention``)."""
+    return hydra.utils.instantiate(attention_config(name, knobs))

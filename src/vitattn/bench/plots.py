@@ -1,0 +1,210 @@
+"""Figures of the benchmark (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from vitattn.bench.approx import ApproxRow
+from vitattn.bench.scaling import Row
+from vitattn.bench.spectrum import HeadSpectrum
+
+LINESTYLES = ("-", "--", ":", "-.")
+MIB = 2**20
+
+
+def _series(rows: Sequence[Row]) -> dict[tuple[str, int], list[Row]]:
+    series: dict[tuple[str, int], list[Row]] = {}
+    for row in rows:
+        series.setdefault((row.attention, row.head_dim), []).append(row)
+    return series
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
+def _styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """A distinct (colour, marker) per attention: ten colours, then a new marker."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {
+        name: (cycle[i % len(cycle)], MARKERS[(i // len(cycle)) % len(MARKERS)])
+        for i, name in enumerate(dict.fromkeys(names))
+    }
+
+
+def _log_log_panel(
+    axis: Any, rows: Sequence[Row], column: str, scale: float, ylabel: str, title: str
+) -> None:
+    series = _series(rows)
+    head_dims = sorted({d for _, d in series})
+    styles = _styles([r.attention for r in rows])
+    for (attention, head_dim), points in series.items():
+        ok = sorted((r.seq_len, getattr(r, column)) for r in points if r.ok and getattr(r, column))
+        if not ok:
+            continue
+        colour, marker = styles[attention]
+        label = attention if len(head_dims) == 1 else f"{attention} d={head_dim}"
+        axis.plot(
+            [n for n, _ in ok],
+            [v / scale for _, v in ok],
+            marker=marker,
+            linestyle=LINESTYLES[head_dims.index(head_dim) % len(LINESTYLES)],
+            color=colour,
+            label=label,
+        )
+    seq_lens = sorted({r.seq_len for r in rows})
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    if seq_lens:
+        axis.set_xticks(seq_lens, [str(n) for n in seq_lens])
+    axis.set_xlabel("sequence length n")
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, which="both", alpha=0.3)
+
+
+def _finish(figure: Any, axes: Sequence[Any], title: str, path: Path) -> None:
+    """One legend right of the panels (every line of any panel), a title, and save."""
+    labels: dict[str, Any] = {}
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            labels.setdefault(label, handle)
+    figure.suptitle(title)
+    if labels:
+        figure.legend(
+            list(labels.values()), list(labels), loc="center left", bbox_to_anchor=(1.0, 0.5)
+        )
+    figure.tight_layout()
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+
+
+def _subtitle(rows: Sequence[Row]) -> str:
+    if not rows:
+        return ""
+    r = rows[0]
+    return f"{r.level}, batch {r.batch_size}, {r.heads} heads, {r.dtype}, {r.device}"
+
+
+def plot_time(rows: Sequence[Row], path: Path) -> None:
+    """``time_vs_seq_len.png``: forward and forward+backward milliseconds against n, log-log."""
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    _log_log_panel(axes[0], rows, "fwd_ms", 1.0, "milliseconds (median)", "forward (inference)")
+    _log_log_panel(axes[1], rows, "fwd_bwd_ms", 1.0, "milliseconds (median)", "forward + backward")
+    _finish(figure, axes, f"Attention time vs sequence length ({_subtitle(rows)})", path)
+
+
+def plot_memory(rows: Sequence[Row], path: Path) -> None:
+    """``memory_vs_seq_len.png``: memory of one forward+backward and saved bytes against n."""
+    method = next((r.memory_method for r in rows if r.memory_method), "")
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    _log_log_panel(axes[0], rows, "memory_bytes", MIB, "MiB", f"memory ({method})")
+    _log_log_panel(axes[1], rows, "saved_bytes", MIB, "MiB", "saved for backward")
+    _finish(figure, axes, f"Attention memory vs sequence length ({_subtitle(rows)})", path)
+
+
+def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
+    """``approx_<attention>.png``: relative error of output and matrix against the budget."""
+    mine = [r for r in rows if r.attention == attention and r.status == "ok"]
+    figure, axis = plt.subplots(figsize=(6, 4.5))
+    knob = next((r.knob for r in mine if r.knob), "")
+    numeric = all(
+        isinstance(r.budget, int | float) and not isinstance(r.budget, bool) for r in mine
+    )
+    for source in dict.fromkeys(r.source for r in mine):
+        points = [r for r in mine if r.source == source]
+        if numeric:
+            points.sort(key=lambda r: r.budget)
+        xs = [r.budget if numeric else str(r.budget) for r in points]
+        for column, style, marker in (
+            ("output_rel_error", "-", "o"),
+            ("matrix_rel_error", "--", "s"),
+        ):
+            ys = [getattr(r, column) for r in points]
+            if all(y is None for y in ys):
+                continue
+            errs = [getattr(r, f"{column}_std") or 0.0 for r in points]
+            axis.errorbar(
+                xs,
+                [float("nan") if y is None else y for y in ys],
+                yerr=errs,
+                marker=marker,
+                markerfacecolor="none" if marker == "s" else None,
+                linestyle=style,
+                capsize=3,
+                label=f"{column.split('_')[0]} ({source}, n={points[0].seq_len})",
+            )
+    if numeric and knob and mine and min(r.budget for r in mine) > 0:
+        axis.set_xscale("log", base=2)
+        budgets = sorted({r.budget for r in mine})
+        axis.set_xticks(budgets, [f"{b:g}" for b in budgets])
+    axis.set_yscale("log")
+    axis.set_xlabel(f"attention.{knob}" if knob else "default settings")
+    axis.set_ylabel("relative error vs softmax (Frobenius)")
+    axis.set_title(f"{attention}: approximation error")
+    axis.grid(True, which="both", alpha=0.3)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _energy_panel(
+    axis: Any, spectra: Sequence[HeadSpectrum], column: str, energy: float, title: str
+) -> None:
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for layer in sorted({s.layer for s in spectra}):
+        mine = [s for s in spectra if s.layer == layer]
+        colour = cycle[layer % len(cycle)]
+        index = list(range(1, mine[0].seq_len + 1))
+        curves = [getattr(s, column) for s in mine]
+        for curve in curves:
+            axis.plot(index, curve, color=colour, alpha=0.3, linewidth=0.8)
+        mean = [sum(c) / len(curves) for c in zip(*curves, strict=True)]
+        axis.plot(index, mean, color=colour, linewidth=2, label=f"layer {layer}")
+    axis.axhline(energy, color="grey", linestyle="--", linewidth=1)
+    axis.set_xscale("log")
+    axis.set_xlabel("number of singular values r")
+    axis.set_title(title)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize="small")
+
+
+def plot_spectrum(spectra: Sequence[HeadSpectrum], energy: float, path: Path) -> None:
+    """``spectrum.png``: cumulative energy and singular-value curves per layer, and the ranks."""
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.5))
+    _energy_panel(left, spectra, "cumulative_energy", energy, "cumulative energy (sigma^2)")
+    left.set_ylabel("share (thin: heads, thick: layer mean)")
+    _energy_panel(
+        middle, spectra, "cumulative_singular", energy, "cumulative sigma (Linformer Fig. 1)"
+    )
+    layers = sorted({s.layer for s in spectra})
+    heads = sorted({s.head for s in spectra})
+    grid = [[0] * len(heads) for _ in layers]
+    labels = [[""] * len(heads) for _ in layers]
+    for s in spectra:
+        i, j = layers.index(s.layer), heads.index(s.head)
+        grid[i][j] = s.rank_singular
+        labels[i][j] = f"{s.rank} / {s.rank_singular}"
+    image = right.imshow(grid, cmap="viridis", aspect="auto")
+    for i, row in enumerate(labels):
+        for j, text in enumerate(row):
+            right.text(j, i, text, ha="center", va="center", color="white", fontsize=8)
+    right.set_xticks(range(len(heads)), [str(h) for h in heads])
+    right.set_yticks(range(len(layers)), [str(layer) for layer in layers])
+    right.set_xlabel("head")
+    right.set_ylabel("layer")
+    n = spectra[0].seq_len if spectra else 0
+    right.set_title(f"rank at {energy:.0%}: energy / sigma (n={n})")
+    figure.colorbar(image, ax=right)
+    figure.suptitle("Singular values of softmax attention matrices on real images")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,398 @@
+"""Time and memory of each attention against sequence length (``vitattn-bench``, the default).
+
+For every attention x head dimension x sequence length one :class:`Row`: forward time
+(inference: ``eval()`` and ``no_grad``), forward+backward time (a training step: ``train()``,
+gradients of q, k, v and of the kernel's parameters), and the memory of one forward+backward
+(:mod:`vitattn.bench.memory`). ``level=block`` measures a whole pre-norm transformer block
+(:class:`vitattn.models.vit.Block`, MLP included) on ``(batch, n, heads * head_dim)`` tokens
+instead of the bare kernel.
+
+A size that runs out of memory is recorded with status ``oom`` and larger sizes of that
+attention are skipped. Before a large size runs, its memory and time are predicted from the
+smaller sizes already measured (a power law through the last two); a prediction above
+``guard.max_memory_bytes`` or ``guard.max_call_seconds`` skips the size instead of thrashing the
+machine. Any other exception is recorded as ``error: ...`` and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitattn.bench.kernels import attention_factory, build_kernel, split_variant
+from vitattn.bench.memory import measure_memory
+from vitattn.bench.timing import time_call
+from vitattn.utils.run import user_error
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("kernel", "block")
+
+
+@dataclass
+class Row:
+    """One line of ``results.csv``."""
+
+    attention: str
+    seq_len: int
+    head_dim: int
+    fwd_ms: float | None = None
+    fwd_bwd_ms: float | None = None
+    memory_bytes: int | None = None
+    status: str = "ok"
+    fwd_q25_ms: float | None = None
+    fwd_q75_ms: float | None = None
+    fwd_bwd_q25_ms: float | None = None
+    fwd_bwd_q75_ms: float | None = None
+    fwd_bwd_min_ms: float | None = None
+    repeats: int | None = None
+    saved_bytes: int | None = None
+    peak_tensor_bytes: int | None = None
+    memory_method: str | None = None
+    speedup_vs_reference: float | None = None
+    level: str = "kernel"
+    batch_size: int = 0
+    heads: int = 0
+    dtype: str = ""
+    device: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class Guard:
+    """Limits that skip a size predicted to be too large for the machine."""
+
+    max_memory_bytes: float | None = None
+    max_call_seconds: float | None = None
+    free_below: int = 1024  # sizes up to this always run, unpredicted
+    max_measure_seconds: float | None = 30.0  # per timing: fewer repeats when calls are slow
+
+
+@dataclass
+class Sweep:
+    """The grid and the settings shared by every measurement."""
+
+    attentions: list[str]
+    seq_lens: list[int]
+    head_dims: list[int]
+    batch_size: int
+    heads: int
+    dtype: torch.dtype
+    device: torch.device
+    warmup: int
+    repeats: int
+    level: str = "kernel"
+    mlp_ratio: float = 2.0
+    knobs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    reference: str | None = "softmax"
+    seed: int = 0
+    guard: Guard = field(default_factory=Guard)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (CUDA or host)."""
+    if isinstance(error, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut to ``limit`` characters."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    message = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+class Workload:
+    """The module, inputs and the two calls (forward, forward+backward) of one grid point."""
+
+    def __init__(self, sweep: Sweep, attention: str, seq_len: int, head_dim: int) -> None:
+        torch.manual_seed(sweep.seed)
+        base, knobs = split_variant(attention, sweep.variants, sweep.knobs)
+        device, dtype = sweep.device, sweep.dtype
+        shape: tuple[int, ...]
+        if sweep.level == "block":
+            from vitattn.models.vit import Block
+
+            dim = sweep.heads * head_dim
+            self.module: nn.Module = Block(
+                dim=dim,
+                heads=sweep.heads,
+                mlp_dim=round(dim * sweep.mlp_ratio),
+                seq_len=seq_len,
+                attention=attention_factory(base, knobs),
+                dropout=0.0,
+            )
+            shape = (sweep.batch_size, seq_len, dim)
+            self.inputs = [torch.randn(shape, device=device, dtype=dtype)]
+        else:
+            self.module = build_kernel(
+                base, seq_len=seq_len, heads=sweep.heads, head_dim=head_dim, knobs=knobs
+            )
+            shape = (sweep.batch_size, sweep.heads, seq_len, head_dim)
+            self.inputs = [torch.randn(shape, device=device, dtype=dtype) for _ in range(3)]
+        self.module.to(device=device, dtype=dtype)
+        for tensor in self.inputs:
+            tensor.requires_grad_(True)
+        self.grad_out = torch.randn(shape, device=device, dtype=dtype)
+
+    def forward(self) -> torch.Tensor:
+        self.module.eval()
+        with torch.no_grad():
+            return self.module(*self.inputs)
+
+    def forward_backward(self) -> None:
+        self.module.train()
+        for tensor in self.inputs:
+            tensor.grad = None
+        self.module.zero_grad(set_to_none=True)
+        out = self.module(*self.inputs)
+        out.backward(self.grad_out)
+
+
+def predict(history: list[tuple[int, float]], seq_len: int) -> float | None:
+    """Power-law extrapolation to ``seq_len`` through the two largest smaller sizes measured."""
+    points = sorted({n: v for n, v in history if n < seq_len and v and v > 0}.items())
+    if len(points) < 2:
+        return None
+    (n1, v1), (n2, v2) = points[-2], points[-1]
+    slope = max(0.0, math.log(v2 / v1) / math.log(n2 / n1))
+    return v2 * (seq_len / n2) ** slope
+
+
+class Runner:
+    """Runs a :class:`Sweep`, one :class:`Row` per grid point."""
+
+    def __init__(self, sweep: Sweep, on_row: Callable[[Row], None] | None = None) -> None:
+        self.sweep = sweep
+        self.on_row = on_row
+        self.memory_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
+        self.time_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
+
+    def new_row(self, attention: str, seq_len: int, head_dim: int) -> Row:
+        sweep = self.sweep
+        return Row(
+            attention=attention,
+            seq_len=seq_len,
+            head_dim=head_dim,
+            level=sweep.level,
+            batch_size=sweep.batch_size,
+            heads=sweep.heads,
+            dtype=str(sweep.dtype).removeprefix("torch."),
+            device=str(sweep.device),
+        )
+
+    def run(self) -> list[Row]:
+        rows: list[Row] = []
+        for attention in self.sweep.attentions:
+            for head_dim in self.sweep.head_dims:
+                stopped: str | None = None
+                for seq_len in sorted(self.sweep.seq_lens):
+                    row = self.new_row(attention, seq_len, head_dim)
+                    if stopped is not None:
+                        row.status = stopped
+                    else:
+                        self.measure(row)
+                        if row.status == "oom" or row.status.startswith("skipped"):
+                            stopped = f"skipped: n={seq_len} was {row.status.split(':')[0]}"
+                    rows.append(row)
+                    if self.on_row is not None:
+                        self.on_row(row)
+        add_speedups(rows, self.sweep.reference)
+        return rows
+
+    def too_large(self, attention: str, seq_len: int, head_dim: int) -> str | None:
+        """Why ``seq_len`` should be skipped, from what smaller sizes measured; else ``None``."""
+        guard = self.sweep.guard
+        if seq_len <= guard.free_below:
+            return None
+        key = (attention, head_dim)
+        if len(self.memory_history.get(key, [])) < 2:
+            self.probe(attention, seq_len, head_dim)
+        memory = predict(self.memory_history.get(key, []), seq_len)
+        if memory is not None and guard.max_memory_bytes and memory > guard.max_memory_bytes:
+            return (
+                f"skipped: predicted {memory / 2**30:.1f} GiB > guard.max_memory_bytes="
+                f"{guard.max_memory_bytes / 2**30:.1f} GiB"
+            )
+        seconds = predict(self.time_history.get(key, []), seq_len)
+        if seconds is not None and guard.max_call_seconds and seconds > guard.max_call_seconds:
+            return (
+                f"skipped: predicted {seconds:.0f} s per call > guard.max_call_seconds="
+                f"{guard.max_call_seconds:g}"
+            )
+        return None
+
+    def probe(self, attention: str, seq_len: int, head_dim: int) -> None:
+        """Measure one forward+backward at n/16 and n/8, to predict a first large size."""
+        key = (attention, head_dim)
+        for size in (seq_len // 16, seq_len // 8):
+            if size < 16:
+                continue
+            try:
+                work = Workload(self.sweep, attention, size, head_dim)
+                timing = time_call(work.forward_backward, self.sweep.device, warmup=1, repeats=1)
+                memory = measure_memory(work.forward_backward, self.sweep.device)
+            except Exception:  # a probe that fails predicts nothing; the real run will tell
+                continue
+            finally:
+                release(self.sweep.device)
+            self.memory_history.setdefault(key, []).append((size, float(memory.memory_bytes)))
+            self.time_history.setdefault(key, []).append((size, timing.median_ms / 1e3))
+
+    def measure(self, row: Row) -> None:
+        """Fill ``row`` with timings and memory, or with why it has none."""
+        sweep = self.sweep
+        attention, seq_len, head_dim = row.attention, row.seq_len, row.head_dim
+        reason = self.too_large(attention, seq_len, head_dim)
+        if reason is not None:
+            row.status = reason
+            return
+        try:
+            work = Workload(sweep, attention, seq_len, head_dim)
+        except Exception as error:
+            problem = user_error(error)
+            row.status = f"unsupported: {problem}" if problem is not None else _failure(error)
+            release(sweep.device)
+            return
+        try:
+            limit = sweep.guard.max_measure_seconds
+            fwd = time_call(
+                work.forward,
+                sweep.device,
+                warmup=sweep.warmup,
+                repeats=sweep.repeats,
+                max_seconds=limit,
+            )
+            fwd_bwd = time_call(
+                work.forward_backward,
+                sweep.device,
+                warmup=sweep.warmup,
+                repeats=sweep.repeats,
+                max_seconds=limit,
+            )
+            memory = measure_memory(work.forward_backward, sweep.device)
+        except Exception as error:
+            row.status = _failure(error)
+            del work
+            release(sweep.device)
+            return
+        del work
+        release(sweep.device)
+        row.fwd_ms, row.fwd_q25_ms, row.fwd_q75_ms = fwd.median_ms, fwd.q25_ms, fwd.q75_ms
+        row.fwd_bwd_ms, row.fwd_bwd_min_ms = fwd_bwd.median_ms, fwd_bwd.min_ms
+        row.fwd_bwd_q25_ms, row.fwd_bwd_q75_ms = fwd_bwd.q25_ms, fwd_bwd.q75_ms
+        row.repeats = min(fwd.repeats, fwd_bwd.repeats)
+        row.saved_bytes, row.peak_tensor_bytes = memory.saved_bytes, memory.peak_tensor_bytes
+        row.memory_bytes, row.memory_method = memory.memory_bytes, memory.method
+        key = (attention, head_dim)
+        self.memory_history.setdefault(key, []).append((seq_len, float(memory.memory_bytes)))
+        self.time_history.setdefault(key, []).append((seq_len, fwd_bwd.median_ms / 1e3))
+
+
+def _failure(error: BaseException) -> str:
+    return "oom" if is_out_of_memory(error) else f"error: {first_line(error)}"
+
+
+def release(device: torch.device) -> None:
+    """Give back what the last grid point allocated before the next one starts."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def add_speedups(rows: list[Row], reference: str | None) -> None:
+    """``speedup_vs_reference``: the reference's forward+backward time over each row's."""
+    if not reference:
+        return
+    base = {
+        (r.seq_len, r.head_dim): r.fwd_bwd_ms
+        for r in rows
+        if r.attention == reference and r.ok and r.fwd_bwd_ms
+    }
+    for row in rows:
+        ref = base.get((row.seq_len, row.head_dim))
+        if row.ok and ref and row.fwd_bwd_ms:
+            row.speedup_vs_reference = ref / row.fwd_bwd_ms
+
+
+def fit_exponent(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of log(value) against log(n): the scaling exponent in n."""
+    points = [(n, v) for n, v in points if v is not None and v > 0]
+    if len({n for n, _ in points}) < 2:
+        return None
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(v) for _, v in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+
+
+SCALED = ("fwd_ms", "fwd_bwd_ms", "memory_bytes", "saved_bytes")
+
+
+def scaling_table(rows: list[Row], reference: str | None = "softmax") -> list[dict[str, Any]]:
+    """Per attention and head dimension: exponents of time and memory in n, and the crossover.
+
+    ``crossover_seq_len`` is the smallest measured n from which on the attention's
+    forward+backward is faster than the reference's at every larger measured n (empty if never).
+    """
+    table: list[dict[str, Any]] = []
+    keys = list(dict.fromkeys((r.attention, r.head_dim) for r in rows))
+    for attention, head_dim in keys:
+        mine = [r for r in rows if (r.attention, r.head_dim) == (attention, head_dim) and r.ok]
+        entry: dict[str, Any] = {
+            "attention": attention,
+            "head_dim": head_dim,
+            "points": len(mine),
+            "seq_lens": " ".join(str(r.seq_len) for r in mine),
+        }
+        for column in SCALED:
+            exponent = fit_exponent([(r.seq_len, getattr(r, column)) for r in mine])
+            entry[f"{column}_exponent"] = None if exponent is None else round(exponent, 3)
+        entry["crossover_seq_len"] = crossover(rows, attention, head_dim, reference)
+        table.append(entry)
+    return table
+
+
+def crossover(rows: list[Row], attention: str, head_dim: int, reference: str | None) -> int | None:
+    """Smallest n from which ``attention`` beats ``reference`` at every larger measured n.
+
+    A size the reference could not run (out of memory, skipped) counts as a win for an attention
+    that did run there.
+    """
+    if not reference or attention == reference:
+        return None
+    ref_rows = {r.seq_len: r for r in rows if r.attention == reference and r.head_dim == head_dim}
+    mine = sorted(
+        (r.seq_len, r.fwd_bwd_ms)
+        for r in rows
+        if r.attention == attention and r.head_dim == head_dim and r.ok and r.seq_len in ref_rows
+    )
+    found: int | None = None
+    for seq_len, ms in mine:
+        ref = ref_rows[seq_len]
+        wins = not ref.ok or (ms is not None and ref.fwd_bwd_ms is not None and ms < ref.fwd_bwd_ms)
+        if not wins:
+            found = None
+        elif found is None:
+            found = seq_len
+    return found
+
+
+def as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+    return [asdict(row) for row in rows]
