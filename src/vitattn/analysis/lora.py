@@ -1,0 +1,247 @@
+"""The rank x shift table of a ``vitattn-finetune`` sweep (LoRA, Hu et al. 2022).
+
+Every job of ``vitattn-finetune -m lora.rank=0,1,2,4,... data.shift=quantize,rotate,invert``
+writes a ``metrics.json``; :func:`lora_table` reads them and lays them out as the founding
+material did: one row per rank (rank 0 = full fine-tuning) with its trainable parameters, one
+column per shift with the test accuracy on that shifted test set after fine-tuning, and a first
+row with the base model's accuracy on each shifted set before fine-tuning. Several runs of one
+cell (seeds) are averaged; the CSV keeps one row per (rank, shift) with the spread.
+
+``python scripts/lora_table.py outputs/finetune/multiruns/<stamp>`` prints the Markdown table and
+writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitattn.data.shifts import SHIFTS
+
+CSV_COLUMNS = (
+    "rank",
+    "shift",
+    "runs",
+    "params",
+    "params_trainable",
+    "test_acc",
+    "test_acc_std",
+    "test_acc_base",
+)
+
+
+@dataclass
+class FinetuneRun:
+    """One job's directory, its ``metrics.json`` and its command-line overrides."""
+
+    path: Path
+    metrics: dict[str, Any]
+    overrides: list[str]
+
+    def _setting(self, key: str, override: str) -> Any:
+        if self.metrics.get(key) is not None:
+            return self.metrics[key]
+        for item in self.overrides:
+            if item.startswith(f"{override}="):
+                return item.split("=", 1)[1]
+        return None
+
+    @property
+    def rank(self) -> int | None:
+        value = self._setting("lora/rank", "lora.rank")
+        return int(value) if value is not None else None
+
+    @property
+    def shift(self) -> str | None:
+        value = self._setting("data/shift", "data.shift")
+        return str(value) if value is not None else None
+
+    @property
+    def completed(self) -> bool:
+        return self.metrics.get("status", "completed") == "completed" and (
+            self.metrics.get("test/acc") is not None
+        )
+
+
+def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
+    """Every run directory (one holding ``metrics.json``) in or under ``directories``."""
+    runs = []
+    for directory in directories:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"{directory} is not a directory")
+        for path in sorted(directory.rglob("metrics.json"), key=_natural_key):
+            run_dir = path.parent
+            try:
+                metrics = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as error:
+                metrics = {"status": "failed", "error": f"unreadable metrics.json: {error}"}
+            overrides_file = run_dir / ".hydra" / "overrides.yaml"
+            overrides = (
+                yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+            )
+            runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides or []]))
+    return runs
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in path.parts]
+
+
+def _shift_order(shifts: Iterable[str]) -> list[str]:
+    known = [s for s in SHIFTS if s in shifts]
+    return known + sorted(set(shifts) - set(known))
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _distinct(values: Iterable[Any]) -> list[Any]:
+    return list(dict.fromkeys(v for v in values if v is not None))
+
+
+def lora_table(runs: Sequence[FinetuneRun]) -> list[dict[str, Any]]:
+    """One row per (rank, shift) of the completed fine-tune runs, ranks ascending (0 first)."""
+    cells: dict[tuple[int, str], list[FinetuneRun]] = defaultdict(list)
+    for run in runs:
+        if run.completed and run.rank is not None and run.shift is not None:
+            cells[(run.rank, run.shift)].append(run)
+    rows = []
+    shift_order = _shift_order({shift for _, shift in cells})
+    for rank, shift in sorted(cells, key=lambda c: (c[0], shift_order.index(c[1]))):
+        group = cells[(rank, shift)]
+        accs = [float(r.metrics["test/acc"]) for r in group]
+        bases = [
+            float(r.metrics["test/acc_base"])
+            for r in group
+            if r.metrics.get("test/acc_base") is not None
+        ]
+        trainable = _distinct(r.metrics.get("params/trainable") for r in group)
+        params = _distinct(r.metrics.get("params") for r in group)
+        rows.append(
+            {
+                "rank": rank,
+                "shift": shift,
+                "runs": len(group),
+                "params": params[0] if len(params) == 1 else "/".join(map(str, params)),
+                "params_trainable": (
+                    trainable[0] if len(trainable) == 1 else "/".join(map(str, trainable))
+                ),
+                "test_acc": _mean(accs),
+                "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else None,
+                "test_acc_base": _mean(bases),
+            }
+        )
+    return rows
+
+
+def _percent(value: float | None, std: float | None = None) -> str:
+    if value is None:
+        return "–"
+    text = f"{100 * value:.1f}"
+    return f"{text} ± {100 * std:.1f}" if std is not None else text
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()) -> str:
+    """The table: ranks down, shifts across, test accuracy in percent; base row first."""
+    if not rows:
+        return "no completed vitattn-finetune runs found\n"
+    shifts = _shift_order({row["shift"] for row in rows})
+    by_cell = {(row["rank"], row["shift"]): row for row in rows}
+    ranks = sorted({row["rank"] for row in rows})
+    header = ["rank", "trainable params", *shifts]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
+    bases = []
+    for shift in shifts:
+        values = [
+            r["test_acc_base"]
+            for r in rows
+            if r["shift"] == shift and r["test_acc_base"] is not None
+        ]
+        bases.append(_percent(_mean(values)))
+    lines.append("| base, no fine-tuning | 0 | " + " | ".join(bases) + " |")
+    for rank in ranks:
+        cells = [by_cell.get((rank, shift)) for shift in shifts]
+        trainable = _distinct(c["params_trainable"] for c in cells if c)
+        label = "0 (full fine-tuning)" if rank == 0 else str(rank)
+        accs = [_percent(c["test_acc"], c["test_acc_std"]) if c else "–" for c in cells]
+        lines.append(
+            f"| {label} | {' / '.join(_count(t) for t in trainable)} | " + " | ".join(accs) + " |"
+        )
+    notes = ["", "Test accuracy (%) on each shifted CIFAR-10 test set."]
+    counts = {row["runs"] for row in rows}
+    if counts != {1}:
+        notes.append("Cells with several runs show mean ± standard deviation.")
+    params = _distinct(row["params"] for row in rows)
+    if params:
+        notes.append(f"Model parameters: {' / '.join(_count(p) for p in params)}.")
+    base_ckpts = _distinct(r.metrics.get("ckpt_path") for r in runs if r.completed)
+    if len(base_ckpts) == 1:
+        notes.append(f"Base checkpoint: `{base_ckpts[0]}`.")
+    elif len(base_ckpts) > 1:
+        notes.append(f"Note: the runs fine-tuned {len(base_ckpts)} different base checkpoints.")
+    failed = [r for r in runs if not r.completed and r.metrics.get("status") == "failed"]
+    for run in failed:
+        notes.append(
+            f"Failed: {run.path.name} (rank={run.rank}, shift={run.shift}): "
+            f"{run.metrics.get('error', 'no error recorded')}"
+        )
+    return "\n".join(lines + notes) + "\n"
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_COLUMNS})
+
+
+def write_table(
+    directories: Sequence[str | Path], out: str | Path | None = None
+) -> tuple[str, Path, Path]:
+    """Read the runs, write ``lora_table.md`` and ``lora_table.csv``; return the Markdown and
+    both paths. ``out`` defaults to the first directory."""
+    runs = find_runs(directories)
+    rows = lora_table(runs)
+    markdown = to_markdown(rows, runs)
+    out_dir = Path(out) if out is not None else Path(directories[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path, csv_path = out_dir / "lora_table.md", out_dir / "lora_table.csv"
+    md_path.write_text(markdown)
+    write_csv(rows, csv_path)
+    return markdown, md_path, csv_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Rank x shift table (trainable parameters, test accuracy) of vitattn-finetune "
+        "runs: prints Markdown, writes lora_table.md and lora_table.csv."
+    )
+    parser.add_argument("directories", nargs="+", help="multirun (or run) directories")
+    parser.add_argument("--out", help="where to write the files (default: the first directory)")
+    args = parser.parse_args(argv)
+    try:
+        markdown, md_path, csv_path = write_table(args.directories, args.out)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    print(markdown, end="")
+    print(f"\nwrote {md_path} and {csv_path}")
+    return 0

@@ -1,0 +1,255 @@
+"""``vitattn-finetune ckpt_path=...``: adapt a trained ViT to a shifted CIFAR-10 with LoRA.
+
+Low-rank adaptation (Hu et al. 2022) through the PEFT library: the network of a
+``vitattn-train`` checkpoint gets adapters of rank ``lora.rank`` on ``lora.target_modules``
+(attention projections and MLP by default), everything else is frozen (the head trains unless
+``lora.train_head=false``), and it is trained on the variant ``data.shift`` of CIFAR-10.
+``lora.rank=0`` is full fine-tuning, the baseline.
+
+Examples::
+
+    vitattn-finetune ckpt_path=outputs/train/runs/<stamp>/checkpoints/last.ckpt data.shift=rotate
+    vitattn-finetune -m ckpt_path=... lora.rank=0,1,2,4,8,16,32,64 data.shift=quantize,rotate,invert
+    python scripts/lora_table.py outputs/finetune/multiruns/<stamp>
+
+The run directory is laid out as ``vitattn-train``'s; ``checkpoints/`` holds the fine-tuned model
+with its adapters (PEFT names, read with ``LoRAClassifier.load_from_checkpoint``) and, with
+``lora.merge=true``, ``merged.ckpt``: the adapters folded into the weights, a plain checkpoint
+for ``vitattn-eval``. ``metrics.json`` adds ``test/acc_base`` (the loaded model on the same
+shifted test set, before fine-tuning) and ``params/trainable`` to the usual figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from vitattn.train import best_checkpoint, instantiate_list, tidy_lightning_output
+from vitattn.utils.config import CONFIG_DIR, check_group_choices
+from vitattn.utils.errors import ConfigError, VitattnError
+from vitattn.utils.run import fail, run_task
+
+log = logging.getLogger(__name__)
+
+MERGED_CHECKPOINT = "merged.ckpt"
+
+
+def load_base(ckpt_path: Any) -> Any:
+    """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong."""
+    import torch
+
+    from vitattn.eval import load_classifier
+
+    if ckpt_path in (None, "", "???"):
+        raise ConfigError(
+            "ckpt_path is required: vitattn-finetune ckpt_path=<train run>/checkpoints/last.ckpt"
+        )
+    try:
+        return load_classifier(ckpt_path)
+    except ConfigError:
+        if Path(ckpt_path).expanduser().is_file():
+            try:
+                checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+                hparams = checkpoint.get("hyper_parameters", {})
+            except Exception:  # not a checkpoint at all: load_classifier's message says so
+                hparams = {}
+            if "lora" in hparams:
+                raise ConfigError(
+                    f"ckpt_path={ckpt_path} holds LoRA adapters (a vitattn-finetune checkpoint); "
+                    f"pass the run's checkpoints/{MERGED_CHECKPOINT} (lora.merge=true) instead"
+                ) from None
+        raise
+
+
+def attention_name(net: dict[str, Any]) -> str | None:
+    """The registry name of the attention in a network config (``softmax``, ...)."""
+    from vitattn.attention import ATTENTIONS
+
+    target = (net.get("attention") or {}).get("_target_")
+    for name, cls in ATTENTIONS.items():
+        if target == f"{cls.__module__}.{cls.__qualname__}":
+            return name
+    return target
+
+
+def quiet_trainer(cfg: DictConfig) -> Any:
+    """A trainer like the run's, with no loggers, callbacks or checkpoints (for extra tests)."""
+    return hydra.utils.instantiate(
+        cfg.trainer,
+        callbacks=[],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
+    """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set."""
+    results = quiet_trainer(cfg).test(module, datamodule=datamodule, verbose=False)
+    return float(results[0]["test/acc"])
+
+
+def hyperparameters(cfg: DictConfig, module: Any, counts: Any) -> dict[str, Any]:
+    """The flat settings shown in TensorBoard's HPARAMS view."""
+    from vitattn.utils.hparams import flatten
+
+    net = {k: v for k, v in module.hparams.net.items() if k not in ("attention", "_target_")}
+    groups = {g: OmegaConf.to_container(cfg[g], resolve=True) for g in ("data", "optimizer")}
+    return {
+        "attention": attention_name(module.hparams.net),
+        "params": counts.total,
+        "params/trainable": counts.trainable,
+        "seed": cfg.get("seed"),
+        "ckpt_path": str(cfg.ckpt_path),
+        **flatten({"lora": dict(module.hparams.lora), "model": net, **groups}),
+    }
+
+
+def finetune(cfg: DictConfig) -> dict[str, Any]:
+    """Fine-tune, test the base and the result on the shifted test set; return the metrics."""
+    import lightning as L
+    import torch
+
+    from vitattn.callbacks import ImagesPerSecond
+    from vitattn.lora.adapters import LoRASettings
+    from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
+    from vitattn.utils.hparams import log_hyperparameters
+    from vitattn.utils.run import write_metrics
+
+    tidy_lightning_output()
+    output_dir = Path(cfg.paths.output_dir)
+    # Everything that can reject the configuration or the data runs before anything is written.
+    lora_cfg = OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
+    merge = bool(lora_cfg.get("merge", True))
+    settings = LoRASettings.from_mapping(lora_cfg)
+    base = load_base(cfg.get("ckpt_path"))
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+    # The network comes from the checkpoint; the optimisation from this run's config.
+    scheduler = cfg.get("scheduler")
+    label_smoothing = cfg.get("label_smoothing")
+    if label_smoothing is None:
+        label_smoothing = base.hparams.label_smoothing
+    module = LoRAClassifier(
+        net=base.hparams.net,
+        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
+        scheduler=OmegaConf.to_container(scheduler, resolve=True) if scheduler else None,
+        label_smoothing=label_smoothing,
+        num_classes=base.hparams.num_classes,
+        lora=settings.as_dict(),
+    )
+    module.load_base_weights(base.net.state_dict())
+    counts = module.parameter_counts()
+
+    callbacks = instantiate_list(cfg.get("callbacks"))
+    loggers = instantiate_list(cfg.get("logger"))
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    log_hyperparameters(trainer.loggers, hyperparameters(cfg, module, counts))
+    shift = datamodule.hparams.get("shift", "none")
+    log.info(
+        "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "
+        "run directory %s",
+        settings.rank,
+        shift,
+        counts.trainable,
+        counts.total,
+        counts.lora,
+        output_dir,
+    )
+
+    base_acc = score(cfg, base, datamodule)
+    log.info("base model on the %s test set: test/acc_base=%.4f", shift, base_acc)
+    for logger in trainer.loggers:
+        logger.log_metrics({"test/acc_base": base_acc}, step=0)
+    del base
+
+    started = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    fit_seconds = time.perf_counter() - started
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+    }
+    train_loss = trainer.callback_metrics.get("train/loss")
+
+    test_ckpt = None
+    if cfg.get("test", True):
+        test_ckpt = best_checkpoint(trainer)
+        if test_ckpt is None:
+            log.warning("no checkpoint was saved: testing the weights in memory")
+        # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
+        trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)
+        metrics.update({k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+    metrics["test/acc_base"] = base_acc
+
+    writes = trainer.is_global_zero and not cfg.trainer.get("fast_dev_run")
+    merged_path = None
+    if merge and writes:
+        merged = module.merged_classifier()
+        merged_path = save_plain_checkpoint(
+            merged, output_dir / "checkpoints" / MERGED_CHECKPOINT, trainer.global_step
+        )
+        metrics["test/acc_merged"] = score(cfg, merged, datamodule)
+        log.info("wrote %s (test/acc_merged=%.4f)", merged_path, metrics["test/acc_merged"])
+
+    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
+    metrics.update(
+        {
+            "train/loss": train_loss,
+            "train/images_per_sec": throughput.overall if throughput is not None else None,
+            "params": counts.total,
+            "params/trainable": counts.trainable,
+            "params/lora": counts.lora,
+            "lora/rank": settings.rank,
+            "lora/alpha": settings.alpha,
+            "lora/target_modules": str(settings.as_dict()["target_modules"]),
+            "lora/train_head": settings.train_head,
+            "data/shift": shift,
+            "attention": attention_name(module.hparams.net),
+            "steps": trainer.global_step,
+            "epochs": trainer.current_epoch,
+            "seconds": round(fit_seconds, 2),
+            "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
+            "test_ckpt_path": test_ckpt,
+            "merged_ckpt_path": str(merged_path) if merged_path else None,
+            "status": "completed",
+        }
+    )
+    if trainer.strategy.root_device.type == "cuda":
+        metrics["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    if writes:
+        write_metrics(output_dir / "metrics.json", metrics)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="finetune")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    metrics = run_task("vitattn-finetune", finetune, cfg)
+    value = metrics.get("test/acc", metrics.get("val/acc"))
+    return float(value) if value is not None else None
+
+
+def main() -> None:
+    """Console script ``vitattn-finetune``."""
+    try:
+        check_group_choices(sys.argv[1:])
+    except VitattnError as error:
+        fail("vitattn-finetune", error)
+        sys.exit(1)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""LoRA adapters on a :class:`~vitattn.models.vit.VisionTransformer`, through the PEFT library.
+
+Low-rank adaptation (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", ICLR
+2022) freezes a weight ``W`` (``out x in``) and learns ``W + (alpha / r) B A`` with ``A``
+(``r x in``) and ``B`` (``out x r``), ``B`` starting at zero so that training starts from the
+base model. A targeted linear layer gains ``r * (in + out)`` parameters; merging folds ``B A``
+into ``W`` and leaves a plain network of the original shape.
+
+PEFT (``peft.LoraConfig`` + ``peft.get_peft_model``) builds and merges the adapters; this module
+resolves which layers to target, with one-line errors, and counts parameters. ``peft`` is
+imported only when adapters are built (it pulls in ``transformers``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitattn.utils.errors import ConfigError
+
+DEFAULT_TARGETS = ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
+"""The attention projections and both MLP layers of every block."""
+ADAPTABLE = (nn.Linear, nn.Conv2d, nn.Embedding)
+"""Layer types PEFT's LoRA can adapt (of those a VisionTransformer has)."""
+HEAD = "head"
+
+
+@dataclass
+class LoRASettings:
+    """The ``lora`` node of ``configs/finetune.yaml``.
+
+    Args:
+        rank: ``r``, the rank of the update; 0 means full fine-tuning (no adapters, every
+            parameter trains).
+        alpha: the update is scaled by ``alpha / rank``. As in the LoRA paper, ``alpha`` stays
+            fixed while the rank varies, so the learning rate need not be retuned per rank.
+        dropout: dropout on the input of the adapters.
+        target_modules: layers that get adapters: a list of names, each matching a layer whose
+            full name equals it or ends with ``.<name>`` (PEFT's rule), or one regular
+            expression that must match a full name (e.g. ``blocks\\.[23]\\..*``).
+        train_head: also train the classifier head fully (it is small: ``(embed_dim + 1) x
+            classes``), as PEFT's image-classification recipe does with ``modules_to_save``.
+    """
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Sequence[str] | str = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    train_head: bool = True
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any] | None) -> LoRASettings:
+        """Build from a config mapping, rejecting unknown keys and invalid values."""
+        settings = dict(settings or {})
+        settings.pop("merge", None)  # acted on by vitattn-finetune, not by the adapters
+        known = list(cls.__dataclass_fields__)
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"lora.{unknown[0]} is not a setting; choose among lora.{', lora.'.join(known)}"
+                ", lora.merge"
+            )
+        if isinstance(settings.get("target_modules"), Sequence) and not isinstance(
+            settings["target_modules"], str
+        ):
+            settings["target_modules"] = [str(t) for t in settings["target_modules"]]
+        result = cls(**settings)
+        result.validate()
+        return result
+
+    def validate(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ConfigError(
+                f"lora.rank={self.rank} is not valid; choose an integer >= 0 (0 = full fine-tuning)"
+            )
+        if self.alpha <= 0:
+            raise ConfigError(f"lora.alpha={self.alpha} is not valid; choose a number > 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"lora.dropout={self.dropout} is not valid; choose 0 <= value < 1")
+        if not self.target_modules:
+            raise ConfigError(
+                f"lora.target_modules is empty; name layers such as [{', '.join(DEFAULT_TARGETS)}]"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        targets = self.target_modules
+        return {
+            "rank": self.rank,
+            "alpha": self.alpha,
+            "dropout": self.dropout,
+            "target_modules": targets if isinstance(targets, str) else list(targets),
+            "train_head": self.train_head,
+        }
+
+
+def adaptable_layers(net: nn.Module) -> dict[str, nn.Module]:
+    """Full names of the layers LoRA can adapt, in model order."""
+    return {name: m for name, m in net.named_modules() if name and isinstance(m, ADAPTABLE)}
+
+
+def layer_choices(net: nn.Module) -> list[str]:
+    """Short names that target layers: ``blocks.<i>.`` dropped (``attn.qkv``, ``head``, ...)."""
+    short = (re.sub(r"^blocks\.\d+\.", "", name) for name in adaptable_layers(net))
+    return list(dict.fromkeys(short))
+
+
+def resolve_targets(net: nn.Module, targets: Sequence[str] | str) -> list[str]:
+    """The full names of the layers ``targets`` selects (PEFT's matching rules).
+
+    Raises :class:`ConfigError` naming ``lora.target_modules`` and the valid names when an entry
+    matches no adaptable layer.
+    """
+    layers = list(adaptable_layers(net))
+    choices = ", ".join(layer_choices(net))
+    if isinstance(targets, str):
+        try:
+            pattern = re.compile(targets)
+        except re.error as error:
+            raise ConfigError(
+                f"lora.target_modules={targets!r} is not a valid regular expression ({error})"
+            ) from error
+        matched = [name for name in layers if pattern.fullmatch(name)]
+        if not matched:
+            raise ConfigError(
+                f"lora.target_modules={targets!r} matches no layer; "
+                f"layers are named blocks.<i>.<name> with <name> one of: {choices}"
+            )
+        return matched
+    matched: list[str] = []
+    for target in targets:
+        hits = [name for name in layers if name == target or name.endswith(f".{target}")]
+        if not hits:
+            raise ConfigError(
+                f"lora.target_modules: {target!r} matches no layer; choose among: {choices}"
+            )
+        matched += [name for name in hits if name not in matched]
+    return [name for name in layers if name in matched]  # model order
+
+
+def apply_lora(net: nn.Module, settings: LoRASettings) -> nn.Module:
+    """Freeze ``net`` and add LoRA adapters; ``rank=0`` leaves it as is, every parameter trainable.
+
+    Returns the ``peft.PeftModel`` wrapping ``net`` (its forward is ``net``'s); the adapters are
+    trainable, and the head too if ``settings.train_head``.
+    """
+    settings.validate()
+    if settings.rank == 0:
+        for param in net.parameters():
+            param.requires_grad_(True)
+        return net
+    targets = resolve_targets(net, settings.target_modules)
+    head_targeted = any(name == HEAD or name.startswith(f"{HEAD}.") for name in targets)
+    if settings.train_head and head_targeted:
+        raise ConfigError(
+            "lora.train_head=true trains the head fully; remove head from lora.target_modules "
+            "or set lora.train_head=false"
+        )
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=targets,  # exact full names: resolved (and checked) above
+        bias="none",
+    )
+    model = get_peft_model(net, config)  # freezes every base parameter
+    if settings.train_head:
+        head = getattr(net, HEAD, None)
+        if head is None:
+            raise ConfigError("lora.train_head=true but the network has no `head` layer")
+        for param in head.parameters():
+            param.requires_grad_(True)
+    return model
+
+
+def is_lora_parameter(name: str) -> bool:
+    """Whether a parameter name (of a PEFT-wrapped network) belongs to an adapter."""
+    return ".lora_" in name or name.startswith("lora_")
+
+
+def base_network(net: nn.Module) -> nn.Module:
+    """The network inside a ``PeftModel`` (with its LoRA layers), or ``net`` itself."""
+    get_base = getattr(net, "get_base_model", None)
+    return get_base() if callable(get_base) else net
+
+
+def load_plain_weights(net: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Load a plain network's weights (as ``vitattn-train`` saved them) into ``net``.
+
+    Works whether or not ``net`` carries adapters: the weights of an adapted layer live under
+    ``<layer>.base_layer.`` there. The adapters keep their initial values (``B = 0``).
+    """
+    target = base_network(net)
+    names = set(target.state_dict())
+    remapped: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key not in names:
+            layer, _, leaf = key.rpartition(".")
+            key = f"{layer}.base_layer.{leaf}"
+        remapped[key] = value
+    missing, unexpected = target.load_state_dict(remapped, strict=False)
+    missing = [name for name in missing if not is_lora_parameter(name)]
+    if missing or unexpected:
+        raise ConfigError(
+            "the checkpoint's network does not match the model built from its config "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+
+
+def merge(net: nn.Module) -> nn.Module:
+    """The plain network with every adapter folded into its layer's weight (``W + s B A``)."""
+    merge_and_unload = getattr(net, "merge_and_unload", None)
+    return merge_and_unload() if callable(merge_and_unload) else net
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """``total`` (the plain network's), ``trainable``, and ``lora`` (the adapters')."""
+
+    total: int
+    trainable: int
+    lora: int
+
+
+def count_parameters(net: nn.Module) -> ParameterCounts:
+    """Parameter counts of a network with or without adapters; ``total`` excludes adapters."""
+    lora = trainable = total = 0
+    for name, param in net.named_parameters():
+        if is_lora_parameter(name):
+            lora += param.numel()
+        else:
+            total += param.numel()
+        if param.requires_grad:
+            trainable += param.numel()
+    return ParameterCounts(total=total, trainable=trainable, lora=lora)
