@@ -9,9 +9,16 @@ import torch
 
 from vitattn.attention.linformer import LinformerAttention
 from vitattn.attention.nystrom import NystromAttention, iterative_pinv, segment_means
-from vitattn.attention.performer import PerformerAttention, orthogonal_gaussian_rows
+from vitattn.attention.performer import (
+    PerformerAttention,
+    chunked_favor_attention,
+    orthogonal_gaussian_rows,
+    positive_features,
+    tiles,
+)
 from vitattn.attention.random_feature import RandomFeatureAttention
 from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.bench.memory import measure_memory
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.errors import ConfigError
 
@@ -241,6 +248,91 @@ def test_performer_redraws_on_its_interval_in_training_only() -> None:
     restored.load_state_dict(kernel.state_dict())
     assert restored.forwards_since_redraw == kernel.forwards_since_redraw == 1
     assert torch.equal(restored.projection, kernel.projection)
+
+
+def favor_reference(q, k, v, projection, eps: float) -> torch.Tensor:
+    """FAVOR+ written with autograd (``impl=autograd``), on pre-scaled q and k."""
+    phi_q = positive_features(q, projection, is_query=True, eps=eps)
+    phi_k = positive_features(k, projection, is_query=False, eps=eps)
+    return (phi_q @ (phi_k.transpose(-2, -1) @ v)) / (phi_q @ phi_k.sum(dim=-2).unsqueeze(-1))
+
+
+@pytest.mark.parametrize(
+    ("budget", "scale"),
+    [
+        (10**6, 1.0),  # one tile: every head whole
+        (37 * 12 * 2, 1.0),  # groups of two heads, the last group short
+        (5 * 12, 1.0),  # row tiles of 5: the keys' maximum is found online
+        (5 * 12, 4.0),  # ... on large norms, where a wrong running maximum overflows
+    ],
+)
+def test_chunked_performer_matches_the_autograd_reference_in_value_and_gradient(
+    budget, scale
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    shape = (2, 3, 37, 8)
+    q, k, v = (
+        torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    )
+    projection = torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
+    s = 8**-0.25 * scale
+    chunked = chunked_favor_attention(q, k, v, projection, scale=s, eps=1e-3, budget=budget)
+    reference = favor_reference(q * s, k * s, v, projection, eps=1e-3)
+    torch.testing.assert_close(chunked, reference, rtol=1e-10, atol=1e-10)
+    grad = torch.randn(shape, generator=generator, dtype=torch.float64)
+    chunked_grads = torch.autograd.grad(chunked, (q, k, v), grad)
+    reference_grads = torch.autograd.grad(reference, (q, k, v), grad)
+    for name, ours, theirs in zip("qkv", chunked_grads, reference_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-9, msg=name)
+
+
+def test_chunked_performer_gradient_is_the_true_gradient() -> None:
+    # With a negligible eps the max shifts cancel exactly, so treating them as constants gives
+    # the true gradient, which finite differences check.
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (
+        torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    )
+    projection = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: chunked_favor_attention(
+            q, k, v, projection, scale=0.7, eps=1e-12, budget=4 * 6
+        ),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize(("batch", "n", "budget"), [(6, 10, 10**6), (6, 10, 25 * 8), (3, 50, 80)])
+def test_performer_tiles_cover_every_head_and_row_once(batch, n, budget) -> None:
+    covered = torch.zeros(batch, n, dtype=torch.int64)
+    for heads, rows in tiles(batch, n, 8, budget):
+        assert (heads.stop - heads.start) * (rows.stop - rows.start) * 8 <= max(budget, n * 8)
+        covered[heads, rows] += 1
+    assert torch.equal(covered, torch.ones_like(covered))
+
+
+def test_chunked_performer_saves_no_feature_matrix_for_backward() -> None:
+    def saved_bytes(impl: str, n: int) -> int:
+        q, k, v = (t.requires_grad_() for t in qkv(n, head_dim=16))
+        kernel = PerformerAttention(seq_len=n, heads=2, head_dim=16, num_features=256, impl=impl)
+        return measure_memory(
+            lambda: kernel(q, k, v).sum().backward(), torch.device("cpu")
+        ).saved_bytes
+
+    # autograd keeps (n x 256) features; the chunked kernel keeps O(n d): inputs, output and
+    # a few numbers per token.
+    n = 512
+    features_bytes = 2 * 2 * n * 256 * 4
+    assert saved_bytes("autograd", n) > features_bytes
+    assert saved_bytes("chunked", n) < features_bytes / 2
+    assert saved_bytes("chunked", 4 * n) < 4.5 * saved_bytes("chunked", n)
+
+
+def test_performer_impl_must_be_known() -> None:
+    with pytest.raises(ConfigError, match=r"attention.impl='fast' is not valid; choose one of"):
+        PerformerAttention(seq_len=16, heads=2, head_dim=16, impl="fast")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

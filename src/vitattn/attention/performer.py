@@ -12,16 +12,28 @@ orthogonal directions with chi-distributed lengths (lower variance than i.i.d. r
 Numerics follow the authors' implementation: the exponent of each query's features is shifted by
 its own maximum and the keys' by the maximum over all keys of a head (both cancel in the ratio),
 a small constant keeps every feature positive, and everything runs in fp32.
+
+``impl="chunked"`` (the default) computes the same function without ever holding the (n x m)
+feature matrices: it walks the sequence in chunks, folds the keys into phi(K)^T [V, 1] with an
+online maximum (as FlashAttention does for softmax), and recomputes each chunk's features in the
+backward pass. Element-wise work then stays in cache and no large tensor is allocated, which on a
+CPU is most of eager FAVOR+'s time; memory saved for backward is O(n d) instead of O(n m).
+``impl="autograd"`` is the plain reference written with autograd.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from vitattn.attention.base import AttentionKernel, positive_int, register_attention
 from vitattn.utils.errors import ConfigError
+
+IMPLEMENTATIONS = ("chunked", "autograd")
+# Elements of one tile's (heads, rows, m) feature block: 8 MB in fp32.
+CHUNK_ELEMENTS = 1 << 21
 
 
 def orthogonal_gaussian_rows(
@@ -59,6 +71,195 @@ def positive_features(
     return exponent.exp() + eps
 
 
+def tiles(batch: int, n: int, features: int, budget: int) -> list[tuple[slice, slice]]:
+    """``(heads, rows)`` tiles whose feature blocks hold at most about ``budget`` elements: whole
+    sequences of a group of heads while one sequence fits (contiguous slices, no online
+    maximum), otherwise chunks of rows of one head at a time."""
+    if n * features <= budget:
+        group = max(1, budget // (n * features))
+        return [(slice(b, min(b + group, batch)), slice(0, n)) for b in range(0, batch, group)]
+    rows = max(1, budget // features)
+    return [
+        (slice(b, b + 1), slice(r, min(r + rows, n)))
+        for b in range(batch)
+        for r in range(0, n, rows)
+    ]
+
+
+def in_block(block: torch.Tensor, heads: slice, rows: slice, features: int) -> torch.Tensor:
+    """A contiguous ``(heads, rows, features)`` view at the start of a reused buffer."""
+    shape = (heads.stop - heads.start, rows.stop - rows.start, features)
+    return block[: math.prod(shape)].view(shape)
+
+
+def with_column(x: torch.Tensor, column: torch.Tensor | float) -> torch.Tensor:
+    """``x`` with one more last-dimension entry: ``column`` (a tensor or a constant)."""
+    if not isinstance(column, torch.Tensor):
+        column = x.new_full((*x.shape[:-1], 1), column)
+    return torch.cat([x, column], dim=-1)
+
+
+class ChunkedFavor(torch.autograd.Function):
+    """FAVOR+ attention of ``(B, n, d)`` q, k, v with a ``(B, m, d)`` projection, computed tile
+    by tile (:func:`tiles`), with a hand-written backward that recomputes each tile's features.
+
+    With s = d^(-1/4), E the features' exponentials (without eps) and V+ = [V, 1]:
+    keys:    E_k = exp(s k.w - s^2 |k|^2 / 2 - M), M the running maximum over the head (online
+             across row tiles); KV+ = sum_n (E_k[n] + eps)^T V+[n]. The exponent is one matrix
+             product: [k, -s^2 |k|^2 / 2] . [s w, 1].
+    queries: E_q = exp(s q.w - max over the query's features); O+ = (E_q + eps) KV+;
+             out = O+[:d] / O+[d]
+    The projection is a constant (a buffer) and the maxima are constants, as in
+    :func:`positive_features`. Every tile's (heads, rows, m) block lives in one reused buffer.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        projection: torch.Tensor,
+        scale: float,
+        eps: float,
+        budget: int,
+    ) -> torch.Tensor:
+        batch, n, d = v.shape
+        features = projection.shape[1]
+        projection = projection * scale
+        key_projection = with_column(projection, 1.0).transpose(1, 2)  # (B, d + 1, m)
+        layout = tiles(batch, n, features, budget)
+        block = q.new_empty(max(math.prod(in_block_shape(t, features)) for t in layout))
+
+        kv_plus = q.new_zeros(batch, features, d + 1)
+        key_max = q.new_full((batch, 1, 1), -math.inf)
+        for heads, rows in layout:
+            exponent = in_block(block, heads, rows, features)
+            torch.bmm(key_rows(k[heads, rows], scale), key_projection[heads], out=exponent)
+            new_max = torch.maximum(key_max[heads], exponent.amax(dim=(1, 2), keepdim=True))
+            kv_plus[heads] *= torch.exp(key_max[heads] - new_max)
+            exponent.sub_(new_max).exp_()
+            kv_plus[heads] += exponent.transpose(1, 2) @ with_column(v[heads, rows], 1.0)
+            key_max[heads] = new_max
+        kv_plus[..., :d] += eps * v.sum(dim=1, keepdim=True)
+        kv_plus[..., d] += eps * n
+        kv_plus_sum = kv_plus.sum(dim=1, keepdim=True)
+
+        query_projection = projection.transpose(1, 2)
+        out = v.new_empty(batch, n, d)
+        normaliser = v.new_empty(batch, n, 1)
+        query_max = v.new_empty(batch, n, 1)
+        for heads, rows in layout:
+            exponent = in_block(block, heads, rows, features)
+            torch.bmm(q[heads, rows], query_projection[heads], out=exponent)
+            torch.amax(exponent, dim=-1, keepdim=True, out=query_max[heads, rows])
+            exponent.sub_(query_max[heads, rows]).exp_()
+            out_plus = torch.baddbmm(kv_plus_sum[heads], exponent, kv_plus[heads], beta=eps)
+            normaliser[heads, rows] = out_plus[..., d:]
+            torch.div(out_plus[..., :d], out_plus[..., d:], out=out[heads, rows])
+
+        ctx.save_for_backward(q, k, v, projection, kv_plus, key_max, query_max, normaliser, out)
+        ctx.scale, ctx.eps, ctx.layout = scale, eps, layout
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, projection, kv_plus, key_max, query_max, normaliser, out = ctx.saved_tensors
+        scale, eps, layout = ctx.scale, ctx.eps, ctx.layout
+        batch, d = v.shape[0], v.shape[2]
+        features = projection.shape[1]
+        size = max(math.prod(in_block_shape(t, features)) for t in layout)
+        block, grad_block = q.new_empty(size), q.new_empty(size)
+
+        query_projection = projection.transpose(1, 2)
+        grad_q = torch.empty_like(q)
+        grad_kv_plus = q.new_zeros(batch, features, d + 1)
+        grad_out_plus_sum = q.new_zeros(batch, 1, d + 1)
+        for heads, rows in layout:
+            # out = O+[:d] / O+[d]
+            grad = grad_out[heads, rows]
+            grad_normaliser = (grad * out[heads, rows]).sum(dim=-1, keepdim=True).neg_()
+            grad_out_plus = with_column(grad, grad_normaliser).div_(normaliser[heads, rows])
+            grad_out_plus_sum[heads] += grad_out_plus.sum(dim=1, keepdim=True)
+
+            exponential = in_block(block, heads, rows, features)
+            torch.bmm(q[heads, rows], query_projection[heads], out=exponential)
+            exponential.sub_(query_max[heads, rows]).exp_()
+            grad_kv_plus[heads] += exponential.transpose(1, 2) @ grad_out_plus
+            grad_exponent = in_block(grad_block, heads, rows, features)
+            torch.bmm(grad_out_plus, kv_plus[heads].transpose(1, 2), out=grad_exponent)
+            grad_exponent.mul_(exponential)
+            torch.bmm(grad_exponent, projection[heads], out=grad_q[heads, rows])
+        grad_kv_plus += eps * grad_out_plus_sum  # eps is in every query feature
+
+        key_projection = with_column(projection, 1.0)  # (B, m, d + 1)
+        grad_kv = grad_kv_plus[..., :d].contiguous()
+        grad_kv_sum = grad_kv.sum(dim=1, keepdim=True)
+        grad_k = torch.empty_like(k)
+        grad_v = torch.empty_like(v)
+        for heads, rows in layout:
+            exponential = in_block(block, heads, rows, features)
+            key = k[heads, rows]
+            torch.bmm(key_rows(key, scale), key_projection[heads].transpose(1, 2), out=exponential)
+            exponential.sub_(key_max[heads]).exp_()
+            torch.baddbmm(
+                grad_kv_sum[heads], exponential, grad_kv[heads], beta=eps, out=grad_v[heads, rows]
+            )
+            grad_exponent = in_block(grad_block, heads, rows, features)
+            value = with_column(v[heads, rows], 1.0)
+            torch.bmm(value, grad_kv_plus[heads].transpose(1, 2), out=grad_exponent)
+            grad_exponent.mul_(exponential)
+            # exponent = [k, -s^2 |k|^2 / 2] . [s w, 1]: the last column carries sum_m
+            grad_key_row = grad_exponent @ key_projection[heads]
+            torch.addcmul(
+                grad_key_row[..., :d],
+                key,
+                grad_key_row[..., d:],
+                value=-(scale**2),
+                out=grad_k[heads, rows],
+            )
+        return grad_q, grad_k, grad_v, None, None, None, None
+
+
+def in_block_shape(tile: tuple[slice, slice], features: int) -> tuple[int, int, int]:
+    heads, rows = tile
+    return heads.stop - heads.start, rows.stop - rows.start, features
+
+
+def key_rows(k: torch.Tensor, scale: float) -> torch.Tensor:
+    """[k, -s^2 |k|^2 / 2]: with [s w, 1], one product gives the key exponent s k.w - s^2|k|^2/2."""
+    return with_column(k, k.square().sum(dim=-1, keepdim=True).mul_(-0.5 * scale**2))
+
+
+def chunked_favor_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    projection: torch.Tensor,
+    *,
+    scale: float,
+    eps: float,
+    budget: int = CHUNK_ELEMENTS,
+) -> torch.Tensor:
+    """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection,
+    q and k scaled by ``scale`` (d^(-1/4)), computed by :class:`ChunkedFavor`."""
+    batch, heads, n, d = q.shape
+    features = projection.shape[1]
+    flat = batch * heads
+    per_head = projection.unsqueeze(0).expand(batch, -1, -1, -1).reshape(flat, features, d)
+    out = ChunkedFavor.apply(
+        q.reshape(flat, n, d),
+        k.reshape(flat, n, d),
+        v.reshape(flat, n, v.shape[-1]),
+        per_head,
+        scale,
+        eps,
+        budget,
+    )
+    return out.reshape(batch, heads, n, v.shape[-1])
+
+
 @register_attention("performer")
 class PerformerAttention(AttentionKernel):
     """FAVOR+ attention with ``num_features`` positive orthogonal random features, O(n m d).
@@ -70,6 +271,8 @@ class PerformerAttention(AttentionKernel):
             feature redrawing); 0 keeps the projection drawn at construction. Evaluation never
             redraws.
         eps: added to each feature after the max-shift, keeping the normaliser positive.
+        impl: ``chunked`` (memory-efficient, hand-written backward) or ``autograd`` (the plain
+            reference); both compute the same function.
     """
 
     def __init__(
@@ -81,6 +284,7 @@ class PerformerAttention(AttentionKernel):
         num_features: int = 256,
         redraw_interval: int = 1000,
         eps: float = 1e-4,
+        impl: str = "chunked",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.num_features = positive_int("num_features", num_features)
@@ -97,6 +301,11 @@ class PerformerAttention(AttentionKernel):
         if eps <= 0:
             raise ConfigError(f"attention.eps={eps} is not valid; choose a positive number")
         self.eps = eps
+        if impl not in IMPLEMENTATIONS:
+            raise ConfigError(
+                f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}"
+            )
+        self.impl = impl
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
         # A Python counter (saved through get_extra_state): a tensor would force a host-device
         # sync at every training step just to decide whether to redraw.
@@ -130,6 +339,11 @@ class PerformerAttention(AttentionKernel):
         with torch.autocast(device_type=q.device.type, enabled=False):
             scale = self.head_dim**-0.25
             projection = self.projection.float()
+            if self.impl == "chunked":
+                out = chunked_favor_attention(
+                    q.float(), k.float(), v.float(), projection, scale=scale, eps=self.eps
+                )
+                return out.to(v.dtype)
             phi_q = positive_features(q.float() * scale, projection, is_query=True, eps=self.eps)
             phi_k = positive_features(k.float() * scale, projection, is_query=False, eps=self.eps)
             key_values = phi_k.transpose(-2, -1) @ v.float()  # (batch, heads, m, d)
@@ -140,5 +354,5 @@ class PerformerAttention(AttentionKernel):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, num_features={self.num_features}, "
-            f"redraw_interval={self.redraw_interval}"
+            f"redraw_interval={self.redraw_interval}, impl={self.impl}"
         )
