@@ -433,6 +433,29 @@ def test_score_tensors_grow_as_the_stated_cost(name: str, bound: float) -> None:
         assert growth > 6  # the tensor measured really is the n sqrt(n) scores
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LocalAttention(seq_len=65, heads=2, head_dim=16, window=3),  # 2d, class token
+        lambda: LocalAttention(seq_len=50, heads=2, head_dim=16, window=5, window_shape="1d"),
+        lambda: BigBirdAttention(seq_len=70, heads=2, head_dim=16, block=8),
+    ],
+)
+def test_block_groups_give_the_same_output_and_gradients(make, monkeypatch) -> None:
+    # Long sequences are attended in groups of query blocks; one block per group must give
+    # what one pass over all blocks gives.
+    kernel = make()
+    q, k, v = qkv(kernel.seq_len, grad=True)
+    whole = kernel(q, k, v)
+    whole_grads = torch.autograd.grad(whole.square().sum(), (q, k, v))
+    monkeypatch.setattr("vitattn.attention.blocks.GROUP_BYTES", 1)
+    grouped = kernel(q, k, v)
+    grouped_grads = torch.autograd.grad(grouped.square().sum(), (q, k, v))
+    torch.testing.assert_close(grouped, whole, rtol=1e-6, atol=1e-6)
+    for ours, theirs in zip(grouped_grads, whole_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------ bad input
 
 

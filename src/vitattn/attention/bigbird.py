@@ -18,6 +18,7 @@ from vitattn.attention.base import AttentionKernel, register_attention
 from vitattn.attention.blocks import (
     MASKED,
     dense_attention,
+    in_block_groups,
     in_fp32,
     integer,
     pad_tokens,
@@ -139,25 +140,28 @@ class BigBirdAttention(AttentionKernel):
             flat = (torch.arange(heads, device=q.device)[:, None, None] * blocks) + table.clamp(
                 min=0
             )
-            kb, vb = (
-                x.reshape(batch, heads * blocks, size, dim)
-                .index_select(1, flat.flatten())
-                .view(batch, heads, query_blocks, slots * size, dim)
-                for x in (kp, vp)
-            )
             # Mask slots that do not exist and the front padding (positions < pad):
             # (heads, query_blocks, slots, size).
             positions = table.clamp(min=0)[..., None] * size + torch.arange(size, device=q.device)
             hidden = (table[..., None] < 0) | (positions < pad)
             bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
             bias = bias.view(1, heads, query_blocks, 1, slots * size)
-            # Contiguous, so that the batched products see evenly strided matrices.
-            qb = (
-                qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim).contiguous()
-            )
-            scores = (qb @ kb.transpose(-2, -1)).add_(bias)
-            out = scores.softmax(dim=-1) @ vb
-            outputs.append(out.view(batch, heads, query_blocks * size, dim))
+            key_rows, value_rows = (x.reshape(batch, heads * blocks, size, dim) for x in (kp, vp))
+            query_rows = qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim)
+
+            def attend(group: slice) -> torch.Tensor:
+                index = flat[:, group].flatten()
+                kb, vb = (
+                    x.index_select(1, index).view(batch, heads, -1, slots * size, dim)
+                    for x in (key_rows, value_rows)
+                )
+                # Contiguous, so that the batched products see evenly strided matrices.
+                qb = query_rows[:, :, group].contiguous()
+                scores = (qb @ kb.transpose(-2, -1)).add_(bias[:, :, group])
+                return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
+
+            scores_bytes = batch * heads * size * slots * size * q.element_size()
+            outputs.append(in_block_groups(query_blocks, scores_bytes, attend))
         return torch.cat(outputs, dim=2)[:, :, pad:]
 
     def extra_repr(self) -> str:
