@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vitattn.attention.softmax import SoftmaxAttention
-from vitattn.models.vit import VisionTransformer
+from vitattn.models.vit import PatchEmbedding, VisionTransformer
 from vitattn.utils.errors import ConfigError
 
 softmax = functools.partial(SoftmaxAttention, impl="sdpa")
@@ -92,3 +92,18 @@ def test_position_embedding_is_learned_from_either_start(pool: str) -> None:
     assert random.pos_embed.std() < 0.05
     with pytest.raises(ConfigError, match=r"model.pos_embed_init='zeros'"):
         VisionTransformer(softmax, pos_embed_init="zeros")
+
+
+@pytest.mark.parametrize("patch_size", [1, 2, 4, 8])
+def test_patch_embedding_is_its_convolution(patch_size: int) -> None:
+    # The forward is a matrix product over cut-out patches; it must equal the strided Conv2d
+    # whose weights it holds, in value and in the weights' gradients.
+    embedding = PatchEmbedding(3, 16, patch_size)
+    images = torch.randn(2, 3, 32, 32, requires_grad=True)
+    reference = embedding.proj(images).flatten(2).transpose(1, 2)
+    torch.testing.assert_close(embedding(images), reference, rtol=1e-5, atol=1e-5)
+    grad = torch.randn_like(reference)
+    ours = torch.autograd.grad(embedding(images), (images, embedding.proj.weight), grad)
+    theirs = torch.autograd.grad(reference, (images, embedding.proj.weight), grad)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
