@@ -14,10 +14,14 @@ from vitattn.attention.performer import (
     chunked_favor_attention,
     orthogonal_gaussian_rows,
     positive_features,
-    tiles,
 )
-from vitattn.attention.random_feature import RandomFeatureAttention
+from vitattn.attention.random_feature import (
+    RandomFeatureAttention,
+    chunked_random_feature_attention,
+    random_feature_attention,
+)
 from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.attention.tiling import tiles
 from vitattn.bench.memory import measure_memory
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.errors import ConfigError
@@ -305,7 +309,7 @@ def test_chunked_performer_gradient_is_the_true_gradient() -> None:
 
 
 @pytest.mark.parametrize(("batch", "n", "budget"), [(6, 10, 10**6), (6, 10, 25 * 8), (3, 50, 80)])
-def test_performer_tiles_cover_every_head_and_row_once(batch, n, budget) -> None:
+def test_tiles_cover_every_head_and_row_once(batch, n, budget) -> None:
     covered = torch.zeros(batch, n, dtype=torch.int64)
     for heads, rows in tiles(batch, n, 8, budget):
         assert (heads.stop - heads.start) * (rows.stop - rows.start) * 8 <= max(budget, n * 8)
@@ -313,26 +317,75 @@ def test_performer_tiles_cover_every_head_and_row_once(batch, n, budget) -> None
     assert torch.equal(covered, torch.ones_like(covered))
 
 
-def test_chunked_performer_saves_no_feature_matrix_for_backward() -> None:
+@pytest.mark.parametrize(
+    ("cls", "width"), [(PerformerAttention, 256), (RandomFeatureAttention, 512)]
+)
+def test_chunked_feature_kernels_save_no_feature_matrix_for_backward(cls, width) -> None:
     def saved_bytes(impl: str, n: int) -> int:
         q, k, v = (t.requires_grad_() for t in qkv(n, head_dim=16))
-        kernel = PerformerAttention(seq_len=n, heads=2, head_dim=16, num_features=256, impl=impl)
+        kernel = cls(seq_len=n, heads=2, head_dim=16, num_features=256, impl=impl)
         return measure_memory(
             lambda: kernel(q, k, v).sum().backward(), torch.device("cpu")
         ).saved_bytes
 
-    # autograd keeps (n x 256) features; the chunked kernel keeps O(n d): inputs, output and
-    # a few numbers per token.
+    # autograd keeps (n x features) matrices; the chunked kernels keep O(n d): inputs, output
+    # and a few numbers per token.
     n = 512
-    features_bytes = 2 * 2 * n * 256 * 4
+    features_bytes = 2 * 2 * n * width * 4
     assert saved_bytes("autograd", n) > features_bytes
     assert saved_bytes("chunked", n) < features_bytes / 2
     assert saved_bytes("chunked", 4 * n) < 4.5 * saved_bytes("chunked", n)
 
 
-def test_performer_impl_must_be_known() -> None:
+@pytest.mark.parametrize(
+    ("budget", "scale", "eps"),
+    [
+        (10**6, 1.0, 1e-3),  # one tile
+        (37 * 24 * 2, 1.0, 1e-3),  # groups of two heads
+        (5 * 24, 3.0, 1e-3),  # row tiles: the key weights' maximum is found online
+        (5 * 24, 1.0, 0.5),  # a high floor: many normalisers are clamped, and get its gradient
+    ],
+)
+def test_chunked_rfa_matches_the_autograd_reference_in_value_and_gradient(
+    budget, scale, eps
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    shape = (2, 3, 37, 8)
+    q, k, v = (
+        (scale * torch.randn(shape, generator=generator, dtype=torch.float64)).requires_grad_()
+        for _ in range(3)
+    )
+    frequencies = 0.9 * torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
+    settings = {"scale": 8**-0.25, "sigma": 0.9, "eps": eps}
+    chunked = chunked_random_feature_attention(q, k, v, frequencies, **settings, budget=budget)
+    reference = random_feature_attention(q, k, v, frequencies, **settings)
+    torch.testing.assert_close(chunked, reference, rtol=1e-9, atol=1e-9)
+    grad = torch.randn(shape, generator=generator, dtype=torch.float64)
+    chunked_grads = torch.autograd.grad(chunked, (q, k, v), grad)
+    reference_grads = torch.autograd.grad(reference, (q, k, v), grad)
+    for name, ours, theirs in zip("qkv", chunked_grads, reference_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-7, atol=1e-8, msg=name)
+
+
+def test_chunked_rfa_gradient_is_the_true_gradient() -> None:
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = (
+        torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    )
+    frequencies = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: chunked_random_feature_attention(
+            q, k, v, frequencies, scale=0.7, sigma=1.0, eps=0.3, budget=4 * 12
+        ),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize("cls", FEATURE_KERNELS)
+def test_feature_kernel_impl_must_be_known(cls) -> None:
     with pytest.raises(ConfigError, match=r"attention.impl='fast' is not valid; choose one of"):
-        PerformerAttention(seq_len=16, heads=2, head_dim=16, impl="fast")
+        cls(seq_len=16, heads=2, head_dim=16, impl="fast")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -29,11 +29,16 @@ from typing import Any
 import torch
 
 from vitattn.attention.base import AttentionKernel, positive_int, register_attention
+from vitattn.attention.tiling import (
+    TILE_ELEMENTS,
+    block_size,
+    in_block,
+    tiles,
+    with_column,
+)
 from vitattn.utils.errors import ConfigError
 
 IMPLEMENTATIONS = ("chunked", "autograd")
-# Elements of one tile's (heads, rows, m) feature block: 8 MB in fp32.
-CHUNK_ELEMENTS = 1 << 21
 
 
 def orthogonal_gaussian_rows(
@@ -71,34 +76,6 @@ def positive_features(
     return exponent.exp() + eps
 
 
-def tiles(batch: int, n: int, features: int, budget: int) -> list[tuple[slice, slice]]:
-    """``(heads, rows)`` tiles whose feature blocks hold at most about ``budget`` elements: whole
-    sequences of a group of heads while one sequence fits (contiguous slices, no online
-    maximum), otherwise chunks of rows of one head at a time."""
-    if n * features <= budget:
-        group = max(1, budget // (n * features))
-        return [(slice(b, min(b + group, batch)), slice(0, n)) for b in range(0, batch, group)]
-    rows = max(1, budget // features)
-    return [
-        (slice(b, b + 1), slice(r, min(r + rows, n)))
-        for b in range(batch)
-        for r in range(0, n, rows)
-    ]
-
-
-def in_block(block: torch.Tensor, heads: slice, rows: slice, features: int) -> torch.Tensor:
-    """A contiguous ``(heads, rows, features)`` view at the start of a reused buffer."""
-    shape = (heads.stop - heads.start, rows.stop - rows.start, features)
-    return block[: math.prod(shape)].view(shape)
-
-
-def with_column(x: torch.Tensor, column: torch.Tensor | float) -> torch.Tensor:
-    """``x`` with one more last-dimension entry: ``column`` (a tensor or a constant)."""
-    if not isinstance(column, torch.Tensor):
-        column = x.new_full((*x.shape[:-1], 1), column)
-    return torch.cat([x, column], dim=-1)
-
-
 class ChunkedFavor(torch.autograd.Function):
     """FAVOR+ attention of ``(B, n, d)`` q, k, v with a ``(B, m, d)`` projection, computed tile
     by tile (:func:`tiles`), with a hand-written backward that recomputes each tile's features.
@@ -129,7 +106,7 @@ class ChunkedFavor(torch.autograd.Function):
         projection = projection * scale
         key_projection = with_column(projection, 1.0).transpose(1, 2)  # (B, d + 1, m)
         layout = tiles(batch, n, features, budget)
-        block = q.new_empty(max(math.prod(in_block_shape(t, features)) for t in layout))
+        block = q.new_empty(block_size(layout, features))
 
         kv_plus = q.new_zeros(batch, features, d + 1)
         key_max = q.new_full((batch, 1, 1), -math.inf)
@@ -169,7 +146,7 @@ class ChunkedFavor(torch.autograd.Function):
         scale, eps, layout = ctx.scale, ctx.eps, ctx.layout
         batch, d = v.shape[0], v.shape[2]
         features = projection.shape[1]
-        size = max(math.prod(in_block_shape(t, features)) for t in layout)
+        size = block_size(layout, features)
         block, grad_block = q.new_empty(size), q.new_empty(size)
 
         query_projection = projection.transpose(1, 2)
@@ -222,11 +199,6 @@ class ChunkedFavor(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None, None, None
 
 
-def in_block_shape(tile: tuple[slice, slice], features: int) -> tuple[int, int, int]:
-    heads, rows = tile
-    return heads.stop - heads.start, rows.stop - rows.start, features
-
-
 def key_rows(k: torch.Tensor, scale: float) -> torch.Tensor:
     """[k, -s^2 |k|^2 / 2]: with [s w, 1], one product gives the key exponent s k.w - s^2|k|^2/2."""
     return with_column(k, k.square().sum(dim=-1, keepdim=True).mul_(-0.5 * scale**2))
@@ -240,7 +212,7 @@ def chunked_favor_attention(
     *,
     scale: float,
     eps: float,
-    budget: int = CHUNK_ELEMENTS,
+    budget: int = TILE_ELEMENTS,
 ) -> torch.Tensor:
     """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection,
     q and k scaled by ``scale`` (d^(-1/4)), computed by :class:`ChunkedFavor`."""

@@ -1,0 +1,53 @@
+"""Tiles over (heads, tokens) for kernels that walk long sequences in cache-sized pieces.
+
+The feature-map kernels (``performer``, ``random_feature``) with ``impl: chunked`` never build
+their (n x features) matrices whole: they loop over tiles of a few MB, write each tile's features
+into one reused buffer, and recompute them in the backward pass. On a CPU this keeps the
+element-wise work in cache and allocates no large tensor (a fresh tensor above glibc's 32 MB
+mmap threshold is new zeroed pages every time); on any device the memory saved for backward is
+O(n d) instead of O(n features).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+TILE_ELEMENTS = 1 << 21
+"""Elements of one tile's (heads, rows, features) block: 8 MB in fp32."""
+
+
+def tiles(batch: int, n: int, features: int, budget: int) -> list[tuple[slice, slice]]:
+    """``(heads, rows)`` tiles whose feature blocks hold at most about ``budget`` elements: whole
+    sequences of a group of heads while one sequence fits (contiguous slices, no online
+    maximum), otherwise chunks of rows of one head at a time."""
+    if n * features <= budget:
+        group = max(1, budget // (n * features))
+        return [(slice(b, min(b + group, batch)), slice(0, n)) for b in range(0, batch, group)]
+    rows = max(1, budget // features)
+    return [
+        (slice(b, b + 1), slice(r, min(r + rows, n)))
+        for b in range(batch)
+        for r in range(0, n, rows)
+    ]
+
+
+def in_block(block: torch.Tensor, heads: slice, rows: slice, features: int) -> torch.Tensor:
+    """A contiguous ``(heads, rows, features)`` view at the start of a reused buffer."""
+    shape = (heads.stop - heads.start, rows.stop - rows.start, features)
+    return block[: math.prod(shape)].view(shape)
+
+
+def with_column(x: torch.Tensor, column: torch.Tensor | float) -> torch.Tensor:
+    """``x`` with one more last-dimension entry: ``column`` (a tensor or a constant)."""
+    if not isinstance(column, torch.Tensor):
+        column = x.new_full((*x.shape[:-1], 1), column)
+    return torch.cat([x, column], dim=-1)
+
+
+def block_size(layout: list[tuple[slice, slice]], features: int) -> int:
+    """Elements of a buffer that holds the block of any tile of ``layout``."""
+    return max(
+        (heads.stop - heads.start) * (rows.stop - rows.start) * features for heads, rows in layout
+    )
