@@ -54,7 +54,37 @@ def test_dropout_only_in_training() -> None:
 
 
 def test_bad_knobs_name_the_setting() -> None:
-    with pytest.raises(ConfigError, match=r"attention.impl='flash' .*'sdpa', 'naive'"):
+    with pytest.raises(ConfigError, match=r"attention.impl='flash' .*'auto', 'sdpa', 'naive'"):
         SoftmaxAttention(seq_len=4, heads=1, head_dim=4, impl="flash")
     with pytest.raises(ConfigError, match=r"attention.dropout=1.5"):
         SoftmaxAttention(seq_len=4, heads=1, head_dim=4, dropout=1.5)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "seq_len", "fused"),
+    [
+        (torch.float32, 64, True),  # fp32: SDPA is never slower on a CPU
+        (torch.bfloat16, 64, False),  # half precision, short: the explicit matrix is faster
+        (torch.bfloat16, 600, True),  # half precision, long: back to SDPA
+    ],
+)
+def test_auto_picks_the_faster_path_and_computes_the_same(
+    dtype, seq_len: int, fused: bool, monkeypatch
+) -> None:
+    import vitattn.attention.softmax as softmax_module
+
+    calls = []
+    sdpa = softmax_module.F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append(args[0].shape)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(softmax_module.F, "scaled_dot_product_attention", recording)
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(2, 2, seq_len, 16).to(dtype) for _ in range(3))
+    sizes = {"seq_len": seq_len, "heads": 2, "head_dim": 16}
+    auto = SoftmaxAttention(**sizes)(q, k, v)
+    assert bool(calls) == fused
+    reference = SoftmaxAttention(**sizes, impl="naive")(q.double(), k.double(), v.double())
+    torch.testing.assert_close(auto.double(), reference, rtol=2e-2, atol=2e-2)

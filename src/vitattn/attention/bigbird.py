@@ -146,22 +146,25 @@ class BigBirdAttention(AttentionKernel):
             hidden = (table[..., None] < 0) | (positions < pad)
             bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
             bias = bias.view(1, heads, query_blocks, 1, slots * size)
-            key_rows, value_rows = (x.reshape(batch, heads * blocks, size, dim) for x in (kp, vp))
-            query_rows = qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim)
+            kb, vb = (
+                x.reshape(batch, heads * blocks, size, dim)
+                .index_select(1, flat.flatten())
+                .view(batch, heads, query_blocks, slots * size, dim)
+                for x in (kp, vp)
+            )
+            # Contiguous, so that the batched products see evenly strided matrices.
+            qb = (
+                qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim).contiguous()
+            )
 
-            def attend(group: slice) -> torch.Tensor:
-                index = flat[:, group].flatten()
-                kb, vb = (
-                    x.index_select(1, index).view(batch, heads, -1, slots * size, dim)
-                    for x in (key_rows, value_rows)
-                )
-                # Contiguous, so that the batched products see evenly strided matrices.
-                qb = query_rows[:, :, group].contiguous()
-                scores = (qb @ kb.transpose(-2, -1)).add_(bias[:, :, group])
+            def attend(
+                qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, bias: torch.Tensor
+            ) -> torch.Tensor:
+                scores = (qb @ kb.transpose(-2, -1)).add_(bias)
                 return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
 
             scores_bytes = batch * heads * size * slots * size * q.element_size()
-            outputs.append(in_block_groups(query_blocks, scores_bytes, attend))
+            outputs.append(in_block_groups(attend, (qb, kb, vb), bias, 2, scores_bytes))
         return torch.cat(outputs, dim=2)[:, :, pad:]
 
     def extra_repr(self) -> str:

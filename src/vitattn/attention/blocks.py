@@ -98,19 +98,26 @@ def dense_attention(
 
 
 def in_block_groups(
-    blocks: int, bytes_per_block: int, attend: Callable[[slice], torch.Tensor]
+    attend: Callable[..., torch.Tensor],
+    blocked: Sequence[torch.Tensor],
+    bias: torch.Tensor,
+    bias_dim: int,
+    bytes_per_block: int,
 ) -> torch.Tensor:
-    """``attend(group)`` for consecutive groups of query blocks, concatenated along the token
-    axis (2). Each group's scores take about :data:`GROUP_BYTES`: one pass over all blocks at
-    once makes tensors of hundreds of MB at long sequences, and their time then grows faster
-    than n (measured: local attention's forward+backward grew 6.7x from n = 1024 to 4096)."""
+    """``attend(*blocked, bias)`` over consecutive groups of query blocks (axis 2 of every
+    ``blocked`` tensor, axis ``bias_dim`` of ``bias``), concatenated along axis 2. Each group's
+    scores take about :data:`GROUP_BYTES`: one pass over all blocks at once makes score tensors
+    of hundreds of MB at long sequences, and time then grows faster than n (measured: local
+    attention's forward+backward grew 6.7x from n = 1024 to 4096). The groups are ``split``
+    views, whose gradients autograd joins in one ``cat``; slicing per group would instead give
+    every group a zero-filled gradient of the whole tensor."""
+    blocks = blocked[0].shape[2]
     size = max(1, GROUP_BYTES // max(1, bytes_per_block))
     if size >= blocks:
-        return attend(slice(0, blocks))
-    return torch.cat(
-        [attend(slice(start, min(start + size, blocks))) for start in range(0, blocks, size)],
-        dim=2,
-    )
+        return attend(*blocked, bias)
+    parts = [x.split(size, dim=2) for x in blocked] + [bias.split(size, dim=bias_dim)]
+    groups = zip(*parts, strict=True)
+    return torch.cat([attend(*group) for group in groups], dim=2)
 
 
 def grid_side(seq_len: int) -> int:

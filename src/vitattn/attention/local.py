@@ -179,19 +179,25 @@ class LocalAttention(AttentionKernel):
         queries, keys, bias, inverse = self.layout(tokens, q.device)
         blocks, per_block = queries.shape
         span = keys.shape[1]
-        q = q * self.scale
+        qb = (
+            (q * self.scale)
+            .index_select(2, queries.flatten())
+            .view(batch, heads, blocks, per_block, dim)
+        )
+        kb = k.index_select(2, keys.flatten()).view(batch, heads, blocks, span, dim)
+        vb = v.index_select(2, keys.flatten()).view(batch, heads, blocks, span, dim)
 
-        def attend(group: slice) -> torch.Tensor:
-            qb = q.index_select(2, queries[group].flatten()).view(batch, heads, -1, per_block, dim)
-            kb = k.index_select(2, keys[group].flatten()).view(batch, heads, -1, span, dim)
-            vb = v.index_select(2, keys[group].flatten()).view(batch, heads, -1, span, dim)
-            scores = (qb @ kb.transpose(-2, -1)).add_(bias[group])
+        def attend(
+            qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, bias: torch.Tensor
+        ) -> torch.Tensor:
+            scores = (qb @ kb.transpose(-2, -1)).add_(bias)
             return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
 
         scores_bytes = batch * heads * per_block * span * q.element_size()
-        out = in_block_groups(blocks, scores_bytes, attend).index_select(2, inverse)
+        out = in_block_groups(attend, (qb, kb, vb), bias, 0, scores_bytes)
+        out = out.index_select(2, inverse)
         if g:
-            out_global = dense_attention(q[:, :, :g], k, v, 1.0, None)
+            out_global = dense_attention(q[:, :, :g], k, v, self.scale, None)
             out = torch.cat([out_global, out], dim=2)
         return out
 

@@ -11,7 +11,11 @@ import torch.nn.functional as F
 from vitattn.attention.base import AttentionKernel, register_attention
 from vitattn.utils.errors import ConfigError
 
-IMPLEMENTATIONS = ("sdpa", "naive")
+IMPLEMENTATIONS = ("auto", "sdpa", "naive")
+# impl=auto on a CPU in bf16/fp16 builds the explicit matrix up to this many tokens. Measured
+# on a 2-core AMX Xeon, forward+backward, 4 heads, d 64, bf16: explicit 4.2x faster than SDPA
+# at n = 64, 2.0x at 256, SDPA 1.5x faster at 1024 (in fp32 SDPA is never slower).
+CPU_HALF_EXPLICIT_MAX_TOKENS = 512
 
 
 @register_attention("softmax")
@@ -21,7 +25,11 @@ class SoftmaxAttention(AttentionKernel):
     Args:
         impl: ``sdpa`` uses ``torch.nn.functional.scaled_dot_product_attention`` (fused
             FlashAttention / memory-efficient kernels where available); ``naive`` builds the
-            explicit n x n weight matrix, the reference the approximations are compared with.
+            explicit n x n weight matrix, the reference the approximations are compared with;
+            ``auto`` is ``sdpa`` except on a CPU in bf16/fp16 with at most
+            ``CPU_HALF_EXPLICIT_MAX_TOKENS`` tokens, where the explicit matrix's half-precision
+            matrix products are faster than the CPU's fused kernel. All three compute the
+            same function.
         dropout: dropout on the attention weights, applied in training only.
     """
 
@@ -31,7 +39,7 @@ class SoftmaxAttention(AttentionKernel):
         seq_len: int,
         heads: int,
         head_dim: int,
-        impl: str = "sdpa",
+        impl: str = "auto",
         dropout: float = 0.0,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
@@ -46,12 +54,21 @@ class SoftmaxAttention(AttentionKernel):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0
-        if self.impl == "sdpa":
+        if self.impl == "sdpa" or (self.impl == "auto" and not self.explicit_is_faster(q)):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
         weights = self.attention_matrix(q, k)
         if dropout:
             weights = F.dropout(weights, p=dropout)
         return weights @ v
+
+    @staticmethod
+    def explicit_is_faster(q: torch.Tensor) -> bool:
+        """Whether ``impl=auto`` builds the explicit matrix for these queries."""
+        return (
+            q.device.type == "cpu"
+            and q.dtype in (torch.bfloat16, torch.float16)
+            and q.shape[-2] <= CPU_HALF_EXPLICIT_MAX_TOKENS
+        )
 
     def attention_matrix(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """The explicit ``(batch, heads, n, n)`` matrix softmax(Q K^T / sqrt(d))."""
