@@ -18,7 +18,7 @@ from vitattn.attention.base import AttentionKernel, register_attention
 from vitattn.attention.blocks import (
     MASKED,
     dense_attention,
-    in_block_groups,
+    group_size,
     in_fp32,
     integer,
     pad_tokens,
@@ -146,25 +146,28 @@ class BigBirdAttention(AttentionKernel):
             hidden = (table[..., None] < 0) | (positions < pad)
             bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
             bias = bias.view(1, heads, query_blocks, 1, slots * size)
-            kb, vb = (
-                x.reshape(batch, heads * blocks, size, dim)
-                .index_select(1, flat.flatten())
-                .view(batch, heads, query_blocks, slots * size, dim)
-                for x in (kp, vp)
-            )
-            # Contiguous, so that the batched products see evenly strided matrices.
-            qb = (
-                qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim).contiguous()
-            )
+            key_rows, value_rows = (x.reshape(batch, heads * blocks, size, dim) for x in (kp, vp))
+            query_rows = qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim)
 
-            def attend(
-                qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, bias: torch.Tensor
-            ) -> torch.Tensor:
-                scores = (qb @ kb.transpose(-2, -1)).add_(bias)
+            def attend(group: slice) -> torch.Tensor:
+                # Each group gathers its own key blocks: gathering all of them at once (and
+                # splitting) makes a tensor of slots x the keys, 117 MB at n = 4096, whose
+                # allocation took more time than the attention.
+                index = flat[:, group].flatten()
+                kb, vb = (
+                    x.index_select(1, index).view(batch, heads, -1, slots * size, dim)
+                    for x in (key_rows, value_rows)
+                )
+                # Contiguous, so that the batched products see evenly strided matrices.
+                qb = query_rows[:, :, group].contiguous()
+                scores = (qb @ kb.transpose(-2, -1)).add_(bias[:, :, group])
                 return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
 
-            scores_bytes = batch * heads * size * slots * size * q.element_size()
-            outputs.append(in_block_groups(attend, (qb, kb, vb), bias, 2, scores_bytes))
+            per_group = group_size(batch * heads * size * slots * size * q.element_size())
+            outputs.extend(
+                attend(slice(start, min(start + per_group, query_blocks)))
+                for start in range(0, query_blocks, per_group)
+            )
         return torch.cat(outputs, dim=2)[:, :, pad:]
 
     def extra_repr(self) -> str:

@@ -97,6 +97,11 @@ def dense_attention(
     return scores.softmax(dim=-1) @ v
 
 
+def group_size(bytes_per_block: int) -> int:
+    """Query blocks per group, so that a group's scores take about :data:`GROUP_BYTES`."""
+    return max(1, GROUP_BYTES // max(1, bytes_per_block))
+
+
 def in_block_groups(
     attend: Callable[..., torch.Tensor],
     blocked: Sequence[torch.Tensor],
@@ -112,7 +117,7 @@ def in_block_groups(
     views, whose gradients autograd joins in one ``cat``; slicing per group would instead give
     every group a zero-filled gradient of the whole tensor."""
     blocks = blocked[0].shape[2]
-    size = max(1, GROUP_BYTES // max(1, bytes_per_block))
+    size = group_size(bytes_per_block)
     if size >= blocks:
         return attend(*blocked, bias)
     parts = [x.split(size, dim=2) for x in blocked] + [bias.split(size, dim=bias_dim)]
