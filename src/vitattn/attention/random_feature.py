@@ -94,7 +94,7 @@ class ChunkedRandomFeatures(torch.autograd.Function):
         projected_block = q.new_empty(block_size(layout, count))
         feature_block = q.new_empty(block_size(layout, 2 * count))
 
-        def features(x: torch.Tensor, heads: slice, rows: slice) -> torch.Tensor:
+        def features(x: torch.Tensor, heads: slice) -> torch.Tensor:
             return fourier_tile(x, frequencies_t[heads], projected_block, feature_block)
 
         kv_plus = q.new_zeros(batch, 2 * count, d + 1)
@@ -110,15 +110,15 @@ class ChunkedRandomFeatures(torch.autograd.Function):
             weight = log_weight.sub_(new_max).exp_()
             weight_sum[heads] += weight.sum(dim=1, keepdim=True)
             weighted_values = with_column(v[heads, rows], 1.0).mul_(weight)
-            kv_plus[heads] += features(key, heads, rows).transpose(1, 2) @ weighted_values
+            kv_plus[heads] += features(key, heads).transpose(1, 2) @ weighted_values
             log_weight_max[heads] = new_max
-        kv_plus /= count  # c^2: one c from the keys' features, one from the queries'
+        kv_plus /= count  # sqrt(1/D) from the keys' features and sqrt(1/D) from the queries'
         floor = eps * weight_sum
 
         out = v.new_empty(batch, n, d)
         normaliser = v.new_empty(batch, n, 1)
         for heads, rows in layout:
-            out_plus = features(q[heads, rows], heads, rows) @ kv_plus[heads]
+            out_plus = features(q[heads, rows], heads) @ kv_plus[heads]
             normaliser[heads, rows] = out_plus[..., d:]
             torch.div(
                 out_plus[..., :d],
@@ -142,7 +142,7 @@ class ChunkedRandomFeatures(torch.autograd.Function):
         feature_block = q.new_empty(block_size(layout, 2 * count))
         grad_block = q.new_empty(block_size(layout, 2 * count))
 
-        def features(x: torch.Tensor, heads: slice, rows: slice) -> torch.Tensor:
+        def features(x: torch.Tensor, heads: slice) -> torch.Tensor:
             return fourier_tile(x, frequencies_t[heads], projected_block, feature_block)
 
         def grad_input(
@@ -168,7 +168,7 @@ class ChunkedRandomFeatures(torch.autograd.Function):
             grad_out_plus = with_column(
                 grad / denominator, grad_denominator.masked_fill(below, 0.0)
             )
-            features_q = features(q[heads, rows], heads, rows)
+            features_q = features(q[heads, rows], heads)
             grad_kv_plus[heads] += features_q.transpose(1, 2) @ grad_out_plus
             grad_features = in_block(grad_block, heads, rows, 2 * count)
             torch.bmm(grad_out_plus, kv_plus[heads].transpose(1, 2), out=grad_features)
@@ -182,7 +182,7 @@ class ChunkedRandomFeatures(torch.autograd.Function):
             log_weight = key.square().sum(dim=-1, keepdim=True).mul_(weight_scale)
             weight = log_weight.sub_(log_weight_max[heads]).exp_()
             value_plus = with_column(v[heads, rows], 1.0)
-            features_k = features(key, heads, rows)
+            features_k = features(key, heads)
             # KV+ = c sum F^T (g V+): the gradient of g V+ is c F grad_KV+.
             grad_weighted = features_k @ grad_kv_plus[heads]
             grad_v[heads, rows] = grad_weighted[..., :d] * weight
