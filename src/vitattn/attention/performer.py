@@ -31,6 +31,7 @@ import torch
 from vitattn.attention.base import AttentionKernel, positive_int, register_attention
 from vitattn.attention.tiling import (
     TILE_ELEMENTS,
+    apply_per_head,
     block_size,
     in_block,
     tiles,
@@ -216,20 +217,7 @@ def chunked_favor_attention(
 ) -> torch.Tensor:
     """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection,
     q and k scaled by ``scale`` (d^(-1/4)), computed by :class:`ChunkedFavor`."""
-    batch, heads, n, d = q.shape
-    features = projection.shape[1]
-    flat = batch * heads
-    per_head = projection.unsqueeze(0).expand(batch, -1, -1, -1).reshape(flat, features, d)
-    out = ChunkedFavor.apply(
-        q.reshape(flat, n, d),
-        k.reshape(flat, n, d),
-        v.reshape(flat, n, v.shape[-1]),
-        per_head,
-        scale,
-        eps,
-        budget,
-    )
-    return out.reshape(batch, heads, n, v.shape[-1])
+    return apply_per_head(ChunkedFavor, q, k, v, projection, scale, eps, budget)
 
 
 @register_attention("performer")

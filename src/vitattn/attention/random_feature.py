@@ -26,7 +26,14 @@ from typing import Any
 import torch
 
 from vitattn.attention.base import AttentionKernel, positive, positive_int, register_attention
-from vitattn.attention.tiling import TILE_ELEMENTS, block_size, in_block, tiles, with_column
+from vitattn.attention.tiling import (
+    TILE_ELEMENTS,
+    apply_per_head,
+    block_size,
+    in_block,
+    tiles,
+    with_column,
+)
 from vitattn.utils.errors import ConfigError
 
 IMPLEMENTATIONS = ("chunked", "autograd")
@@ -230,21 +237,7 @@ def chunked_random_feature_attention(
 ) -> torch.Tensor:
     """RFA of ``(batch, heads, n, d)`` q, k, v with ``(heads, D, d)`` frequencies (drawn with
     standard deviation ``sigma``), computed by :class:`ChunkedRandomFeatures`."""
-    batch, heads, n, d = q.shape
-    count = frequencies.shape[1]
-    flat = batch * heads
-    per_head = frequencies.unsqueeze(0).expand(batch, -1, -1, -1).reshape(flat, count, d)
-    out = ChunkedRandomFeatures.apply(
-        q.reshape(flat, n, d),
-        k.reshape(flat, n, d),
-        v.reshape(flat, n, v.shape[-1]),
-        per_head,
-        scale,
-        sigma,
-        eps,
-        budget,
-    )
-    return out.reshape(batch, heads, n, v.shape[-1])
+    return apply_per_head(ChunkedRandomFeatures, q, k, v, frequencies, scale, sigma, eps, budget)
 
 
 @register_attention("random_feature")

@@ -11,6 +11,7 @@ O(n d) instead of O(n features).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -51,3 +52,27 @@ def block_size(layout: list[tuple[slice, slice]], features: int) -> int:
     return max(
         (heads.stop - heads.start) * (rows.stop - rows.start) * features for heads, rows in layout
     )
+
+
+def apply_per_head(
+    function: type[torch.autograd.Function],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    weights: torch.Tensor,
+    *settings: Any,
+) -> torch.Tensor:
+    """``function.apply(q, k, v, weights, *settings)`` on ``(batch * heads, n, d)`` views of
+    ``(batch, heads, n, d)`` q, k, v, with the ``(heads, rows, d)`` per-head ``weights``
+    repeated for every batch element; the output comes back as ``(batch, heads, n, d)``."""
+    batch, heads, n, d = q.shape
+    flat = batch * heads
+    per_head = weights.unsqueeze(0).expand(batch, -1, -1, -1).reshape(flat, *weights.shape[1:])
+    out = function.apply(
+        q.reshape(flat, n, d),
+        k.reshape(flat, n, d),
+        v.reshape(flat, n, v.shape[-1]),
+        per_head,
+        *settings,
+    )
+    return out.reshape(batch, heads, n, v.shape[-1])
