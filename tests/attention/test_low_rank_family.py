@@ -409,3 +409,17 @@ def test_feature_knobs_reject_bad_values() -> None:
         RandomFeatureAttention(seq_len=16, heads=2, head_dim=16, sigma=0)
     with pytest.raises(ConfigError, match=r"attention.redraw_interval=-1 is not valid"):
         PerformerAttention(seq_len=16, heads=2, head_dim=16, redraw_interval=-1)
+
+
+@pytest.mark.parametrize("cls", FEATURE_KERNELS)
+def test_chunked_backward_stays_in_fp32_under_autocast(cls) -> None:
+    # loss.backward() inside an autocast region must not drop the hand-written backward's
+    # products to bf16: the gradients equal those of a plain fp32 call.
+    torch.manual_seed(0)
+    kernel = cls(seq_len=64, heads=2, head_dim=16).eval()
+    q, k, v = (t.requires_grad_() for t in qkv(64))
+    plain = torch.autograd.grad(kernel(q, k, v).sum(), (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = torch.autograd.grad(kernel(q, k, v).float().sum(), (q, k, v))
+    for a, b in zip(autocast, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

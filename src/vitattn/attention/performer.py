@@ -32,6 +32,7 @@ from vitattn.attention.base import AttentionKernel, positive_int, register_atten
 from vitattn.attention.tiling import (
     TILE_ELEMENTS,
     apply_per_head,
+    backward_in_fp32,
     block_size,
     in_block,
     tiles,
@@ -142,6 +143,7 @@ class ChunkedFavor(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @backward_in_fp32
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, projection, kv_plus, key_max, query_max, normaliser, out = ctx.saved_tensors
         scale, eps, layout = ctx.scale, ctx.eps, ctx.layout

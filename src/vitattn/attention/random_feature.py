@@ -29,6 +29,7 @@ from vitattn.attention.base import AttentionKernel, positive, positive_int, regi
 from vitattn.attention.tiling import (
     TILE_ELEMENTS,
     apply_per_head,
+    backward_in_fp32,
     block_size,
     in_block,
     tiles,
@@ -139,6 +140,7 @@ class ChunkedRandomFeatures(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @backward_in_fp32
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, frequencies, kv_plus, log_weight_max, floor, normaliser, out = ctx.saved_tensors
         weight_scale, eps, layout = ctx.weight_scale, ctx.eps, ctx.layout

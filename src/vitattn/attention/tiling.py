@@ -10,7 +10,9 @@ O(n d) instead of O(n features).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -76,3 +78,18 @@ def apply_per_head(
         *settings,
     )
     return out.reshape(batch, heads, n, v.shape[-1])
+
+
+def backward_in_fp32(
+    backward: Callable[[Any, torch.Tensor], tuple[torch.Tensor | None, ...]],
+) -> Callable[[Any, torch.Tensor], tuple[torch.Tensor | None, ...]]:
+    """Run a Function's ``backward`` with autocast off. The forward computes in fp32; autograd
+    may call the backward inside the caller's autocast region (``loss.backward()`` under
+    ``torch.autocast``), where its matrix products would silently drop to bf16/fp16."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        with torch.autocast(device_type=grad_out.device.type, enabled=False):
+            return backward(ctx, grad_out)
+
+    return wrapper
