@@ -26,28 +26,11 @@ from collections.abc import Callable
 import hydra
 import torch
 from omegaconf import OmegaConf
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from vitattn.bench.memory import LargestTensor
 from vitattn.utils.config import CONFIG_DIR
 
 DEFAULT_ATTENTIONS = ["softmax", "local", "bigbird", "sparse", "reformer"]
-
-
-class LargestTensor(TorchDispatchMode):
-    """Records the element count of the largest tensor storage any operation returns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elements = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                size = leaf.untyped_storage().nbytes() // max(1, leaf.element_size())
-                self.elements = max(self.elements, size)
-        return out
 
 
 def build(name: str, seq_len: int, heads: int, head_dim: int) -> torch.nn.Module:
@@ -76,7 +59,7 @@ def setup(name: str, n: int, args: argparse.Namespace) -> tuple[Callable[[], Non
     with torch.no_grad(), LargestTensor() as counter:
         kernel(q, k, v)
     step()  # warm-up
-    return step, counter.elements
+    return step, counter.bytes // q.element_size()
 
 
 def measure(names: list[str], n: int, args: argparse.Namespace) -> dict[str, tuple]:

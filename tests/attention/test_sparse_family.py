@@ -9,14 +9,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from vitattn.attention.bigbird import BigBirdAttention
 from vitattn.attention.local import LocalAttention
 from vitattn.attention.reformer import ReformerAttention, lsh_buckets
 from vitattn.attention.softmax import SoftmaxAttention
 from vitattn.attention.sparse import SparseAttention, summary_offsets
+from vitattn.bench.memory import LargestTensor
 from vitattn.utils.errors import ConfigError
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -380,22 +379,6 @@ def test_reformer_buckets_default_to_about_one_chunk_each() -> None:
 # ------------------------------------------------------------------------ memory scaling
 
 
-class LargestTensor(TorchDispatchMode):
-    """Records the element count of the largest tensor storage any operation returns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elements = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                size = leaf.untyped_storage().nbytes() // max(1, leaf.element_size())
-                self.elements = max(self.elements, size)
-        return out
-
-
 def largest_tensor(name: str, n: int, head_dim: int) -> int:
     kernels = {
         "local": LocalAttention,
@@ -408,7 +391,7 @@ def largest_tensor(name: str, n: int, head_dim: int) -> int:
     q, k, v = (torch.randn(1, 2, n, head_dim, requires_grad=True) for _ in range(3))
     with LargestTensor() as counter:
         kernel(q, k, v)
-    return counter.elements
+    return counter.bytes
 
 
 @pytest.mark.parametrize("name", ["local", "bigbird", "sparse", "reformer"])
