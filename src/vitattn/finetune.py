@@ -30,7 +30,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.train import best_checkpoint, instantiate_list, tidy_lightning_output
+from vitattn.train import instantiate_list, run_test_on_best, tidy_lightning_output
 from vitattn.utils.config import CONFIG_DIR, check_group_choices
 from vitattn.utils.errors import ConfigError, VitattnError
 from vitattn.utils.run import fail, run_task
@@ -186,12 +186,9 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
 
     test_ckpt = None
     if cfg.get("test", True):
-        test_ckpt = best_checkpoint(trainer)
-        if test_ckpt is None:
-            log.warning("no checkpoint was saved: testing the weights in memory")
         # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
-        trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)
-        metrics.update({k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+        test_ckpt, test_metrics = run_test_on_best(trainer, module, datamodule)
+        metrics.update(test_metrics)
     metrics["test/acc_base"] = base_acc
 
     writes = trainer.is_global_zero and not cfg.trainer.get("fast_dev_run")

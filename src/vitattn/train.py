@@ -68,6 +68,17 @@ def best_checkpoint(trainer: Any) -> str | None:
     return next((path for path in monitored + latest if path), None)
 
 
+def run_test_on_best(trainer: Any, module: Any, datamodule: Any) -> tuple[str | None, dict]:
+    """Test the best checkpoint (:func:`best_checkpoint`; the weights in memory if none was
+    saved). Returns the checkpoint tested and the ``test/`` metrics."""
+    ckpt_path = best_checkpoint(trainer)
+    if ckpt_path is None:
+        log.warning("no checkpoint was saved: testing the weights in memory")
+    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    return ckpt_path, metrics
+
+
 def check_checkpoint_matches(ckpt_path: str, module: Any) -> None:
     """Refuse, in one line, a checkpoint whose network differs from the configured one."""
     import torch
@@ -179,11 +190,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     test_ckpt = None
     if cfg.get("test", True):
-        test_ckpt = best_checkpoint(trainer)
-        if test_ckpt is None:
-            log.warning("no checkpoint was saved: testing the weights in memory")
-        trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)
-        metrics.update({k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+        test_ckpt, test_metrics = run_test_on_best(trainer, module, datamodule)
+        metrics.update(test_metrics)
 
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     metrics.update(
