@@ -366,22 +366,9 @@ def _result(
     params: int,
     seconds: list[float],
 ) -> TrainSpeed:
-    if not seconds:
-        return TrainSpeed(
-            implementation,
-            model,
-            attention,
-            batch_size,
-            precision,
-            compile,
-            str(device),
-            params,
-            None,
-            None,
-            None,
-            status="no measurement",
-        )
-    rate, spread, step_ms = summarize(seconds, batch_size)
+    rate = spread = step_ms = None
+    if seconds:
+        rate, spread, step_ms = summarize(seconds, batch_size)
     return TrainSpeed(
         implementation,
         model,
@@ -394,6 +381,7 @@ def _result(
         rate,
         spread,
         step_ms,
+        status="ok" if seconds else "no measurement",
     )
 
 
