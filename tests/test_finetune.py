@@ -255,7 +255,8 @@ def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     assert metrics["test/acc_merged"] == pytest.approx(metrics["test/acc"], abs=1e-6)
     cfg = compose_config(
         "eval",
-        [f"ckpt_path={merged}", "data.shift=rotate", "trainer=cpu", f"paths.data_dir={data_dir}"],
+        # no data.shift: the merged checkpoint carries the fine-tune's (rotate)
+        [f"ckpt_path={merged}", "trainer=cpu", f"paths.data_dir={data_dir}"],
         tmp_path,
     )
     assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)

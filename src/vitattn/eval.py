@@ -1,7 +1,9 @@
 """``vitattn-eval ckpt_path=...``: test accuracy of a checkpoint saved by ``vitattn-train``.
 
 The checkpoint carries the network's config, so the model is rebuilt exactly as it was trained;
-only the data and trainer settings come from ``configs/eval.yaml`` and the command line.
+the data and trainer settings come from ``configs/eval.yaml`` and the command line, except the
+data settings left ``null`` there (grayscale, normalize, shift), which are those the checkpoint
+was trained with (:mod:`vitattn.data.as_trained`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test a checkpoint; write and return ``metrics.json``'s content."""
     import lightning as L
 
+    from vitattn.data.as_trained import as_trained
     from vitattn.utils.run import write_metrics
 
     tidy_lightning_output()
@@ -54,7 +57,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             "ckpt_path is required: vitattn-eval ckpt_path=<run>/checkpoints/last.ckpt"
         )
     module = load_classifier(cfg.ckpt_path)
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(as_trained(cfg.data, cfg.ckpt_path))
     datamodule.prepare_data()
     datamodule.setup("test")
 

@@ -96,12 +96,18 @@ def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
     return float(results[0]["test/acc"])
 
 
-def hyperparameters(cfg: DictConfig, module: Any, counts: Any) -> dict[str, Any]:
-    """The flat settings shown in TensorBoard's HPARAMS view."""
+def hyperparameters(
+    cfg: DictConfig, data_cfg: DictConfig, module: Any, counts: Any
+) -> dict[str, Any]:
+    """The flat settings shown in TensorBoard's HPARAMS view (``data_cfg``: the data settings
+    used, with those taken from the base checkpoint filled in)."""
     from vitattn.utils.hparams import flatten
 
     net = {k: v for k, v in module.hparams.net.items() if k not in ("attention", "_target_")}
-    groups = {g: OmegaConf.to_container(cfg[g], resolve=True) for g in ("data", "optimizer")}
+    groups = {
+        "data": OmegaConf.to_container(data_cfg, resolve=True),
+        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
+    }
     return {
         "attention": attention_name(module.hparams.net),
         "params": counts.total,
@@ -118,6 +124,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from vitattn.callbacks import ImagesPerSecond
+    from vitattn.data.as_trained import as_trained
     from vitattn.lora.adapters import LoRASettings
     from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
     from vitattn.utils.hparams import log_hyperparameters
@@ -134,7 +141,10 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
     if cfg.get("matmul_precision"):
         torch.set_float32_matmul_precision(cfg.matmul_precision)
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
+    # this run's own setting.
+    data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
 
@@ -157,7 +167,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_list(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-    log_hyperparameters(trainer.loggers, hyperparameters(cfg, module, counts))
+    log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module, counts))
     shift = datamodule.hparams.get("shift", "none")
     log.info(
         "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "
@@ -196,7 +206,10 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     if merge and writes:
         merged = module.merged_classifier()
         merged_path = save_plain_checkpoint(
-            merged, output_dir / "checkpoints" / MERGED_CHECKPOINT, trainer.global_step
+            merged,
+            output_dir / "checkpoints" / MERGED_CHECKPOINT,
+            trainer.global_step,
+            data_settings=dict(datamodule.hparams),
         )
         metrics["test/acc_merged"] = score(cfg, merged, datamodule)
         log.info("wrote %s (test/acc_merged=%.4f)", merged_path, metrics["test/acc_merged"])

@@ -20,7 +20,7 @@ QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def real_images(data_cfg: DictConfig, count: int) -> torch.Tensor:
-    """The first ``count`` test images, as the model sees them in evaluation (normalised)."""
+    """The first ``count`` test images, as the model sees them in evaluation."""
     datamodule: Any = hydra.utils.instantiate(data_cfg)
     datamodule.prepare_data()
     datamodule.setup("test")
@@ -59,9 +59,11 @@ def capture_qkv(net: torch.nn.Module, images: torch.Tensor) -> list[QKV]:
 
 
 def checkpoint_qkv(ckpt_path: str, data_cfg: DictConfig, images: int) -> list[QKV]:
-    """Load ``ckpt_path`` (a ``vitattn-train`` checkpoint) and capture q, k, v on real images."""
+    """Load ``ckpt_path`` (a ``vitattn-train`` checkpoint) and capture q, k, v on real images,
+    read with the data settings it was trained with where ``data_cfg`` leaves them ``null``."""
+    from vitattn.data.as_trained import as_trained
     from vitattn.eval import load_classifier
 
     module = load_classifier(ckpt_path)
-    batch = real_images(data_cfg, images)
+    batch = real_images(as_trained(data_cfg, ckpt_path), images)
     return capture_qkv(module.net, batch.to(next(module.parameters()).device))

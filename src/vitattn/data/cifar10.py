@@ -172,6 +172,13 @@ class CIFAR10DataModule(L.LightningDataModule):
         pin_memory: bool = False,
     ) -> None:
         super().__init__()
+        for setting, value in (
+            ("grayscale", grayscale),
+            ("normalize", normalize),
+            ("hflip", hflip),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigError(f"data.{setting}={value} is not valid; choose true or false")
         if batch_size < 1 or eval_batch_size < 1:
             raise ConfigError(
                 f"data.batch_size={batch_size} and data.eval_batch_size={eval_batch_size} "

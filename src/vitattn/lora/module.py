@@ -71,9 +71,16 @@ class LoRAClassifier(ViTClassifier):
         return plain.to(self.device)
 
 
-def save_plain_checkpoint(module: ViTClassifier, path: str | Path, global_step: int = 0) -> Path:
+def save_plain_checkpoint(
+    module: ViTClassifier,
+    path: str | Path,
+    global_step: int = 0,
+    data_settings: dict[str, Any] | None = None,
+) -> Path:
     """Write ``module`` as a Lightning checkpoint that ``ViTClassifier.load_from_checkpoint``
-    (and so ``vitattn-eval ckpt_path=...``) reads: its hyperparameters and weights only."""
+    (and so ``vitattn-eval ckpt_path=...``) reads: its hyperparameters and weights, and the data
+    module's hyperparameters ``data_settings`` where the Trainer would have saved them, so that
+    ``vitattn-eval`` sees the data as it was trained on (:mod:`vitattn.data.as_trained`)."""
     import lightning as L
 
     path = Path(path)
@@ -85,5 +92,7 @@ def save_plain_checkpoint(module: ViTClassifier, path: str | Path, global_step: 
         "epoch": 0,
         "global_step": global_step,
     }
+    if data_settings is not None:
+        checkpoint[L.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY] = data_settings
     torch.save(checkpoint, path)
     return path

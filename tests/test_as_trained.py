@@ -1,0 +1,136 @@
+"""Commands that reuse a checkpoint read the data as the checkpoint's run was trained on it.
+
+The case that needs it: a Long Range Arena model (grayscale, raw 8-bit intensities) evaluated,
+fine-tuned or inspected without repeating ``data.grayscale=true data.normalize=false``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import compose_config
+from vitattn.data.as_trained import as_trained, saved_data_settings
+from vitattn.data.cifar10 import CIFAR10DataModule
+from vitattn.utils.errors import ConfigError
+
+# experiment=lra_image at test size: grayscale, un-normalised, one token per pixel.
+LRA_TINY = [
+    "experiment=lra_image",
+    "trainer=cpu",
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=3",
+    "+trainer.limit_val_batches=1",
+    "data.batch_size=16",
+    "data.eval_batch_size=512",
+    "callbacks.progress_bar.refresh_rate=0",
+    "logger=csv",
+]
+
+
+@pytest.fixture(scope="module")
+def lra_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from vitattn.train import train
+
+    GlobalHydra.instance().clear()
+    run_dir = tmp_path_factory.mktemp("lra")
+    train(compose_config("train", [*LRA_TINY, f"paths.data_dir={data_dir}"], run_dir))
+    GlobalHydra.instance().clear()
+    return run_dir
+
+
+def test_checkpoints_carry_the_data_settings(lra_run: Path) -> None:
+    saved = saved_data_settings(lra_run / "checkpoints" / "last.ckpt")
+    assert (saved["grayscale"], saved["normalize"], saved["shift"]) == (True, False, "none")
+
+
+def test_eval_reproduces_an_lra_run_without_repeating_its_data_settings(
+    lra_run: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    from vitattn.eval import evaluate
+
+    trained = json.loads((lra_run / "metrics.json").read_text())
+    cfg = compose_config(
+        "eval",
+        [f"ckpt_path={trained['ckpt_path']}", "trainer=cpu", f"paths.data_dir={data_dir}"],
+        tmp_path,
+    )
+    assert cfg.data.grayscale is None  # nothing about the data given
+    metrics = evaluate(cfg)
+    assert float(metrics["test/acc"]) == pytest.approx(trained["test/acc"], abs=1e-6)
+    assert float(metrics["test/loss"]) == pytest.approx(trained["test/loss"], rel=1e-5)
+
+
+def test_a_value_given_for_the_data_wins_over_the_checkpoint(lra_run: Path, tmp_path: Path) -> None:
+    ckpt = lra_run / "checkpoints" / "last.ckpt"
+    cfg = compose_config("eval", [f"ckpt_path={ckpt}", "data.shift=invert"], tmp_path)
+    data = as_trained(cfg.data, ckpt)
+    assert (data.grayscale, data.normalize, data.shift) == (True, False, "invert")
+    # only the settings asked for are taken from the checkpoint
+    data = as_trained(cfg.data, ckpt, settings=("grayscale",))
+    assert (data.grayscale, data.normalize) == (True, None)
+
+
+def test_without_saved_settings_the_data_module_defaults_apply(tmp_path: Path) -> None:
+    foreign = tmp_path / "plain.ckpt"
+    torch.save({"state_dict": {}}, foreign)
+    cfg = compose_config("eval", [f"ckpt_path={foreign}"], tmp_path)
+    for ckpt in (foreign, None):
+        data = as_trained(cfg.data, ckpt)
+        assert (data.grayscale, data.normalize, data.shift) == (False, True, "none")
+
+
+def test_finetune_and_its_merged_checkpoint_keep_the_base_input_format(
+    lra_run: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    from vitattn.eval import evaluate
+    from vitattn.finetune import finetune
+
+    run_dir = tmp_path / "finetune"
+    overrides = [
+        f"ckpt_path={lra_run / 'checkpoints' / 'last.ckpt'}",
+        f"paths.data_dir={data_dir}",
+        *[o for o in LRA_TINY if not o.startswith("experiment=")],
+        "trainer.max_steps=2",
+        "lora.rank=2",
+        "lora.target_modules=[attn.qkv]",
+        "data.shift=invert",
+    ]
+    metrics = finetune(compose_config("finetune", overrides, run_dir))
+    merged = run_dir / "checkpoints" / "merged.ckpt"
+    saved = saved_data_settings(merged)
+    assert (saved["grayscale"], saved["normalize"], saved["shift"]) == (True, False, "invert")
+    # vitattn-eval on the merged checkpoint: the inverted grayscale test set, with no data settings
+    cfg = compose_config(
+        "eval", [f"ckpt_path={merged}", "trainer=cpu", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc_merged"], abs=1e-6)
+
+
+def test_bench_spectrum_reads_an_lra_checkpoint(lra_run: Path, data_dir: Path, tmp_path: Path):
+    from vitattn.bench.app import benchmark
+
+    cfg = compose_config(
+        "bench",
+        [
+            "mode=spectrum",
+            f"ckpt_path={lra_run / 'checkpoints' / 'last.ckpt'}",
+            "spectrum.images=1",
+            f"paths.data_dir={data_dir}",
+        ],
+        tmp_path,
+    )
+    benchmark(cfg)
+    assert (tmp_path / "spectrum_summary.csv").is_file()
+
+
+@pytest.mark.parametrize("setting", ["grayscale", "normalize", "hflip"])
+def test_an_unresolved_setting_is_a_one_line_error(setting: str, data_dir: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        CIFAR10DataModule(data_dir, **{setting: None})
+    assert str(raised.value) == f"data.{setting}=None is not valid; choose true or false"
