@@ -11,7 +11,7 @@ import torch
 
 from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule, read_batch_file
-from vitattn.utils.errors import DataError
+from vitattn.utils.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +149,32 @@ def test_no_data_and_no_network_names_the_directory(tmp_path: Path) -> None:
     message = str(info.value)
     assert f"data.data_dir={tmp_path / 'empty'} holds no cifar-10-batches-py/" in message
     assert "VITATTN_DATA_DIR" in message and "\n" not in message
+
+
+def test_a_server_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    # A listening socket that is never accepted: the connection opens, no byte ever comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/cifar-10-python.tar.gz"
+        dm = CIFAR10DataModule(tmp_path / "empty", url=url, download_timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(DataError) as info:
+            dm.prepare_data()
+    assert time.monotonic() - started < 30
+    message = str(info.value)
+    assert f"downloading {url} failed" in message and "timed out" in message
+    assert "\n" not in message
+    assert socket.getdefaulttimeout() is None  # the process's default is restored
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "soon", True])
+def test_bad_download_timeout_is_a_one_line_error(timeout: object, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^data\.download_timeout=.* is not valid; choose a"):
+        CIFAR10DataModule(tmp_path, download_timeout=timeout)
 
 
 def test_download_disabled_names_the_directory(tmp_path: Path) -> None:

@@ -7,7 +7,10 @@ normalisation run on whole batches on the training device in ``on_after_batch_tr
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +99,28 @@ def read_split(folder: Path, files: tuple[str, ...]) -> tuple[torch.Tensor, torc
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
-def download_cifar10(data_dir: Path, url: str = URL) -> None:
-    """Download and unpack the official archive into ``data_dir`` (torchvision's utility)."""
+@contextlib.contextmanager
+def socket_timeout(seconds: float) -> Iterator[None]:
+    """Sockets opened inside wait at most ``seconds`` for a connection or for data. torchvision's
+    download opens its URL without a timeout, so a network that drops packets would hang it."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
+    """Download and unpack the official archive into ``data_dir`` (torchvision's utility),
+    failing once the server has sent nothing for ``timeout`` seconds."""
     from torchvision.datasets.utils import download_and_extract_archive
 
     try:
-        download_and_extract_archive(url, str(data_dir), md5=ARCHIVE_MD5 if url == URL else None)
+        with socket_timeout(timeout):
+            download_and_extract_archive(
+                url, str(data_dir), md5=ARCHIVE_MD5 if url == URL else None
+            )
     except Exception as error:
         raise DataError(
             f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
@@ -144,6 +163,8 @@ class CIFAR10DataModule(L.LightningDataModule):
             RNG, which ``seed_everything`` has seeded.
         download: download the archive if ``cifar-10-batches-py/`` is missing.
         url: where to download from (a mirror may be given).
+        download_timeout: seconds the download may wait for the server (to connect, or for the
+            next data) before it fails.
         num_workers: DataLoader workers; 0 is right here, batches are slices of a tensor.
         pin_memory: pin host memory for faster copies to a GPU.
     """
@@ -168,6 +189,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         augment_seed: int | None = None,
         download: bool = True,
         url: str = URL,
+        download_timeout: float = 60.0,
         num_workers: int = 0,
         pin_memory: bool = False,
     ) -> None:
@@ -209,6 +231,13 @@ class CIFAR10DataModule(L.LightningDataModule):
             raise ConfigError(
                 f"data.randaugment_group={randaugment_group} is not valid; choose >= 1"
             )
+        if isinstance(download_timeout, bool) or not (
+            isinstance(download_timeout, int | float) and download_timeout > 0
+        ):
+            raise ConfigError(
+                f"data.download_timeout={download_timeout} is not valid; choose a positive "
+                "number of seconds"
+            )
         if shift not in SHIFTS:
             raise ConfigError(f"data.shift={shift!r} is not valid; choose one of {SHIFTS}")
         self.save_hyperparameters(logger=False)
@@ -246,7 +275,7 @@ class CIFAR10DataModule(L.LightningDataModule):
                 f"data.data_dir={self.data_dir} holds no {FOLDER}/ and data.download=false; "
                 f"put the official 'CIFAR-10 python version' folder {FOLDER}/ there"
             )
-        download_cifar10(self.data_dir, self.hparams.url)
+        download_cifar10(self.data_dir, self.hparams.url, self.hparams.download_timeout)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
