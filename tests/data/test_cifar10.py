@@ -151,6 +151,68 @@ def test_no_data_and_no_network_names_the_directory(tmp_path: Path) -> None:
     assert "VITATTN_DATA_DIR" in message and "\n" not in message
 
 
+@pytest.fixture(scope="module")
+def served(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``cifar-10-python.tar.gz`` made from the real subset, to serve."""
+    import tarfile
+
+    folder = tmp_path_factory.mktemp("served")
+    with tarfile.open(folder / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(data_dir / FOLDER, arcname=FOLDER)
+    return folder
+
+
+def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> None:
+    """Three processes (DDP ranks, parallel sweep jobs) start on an empty data directory at once:
+    one downloads, the others wait for it; all read the complete folder."""
+    import functools
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    transfers: list[str] = []  # archives sent whole
+
+    class SlowHandler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(1.0)  # keep the download open while the others start
+            # torchvision's redirect check opens the URL too and hangs up after the headers,
+            # so only a request that got the whole file counts as a download.
+            try:
+                super().do_GET()
+            except ConnectionError:
+                return
+            transfers.append(self.path)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    handler = functools.partial(SlowHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+    target = tmp_path / "shared_dir"
+    script = (
+        "import sys; from vitattn.data.cifar10 import CIFAR10DataModule as D; "
+        f"d = D({str(target)!r}, url={url!r}); d.prepare_data(); d.setup('test'); "
+        "print(len(d.test_set))"
+    )
+    try:
+        jobs = [
+            subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+        outputs = [job.communicate(timeout=120)[0].strip() for job in jobs]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [job.returncode for job in jobs] == [0, 0, 0]
+    assert outputs == ["1017"] * 3
+    assert transfers == ["/cifar-10-python.tar.gz"]  # downloaded once
+    assert not list(target.glob(".unpacking-*"))  # the staging folder is gone
+
+
 def test_a_server_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> None:
     import socket
     import time
@@ -182,17 +244,12 @@ def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
         CIFAR10DataModule(tmp_path, download=False).prepare_data()
 
 
-def test_download_unpacks_the_archive(data_dir: Path, tmp_path: Path) -> None:
+def test_download_unpacks_the_archive(served: Path, tmp_path: Path) -> None:
     """The real download path (torchvision's utility), served from loopback."""
     import functools
     import http.server
-    import tarfile
     import threading
 
-    served = tmp_path / "served"
-    served.mkdir()
-    with tarfile.open(served / "cifar-10-python.tar.gz", "w:gz") as archive:
-        archive.add(data_dir / FOLDER, arcname=FOLDER)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

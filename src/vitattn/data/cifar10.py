@@ -8,8 +8,10 @@ normalisation run on whole batches on the training device in ``on_after_batch_tr
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,23 +114,43 @@ def socket_timeout(seconds: float) -> Iterator[None]:
 
 
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
-    """Download and unpack the official archive into ``data_dir`` (torchvision's utility),
-    failing once the server has sent nothing for ``timeout`` seconds."""
+    """Download the official archive into ``data_dir`` and unpack it (torchvision's utility),
+    failing once the server has sent nothing for ``timeout`` seconds.
+
+    Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
+    data directory): a file lock lets one download while the others wait, and the folder is
+    unpacked elsewhere and moved into place whole, so no process reads a half-unpacked one.
+    """
+    from filelock import FileLock
     from torchvision.datasets.utils import download_and_extract_archive
 
     try:
-        with socket_timeout(timeout):
-            download_and_extract_archive(
-                url, str(data_dir), md5=ARCHIVE_MD5 if url == URL else None
-            )
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(data_dir / f".{FOLDER}.lock"):
+            if (data_dir / FOLDER).is_dir():  # another process got it while this one waited
+                return
+            with tempfile.TemporaryDirectory(dir=data_dir, prefix=".unpacking-") as staging:
+                with socket_timeout(timeout):
+                    download_and_extract_archive(
+                        url,
+                        download_root=str(data_dir),
+                        extract_root=staging,
+                        md5=ARCHIVE_MD5 if url == URL else None,
+                    )
+                unpacked = Path(staging) / FOLDER
+                if not unpacked.is_dir():
+                    raise DataError(
+                        f"the archive from {url} did not contain {FOLDER}/; check data.url"
+                    )
+                os.replace(unpacked, data_dir / FOLDER)
+    except DataError:
+        raise
     except Exception as error:
         raise DataError(
             f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
             f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
             f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
         ) from error
-    if not (data_dir / FOLDER).is_dir():
-        raise DataError(f"the archive from {url} did not contain {FOLDER}/; check data.url")
 
 
 class CIFAR10DataModule(L.LightningDataModule):
