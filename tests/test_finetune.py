@@ -244,6 +244,20 @@ def test_metrics_and_run_directory(finetuned: tuple[Path, dict[str, Any]], base_
     assert last.hparams.lora["rank"] == 8
 
 
+def test_vitattn_eval_reads_an_adapter_checkpoint(
+    finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
+) -> None:
+    from vitattn.eval import evaluate, load_classifier
+
+    metrics = finetuned[1]
+    tested = Path(metrics["test_ckpt_path"])  # the best fine-tuned checkpoint, with adapters
+    assert isinstance(load_classifier(tested), LoRAClassifier)
+    cfg = compose_config(
+        "eval", [f"ckpt_path={tested}", "trainer=cpu", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
+
+
 def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
 ) -> None:

@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def load_classifier(ckpt_path: str | Path) -> Any:
-    """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint."""
+    """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
+    ``vitattn-train``, or of ``vitattn-finetune`` (a
+    :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
     from vitattn.models.module import ViTClassifier
 
     path = Path(ckpt_path).expanduser()
@@ -34,6 +36,10 @@ def load_classifier(ckpt_path: str | Path) -> Any:
             f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
         )
     try:
+        if holds_adapters(path):
+            from vitattn.lora.module import LoRAClassifier
+
+            return LoRAClassifier.load_from_checkpoint(path, map_location="cpu")
         return ViTClassifier.load_from_checkpoint(path, map_location="cpu")
     except VitattnError:
         raise
@@ -42,6 +48,18 @@ def load_classifier(ckpt_path: str | Path) -> Any:
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint "
             f"({type(error).__name__}: {error})"
         ) from error
+
+
+def holds_adapters(path: Path) -> bool:
+    """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
+    hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
+    import torch
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        return "lora" in (checkpoint.get("hyper_parameters") or {})
+    except Exception:
+        return False
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:

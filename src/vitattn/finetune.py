@@ -42,29 +42,20 @@ MERGED_CHECKPOINT = "merged.ckpt"
 
 def load_base(ckpt_path: Any) -> Any:
     """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong."""
-    import torch
-
     from vitattn.eval import load_classifier
+    from vitattn.lora.module import LoRAClassifier
 
     if ckpt_path in (None, "", "???"):
         raise ConfigError(
             "ckpt_path is required: vitattn-finetune ckpt_path=<train run>/checkpoints/last.ckpt"
         )
-    try:
-        return load_classifier(ckpt_path)
-    except ConfigError:
-        if Path(ckpt_path).expanduser().is_file():
-            try:
-                checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-                hparams = checkpoint.get("hyper_parameters", {})
-            except Exception:  # not a checkpoint at all: load_classifier's message says so
-                hparams = {}
-            if "lora" in hparams:
-                raise ConfigError(
-                    f"ckpt_path={ckpt_path} holds LoRA adapters (a vitattn-finetune checkpoint); "
-                    f"pass the run's checkpoints/{MERGED_CHECKPOINT} (lora.merge=true) instead"
-                ) from None
-        raise
+    base = load_classifier(ckpt_path)
+    if isinstance(base, LoRAClassifier):
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} holds LoRA adapters (a vitattn-finetune checkpoint); "
+            f"pass the run's checkpoints/{MERGED_CHECKPOINT} (lora.merge=true) instead"
+        )
+    return base
 
 
 def attention_name(net: dict[str, Any]) -> str | None:
