@@ -214,6 +214,27 @@ def test_eval_refuses_a_file_that_is_not_a_vitattn_checkpoint(
     assert not run_dir.exists()
 
 
+def test_a_checkpoint_with_missing_weights_is_a_one_line_error(tmp_path: Path) -> None:
+    from hydra.utils import instantiate
+
+    from vitattn.eval import load_classifier
+    from vitattn.lora.module import save_plain_checkpoint
+
+    module = instantiate(compose_config("train", TINY, tmp_path).module)
+    path = save_plain_checkpoint(module, tmp_path / "damaged.ckpt")
+    checkpoint = torch.load(path, weights_only=False)
+    for name in ("net.head.weight", "net.norm.bias"):
+        del checkpoint["state_dict"][name]
+    torch.save(checkpoint, path)
+    with pytest.raises(ConfigError) as info:
+        load_classifier(path)
+    message = str(info.value)
+    assert message.startswith(
+        f"ckpt_path={path} is not a vitattn-train checkpoint (RuntimeError: Error(s) in loading"
+    )
+    assert "\n" not in message  # torch lists each missing key on a line of its own
+
+
 @pytest.mark.parametrize("program", ["vitattn-train", "vitattn-eval"])
 def test_output_directory_that_cannot_be_written(
     program: str, tmp_path: Path, data_dir: Path

@@ -44,9 +44,11 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     except VitattnError:
         raise
     except Exception as error:
+        # The first line only: a state_dict mismatch lists every key on the following ones.
+        reason = next(iter(str(error).splitlines()), "")
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint "
-            f"({type(error).__name__}: {error})"
+            f"({type(error).__name__}: {reason})"
         ) from error
 
 
