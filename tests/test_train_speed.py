@@ -140,3 +140,32 @@ def test_bench_level_train_in_bf16(data_dir: Path, monkeypatch) -> None:
         overrides=TINY_NET,
     )
     assert all(r.images_per_sec > 0 and r.precision == "bf16-mixed" for r in results)
+
+
+def test_report_style_breakdown_script(data_dir: Path) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from vitattn.utils.config import PROJECT_ROOT
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(PROJECT_ROOT / "scripts" / "report_style_breakdown.py"),
+            *("--batch-size", "8", "--threads", "1", "--repeats", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "VITATTN_DATA_DIR": str(data_dir)},
+        timeout=300,
+        check=True,
+    )
+    loader, step = (
+        float(re.search(rf"{name}\s+([\d.]+) ms", result.stdout).group(1))
+        for name in ("per-image DataLoader", "network step")
+    )
+    assert loader > 0 and step > 0
+    assert re.search(r"explicit attention .* [\d.]+ ms", result.stdout)
+    assert re.search(r"would be [\d.]+x faster", result.stdout)
