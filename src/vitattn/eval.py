@@ -55,11 +55,10 @@ def load_classifier(ckpt_path: str | Path) -> Any:
 def holds_adapters(path: Path) -> bool:
     """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
     hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
-    import torch
+    from vitattn.utils.checkpoints import read_checkpoint
 
     try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-        return "lora" in (checkpoint.get("hyper_parameters") or {})
+        return "lora" in (read_checkpoint(path).get("hyper_parameters") or {})
     except Exception:
         return False
 

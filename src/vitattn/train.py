@@ -90,11 +90,10 @@ def run_test_on_best(trainer: Any, module: Any, datamodule: Any) -> tuple[str | 
 
 def check_checkpoint_matches(ckpt_path: str, module: Any) -> None:
     """Refuse, in one line, a checkpoint whose network differs from the configured one."""
-    import torch
+    from vitattn.utils.checkpoints import read_checkpoint
 
     try:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        stored = checkpoint["hyper_parameters"]["net"]
+        stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
     except FileNotFoundError as error:
         raise ConfigError(f"ckpt_path={ckpt_path} is not a file") from error
     except Exception as error:

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning import LightningDataModule
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.data.cifar10 import CIFAR10DataModule
+from vitattn.utils.checkpoints import read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,7 @@ def saved_data_settings(ckpt_path: str | Path | None) -> dict[str, Any]:
     checkpoint written by something other than a Lightning Trainer with our data module)."""
     if ckpt_path in (None, ""):
         return {}
-    checkpoint = torch.load(
-        Path(ckpt_path).expanduser(), map_location="cpu", mmap=True, weights_only=False
-    )
-    saved = checkpoint.get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY) or {}
+    saved = read_checkpoint(ckpt_path).get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY) or {}
     return dict(saved)
 
 
