@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import pickle
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,14 +167,28 @@ def served(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def archive_url(
+    folder: Path, handler: type[http.server.BaseHTTPRequestHandler] | None = None
+) -> Iterator[str]:
+    """Serve ``folder`` from loopback for the block; the archive's URL."""
+    handler_class = handler or http.server.SimpleHTTPRequestHandler
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler_class, directory=str(folder))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> None:
     """Three processes (DDP ranks, parallel sweep jobs) start on an empty data directory at once:
     one downloads, the others wait for it; all read the complete folder."""
-    import functools
-    import http.server
     import subprocess
     import sys
-    import threading
     import time
 
     transfers: list[str] = []  # archives sent whole
@@ -188,25 +207,18 @@ def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> No
         def log_message(self, *args: object) -> None:
             pass
 
-    handler = functools.partial(SlowHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
     target = tmp_path / "shared_dir"
-    script = (
-        "import sys; from vitattn.data.cifar10 import CIFAR10DataModule as D; "
-        f"d = D({str(target)!r}, url={url!r}); d.prepare_data(); d.setup('test'); "
-        "print(len(d.test_set))"
-    )
-    try:
+    with archive_url(served, SlowHandler) as url:
+        script = (
+            "import sys; from vitattn.data.cifar10 import CIFAR10DataModule as D; "
+            f"d = D({str(target)!r}, url={url!r}); d.prepare_data(); d.setup('test'); "
+            "print(len(d.test_set))"
+        )
         jobs = [
             subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
             for _ in range(3)
         ]
         outputs = [job.communicate(timeout=120)[0].strip() for job in jobs]
-    finally:
-        server.shutdown()
-        server.server_close()
     assert [job.returncode for job in jobs] == [0, 0, 0]
     assert outputs == ["1017"] * 3
     assert transfers == ["/cifar-10-python.tar.gz"]  # downloaded once
@@ -246,20 +258,8 @@ def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
 
 def test_download_unpacks_the_archive(served: Path, tmp_path: Path) -> None:
     """The real download path (torchvision's utility), served from loopback."""
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+    with archive_url(served) as url:
         dm = CIFAR10DataModule(tmp_path / "downloaded", url=url)
         dm.prepare_data()
         dm.setup("test")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert len(dm.test_set) == 1017
