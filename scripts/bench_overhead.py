@@ -23,8 +23,9 @@ from omegaconf import open_dict
 
 from vitattn.callbacks import ImagesPerSecond
 from vitattn.data.augment import normalize
-from vitattn.train import instantiate_list, tidy_lightning_output
 from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.instantiators import instantiate_list
+from vitattn.utils.lightning_output import tidy_lightning_output
 
 
 def compose_train(overrides: list[str], output_dir: str):

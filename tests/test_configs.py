@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_config
 from vitattn.attention import ATTENTIONS, AttentionKernel
-from vitattn.utils.config import CONFIG_DIR, check_group_choices, group_options
+from vitattn.utils.cli import check_group_choices
+from vitattn.utils.config import CONFIG_DIR, group_options
 from vitattn.utils.errors import ConfigError
 
 INSTANTIATED_GROUPS = ("attention", "model", "optimizer", "scheduler", "data", "trainer")

@@ -20,7 +20,7 @@ from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_ta
 from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
 from vitattn.models.module import ViTClassifier
 from vitattn.utils.errors import ConfigError
-from vitattn.utils.run import user_error
+from vitattn.utils.task import user_error
 
 # The base: the tiny training model, 60 steps at a high learning rate (test accuracy ~0.22).
 BASE_STEPS = ["trainer.max_steps=60", "trainer.val_check_interval=1000", "optimizer.lr=3e-3"]
@@ -247,7 +247,8 @@ def test_metrics_and_run_directory(finetuned: tuple[Path, dict[str, Any]], base_
 def test_vitattn_eval_reads_an_adapter_checkpoint(
     finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
 ) -> None:
-    from vitattn.eval import evaluate, load_classifier
+    from vitattn.eval import evaluate
+    from vitattn.loading import load_classifier
 
     metrics = finetuned[1]
     tested = Path(metrics["test_ckpt_path"])  # the best fine-tuned checkpoint, with adapters

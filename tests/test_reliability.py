@@ -14,9 +14,9 @@ from tests.conftest import TINY, compose_config
 from tests.test_train import cli
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
-from vitattn.train import resume_arguments
 from vitattn.utils.config import PROJECT_ROOT
 from vitattn.utils.errors import ConfigError
+from vitattn.utils.resume import resume_arguments
 
 RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
 SIGTERM_AT_25 = ["+callbacks.stop._target_=tests.helpers.SigtermAtStep", "+callbacks.stop.step=25"]
@@ -217,7 +217,7 @@ def test_eval_refuses_a_file_that_is_not_a_vitattn_checkpoint(
 def test_a_checkpoint_with_missing_weights_is_a_one_line_error(tmp_path: Path) -> None:
     from hydra.utils import instantiate
 
-    from vitattn.eval import load_classifier
+    from vitattn.loading import load_classifier
     from vitattn.lora.module import save_plain_checkpoint
 
     module = instantiate(compose_config("train", TINY, tmp_path).module)

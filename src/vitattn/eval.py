@@ -9,58 +9,18 @@ was trained with (:mod:`vitattn.data.as_trained`).
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from vitattn.train import instantiate_list, tidy_lightning_output
-from vitattn.utils.config import CONFIG_DIR, check_group_choices, check_output_dirs
-from vitattn.utils.errors import ConfigError, VitattnError
-from vitattn.utils.run import fail, run_task
+from vitattn.utils.cli import console_main
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
-
-
-def load_classifier(ckpt_path: str | Path) -> Any:
-    """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
-    ``vitattn-train``, or of ``vitattn-finetune`` (a
-    :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
-    from vitattn.models.module import ViTClassifier
-
-    path = Path(ckpt_path).expanduser()
-    if not path.is_file():
-        raise ConfigError(
-            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
-        )
-    try:
-        if holds_adapters(path):
-            from vitattn.lora.module import LoRAClassifier
-
-            return LoRAClassifier.load_from_checkpoint(path, map_location="cpu")
-        return ViTClassifier.load_from_checkpoint(path, map_location="cpu")
-    except VitattnError:
-        raise
-    except Exception as error:
-        # The first line only: a state_dict mismatch lists every key on the following ones.
-        reason = next(iter(str(error).splitlines()), "")
-        raise ConfigError(
-            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint "
-            f"({type(error).__name__}: {reason})"
-        ) from error
-
-
-def holds_adapters(path: Path) -> bool:
-    """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
-    hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
-    from vitattn.utils.checkpoints import read_checkpoint
-
-    try:
-        return "lora" in (read_checkpoint(path).get("hyper_parameters") or {})
-    except Exception:
-        return False
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -68,7 +28,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.utils.run import write_metrics
+    from vitattn.loading import load_classifier
+    from vitattn.utils.instantiators import instantiate_list
+    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     if cfg.get("ckpt_path") in (None, "", "???"):
@@ -104,13 +67,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 def main() -> None:
     """Console script ``vitattn-eval``."""
-    try:
-        check_group_choices(sys.argv[1:])
-        check_output_dirs(sys.argv[1:])
-    except VitattnError as error:
-        fail("vitattn-eval", error)
-        sys.exit(1)
-    _hydra_main()
+    console_main("vitattn-eval", _hydra_main, config_name="eval")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ shifted test set, before fine-tuning) and ``params/trainable`` to the usual figu
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.train import instantiate_list, run_test_on_best, tidy_lightning_output
-from vitattn.utils.config import CONFIG_DIR, check_group_choices
-from vitattn.utils.errors import ConfigError, VitattnError
-from vitattn.utils.run import fail, run_task
+from vitattn.utils.cli import console_main
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ MERGED_CHECKPOINT = "merged.ckpt"
 
 def load_base(ckpt_path: Any) -> Any:
     """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong."""
-    from vitattn.eval import load_classifier
+    from vitattn.loading import load_classifier
     from vitattn.lora.module import LoRAClassifier
 
     if ckpt_path in (None, "", "???"):
@@ -58,55 +57,12 @@ def load_base(ckpt_path: Any) -> Any:
     return base
 
 
-def attention_name(net: dict[str, Any]) -> str | None:
-    """The registry name of the attention in a network config (``softmax``, ...)."""
-    from vitattn.attention import ATTENTIONS
-
-    target = (net.get("attention") or {}).get("_target_")
-    for name, cls in ATTENTIONS.items():
-        if target == f"{cls.__module__}.{cls.__qualname__}":
-            return name
-    return target
-
-
-def quiet_trainer(cfg: DictConfig) -> Any:
-    """A trainer like the run's, with no loggers, callbacks or checkpoints (for extra tests)."""
-    return hydra.utils.instantiate(
-        cfg.trainer,
-        callbacks=[],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-
-
 def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
-    """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set."""
-    results = quiet_trainer(cfg).test(module, datamodule=datamodule, verbose=False)
+    """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set, logged nowhere."""
+    from vitattn.utils.instantiators import quiet_trainer
+
+    results = quiet_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
     return float(results[0]["test/acc"])
-
-
-def hyperparameters(
-    cfg: DictConfig, data_cfg: DictConfig, module: Any, counts: Any
-) -> dict[str, Any]:
-    """The flat settings shown in TensorBoard's HPARAMS view (``data_cfg``: the data settings
-    used, with those taken from the base checkpoint filled in)."""
-    from vitattn.utils.hparams import flatten
-
-    net = {k: v for k, v in module.hparams.net.items() if k not in ("attention", "_target_")}
-    groups = {
-        "data": OmegaConf.to_container(data_cfg, resolve=True),
-        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
-    }
-    return {
-        "attention": attention_name(module.hparams.net),
-        "params": counts.total,
-        "params/trainable": counts.trainable,
-        "seed": cfg.get("seed"),
-        "ckpt_path": str(cfg.ckpt_path),
-        **flatten({"lora": dict(module.hparams.lora), "model": net, **groups}),
-    }
 
 
 def finetune(cfg: DictConfig) -> dict[str, Any]:
@@ -114,12 +70,16 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
     import torch
 
+    from vitattn.attention import registered_name
     from vitattn.callbacks import ImagesPerSecond
     from vitattn.data.as_trained import as_trained
     from vitattn.lora.adapters import LoRASettings
     from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
-    from vitattn.utils.hparams import log_hyperparameters
-    from vitattn.utils.run import write_metrics
+    from vitattn.utils.checkpoints import run_test_on_best
+    from vitattn.utils.hparams import finetuning_hyperparameters, log_hyperparameters
+    from vitattn.utils.instantiators import instantiate_list
+    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
@@ -154,11 +114,15 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     )
     module.load_base_weights(base.net.state_dict())
     counts = module.parameter_counts()
+    attention = registered_name(module.hparams.net.get("attention"))
 
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_list(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-    log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module, counts))
+    hparams = finetuning_hyperparameters(
+        cfg, data_cfg, module.hparams.net, module.hparams.lora, attention, counts
+    )
+    log_hyperparameters(trainer.loggers, hparams)
     shift = datamodule.hparams.get("shift", "none")
     log.info(
         "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "
@@ -180,11 +144,9 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     fit_seconds = time.perf_counter() - started
-    metrics: dict[str, Any] = {
-        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
-    }
-    train_loss = trainer.callback_metrics.get("train/loss")
+    fitted = dict(trainer.callback_metrics)
 
+    metrics: dict[str, Any] = {k: v for k, v in fitted.items() if k.startswith("val/")}
     test_ckpt = None
     if cfg.get("test", True):
         # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
@@ -208,7 +170,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     metrics.update(
         {
-            "train/loss": train_loss,
+            "train/loss": fitted.get("train/loss"),
             "train/images_per_sec": throughput.overall if throughput is not None else None,
             "params": counts.total,
             "params/trainable": counts.trainable,
@@ -218,7 +180,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
             "lora/target_modules": str(settings.as_dict()["target_modules"]),
             "lora/train_head": settings.train_head,
             "data/shift": shift,
-            "attention": attention_name(module.hparams.net),
+            "attention": attention,
             "steps": trainer.global_step,
             "epochs": trainer.current_epoch,
             "seconds": round(fit_seconds, 2),
@@ -244,12 +206,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script ``vitattn-finetune``."""
-    try:
-        check_group_choices(sys.argv[1:])
-    except VitattnError as error:
-        fail("vitattn-finetune", error)
-        sys.exit(1)
-    _hydra_main()
+    from vitattn.lora.adapters import require_peft
+
+    console_main(
+        "vitattn-finetune", _hydra_main, config_name="finetune", validate=lambda _: require_peft()
+    )
 
 
 if __name__ == "__main__":

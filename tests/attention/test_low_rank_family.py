@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 
+from vitattn.attention.common.tiling import tiles
 from vitattn.attention.linformer import LinformerAttention
 from vitattn.attention.nystrom import NystromAttention, iterative_pinv, segment_means
 from vitattn.attention.performer import (
@@ -21,7 +22,6 @@ from vitattn.attention.random_feature import (
     random_feature_attention,
 )
 from vitattn.attention.softmax import SoftmaxAttention
-from vitattn.attention.tiling import tiles
 from vitattn.bench.memory import measure_memory
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.errors import ConfigError

@@ -431,7 +431,7 @@ def test_block_groups_give_the_same_output_and_gradients(make, monkeypatch) -> N
     q, k, v = qkv(kernel.seq_len, grad=True)
     whole = kernel(q, k, v)
     whole_grads = torch.autograd.grad(whole.square().sum(), (q, k, v))
-    monkeypatch.setattr("vitattn.attention.blocks.GROUP_BYTES", 1)
+    monkeypatch.setattr("vitattn.attention.common.blocks.GROUP_BYTES", 1)
     grouped = kernel(q, k, v)
     grouped_grads = torch.autograd.grad(grouped.square().sum(), (q, k, v))
     torch.testing.assert_close(grouped, whole, rtol=1e-6, atol=1e-6)

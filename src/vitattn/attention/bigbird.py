@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, register_attention
-from vitattn.attention.blocks import (
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.blocks import (
     MASKED,
     dense_attention,
     group_size,
     in_fp32,
-    integer,
     pad_tokens,
 )
 from vitattn.utils.errors import ConfigError
@@ -92,19 +92,20 @@ class BigBirdAttention(AttentionKernel):
         global_blocks: int = 1,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.block = integer(
+        self.block = knobs.integer(
             "block", block, 1, self.seq_len, f" (the {self.seq_len} tokens of this model)"
         )
-        self.window_blocks = integer("window_blocks", window_blocks, 1)
+        self.window_blocks = knobs.integer("window_blocks", window_blocks, 1)
         if self.window_blocks % 2 == 0:
-            raise ConfigError(
-                f"attention.window_blocks={window_blocks} is not valid; choose an odd number "
-                "(the query's block and as many on each side)"
+            raise knobs.invalid(
+                "window_blocks",
+                window_blocks,
+                "an odd number (the query's block and as many on each side)",
             )
-        self.num_random = integer("num_random", num_random, 0)
+        self.num_random = knobs.integer("num_random", num_random, 0)
         self.padding = -self.seq_len % self.block
         self.blocks = (self.seq_len + self.padding) // self.block
-        self.global_blocks = integer(
+        self.global_blocks = knobs.integer(
             "global_blocks",
             global_blocks,
             0,
@@ -151,8 +152,8 @@ class BigBirdAttention(AttentionKernel):
 
             def attend(group: slice) -> torch.Tensor:
                 # Each group gathers its own key blocks: gathering all of them at once (and
-                # splitting) makes a tensor of slots x the keys, 117 MB at n = 4096, whose
-                # allocation took more time than the attention.
+                # splitting) makes a tensor of slots x the keys, which at long sequences takes
+                # longer to allocate than the attention takes to compute.
                 index = flat[:, group].flatten()
                 kb, vb = (
                     x.index_select(1, index).view(batch, heads, -1, slots * size, dim)

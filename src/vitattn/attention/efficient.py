@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, register_attention
+from vitattn.attention.common.base import AttentionKernel, register_attention
 
 
 @register_attention("efficient")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vitattn.attention.base import AttentionKernel, positive, register_attention
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,7 @@ class LinearAttention(AttentionKernel):
 
     def __init__(self, *, seq_len: int, heads: int, head_dim: int, eps: float = 1e-6) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.eps = positive("eps", eps)
+        self.eps = knobs.positive("eps", eps)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=q.device.type, enabled=False):

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitattn.attention.base import AttentionKernel, positive_int, register_attention
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.utils.errors import ConfigError
 
 
@@ -41,14 +42,15 @@ class LinformerAttention(AttentionKernel):
         share_kv: bool = False,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        k = max(1, self.seq_len // 8) if k is None else positive_int("k", k)
-        if k > self.seq_len:
+        if k is None:
+            k = max(1, self.seq_len // 8)
+        elif knobs.integer("k", k) > self.seq_len:
             raise ConfigError(
                 f"attention.k={k} is larger than the {self.seq_len} tokens of this model; "
                 f"choose 1 <= attention.k <= {self.seq_len} (or null for seq_len // 8)"
             )
-        self.k = k
-        self.share_kv = bool(share_kv)
+        self.k = int(k)
+        self.share_kv = knobs.flag("share_kv", share_kv)
         self.key_projection = nn.Parameter(torch.empty(k, self.seq_len))
         self.value_projection = (
             None if self.share_kv else nn.Parameter(torch.empty(k, self.seq_len))

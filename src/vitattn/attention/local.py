@@ -21,15 +21,14 @@ import math
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, register_attention
-from vitattn.attention.blocks import (
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.blocks import (
     MASKED,
-    choice,
     dense_attention,
     grid_side,
     in_block_groups,
     in_fp32,
-    integer,
 )
 from vitattn.utils.errors import ConfigError
 
@@ -105,13 +104,13 @@ class LocalAttention(AttentionKernel):
         global_tokens: int | None = None,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.window = integer("window", window, 1)
-        self.window_shape = choice("window_shape", window_shape, WINDOW_SHAPES)
+        self.window = knobs.integer("window", window, 1)
+        self.window_shape = knobs.one_of("window_shape", window_shape, WINDOW_SHAPES)
         side = grid_side(self.seq_len)
         extra = self.seq_len - side * side
         if global_tokens is None:
             global_tokens = extra
-        self.global_tokens = integer("global_tokens", global_tokens, 0, self.seq_len)
+        self.global_tokens = knobs.integer("global_tokens", global_tokens, 0, self.seq_len)
         if self.window_shape == "2d" and self.global_tokens < extra:
             raise ConfigError(
                 f"attention.global_tokens={self.global_tokens} leaves {extra} of the "

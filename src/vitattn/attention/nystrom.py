@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitattn.attention.base import AttentionKernel, positive_int, register_attention
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.utils.errors import ConfigError
 
 PINV_METHODS = ("iterative", "exact")
@@ -84,28 +85,19 @@ class NystromAttention(AttentionKernel):
         conv_kernel: int = 0,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        landmarks = positive_int("landmarks", landmarks)
+        landmarks = knobs.integer("landmarks", landmarks)
         if landmarks > self.seq_len:
             raise ConfigError(
                 f"attention.landmarks={landmarks} is more than the {self.seq_len} tokens of this "
                 f"model; choose 1 <= attention.landmarks <= {self.seq_len}"
             )
-        if pinv not in PINV_METHODS:
-            raise ConfigError(f"attention.pinv={pinv!r} is not valid; choose one of {PINV_METHODS}")
-        if isinstance(conv_kernel, bool) or int(conv_kernel) != conv_kernel or conv_kernel < 0:
-            raise ConfigError(
-                f"attention.conv_kernel={conv_kernel} is not valid; choose an odd integer, or 0 "
-                "for no convolution"
-            )
-        if conv_kernel and conv_kernel % 2 == 0:
-            raise ConfigError(
-                f"attention.conv_kernel={conv_kernel} is not valid; choose an odd integer (the "
-                "output keeps the token count), or 0 for no convolution"
-            )
         self.landmarks = landmarks
-        self.pinv = pinv
-        self.pinv_iters = positive_int("pinv_iters", pinv_iters)
-        self.conv_kernel = int(conv_kernel)
+        self.pinv = knobs.one_of("pinv", pinv, PINV_METHODS)
+        self.pinv_iters = knobs.integer("pinv_iters", pinv_iters)
+        odd = " (the output keeps the token count), or 0 for no convolution"
+        self.conv_kernel = knobs.integer("conv_kernel", conv_kernel, 0, hint=odd)
+        if self.conv_kernel % 2 == 0 and self.conv_kernel:
+            raise knobs.invalid("conv_kernel", conv_kernel, "an odd integer", odd)
         self.conv = (
             nn.Conv2d(
                 heads,

@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, positive_int, register_attention
-from vitattn.attention.tiling import (
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.tiling import (
     TILE_ELEMENTS,
     apply_per_head,
     backward_in_fp32,
@@ -38,7 +39,6 @@ from vitattn.attention.tiling import (
     tiles,
     with_column,
 )
-from vitattn.utils.errors import ConfigError
 
 IMPLEMENTATIONS = ("chunked", "autograd")
 
@@ -249,25 +249,12 @@ class PerformerAttention(AttentionKernel):
         impl: str = "chunked",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.num_features = positive_int("num_features", num_features)
-        if (
-            isinstance(redraw_interval, bool)
-            or int(redraw_interval) != redraw_interval
-            or (redraw_interval < 0)
-        ):
-            raise ConfigError(
-                f"attention.redraw_interval={redraw_interval} is not valid; choose an integer "
-                ">= 0 (0 = never redraw)"
-            )
-        self.redraw_interval = int(redraw_interval)
-        if eps <= 0:
-            raise ConfigError(f"attention.eps={eps} is not valid; choose a positive number")
-        self.eps = eps
-        if impl not in IMPLEMENTATIONS:
-            raise ConfigError(
-                f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}"
-            )
-        self.impl = impl
+        self.num_features = knobs.integer("num_features", num_features)
+        self.redraw_interval = knobs.integer(
+            "redraw_interval", redraw_interval, 0, hint=" (0 = never redraw)"
+        )
+        self.eps = knobs.positive("eps", eps)
+        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
         # A Python counter (saved through get_extra_state): a tensor would force a host-device
         # sync at every training step just to decide whether to redraw.

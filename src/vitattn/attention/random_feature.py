@@ -14,7 +14,7 @@ both factors constant; we keep the norms and carry the key factor so that ``sigm
 exact softmax attention (the catalogue's limit: the error falls as D grows).
 
 ``impl="chunked"`` (the default) computes the same function tile by tile
-(:mod:`vitattn.attention.tiling`) with a hand-written backward that recomputes each tile's
+(:mod:`vitattn.attention.common.tiling`) with a hand-written backward that recomputes each tile's
 features, so the (n x 2D) feature matrices are never held; ``impl="autograd"`` is the reference.
 """
 
@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, positive, positive_int, register_attention
-from vitattn.attention.tiling import (
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.tiling import (
     TILE_ELEMENTS,
     apply_per_head,
     backward_in_fp32,
@@ -35,7 +36,6 @@ from vitattn.attention.tiling import (
     tiles,
     with_column,
 )
-from vitattn.utils.errors import ConfigError
 
 IMPLEMENTATIONS = ("chunked", "autograd")
 
@@ -276,15 +276,11 @@ class RandomFeatureAttention(AttentionKernel):
         impl: str = "chunked",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.num_features = positive_int("num_features", num_features)
-        self.sigma = positive("sigma", sigma)
-        self.redraw = bool(redraw)
-        self.eps = positive("eps", eps)
-        if impl not in IMPLEMENTATIONS:
-            raise ConfigError(
-                f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}"
-            )
-        self.impl = impl
+        self.num_features = knobs.integer("num_features", num_features)
+        self.sigma = knobs.positive("sigma", sigma)
+        self.redraw = knobs.flag("redraw", redraw)
+        self.eps = knobs.positive("eps", eps)
+        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
         self.register_buffer("frequencies", self.draw_frequencies(torch.device("cpu")))
 
     def draw_frequencies(self, device: torch.device) -> torch.Tensor:

@@ -19,16 +19,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from vitattn.attention.base import AttentionKernel, register_attention
-from vitattn.attention.blocks import (
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.blocks import (
     MASKED,
     attention_with_lse,
     gather_rows,
     in_fp32,
-    integer,
     pad_tokens,
 )
-from vitattn.utils.errors import ConfigError
 
 SELF_MASKED = -1e5
 """Score of a token for itself: used only when every other key of its chunks is masked."""
@@ -81,15 +80,17 @@ class ReformerAttention(AttentionKernel):
         chunk: int = 64,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.chunk = integer("chunk", chunk, 1)
-        self.hashes = integer("hashes", hashes, 1)
+        self.chunk = knobs.integer("chunk", chunk, 1)
+        self.hashes = knobs.integer("hashes", hashes, 1)
         if buckets is None:
             buckets = 2 * max(1, math.ceil(self.seq_len / (2 * self.chunk)))
-        self.buckets = integer("buckets", buckets, 1)
+        self.buckets = knobs.integer("buckets", buckets, 1)
         if self.buckets > 1 and self.buckets % 2:
-            raise ConfigError(
-                f"attention.buckets={buckets} is not valid; choose an even number (angular LSH "
-                "takes the argmax over [xR; -xR]), 1 (no hashing) or null"
+            raise knobs.invalid(
+                "buckets",
+                buckets,
+                "an even number (angular LSH takes the argmax over [xR; -xR]), 1 (no hashing) "
+                "or null",
             )
         self.register_buffer("rotations", self.draw_rotations(torch.device("cpu")))
 

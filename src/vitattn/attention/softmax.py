@@ -8,13 +8,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vitattn.attention.base import AttentionKernel, register_attention
-from vitattn.utils.errors import ConfigError
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
 
 IMPLEMENTATIONS = ("auto", "sdpa", "naive")
-# impl=auto on a CPU in bf16/fp16 builds the explicit matrix up to this many tokens. Measured
-# on a 2-core AMX Xeon, forward+backward, 4 heads, d 64, bf16: explicit 4.2x faster than SDPA
-# at n = 64, 2.0x at 256, SDPA 1.5x faster at 1024 (in fp32 SDPA is never slower).
+# impl=auto on a CPU in bf16/fp16 builds the explicit matrix up to this many tokens: below it the
+# explicit matrix's half-precision products beat the CPU's fused kernel (docs/attention.md).
 CPU_HALF_EXPLICIT_MAX_TOKENS = 512
 
 
@@ -43,14 +42,8 @@ class SoftmaxAttention(AttentionKernel):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        if impl not in IMPLEMENTATIONS:
-            raise ConfigError(
-                f"attention.impl={impl!r} is not valid; choose one of {IMPLEMENTATIONS}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"attention.dropout={dropout} is not valid; choose 0 <= dropout < 1")
-        self.impl = impl
-        self.dropout = dropout
+        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
+        self.dropout = knobs.fraction("dropout", dropout)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0

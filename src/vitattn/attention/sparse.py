@@ -28,8 +28,9 @@ import math
 
 import torch
 
-from vitattn.attention.base import AttentionKernel, register_attention
-from vitattn.attention.blocks import MASKED, choice, in_fp32, integer, pad_tokens, softmax_parts
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.blocks import MASKED, in_fp32, pad_tokens, softmax_parts
 
 PATTERNS = ("strided", "fixed")
 COMBINES = ("heads", "merged")
@@ -75,17 +76,17 @@ class SparseAttention(AttentionKernel):
         combine: str = "heads",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
-        self.pattern = choice("pattern", pattern, PATTERNS)
+        self.pattern = knobs.one_of("pattern", pattern, PATTERNS)
         if stride is None:
             stride = math.isqrt(self.seq_len)
         hint = f" (the {self.seq_len} tokens of this model), or null for sqrt(seq_len)"
-        self.stride = integer("stride", stride, 1, self.seq_len, hint)
+        self.stride = knobs.integer("stride", stride, 1, self.seq_len, hint)
         if summary is None:
             summary = max(1, self.stride // 8)
-        self.summary = integer(
+        self.summary = knobs.integer(
             "summary", summary, 1, self.stride, " (the stride), or null for stride // 8"
         )
-        self.combine = choice("combine", combine, COMBINES)
+        self.combine = knobs.one_of("combine", combine, COMBINES)
         self.merged = self.combine == "merged" or self.heads == 1
         self.row_heads = self.heads if self.merged else math.ceil(self.heads / 2)
 

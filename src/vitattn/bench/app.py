@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -38,9 +37,10 @@ from vitattn.bench.kernels import (
     split_variant,
 )
 from vitattn.bench.scaling import LEVELS, Guard, Row, Runner, Sweep, scaling_table
-from vitattn.utils.config import CONFIG_DIR, check_group_choices
-from vitattn.utils.errors import ConfigError, VitattnError
-from vitattn.utils.run import fail, run_task
+from vitattn.utils.cli import console_main
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
 
@@ -579,12 +579,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console script ``vitattn-bench``."""
-    try:
-        check_group_choices(sys.argv[1:])
-    except VitattnError as error:
-        fail(PROGRAM, error)
-        sys.exit(1)
-    _hydra_main()
+    console_main(PROGRAM, _hydra_main, config_name="bench")
 
 
 if __name__ == "__main__":

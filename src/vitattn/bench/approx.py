@@ -36,7 +36,7 @@ import torch
 
 from vitattn.bench.kernels import build_kernel, split_variant
 from vitattn.bench.scaling import first_line
-from vitattn.utils.run import user_error
+from vitattn.utils.task import user_error
 
 log = logging.getLogger(__name__)
 

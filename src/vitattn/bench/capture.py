@@ -1,7 +1,7 @@
 """q, k, v of every attention layer of a trained checkpoint, on real CIFAR-10 images.
 
 A forward pre-hook on each block's kernel (``block.attn.kernel``, a
-:class:`~vitattn.attention.multihead.MultiHeadAttention`'s mechanism) receives exactly the
+:class:`~vitattn.attention.common.multihead.MultiHeadAttention`'s mechanism) receives exactly the
 ``(q, k, v)`` the model attends with, after its learned projections.
 """
 
@@ -13,7 +13,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from vitattn.attention.multihead import MultiHeadAttention
+from vitattn.attention.common.multihead import MultiHeadAttention
 from vitattn.utils.errors import ConfigError
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -62,7 +62,7 @@ def checkpoint_qkv(ckpt_path: str, data_cfg: DictConfig, images: int) -> list[QK
     """Load ``ckpt_path`` (a ``vitattn-train`` checkpoint) and capture q, k, v on real images,
     read with the data settings it was trained with where ``data_cfg`` leaves them ``null``."""
     from vitattn.data.as_trained import as_trained
-    from vitattn.eval import load_classifier
+    from vitattn.loading import load_classifier
 
     module = load_classifier(ckpt_path)
     batch = real_images(as_trained(data_cfg, ckpt_path), images)

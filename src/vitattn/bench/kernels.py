@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.attention import ATTENTIONS
-from vitattn.attention.base import AttentionKernel
+from vitattn.attention.common.base import AttentionKernel
 from vitattn.utils.config import CONFIG_DIR
 from vitattn.utils.errors import ConfigError
 

@@ -29,7 +29,7 @@ from torch import nn
 from vitattn.bench.kernels import attention_factory, build_kernel, split_variant
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.timing import time_call
-from vitattn.utils.run import user_error
+from vitattn.utils.task import user_error
 
 log = logging.getLogger(__name__)
 

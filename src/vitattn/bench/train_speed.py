@@ -403,8 +403,8 @@ def run_train(cfg: Any, output_dir: Any) -> dict[str, Any]:
 
     from vitattn.bench import report
     from vitattn.bench.app import environment, parse_device, positive_int
-    from vitattn.train import tidy_lightning_output
     from vitattn.utils.errors import ConfigError
+    from vitattn.utils.lightning_output import tidy_lightning_output
 
     tidy_lightning_output()
     settings = cfg.train

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitattn.utils.errors import ConfigError
+from vitattn.utils.errors import ConfigError, MissingDependencyError
 
 DEFAULT_TARGETS = ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
 """The attention projections and both MLP layers of every block."""
@@ -98,6 +98,17 @@ class LoRASettings:
         }
 
 
+def require_peft() -> None:
+    """Fail in one line, naming the extra to install, where PEFT is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise MissingDependencyError(
+            "LoRA adapters need the peft package, which is not installed; "
+            'pip install -e ".[lora]" (or pip install peft)'
+        )
+
+
 def adaptable_layers(net: nn.Module) -> dict[str, nn.Module]:
     """Full names of the layers LoRA can adapt, in model order."""
     return {name: m for name, m in net.named_modules() if name and isinstance(m, ADAPTABLE)}
@@ -160,6 +171,7 @@ def apply_lora(net: nn.Module, settings: LoRASettings) -> nn.Module:
             "lora.train_head=true trains the head fully; remove head from lora.target_modules "
             "or set lora.train_head=false"
         )
+    require_peft()
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(

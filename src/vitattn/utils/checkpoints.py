@@ -1,9 +1,17 @@
-"""Reading a Lightning checkpoint's dictionary without loading its weights into a model."""
+"""Checkpoints of a run: reading one cheaply, checking it fits a model, testing the best one."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
+
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.hparams import flatten
+
+log = logging.getLogger(__name__)
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -12,3 +20,54 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     import torch
 
     return torch.load(Path(path).expanduser(), map_location="cpu", mmap=True, weights_only=False)
+
+
+def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
+    """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
+    configured ``module.hparams.net``)."""
+    try:
+        stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
+    except FileNotFoundError as error:
+        raise ConfigError(f"ckpt_path={ckpt_path} is not a file") from error
+    except Exception as error:
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({type(error).__name__})"
+        ) from error
+    configured = OmegaConf.to_container(OmegaConf.create(dict(network)), resolve=True)
+    stored = OmegaConf.to_container(OmegaConf.create(dict(stored)), resolve=True)
+    for net in (configured, stored):  # compiling or not does not change the weights
+        net.pop("compile", None)
+    if stored == configured:
+        return
+    stored_flat, configured_flat = flatten(stored, "."), flatten(configured, ".")
+    differ = sorted(
+        key
+        for key in set(stored_flat) | set(configured_flat)
+        if stored_flat.get(key) != configured_flat.get(key)
+    )
+    shown = ", ".join(
+        f"model.{k}={stored_flat.get(k)} (here {configured_flat.get(k)})" for k in differ[:3]
+    )
+    raise ConfigError(
+        f"ckpt_path={ckpt_path} was trained with another network: {shown}; "
+        "resume without model/attention overrides, or start a new run"
+    )
+
+
+def best_checkpoint(trainer: Any) -> str | None:
+    """The best checkpoint by the monitored metric, else the latest one saved, else ``None``."""
+    callbacks = trainer.checkpoint_callbacks
+    monitored = [c.best_model_path for c in callbacks if c.monitor and c.best_model_path]
+    latest = [c.best_model_path or c.last_model_path for c in callbacks if not c.monitor]
+    return next((path for path in monitored + latest if path), None)
+
+
+def run_test_on_best(trainer: Any, module: Any, datamodule: Any) -> tuple[str | None, dict]:
+    """Test the best checkpoint (:func:`best_checkpoint`; the weights in memory if none was
+    saved). Returns the checkpoint tested and the ``test/`` metrics."""
+    ckpt_path = best_checkpoint(trainer)
+    if ckpt_path is None:
+        log.warning("no checkpoint was saved: testing the weights in memory")
+    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    return ckpt_path, metrics

@@ -19,3 +19,7 @@ class TrainingError(VitattnError):
     Unlike the errors above it is raised after the run directory has checkpoints and logs, which
     are kept.
     """
+
+
+class MissingDependencyError(VitattnError):
+    """An optional package a command needs is not installed; the message names the extra."""

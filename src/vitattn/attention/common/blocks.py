@@ -1,4 +1,4 @@
-"""Helpers shared by the sparse kernels (local, bigbird, sparse, reformer); registers nothing.
+"""Gathering and masking shared by the sparse kernels (local, bigbird, sparse, reformer).
 
 The sparse kernels never build the n x n score matrix. They gather, for each block of queries,
 the few keys it may attend to (a band, a set of key blocks, a row or column of the image, a chunk
@@ -18,41 +18,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vitattn.utils.errors import ConfigError
-
 MASKED = -1e9
 """Additive score bias of a slot a query may not attend to."""
 
 GROUP_BYTES = 8 << 20
 """Bytes of one group's score tensor in :func:`in_block_groups`: a few MB stays in cache, and
 stays under glibc's mmap threshold (32 MB), above which every fresh tensor is new zeroed pages."""
-
-
-def integer(setting: str, value: Any, low: int, high: int | None = None, hint: str = "") -> int:
-    """``value`` as an int in ``[low, high]``, else a one-line :class:`ConfigError` naming
-    ``attention.<setting>``; ``hint`` is appended to the message (the valid range is always
-    named)."""
-    valid = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and int(value) == value
-        and value >= low
-        and (high is None or value <= high)
-    )
-    if not valid:
-        bound = f"{low} <= attention.{setting} <= {high}" if high is not None else f">= {low}"
-        message = f"attention.{setting}={value} is not valid; choose an integer {bound}"
-        raise ConfigError(f"{message}{hint}")
-    return int(value)
-
-
-def choice(setting: str, value: Any, options: Sequence[str]) -> str:
-    """``value`` if it is one of ``options``, else a one-line :class:`ConfigError`."""
-    if value not in options:
-        raise ConfigError(
-            f"attention.{setting}={value!r} is not valid; choose one of {' | '.join(options)}"
-        )
-    return str(value)
 
 
 def pad_tokens(x: torch.Tensor, before: int = 0, after: int = 0) -> torch.Tensor:
@@ -112,8 +83,8 @@ def in_block_groups(
     """``attend(*blocked, bias)`` over consecutive groups of query blocks (axis 2 of every
     ``blocked`` tensor, axis ``bias_dim`` of ``bias``), concatenated along axis 2. Each group's
     scores take about :data:`GROUP_BYTES`: one pass over all blocks at once makes score tensors
-    of hundreds of MB at long sequences, and time then grows faster than n (measured: local
-    attention's forward+backward grew 6.7x from n = 1024 to 4096). The groups are ``split``
+    of hundreds of MB at long sequences, and time then grows faster than n (docs/attention.md
+    has the measurement). The groups are ``split``
     views, whose gradients autograd joins in one ``cat``; slicing per group would instead give
     every group a zero-filled gradient of the whole tensor."""
     blocks = blocked[0].shape[2]

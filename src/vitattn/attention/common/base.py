@@ -1,9 +1,10 @@
 """The attention-kernel interface and the registry of mechanisms.
 
 A *kernel* maps ``q, k, v`` of shape ``(batch, heads, tokens, head_dim)`` to an output of the same
-shape. It owns no projections: :class:`vitattn.attention.multihead.MultiHeadAttention` does, as in
-the xformers attention zoo. Adding a mechanism is one module in this package (decorated with
-:func:`register_attention`) plus one ``configs/attention/<name>.yaml``.
+shape. It owns no projections: :class:`vitattn.attention.common.multihead.MultiHeadAttention`
+does, as in the xformers attention zoo. Adding a mechanism is one module in
+``vitattn/attention/`` (a kernel class decorated with :func:`register_attention`) plus one
+``configs/attention/<name>.yaml``.
 """
 
 from __future__ import annotations
@@ -35,20 +36,6 @@ def register_attention(name: str) -> Callable[[KernelT], KernelT]:
     return decorator
 
 
-def positive(setting: str, value: float) -> float:
-    """``value`` if it is above zero, else a :class:`ConfigError` naming ``attention.<setting>``."""
-    if value <= 0:
-        raise ConfigError(f"attention.{setting}={value} is not valid; choose a positive number")
-    return value
-
-
-def positive_int(setting: str, value: int) -> int:
-    """``value`` if it is an integer of at least 1, else a :class:`ConfigError` naming the knob."""
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ConfigError(f"attention.{setting}={value} is not valid; choose an integer >= 1")
-    return int(value)
-
-
 class AttentionKernel(nn.Module):
     """Base class of every attention mechanism.
 
@@ -59,6 +46,11 @@ class AttentionKernel(nn.Module):
     """
 
     name: str = ""
+    """The registry name, set by :func:`register_attention`."""
+
+    shared_qk: bool = False
+    """``True`` for a kernel that ignores ``k`` (its keys are derived from ``q``): the multi-head
+    wrapper then projects no keys."""
 
     def __init__(self, *, seq_len: int, heads: int, head_dim: int) -> None:
         super().__init__()

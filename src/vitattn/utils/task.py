@@ -1,11 +1,13 @@
-"""Running a Hydra task: one-line errors, no half-written run directories, ``metrics.json``."""
+"""Running a Hydra task: one-line errors, no half-written run directories, ``metrics.json``.
+
+The counterpart of lightning-hydra-template's ``task_wrapper``: :func:`run_task` calls a task
+(``train``, ``evaluate``, ``finetune``, ``benchmark``) and decides what a failure leaves behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -14,15 +16,12 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
+from vitattn.utils.cli import fail
 from vitattn.utils.errors import TrainingError, VitattnError
+from vitattn.utils.results import write_json
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def fail(program: str, error: BaseException) -> None:
-    """Print the one line that ends a run, on stderr."""
-    print(f"{program}: error: {error}", file=sys.stderr, flush=True)
 
 
 def remove_unstarted_run(output_dir: Path) -> None:
@@ -99,13 +98,5 @@ def record_failure(path: Path, error: BaseException) -> None:
 
 def write_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
     """Write ``metrics.json`` (numbers as plain floats, NaN as null)."""
-
-    def plain(value: Any) -> Any:
-        if hasattr(value, "item"):
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        return value
-
-    path.write_text(json.dumps({k: plain(v) for k, v in metrics.items()}, indent=2) + "\n")
+    write_json(path, dict(metrics))
     log.info("wrote %s", path)

@@ -1,0 +1,52 @@
+"""Rebuilding a trained classifier from a checkpoint of ``vitattn-train`` or ``vitattn-finetune``.
+
+A checkpoint carries its network's config, so the model comes back exactly as it was trained.
+``vitattn-eval``, ``vitattn-finetune`` and ``vitattn-bench`` (``ckpt_path=``) load through here,
+with one-line errors for files that are not such checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vitattn.utils.errors import ConfigError, VitattnError
+
+
+def load_classifier(ckpt_path: str | Path) -> Any:
+    """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
+    ``vitattn-train``, or of ``vitattn-finetune`` (a
+    :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
+    from vitattn.models.module import ViTClassifier
+
+    path = Path(ckpt_path).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
+        )
+    try:
+        if holds_adapters(path):
+            from vitattn.lora.module import LoRAClassifier
+
+            return LoRAClassifier.load_from_checkpoint(path, map_location="cpu")
+        return ViTClassifier.load_from_checkpoint(path, map_location="cpu")
+    except VitattnError:
+        raise
+    except Exception as error:
+        # The first line only: a state_dict mismatch lists every key on the following ones.
+        reason = next(iter(str(error).splitlines()), "")
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint "
+            f"({type(error).__name__}: {reason})"
+        ) from error
+
+
+def holds_adapters(path: Path) -> bool:
+    """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
+    hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
+    from vitattn.utils.checkpoints import read_checkpoint
+
+    try:
+        return "lora" in (read_checkpoint(path).get("hyper_parameters") or {})
+    except Exception:
+        return False

@@ -1,0 +1,202 @@
+"""The console scripts' shared ``main``: check the command line, then hand it to Hydra.
+
+Every ``vitattn-*`` command is a Hydra app. Before Hydra creates a run directory, the command
+line is checked here, and anything wrong ends in one line on stderr (``<program>: error: ...``)
+and exit status 1, with nothing created:
+
+* a config-group choice that does not exist (``attention=flash``), with the valid ones;
+* an output location that cannot be written;
+* a value the config's schema rejects (a word where a number belongs, an unknown key): the
+  config is composed as the app will compose it, sweeps value by value;
+* whatever the app's own ``validate`` hook rejects on the composed config.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
+from vitattn.utils.errors import ConfigError, VitattnError
+
+Validator = Callable[[DictConfig], Any]
+
+HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--version")
+"""Flags that make Hydra print something instead of running: nothing to check."""
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+MAX_COMPOSITIONS = 64
+"""Sweeps are checked value by value, up to this many compositions."""
+
+OUTPUT_SETTINGS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir")
+
+
+def fail(program: str, error: BaseException) -> None:
+    """Print the one line that ends a run, on stderr."""
+    print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+
+
+def console_main(
+    program: str,
+    hydra_main: Callable[[], Any],
+    *,
+    config_name: str,
+    prepare: Callable[[list[str]], list[str]] | None = None,
+    validate: Validator | None = None,
+) -> None:
+    """Check ``sys.argv`` (after ``prepare`` rewrote it, e.g. to resume a run), then run the
+    Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line."""
+    arguments = sys.argv[1:]
+    try:
+        if prepare is not None:
+            arguments = prepare(arguments)
+        if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+            check_group_choices(arguments)
+            check_output_dirs(arguments)
+            check_composition(config_name, arguments, validate)
+    except VitattnError as error:
+        fail(program, error)
+        sys.exit(1)
+    sys.argv = [sys.argv[0], *arguments]
+    hydra_main()
+
+
+def overrides_of(arguments: Sequence[str]) -> list[str]:
+    """The ``key=value`` overrides among command-line arguments (flags left out)."""
+    return [arg for arg in arguments if "=" in arg and not arg.startswith("-")]
+
+
+def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR) -> None:
+    """Reject ``group=name`` overrides (sweeps included) whose config file does not exist.
+
+    Hydra would fail too, but with a multi-line message; this names the setting and the valid
+    choices in one line, before any run directory exists.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(overrides_of(arguments))
+    except HydraException:
+        return  # not ours to report: Hydra explains syntax errors itself
+    for override in overrides:
+        group = override.key_or_group
+        if override.is_delete() or override.package or group.startswith("hydra/"):
+            continue
+        if not (config_dir / group).is_dir():
+            continue
+        if override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        valid = group_options(group, config_dir)
+        for value in values:
+            if value != "null" and value not in valid:
+                raise ConfigError(
+                    f"{group}={value} is not a known {group}; choose one of: {', '.join(valid)}"
+                )
+
+
+def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "outputs") -> None:
+    """Reject, before Hydra creates anything, an output location that cannot be written.
+
+    Looks at ``hydra.run.dir``, ``hydra.sweep.dir`` and ``paths.log_dir`` when given (else the
+    default ``outputs/``): the nearest existing folder on the path must be a writable directory.
+    Paths with interpolations (``${...}``) are left to Hydra.
+    """
+    given = {
+        key: value
+        for key, value in (arg.split("=", 1) for arg in overrides_of(arguments))
+        if key in OUTPUT_SETTINGS
+    }
+    if not given:
+        given = {"paths.log_dir": str(default)}
+    for setting, value in given.items():
+        if "${" in value:
+            continue
+        path = Path(value).expanduser().absolute()
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is None:
+            continue
+        if not existing.is_dir():
+            raise ConfigError(
+                f"{setting}={value} is not writable: {existing} is a file, not a directory; "
+                "choose another location"
+            )
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"{setting}={value} is not writable (no write permission in {existing}); "
+                "choose a directory you can write to"
+            )
+
+
+def single_runs(arguments: Sequence[str]) -> list[list[str]]:
+    """The override lists of the jobs to check: one for a single run; for a sweep (``-m``),
+    every value of each swept setting with the first value of the others."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = overrides_of(arguments)
+    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return [overrides]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices: list[list[str]] = []
+    for text, override in zip(overrides, parsed, strict=True):
+        if override.is_sweep_override():
+            key = text.split("=", 1)[0]
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([text])
+    first = [options[0] for options in choices]
+    jobs = [first]
+    for index, options in enumerate(choices):
+        for option in options[1:]:
+            jobs.append([*first[:index], option, *first[index + 1 :]])
+    return jobs
+
+
+def check_composition(
+    config_name: str,
+    arguments: Sequence[str],
+    validate: Validator | None = None,
+    config_dir: Path = CONFIG_DIR,
+) -> None:
+    """Compose ``configs/<config_name>.yaml`` with the command line as the app will, turning a
+    rejected value into one :class:`ConfigError` line, and run ``validate`` on the result."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        jobs = single_runs(arguments)
+    except HydraException:
+        return  # a syntax error: Hydra reports it in its own words
+    for overrides in itertools.islice(jobs, MAX_COMPOSITIONS):
+        try:
+            with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+                cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+        except (HydraException, OmegaConfBaseException) as error:
+            raise ConfigError(composition_message(error)) from error
+        if validate is not None:
+            validate(cfg)
+
+
+def composition_message(error: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line account of a rejected override, as one line."""
+    lines: list[str] = []
+    seen: BaseException | None = error
+    while seen is not None:
+        for line in str(seen).splitlines():
+            line = line.strip().rstrip(".")
+            noise = line.startswith(("full_key:", "object_type=", "reference_type="))
+            if line and not noise and line not in lines:
+                lines.append(line)
+        seen = seen.__cause__
+    text = "; ".join(lines)
+    return text.replace("Error merging override ", "", 1)

@@ -1,0 +1,29 @@
+"""Building Lightning objects from config groups that hold several entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+
+def instantiate_list(configs: DictConfig | None) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a ``{name: config}`` group (callbacks, loggers);
+    entries without one (``null``, or a group left empty) are skipped."""
+    if not configs:
+        return []
+    return [hydra.utils.instantiate(c) for c in configs.values() if c and "_target_" in c]
+
+
+def quiet_trainer(trainer_cfg: DictConfig) -> Any:
+    """A trainer as ``trainer_cfg`` describes, without loggers, callbacks, checkpoints, progress
+    bar or summary: for an extra ``test`` whose metrics must not land in the run's logs."""
+    return hydra.utils.instantiate(
+        trainer_cfg,
+        callbacks=[],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )

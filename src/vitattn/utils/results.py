@@ -1,0 +1,101 @@
+"""Writing results: ``metrics.json``, CSV tables, and Markdown tables for the terminal and docs.
+
+One writer for every command: training and evaluation (``metrics.json``), the benchmark
+(``results.json``, ``*.csv``, ``*.md``) and the analysis scripts (``summary.csv``,
+``summary.md``, ``lora_table.*``). Values are written as plain numbers: tensors become Python
+scalars, and NaN or infinity becomes an empty cell (CSV) or ``null`` (JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def plain_value(value: Any) -> Any:
+    """A tensor or NumPy scalar as a Python number; NaN and infinity as ``None``."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_plain(content: Any) -> Any:
+    """``content`` with every nested value made plain (:func:`plain_value`), keys as strings."""
+    if isinstance(content, Mapping):
+        return {str(k): to_plain(v) for k, v in content.items()}
+    if isinstance(content, list | tuple):
+        return [to_plain(v) for v in content]
+    return plain_value(content)
+
+
+def write_json(path: Path, content: Any) -> None:
+    """``content`` as indented JSON; values that JSON cannot hold are written as strings."""
+    path.write_text(json.dumps(to_plain(content), indent=2, default=str) + "\n")
+
+
+def write_csv(
+    path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> None:
+    """One line per mapping. ``columns`` (default: every key, in first-seen order) sets the
+    header; keys outside it are left out, missing ones are empty cells."""
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: "" if plain_value(v) is None else plain_value(v) for k, v in row.items()}
+            )
+
+
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Mapping[str, str],
+    align_right: Sequence[str] = (),
+) -> str:
+    """A Markdown table of ``rows`` with ``{key: header}`` columns, padded to align in a
+    terminal. Values are shown as given (format them first); a ``|`` inside a cell is escaped and
+    line breaks are folded, so every row stays one line. Columns in ``align_right`` are right
+    aligned (``---:``)."""
+    headers = list(columns.values())
+    cells = [[_cell_text(row.get(key, "")) for key in columns] for row in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    right = [key in align_right for key in columns]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)
+        )
+        return "| " + " | ".join(padded) + " |"
+
+    rules = (
+        "-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right, strict=True)
+    )
+    separator = "|" + "|".join(rules) + "|"
+    return "\n".join([line(headers), separator, *(line(c) for c in cells)])
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant digits, or ``-`` when there is none."""
+    value = plain_value(value)
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def mebibytes(value: float | None) -> str:
+    """Bytes as MiB with one decimal, or ``-``."""
+    return "-" if value is None else f"{value / 2**20:.1f}"
