@@ -1,4 +1,7 @@
-"""Shared fixtures: the real CIFAR-10 subset and Hydra configs composed with the compose API."""
+"""Shared fixtures: the real CIFAR-10 subset and Hydra configs composed with the compose API.
+
+Plain helpers (tiny settings, the CLI runner) are in :mod:`tests.helpers`.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
-from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
-
-SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
-
-# Settings small enough for a CPU test, used by every training test.
-TINY = [
-    "trainer=cpu",
-    "model.embed_dim=32",
-    "model.depth=1",
-    "model.heads=2",
-    "data.batch_size=64",
-    "data.eval_batch_size=512",
-    "callbacks.progress_bar.refresh_rate=0",
-]
+from tests.helpers import SHARED_DATA, TINY, compose_config
+from vitattn.utils.config import PROJECT_ROOT
 
 
 @pytest.fixture(scope="session")
@@ -49,14 +39,10 @@ def _clean_hydra() -> Iterator[None]:
     GlobalHydra.instance().clear()
 
 
-def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:
-    """Compose ``configs/<name>.yaml`` as the CLI would, with the run directory set."""
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(output_dir)
-        cfg.hydra.runtime.output_dir = str(output_dir)
-    return cfg
+@pytest.fixture
+def helpers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let console-script subprocesses instantiate the callbacks of :mod:`tests.helpers`."""
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.utils.errors import ConfigError

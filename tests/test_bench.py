@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import TINY, compose_config
+from tests.helpers import TINY, compose_config, run_cli
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark, check_budgets
 from vitattn.bench.approx import (
@@ -30,21 +27,10 @@ from vitattn.bench.timing import summarize
 from vitattn.utils.config import CONFIG_DIR
 from vitattn.utils.errors import ConfigError
 
-BIN = Path(sys.executable).parent
 CPU = torch.device("cpu")
 # A grid small enough for a test: two attentions, two sizes, one quick repeat.
 SMALL = ["attentions=[softmax,linear]", "seq_lens=[32,64]", "head_dims=[16]", "batch_size=2"]
 SMALL += ["heads=2", "warmup=0", "repeats=2", "device=cpu"]
-
-
-def bench_cli(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "HYDRA_FULL_ERROR": "0"}
-    result = subprocess.run(
-        [str(BIN / "vitattn-bench"), *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    if check and result.returncode != 0:
-        pytest.fail(f"vitattn-bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -249,7 +235,7 @@ def test_block_level_run(tmp_path: Path) -> None:
 
 def test_cli_writes_every_file(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
-    result = bench_cli(*SMALL, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    result = run_cli("vitattn-bench", *SMALL, f"hydra.run.dir={run_dir}", data_dir=data_dir)
     for name in ("results.csv", "results.json", "scaling.csv", "results.md", "bench.log"):
         assert (run_dir / name).is_file(), name
     for name in ("time_vs_seq_len.png", "memory_vs_seq_len.png"):
@@ -306,8 +292,12 @@ def test_bad_input_raises_one_config_error(
 
 def test_cli_bad_input_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
-    result = bench_cli(
-        "attentions=[softmax,nope]", f"hydra.run.dir={run_dir}", data_dir=data_dir, check=False
+    result = run_cli(
+        "vitattn-bench",
+        "attentions=[softmax,nope]",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+        check=False,
     )
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]
@@ -367,7 +357,8 @@ def test_spectrum_mode_on_a_checkpoint(
     tiny_checkpoint: Path, tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    bench_cli(
+    run_cli(
+        "vitattn-bench",
         "mode=spectrum",
         f"ckpt_path={tiny_checkpoint}",
         "spectrum.images=2",

@@ -11,7 +11,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS, AttentionKernel
 from vitattn.utils.cli import check_group_choices
 from vitattn.utils.config import CONFIG_DIR, group_options

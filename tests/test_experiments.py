@@ -10,8 +10,7 @@ import hydra
 import pytest
 import torch
 
-from tests.conftest import TINY, compose_config
-from tests.test_train import cli
+from tests.helpers import TINY, compose_config, run_cli
 from vitattn.analysis.curves import Run, label_runs, mean_curve, summarize
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.config import PROJECT_ROOT
@@ -78,7 +77,7 @@ def test_lra_image_preset_composes_to_lra_numbers(tmp_path: Path) -> None:
 def test_presets_train_on_cpu(
     experiment: str, overrides: list[str], tmp_path: Path, data_dir: Path
 ) -> None:
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         f"experiment={experiment}",
         "trainer=cpu",
@@ -121,7 +120,7 @@ def read_summary(directory: Path) -> list[dict[str, str]]:
 
 def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    cli(
+    run_cli(
         "vitattn-train",
         "-m",
         *FEW_STEPS,
@@ -130,7 +129,7 @@ def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path
         data_dir=data_dir,
     )
     assert (sweep / "0" / "metrics.json").is_file() and (sweep / "1" / "metrics.json").is_file()
-    result = cli("python", str(PLOT_CURVES), str(sweep), data_dir=data_dir)
+    result = run_cli("python", str(PLOT_CURVES), str(sweep), data_dir=data_dir)
     assert "wrote" in result.stdout
     for name in ("val_acc_vs_step.png", "train_loss_vs_step.png", "summary.md"):
         assert (sweep / name).stat().st_size > 0, name
@@ -146,7 +145,7 @@ def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path
 
 def test_failed_job_is_recorded_and_the_others_finish(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         "-m",
         *FEW_STEPS,
@@ -189,7 +188,7 @@ def test_seeds_share_a_line_with_a_band() -> None:
 
 
 def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: Path) -> None:
-    result = cli("python", str(PLOT_CURVES), str(tmp_path), data_dir=data_dir, check=False)
+    result = run_cli("python", str(PLOT_CURVES), str(tmp_path), data_dir=data_dir, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().startswith("plot_curves.py: error: no run directories")
 
@@ -199,7 +198,7 @@ def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: 
 
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    cli(
+    run_cli(
         "vitattn-train",
         "-m",
         "hydra/launcher=local",
@@ -215,7 +214,7 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: 
 
 def test_optuna_search_runs_two_trials(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         "hparams_search=optuna",
         "hydra.sweeper.n_trials=2",
@@ -233,7 +232,7 @@ def test_optuna_search_runs_two_trials(tmp_path: Path, data_dir: Path) -> None:
 
 def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
-    cli(
+    run_cli(
         "vitattn-train",
         "trainer=ddp",
         "trainer.accelerator=cpu",

@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.conftest import TINY, compose_config
+from tests.helpers import TINY, compose_config
 from vitattn.analysis.lora import find_runs, lora_table, to_markdown, write_table
 from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_targets
 from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint

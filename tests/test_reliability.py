@@ -10,22 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import TINY, compose_config
-from tests.test_train import cli
+from tests.helpers import TINY, compose_config, run_cli
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
-from vitattn.utils.config import PROJECT_ROOT
 from vitattn.utils.errors import ConfigError
 from vitattn.utils.resume import resume_arguments
 
 RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
 SIGTERM_AT_25 = ["+callbacks.stop._target_=tests.helpers.SigtermAtStep", "+callbacks.stop.step=25"]
-
-
-@pytest.fixture
-def helpers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the CLI subprocesses instantiate the callbacks of ``tests/helpers.py``."""
-    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT))
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -37,10 +29,10 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(
     tmp_path: Path, data_dir: Path, helpers_importable: None
 ) -> None:
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    cli("vitattn-train", *RUN_40, f"hydra.run.dir={straight}", data_dir=data_dir)
+    run_cli("vitattn-train", *RUN_40, f"hydra.run.dir={straight}", data_dir=data_dir)
 
     # Pre-empted at step 25, in the middle of the first epoch (71 batches of 64).
-    stopped = cli(
+    stopped = run_cli(
         "vitattn-train",
         *RUN_40,
         *SIGTERM_AT_25,
@@ -55,7 +47,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(
     assert not (interrupted / "metrics.json").exists()
 
     # Only the run directory is given: its settings and last.ckpt are picked up.
-    cli("vitattn-train", "resume=true", f"hydra.run.dir={interrupted}", data_dir=data_dir)
+    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={interrupted}", data_dir=data_dir)
 
     expected, resumed = weights(straight), weights(interrupted)
     assert expected.keys() == resumed.keys()
@@ -96,7 +88,7 @@ def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     tmp_path: Path, data_dir: Path, helpers_importable: None
 ) -> None:
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         *RUN_40,
         "+callbacks.nan._target_=tests.helpers.NanLossAtStep",
@@ -153,7 +145,7 @@ def test_attention_knob_out_of_range_is_one_line(
     overrides: list[str], message: str, tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         *TINY,
         *overrides,
@@ -170,9 +162,11 @@ def test_attention_knob_out_of_range_is_one_line(
 
 def test_checkpoint_of_another_network_is_refused(tmp_path: Path, data_dir: Path) -> None:
     run = tmp_path / "softmax"
-    cli("vitattn-train", *TINY, "trainer.max_steps=2", f"hydra.run.dir={run}", data_dir=data_dir)
+    run_cli(
+        "vitattn-train", *TINY, "trainer.max_steps=2", f"hydra.run.dir={run}", data_dir=data_dir
+    )
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
         "attention=linear",
@@ -198,7 +192,7 @@ def test_eval_refuses_a_file_that_is_not_a_vitattn_checkpoint(
     foreign = tmp_path / "resnet.ckpt"
     torch.save({"state_dict": {"conv1.weight": torch.zeros(1)}}, foreign)
     run_dir = tmp_path / "eval"
-    result = cli(
+    result = run_cli(
         "vitattn-eval",
         f"ckpt_path={foreign}",
         f"hydra.run.dir={run_dir}",
@@ -241,7 +235,7 @@ def test_output_directory_that_cannot_be_written(
 ) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    result = cli(
+    result = run_cli(
         program,
         f"hydra.run.dir={blocker}/run",
         *(["ckpt_path=x.ckpt"] if program == "vitattn-eval" else []),

@@ -3,47 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import TINY
+from tests.helpers import TINY, compose_config, run_cli
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
-BIN = Path(sys.executable).parent
 SHORT_RUN = [*TINY, "trainer.max_steps=60", "trainer.val_check_interval=25"]
-
-
-def cli(
-    program: str, *args: str, data_dir: Path, check: bool = True
-) -> subprocess.CompletedProcess:
-    env = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "HYDRA_FULL_ERROR": "0"}
-    result = subprocess.run(
-        [str(BIN / program), *args], capture_output=True, text=True, env=env, timeout=600
-    )
-    if check and result.returncode != 0:
-        pytest.fail(
-            f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return result
 
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """About 60 steps of a tiny model: the run every test below reads."""
     run_dir = tmp_path_factory.mktemp("short") / "run"
-    cli("vitattn-train", *SHORT_RUN, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    run_cli("vitattn-train", *SHORT_RUN, f"hydra.run.dir={run_dir}", data_dir=data_dir)
     return run_dir
 
 
 def test_fast_dev_run(tmp_path: Path, data_dir: Path) -> None:
-    result = cli(
+    result = run_cli(
         "vitattn-train", *TINY, "debug=fdr", f"hydra.run.dir={tmp_path}", data_dir=data_dir
     )
     output = result.stdout + result.stderr
@@ -105,7 +87,7 @@ def test_last_checkpoint_holds_final_weights(short_run: Path) -> None:
 
 def test_eval_reproduces_test_accuracy(short_run: Path, tmp_path: Path, data_dir: Path) -> None:
     trained = json.loads((short_run / "metrics.json").read_text())
-    cli(
+    run_cli(
         "vitattn-eval",
         f"ckpt_path={trained['ckpt_path']}",
         "trainer=cpu",
@@ -119,7 +101,7 @@ def test_eval_reproduces_test_accuracy(short_run: Path, tmp_path: Path, data_dir
 
 def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    cli(
+    run_cli(
         "vitattn-train",
         "-m",
         *TINY,
@@ -157,7 +139,7 @@ def test_bad_input_ends_in_one_line(
     overrides: list[str], message: str, tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         *overrides,
         "trainer=cpu",
@@ -178,7 +160,7 @@ def test_damaged_data_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
     shutil.copytree(data_dir / "cifar-10-batches-py", tmp_path / "cifar-10-batches-py")
     (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"not a pickle")
     run_dir = tmp_path / "run"
-    result = cli(
+    result = run_cli(
         "vitattn-train", "trainer=cpu", f"hydra.run.dir={run_dir}", data_dir=tmp_path, check=False
     )
     assert result.returncode == 1
@@ -190,7 +172,7 @@ def test_damaged_data_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
 def test_existing_run_directory_is_not_emptied(tmp_path: Path, data_dir: Path) -> None:
     keep = tmp_path / "notes.txt"
     keep.write_text("mine")
-    result = cli(
+    result = run_cli(
         "vitattn-train",
         "model.patch_size=5",
         f"hydra.run.dir={tmp_path}",
@@ -203,7 +185,7 @@ def test_existing_run_directory_is_not_emptied(tmp_path: Path, data_dir: Path) -
 
 
 def test_eval_rejects_a_missing_checkpoint(tmp_path: Path, data_dir: Path) -> None:
-    result = cli(
+    result = run_cli(
         "vitattn-eval",
         f"ckpt_path={tmp_path}/none.ckpt",
         f"hydra.run.dir={tmp_path}/run",
@@ -215,7 +197,6 @@ def test_eval_rejects_a_missing_checkpoint(tmp_path: Path, data_dir: Path) -> No
 
 
 def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Path) -> None:
-    from tests.conftest import compose_config
     from vitattn.train import train
 
     overrides = [
@@ -237,7 +218,6 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
 
 
 def test_same_seed_same_metrics(tmp_path: Path, data_dir: Path) -> None:
-    from tests.conftest import compose_config
     from vitattn.train import train
 
     overrides = [*TINY, f"paths.data_dir={data_dir}", "trainer.max_steps=8", "logger=csv"]
@@ -249,7 +229,6 @@ def test_same_seed_same_metrics(tmp_path: Path, data_dir: Path) -> None:
 @pytest.mark.parametrize("model", ["vit", "vit_pixel"])
 @pytest.mark.parametrize("attention", sorted(ATTENTIONS))
 def test_fast_dev_run_per_attention(attention: str, model: str, tmp_path: Path, data_dir: Path):
-    from tests.conftest import compose_config
     from vitattn.train import train
 
     overrides = [

@@ -75,9 +75,9 @@ def test_compile_falls_back_to_eager_with_a_warning(monkeypatch, caplog) -> None
 
 
 def test_bench_level_train_writes_its_files(tmp_path: Path, data_dir: Path) -> None:
-    from tests.test_train import cli
+    from tests.helpers import run_cli
 
-    result = cli(
+    result = run_cli(
         "vitattn-bench",
         "level=train",
         "train.batch_size=16",
@@ -95,9 +95,9 @@ def test_bench_level_train_writes_its_files(tmp_path: Path, data_dir: Path) -> N
 
 
 def test_bench_level_train_rejects_unknown_implementations(tmp_path: Path, data_dir: Path):
-    from tests.test_train import cli
+    from tests.helpers import run_cli
 
-    result = cli(
+    result = run_cli(
         "vitattn-bench",
         "level=train",
         "train.implementations=[vitattn,keras]",

@@ -6,7 +6,7 @@ import hydra
 import pytest
 import torch
 
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS, MultiHeadAttention
 from vitattn.utils.errors import ConfigError
 
