@@ -34,6 +34,9 @@ TINY = [
 ]
 """Settings small enough for a CPU test, used by every training test."""
 
+FEW_STEPS = [*TINY, "trainer.max_steps=8", "trainer.val_check_interval=4"]
+"""A few steps of the tiny model, validating twice."""
+
 
 def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:
     """Compose ``configs/<name>.yaml`` as the CLI would, with the run directory set."""

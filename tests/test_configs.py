@@ -13,9 +13,7 @@ from omegaconf import OmegaConf
 
 from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS, AttentionKernel
-from vitattn.utils.cli import check_group_choices
 from vitattn.utils.config import CONFIG_DIR, group_options
-from vitattn.utils.errors import ConfigError
 
 INSTANTIATED_GROUPS = ("attention", "model", "optimizer", "scheduler", "data", "trainer")
 
@@ -106,14 +104,6 @@ def test_eval_config_composes(tmp_path: Path) -> None:
     cfg = compose_config("eval", ["ckpt_path=x.ckpt"], tmp_path)
     assert cfg.ckpt_path == "x.ckpt"
     hydra.utils.instantiate(cfg.trainer)
-
-
-def test_unknown_group_choice_is_one_clear_error() -> None:
-    check_group_choices(["attention=softmax", "model=vit_pixel", "-m", "seed=1,2"])
-    with pytest.raises(ConfigError, match=r"attention=nope is not a known attention; .*softmax"):
-        check_group_choices(["attention=nope"])
-    with pytest.raises(ConfigError, match=r"model=vit_tiny .*vit, vit_pixel"):
-        check_group_choices(["-m", "model=vit,vit_tiny"])
 
 
 def test_kernels_subclass_base() -> None:

@@ -14,7 +14,6 @@ from tests.helpers import TINY, compose_config, run_cli
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.errors import ConfigError
-from vitattn.utils.resume import resume_arguments
 
 RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
 SIGTERM_AT_25 = ["+callbacks.stop._target_=tests.helpers.SigtermAtStep", "+callbacks.stop.step=25"]
@@ -59,30 +58,6 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(
     assert losses[interrupted] == losses[straight]
     metrics = json.loads((interrupted / "metrics.json").read_text())
     assert metrics["steps"] == 40 and metrics["status"] == "completed"
-
-
-def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / "checkpoints").mkdir()
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run / ".hydra" / "overrides.yaml").write_text(
-        "- attention=linear\n- model.heads=2\n- trainer.max_steps=40\n- ckpt_path=old.ckpt\n"
-    )
-    ckpt = str(run / "checkpoints" / "last.ckpt")
-    assert resume_arguments([f"ckpt_path={ckpt}", "trainer.max_steps=80"]) == [
-        "attention=linear",
-        "model.heads=2",
-        f"ckpt_path={ckpt}",
-        "trainer.max_steps=80",
-        f"hydra.run.dir={run}",
-    ]
-    assert resume_arguments(["resume=true", f"hydra.run.dir={run}"])[-1] == f"ckpt_path={ckpt}"
-    assert resume_arguments(["-m", f"ckpt_path={ckpt}"]) == ["-m", f"ckpt_path={ckpt}"]
-    with pytest.raises(ConfigError, match=r"resume=true needs the run to continue"):
-        resume_arguments(["resume=true"])
-    with pytest.raises(ConfigError, match=r"resume=true: .*last.ckpt does not exist"):
-        resume_arguments(["resume=true", f"hydra.run.dir={tmp_path}"])
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(

@@ -99,26 +99,6 @@ def test_eval_reproduces_test_accuracy(short_run: Path, tmp_path: Path, data_dir
     assert evaluated["params"] == trained["params"]
 
 
-def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -> None:
-    sweep = tmp_path / "sweep"
-    run_cli(
-        "vitattn-train",
-        "-m",
-        *TINY,
-        "trainer.max_steps=3",
-        "seed=1,2",
-        "logger=csv",
-        f"hydra.sweep.dir={sweep}",
-        data_dir=data_dir,
-    )
-    for job in ("0", "1"):
-        metrics = json.loads((sweep / job / "metrics.json").read_text())
-        assert metrics["steps"] == 3
-        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
-        assert (sweep / job / "csv" / "metrics.csv").is_file()
-    assert (sweep / "multirun.yaml").is_file()
-
-
 BAD_INPUTS = [
     (["attention=nope"], r"attention=nope is not a known attention; choose one of: .*softmax"),
     (["model=vit_huge"], r"model=vit_huge is not a known model; choose one of: vit, vit_pixel"),

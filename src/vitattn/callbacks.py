@@ -70,6 +70,24 @@ class ImagesPerSecond(L.Callback):
         pl_module.log("train/images_per_sec", rate, on_step=True, on_epoch=False)
 
 
+def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
+    """What ``metrics.json`` reports of a finished ``fit``: the last training loss, the run's
+    images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs, seconds, and on a GPU the
+    peak of allocated memory."""
+    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
+    summary: dict[str, Any] = {
+        "train/loss": trainer.callback_metrics.get("train/loss"),
+        "train/images_per_sec": throughput.overall if throughput is not None else None,
+        "steps": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "seconds": round(seconds, 2),
+    }
+    device = trainer.strategy.root_device
+    if device.type == "cuda":
+        summary["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+    return summary
+
+
 class ValidateAtEnd(L.Callback):
     """Make the last training step a validation step.
 

@@ -71,7 +71,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from vitattn.attention import registered_name
-    from vitattn.callbacks import ImagesPerSecond
+    from vitattn.callbacks import fit_summary
     from vitattn.data.as_trained import as_trained
     from vitattn.lora.adapters import LoRASettings
     from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
@@ -141,17 +141,19 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         logger.log_metrics({"test/acc_base": base_acc}, step=0)
     del base
 
+    if torch.cuda.is_available():  # a sequential sweep's jobs share this process
+        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
-    fit_seconds = time.perf_counter() - started
-    fitted = dict(trainer.callback_metrics)
-
-    metrics: dict[str, Any] = {k: v for k, v in fitted.items() if k.startswith("val/")}
-    test_ckpt = None
-    if cfg.get("test", True):
-        # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
-        test_ckpt, test_metrics = run_test_on_best(trainer, module, datamodule)
-        metrics.update(test_metrics)
+    summary = fit_summary(trainer, time.perf_counter() - started)
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+    }
+    # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
+    test_ckpt, test_metrics = (
+        run_test_on_best(trainer, module, datamodule) if cfg.get("test", True) else (None, {})
+    )
+    metrics.update(test_metrics)
     metrics["test/acc_base"] = base_acc
 
     writes = trainer.is_global_zero and not cfg.trainer.get("fast_dev_run")
@@ -167,11 +169,9 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         metrics["test/acc_merged"] = score(cfg, merged, datamodule)
         log.info("wrote %s (test/acc_merged=%.4f)", merged_path, metrics["test/acc_merged"])
 
-    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     metrics.update(
         {
-            "train/loss": fitted.get("train/loss"),
-            "train/images_per_sec": throughput.overall if throughput is not None else None,
+            **summary,
             "params": counts.total,
             "params/trainable": counts.trainable,
             "params/lora": counts.lora,
@@ -181,17 +181,12 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
             "lora/train_head": settings.train_head,
             "data/shift": shift,
             "attention": attention,
-            "steps": trainer.global_step,
-            "epochs": trainer.current_epoch,
-            "seconds": round(fit_seconds, 2),
             "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
             "test_ckpt_path": test_ckpt,
             "merged_ckpt_path": str(merged_path) if merged_path else None,
             "status": "completed",
         }
     )
-    if trainer.strategy.root_device.type == "cuda":
-        metrics["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     if writes:
         write_metrics(output_dir / "metrics.json", metrics)
     return metrics

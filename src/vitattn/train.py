@@ -31,7 +31,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import torch
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from vitattn.callbacks import ImagesPerSecond
+    from vitattn.callbacks import fit_summary
     from vitattn.utils.checkpoints import check_checkpoint_matches, run_test_on_best
     from vitattn.utils.hparams import log_hyperparameters, training_hyperparameters
     from vitattn.utils.instantiators import instantiate_list
@@ -64,36 +64,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "attention=%s, %d parameters, run directory %s", choices["attention"], params, output_dir
     )
 
+    if torch.cuda.is_available():  # a sequential sweep's jobs share this process
+        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     except SIGTERMException:
         log.warning("stopped by SIGTERM; logs and checkpoints/last.ckpt are in %s", output_dir)
         raise SystemExit(143) from None  # 128 + SIGTERM, as if the signal had ended the process
-    fit_seconds = time.perf_counter() - started
-    fitted = dict(trainer.callback_metrics)
-
-    metrics: dict[str, Any] = {k: v for k, v in fitted.items() if k.startswith("val/")}
-    test_ckpt = None
-    if cfg.get("test", True):
-        test_ckpt, test_metrics = run_test_on_best(trainer, module, datamodule)
-        metrics.update(test_metrics)
-    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
-    metrics.update(
-        {
-            "train/loss": fitted.get("train/loss"),
-            "train/images_per_sec": throughput.overall if throughput is not None else None,
-            "params": params,
-            **choices,
-            "steps": trainer.global_step,
-            "epochs": trainer.current_epoch,
-            "seconds": round(fit_seconds, 2),
-            "ckpt_path": test_ckpt,
-            "status": "completed",
-        }
+    summary = fit_summary(trainer, time.perf_counter() - started)
+    metrics: dict[str, Any] = {
+        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+    }
+    test_ckpt, test_metrics = (
+        run_test_on_best(trainer, module, datamodule) if cfg.get("test", True) else (None, {})
     )
-    if trainer.strategy.root_device.type == "cuda":
-        metrics["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    metrics.update(test_metrics)
+    metrics.update(
+        {**summary, "params": params, **choices, "ckpt_path": test_ckpt, "status": "completed"}
+    )
     if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
         write_metrics(output_dir / "metrics.json", metrics)
     return metrics

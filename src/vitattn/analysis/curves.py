@@ -10,7 +10,6 @@ against training step, one line per attention type, the mean and the min-max ban
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections import defaultdict
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from vitattn.analysis.events import read_scalars
+from vitattn.utils.results import markdown_table, write_csv
 
 SUMMARY_COLUMNS = (
     "run",
@@ -211,19 +211,19 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
-    return " ".join(str(value).split()).replace("|", "\\|")  # one line per table row
+    return str(value)
+
+
+SHOWN_COLUMNS = ("run", "status", "label", "params", "best_val_acc", "final_val_acc", "test_acc")
+SHOWN_COLUMNS += ("images_per_sec", "seconds", "error")
+"""The columns of ``summary.md`` (``summary.csv`` has all of :data:`SUMMARY_COLUMNS`)."""
 
 
 def write_summary(rows: Sequence[dict[str, Any]], out_dir: Path) -> None:
-    with (out_dir / "summary.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=SUMMARY_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    shown = ("run", "status", "label", "params", "best_val_acc", "final_val_acc", "test_acc")
-    shown += ("images_per_sec", "seconds", "error")
-    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in shown) + " |" for row in rows]
-    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    write_csv(out_dir / "summary.csv", rows, SUMMARY_COLUMNS)
+    shown = [{c: _cell(row[c]) for c in SHOWN_COLUMNS} for row in rows]
+    table = markdown_table(shown, {c: c for c in SHOWN_COLUMNS})
+    (out_dir / "summary.md").write_text(table + "\n")
 
 
 def summarize(paths: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:

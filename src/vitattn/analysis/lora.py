@@ -14,7 +14,6 @@ writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--ou
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 from collections import defaultdict
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from vitattn.data.shifts import SHIFTS
+from vitattn.utils.results import markdown_table, write_csv
 
 CSV_COLUMNS = (
     "rank",
@@ -163,28 +163,30 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
     shifts = _shift_order({row["shift"] for row in rows})
     by_cell = {(row["rank"], row["shift"]): row for row in rows}
     ranks = sorted({row["rank"] for row in rows})
-    header = ["rank", "trainable params", *shifts]
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
-    ]
-    bases = []
+    base_row: dict[str, Any] = {"rank": "base, no fine-tuning", "trainable": 0}
     for shift in shifts:
         values = [
             r["test_acc_base"]
             for r in rows
             if r["shift"] == shift and r["test_acc_base"] is not None
         ]
-        bases.append(_percent(_mean(values)))
-    lines.append("| base, no fine-tuning | 0 | " + " | ".join(bases) + " |")
+        base_row[shift] = _percent(_mean(values))
+    table_rows = [base_row]
     for rank in ranks:
         cells = [by_cell.get((rank, shift)) for shift in shifts]
         trainable = _distinct(c["params_trainable"] for c in cells if c)
-        label = "0 (full fine-tuning)" if rank == 0 else str(rank)
-        accs = [_percent(c["test_acc"], c["test_acc_std"]) if c else "–" for c in cells]
-        lines.append(
-            f"| {label} | {' / '.join(_count(t) for t in trainable)} | " + " | ".join(accs) + " |"
+        table_rows.append(
+            {
+                "rank": "0 (full fine-tuning)" if rank == 0 else str(rank),
+                "trainable": " / ".join(_count(t) for t in trainable),
+                **{
+                    shift: _percent(c["test_acc"], c["test_acc_std"]) if c else "–"
+                    for shift, c in zip(shifts, cells, strict=True)
+                },
+            }
         )
+    columns = {"rank": "rank", "trainable": "trainable params", **{s: s for s in shifts}}
+    lines = [markdown_table(table_rows, columns, align_right=["trainable", *shifts])]
     notes = ["", "Test accuracy (%) on each shifted CIFAR-10 test set."]
     counts = {row["runs"] for row in rows}
     if counts != {1}:
@@ -206,14 +208,6 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
     return "\n".join(lines + notes) + "\n"
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_COLUMNS})
-
-
 def write_table(
     directories: Sequence[str | Path], out: str | Path | None = None
 ) -> tuple[str, Path, Path]:
@@ -226,7 +220,7 @@ def write_table(
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out_dir / "lora_table.md", out_dir / "lora_table.csv"
     md_path.write_text(markdown)
-    write_csv(rows, csv_path)
+    write_csv(csv_path, rows, CSV_COLUMNS)
     return markdown, md_path, csv_path
 
 

@@ -99,14 +99,14 @@ class LoRASettings:
 
 
 def require_peft() -> None:
-    """Fail in one line, naming the extra to install, where PEFT is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("peft") is None:
+    """Fail in one line, naming the extra to install, where PEFT cannot be imported."""
+    try:
+        import peft  # noqa: F401
+    except ImportError as error:
         raise MissingDependencyError(
-            "LoRA adapters need the peft package, which is not installed; "
+            f"LoRA adapters need the peft package, which cannot be imported ({error}); "
             'pip install -e ".[lora]" (or pip install peft)'
-        )
+        ) from error
 
 
 def adaptable_layers(net: nn.Module) -> dict[str, nn.Module]:

@@ -31,19 +31,11 @@ class LoRAClassifier(ViTClassifier):
 
     Args:
         lora: the ``lora`` settings (see :class:`~vitattn.lora.adapters.LoRASettings`).
-        Other arguments: as :class:`ViTClassifier`.
+        classifier: the arguments of :class:`ViTClassifier` (``net``, ``optimizer``, ...).
     """
 
-    def __init__(
-        self,
-        net: Mapping[str, Any],
-        optimizer: Mapping[str, Any],
-        scheduler: Mapping[str, Any] | None = None,
-        label_smoothing: float = 0.0,
-        num_classes: int = 10,
-        lora: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(net, optimizer, scheduler, label_smoothing, num_classes)
+    def __init__(self, lora: Mapping[str, Any] | None = None, **classifier: Any) -> None:
+        super().__init__(**classifier)
         settings = LoRASettings.from_mapping(lora)
         self.save_hyperparameters({**self.hparams, "lora": settings.as_dict()}, logger=False)
         self.net = apply_lora(self.net, settings)

@@ -199,4 +199,8 @@ def composition_message(error: BaseException) -> str:
                 lines.append(line)
         seen = seen.__cause__
     text = "; ".join(lines)
-    return text.replace("Error merging override ", "", 1)
+    prefix = "Error merging override "
+    if text.startswith(prefix):  # "<override>: <why>"
+        override, _, why = text.removeprefix(prefix).partition("; ")
+        return f"{override}: {why}" if why else override
+    return text

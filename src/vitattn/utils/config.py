@@ -11,12 +11,21 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
-OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
-
 
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
     """The choices of a config group: the names of its yaml files."""
     return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
+
+
+def groups_help(*groups: str) -> str:
+    """``group: option, option, ...`` lines for a command's ``--help``, read from the config
+    tree so a new option shows up without editing the help text."""
+    width = max(len(group) for group in groups)
+    return "\n".join(f"  {group:<{width}}  {', '.join(group_options(group))}" for group in groups)
+
+
+OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
+OmegaConf.register_new_resolver("vitattn_groups", groups_help, replace=True)
 
 
 def chosen_option(cfg: DictConfig, group: str) -> str | None:

@@ -1,0 +1,85 @@
+"""The rank x shift table of a vitattn-finetune sweep (``scripts/lora_table.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vitattn.analysis.lora import find_runs, lora_table, to_markdown, write_table
+
+
+def fake_multirun(root: Path) -> Path:
+    """Jobs as vitattn-finetune -m writes them: <job>/.hydra/overrides.yaml + metrics.json."""
+    job = 0
+    for shift, base in (("quantize", 0.40), ("rotate", 0.30), ("invert", 0.10)):
+        for rank in (0, 1, 8):
+            path = root / str(job)
+            (path / ".hydra").mkdir(parents=True)
+            (path / ".hydra" / "overrides.yaml").write_text(
+                f"- lora.rank={rank}\n- data.shift={shift}\n- ckpt_path=/base.ckpt\n"
+            )
+            metrics = {
+                "test/acc": base + 0.1 + 0.01 * rank,
+                "test/acc_base": base,
+                "params": 1000,
+                "params/trainable": 1000 if rank == 0 else 10 + 20 * rank,
+                "lora/rank": rank,
+                "data/shift": shift,
+                "ckpt_path": "/base.ckpt",
+                "status": "completed",
+            }
+            (path / "metrics.json").write_text(json.dumps(metrics))
+            job += 1
+    failed = root / str(job)
+    (failed / ".hydra").mkdir(parents=True)
+    (failed / ".hydra" / "overrides.yaml").write_text("- lora.rank=64\n- data.shift=rotate\n")
+    (failed / "metrics.json").write_text(json.dumps({"status": "failed", "error": "boom"}))
+    return root
+
+
+def test_lora_table_from_a_multirun_directory(tmp_path: Path) -> None:
+    root = fake_multirun(tmp_path / "multirun")
+    runs = find_runs([root])
+    assert len(runs) == 10
+    rows = lora_table(runs)
+    assert [(r["rank"], r["shift"]) for r in rows[:3]] == [
+        (0, "quantize"),
+        (0, "rotate"),
+        (0, "invert"),
+    ]
+    cell = next(r for r in rows if r["rank"] == 8 and r["shift"] == "rotate")
+    assert cell["params_trainable"] == 170 and cell["test_acc"] == pytest.approx(0.48)
+    assert cell["test_acc_base"] == pytest.approx(0.30)
+    markdown = to_markdown(rows, runs)
+    lines = markdown.splitlines()
+    assert lines[0] == "| rank                 | trainable params | quantize | rotate | invert |"
+    assert lines[2] == "| base, no fine-tuning |                0 |     40.0 |   30.0 |   10.0 |"
+    assert lines[3] == "| 0 (full fine-tuning) |            1,000 |     50.0 |   40.0 |   20.0 |"
+    assert lines[5] == "| 8                    |              170 |     58.0 |   48.0 |   28.0 |"
+    assert "Failed: 9 (rank=64, shift=rotate): boom" in markdown
+    assert "Base checkpoint: `/base.ckpt`" in markdown
+    text, md_path, csv_path = write_table([root], tmp_path / "out")
+    assert md_path.read_text() == text == markdown
+    csv_lines = csv_path.read_text().splitlines()
+    assert csv_lines[0].split(",")[:4] == ["rank", "shift", "runs", "params"]
+    assert len(csv_lines) == 1 + 9
+
+
+def test_lora_table_averages_seeds(tmp_path: Path) -> None:
+    for job, acc in enumerate((0.5, 0.7)):
+        path = tmp_path / str(job)
+        path.mkdir()
+        metrics = {
+            "test/acc": acc,
+            "test/acc_base": 0.2,
+            "params/trainable": 5,
+            "params": 9,
+            "lora/rank": 2,
+            "data/shift": "rotate",
+        }
+        (path / "metrics.json").write_text(json.dumps(metrics))
+    rows = lora_table(find_runs([tmp_path]))
+    assert rows[0]["runs"] == 2 and rows[0]["test_acc"] == pytest.approx(0.6)
+    assert "60.0 ± 14.1" in to_markdown(rows)

@@ -1,0 +1,155 @@
+"""LoRA adapters (PEFT) on the ViT: what they add, what trains, merging, loading, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests.helpers import TINY, compose_config
+from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_targets
+from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
+from vitattn.models.module import ViTClassifier
+from vitattn.utils.errors import ConfigError
+
+
+def tiny_classifier(lora: dict[str, Any] | None, tmp_path: Path) -> LoRAClassifier:
+    """A LoRAClassifier over the tiny model of the training tests (no training)."""
+    cfg = compose_config("train", TINY, tmp_path)
+    module = OmegaConf.to_container(cfg.module, resolve=True)
+    del module["_target_"], module["_recursive_"]
+    torch.manual_seed(0)
+    return LoRAClassifier(**module, lora=lora)
+
+
+def randomize_adapters(module: LoRAClassifier) -> None:
+    """B starts at zero (a no-op update); give every adapter weight a random value."""
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if is_lora_parameter(name):
+                param.normal_(std=0.2)
+
+
+@pytest.mark.parametrize("rank", [1, 4])
+def test_adapter_counts_are_rank_times_in_plus_out(rank: int, tmp_path: Path) -> None:
+    module = tiny_classifier({"rank": rank}, tmp_path)
+    net = module.net.get_base_model()
+    plain = tiny_classifier({"rank": 0}, tmp_path)
+    targeted = resolve_targets(plain.net, list(DEFAULT_TARGETS))
+    assert targeted == [
+        "blocks.0.attn.qkv",
+        "blocks.0.attn.proj",
+        "blocks.0.mlp.fc1",
+        "blocks.0.mlp.fc2",
+    ]
+    expected_total = 0
+    for name in targeted:
+        layer = net.get_submodule(name)
+        base = layer.get_base_layer()
+        adapter = sum(p.numel() for n, p in layer.named_parameters() if is_lora_parameter(n))
+        assert adapter == rank * (base.in_features + base.out_features), name
+        expected_total += adapter
+    counts = module.parameter_counts()
+    assert counts.lora == expected_total
+    head = net.head.weight.numel() + net.head.bias.numel()
+    assert counts.trainable == expected_total + head  # lora.train_head defaults to true
+    assert counts.total == sum(p.numel() for p in plain.net.parameters())
+
+
+@pytest.mark.parametrize("train_head", [True, False])
+def test_only_adapters_and_head_get_gradients(train_head: bool, tmp_path: Path) -> None:
+    module = tiny_classifier({"rank": 2, "train_head": train_head}, tmp_path)
+    randomize_adapters(module)  # with B = 0, A's gradient would be zero (though present)
+    loss = module(torch.randn(4, 3, 32, 32)).logsumexp(-1).sum()
+    loss.backward()
+    with_grad = {n for n, p in module.named_parameters() if p.grad is not None}
+    lora = {n for n, _ in module.named_parameters() if is_lora_parameter(n)}
+    head = {n for n, _ in module.named_parameters() if ".head." in n}
+    assert lora and len(head) == 2
+    assert with_grad == (lora | head if train_head else lora)
+    assert all(module.get_parameter(n).grad.abs().sum() > 0 for n in lora)
+    optimized = {id(p) for group in module.parameter_groups() for p in group["params"]}
+    assert optimized == {id(module.get_parameter(n)) for n in with_grad}
+
+
+def test_rank_zero_is_full_finetuning(tmp_path: Path) -> None:
+    module = tiny_classifier({"rank": 0}, tmp_path)
+    counts = module.parameter_counts()
+    assert counts.lora == 0 and counts.trainable == counts.total
+    assert not any("base_layer" in key for key in module.state_dict())  # plain names
+
+
+def test_merged_and_unmerged_give_the_same_logits(tmp_path: Path) -> None:
+    module = tiny_classifier({"rank": 4, "alpha": 8}, tmp_path).eval()
+    randomize_adapters(module)
+    images = torch.randn(8, 3, 32, 32)
+    plain = tiny_classifier({"rank": 0}, tmp_path).eval()
+    plain.load_state_dict(
+        {
+            k.replace("base_model.model.", "").replace("base_layer.", ""): v
+            for k, v in module.state_dict().items()
+            if not is_lora_parameter(k)
+        }
+    )
+    with torch.no_grad():
+        unmerged, without_adapters = module(images), plain(images)
+        merged = module.merged_classifier().eval()(images)
+    assert not torch.allclose(unmerged, without_adapters, atol=1e-3)  # the adapters do something
+    torch.testing.assert_close(merged, unmerged, atol=1e-5, rtol=1e-5)
+    # ... and through a saved plain checkpoint, read as vitattn-eval reads it
+    path = save_plain_checkpoint(module.merged_classifier(), tmp_path / "merged.ckpt")
+    loaded = ViTClassifier.load_from_checkpoint(path, map_location="cpu").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(images), unmerged, atol=1e-5, rtol=1e-5)
+    # the unmerged module round-trips through its own checkpoint format too
+    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**state, "pytorch-lightning_version": "2.6.0"}, tmp_path / "lora.ckpt")
+    again = LoRAClassifier.load_from_checkpoint(tmp_path / "lora.ckpt", map_location="cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(images), unmerged)
+
+
+def test_base_weights_load_under_the_adapters(tmp_path: Path) -> None:
+    base = tiny_classifier({"rank": 0}, tmp_path).eval()
+    module = tiny_classifier({"rank": 4}, tmp_path)
+    with torch.no_grad():  # make the base differ from the freshly built network
+        for param in base.parameters():
+            param.add_(0.1)
+    module.load_base_weights(base.state_dict())
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():  # B = 0: the adapted model is the base model
+        torch.testing.assert_close(module.eval()(images), base(images))
+
+
+def test_target_modules_regex_and_conv(tmp_path: Path) -> None:
+    module = tiny_classifier(
+        {"rank": 2, "target_modules": r"blocks\.0\.attn\.qkv", "train_head": False}, tmp_path
+    )
+    lora = [n for n, _ in module.named_parameters() if is_lora_parameter(n)]
+    assert len(lora) == 2 and all(".attn.qkv." in n for n in lora)
+    conv = tiny_classifier({"rank": 2, "target_modules": ["patch_embed.proj"]}, tmp_path)
+    assert any("patch_embed.proj.lora_A" in n for n, _ in conv.named_parameters())
+    assert not any(".attn.proj.lora_" in n for n, _ in conv.named_parameters())
+
+
+@pytest.mark.parametrize(
+    ("lora", "message"),
+    [
+        ({"rank": -1}, r"lora\.rank=-1 is not valid; choose an integer >= 0"),
+        ({"target_modules": ["attn.qkv", "mlp.fc3"]}, r"'mlp\.fc3' matches no layer; .*mlp\.fc1"),
+        ({"target_modules": ["attn"]}, r"'attn' matches no layer; choose among: .*attn\.qkv"),
+        ({"target_modules": "blocks\\.9\\..*"}, r"matches no layer"),
+        ({"target_modules": ["head"]}, r"lora\.train_head=true trains the head fully"),
+        ({"rnak": 4}, r"lora\.rnak is not a setting"),
+        ({"alpha": 0}, r"lora\.alpha=0 is not valid"),
+    ],
+)
+def test_bad_lora_settings_are_one_line_errors(
+    lora: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        tiny_classifier(lora, tmp_path)
+    assert "\n" not in str(info.value)

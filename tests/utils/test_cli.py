@@ -1,0 +1,125 @@
+"""The console scripts' shared main: every refusal is one line, before anything is created."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import last_line, run_cli
+from vitattn.utils.cli import (
+    check_composition,
+    check_group_choices,
+    composition_message,
+    console_main,
+    single_runs,
+)
+from vitattn.utils.errors import ConfigError
+
+
+def test_unknown_group_choice_is_one_clear_error() -> None:
+    check_group_choices(["attention=softmax", "model=vit_pixel", "-m", "seed=1,2"])
+    with pytest.raises(ConfigError, match=r"attention=nope is not a known attention; .*softmax"):
+        check_group_choices(["attention=nope"])
+    with pytest.raises(ConfigError, match=r"model=vit_tiny .*vit, vit_pixel"):
+        check_group_choices(["-m", "model=vit,vit_tiny"])
+
+
+def test_a_sweep_is_checked_value_by_value() -> None:
+    assert single_runs(["a=1", "b=2"]) == [["a=1", "b=2"]]
+    assert single_runs(["-m", "a=1,2", "b=3", "c=4,5"]) == [
+        ["a=1", "b=3", "c=4"],
+        ["a=2", "b=3", "c=4"],
+        ["a=1", "b=3", "c=5"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["model.foo=1"], r"^Could not override 'model.foo'; .*Key 'foo' is not in struct$"),
+        (["-m", "model.depth=2,3", "model.bar=1,2"], r"'model.bar'.*not in struct"),
+        (["+model=vit"], r"model"),
+    ],
+)
+def test_a_rejected_override_is_one_line(arguments: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_composition("train", arguments)
+    assert "\n" not in str(info.value)
+    assert re.search(message, str(info.value)), str(info.value)
+
+
+def test_the_validate_hook_sees_the_composed_config() -> None:
+    seen = []
+    check_composition("train", ["model.depth=3"], validate=lambda cfg: seen.append(cfg.model.depth))
+    assert seen == [3]
+    with pytest.raises(ConfigError, match="too deep"):
+
+        def refuse(cfg):
+            raise ConfigError("too deep")
+
+        check_composition("train", ["model.depth=3"], validate=refuse)
+
+
+def test_composition_message_drops_hydra_noise() -> None:
+    error = Exception("Error merging override a=b")
+    error.__cause__ = ValueError("Value 'b' could not be converted to Integer\n    full_key: a\n")
+    assert composition_message(error) == "a=b: Value 'b' could not be converted to Integer"
+
+
+def test_console_main_refuses_before_hydra_runs(monkeypatch, capsys, tmp_path: Path) -> None:
+    ran = []
+    monkeypatch.setattr(sys, "argv", ["vitattn-train", "attention=flash"])
+    with pytest.raises(SystemExit) as info:
+        console_main("vitattn-train", lambda: ran.append(1), config_name="train")
+    assert info.value.code == 1 and ran == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vitattn-train: error: attention=flash is not a known attention")
+    assert "\n" not in err
+
+
+def test_console_main_passes_help_to_hydra_unchecked(monkeypatch) -> None:
+    ran = []
+    monkeypatch.setattr(sys, "argv", ["vitattn-train", "--help", "attention=flash"])
+    console_main("vitattn-train", lambda: ran.append(list(sys.argv)), config_name="train")
+    assert ran == [["vitattn-train", "--help", "attention=flash"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("program", "purpose", "groups", "absent"),
+    [
+        ("vitattn-train", "fit a Vision Transformer", ["attention", "model", "optimizer"], []),
+        ("vitattn-eval", "test accuracy of a checkpoint", ["data", "trainer"], ["attention"]),
+        ("vitattn-finetune", "LoRA", ["data", "optimizer", "trainer"], ["attention"]),
+    ],
+)
+def test_help_names_the_app_examples_and_its_groups(
+    program: str, purpose: str, groups: list[str], absent: list[str], data_dir: Path
+) -> None:
+    text = run_cli(program, "--help", data_dir=data_dir).stdout
+    assert text.startswith(f"{program}: ") and purpose in text
+    assert "powered by Hydra" not in text
+    assert text.count(f"  {program} ") >= 3  # three examples
+    section = text.split("== Config groups (group=option) ==\n")[1].split("\n\n")[0]
+    listed = {line.split()[0] for line in section.splitlines()}
+    assert set(groups) <= listed and not set(absent) & listed
+
+
+@pytest.mark.slow
+def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "vitattn-train", "model.foo=1", f"hydra.run.dir={run_dir}", data_dir=data_dir, check=False
+    )
+    assert result.returncode == 1
+    assert last_line(result) == (
+        "vitattn-train: error: Could not override 'model.foo'; To append to your config use "
+        "+model.foo=1; Key 'foo' is not in struct"
+    )
+    assert "Traceback" not in result.stderr
+    assert not run_dir.exists()
