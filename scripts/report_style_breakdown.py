@@ -3,9 +3,9 @@ and, inside that, its explicit attention (next to SDPA on the same tensors).
 
     python scripts/report_style_breakdown.py [--batch-size 128] [--threads 2] [--repeats 8]
 
-Uses the reference of ``vitattn-bench level=train`` (:mod:`vitattn.bench.train_speed`) at the
-default ``model=vit`` sizes (patch 4, 64 tokens, width 256, depth 4, 4 heads, MLP 512), fp32,
-on the CPU, with real CIFAR-10 images from ``$VITATTN_DATA_DIR`` (or ``./data``).
+Uses the report-style reference of ``vitattn-bench mode=train`` (:mod:`vitattn.bench.references`)
+at the default ``model=vit`` sizes (patch 4, 64 tokens, width 256, depth 4, 4 heads, MLP 512),
+fp32, on the CPU, with real CIFAR-10 images from ``$VITATTN_DATA_DIR`` (or ``./data``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from vitattn.bench.train_speed import ExplicitAttentionViT, per_image_loader
+from vitattn.bench.references import ExplicitAttentionViT, per_image_loader
 from vitattn.data.cifar10 import CIFAR10DataModule
 
 PATCH, WIDTH, DEPTH, HEADS, MLP, TOKENS = 4, 256, 4, 4, 512, 64

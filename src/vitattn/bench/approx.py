@@ -20,7 +20,8 @@ Two relative Frobenius errors are reported, over all batch items and heads toget
 Randomised kernels (random features) are rebuilt ``approx.trials`` times with different seeds and
 the errors averaged (the standard deviation is reported too). Learned parameters (Linformer's
 E and F) keep their initialisation: the error of an untrained projection, also on q, k, v taken
-from a trained checkpoint.
+from a trained checkpoint. :func:`run_approx` measures what the settings select: random inputs,
+and with ``ckpt_path`` every layer's q, k, v on real images.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ import logging
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
-from vitattn.bench.kernels import build_kernel, split_variant
-from vitattn.bench.scaling import first_line
-from vitattn.utils.task import user_error
+from vitattn.bench.capture import QKV, checkpoint_qkv
+from vitattn.bench.environment import environment
+from vitattn.bench.kernels import build_kernel, failure_status, split_variant
+from vitattn.bench.settings import BenchSettings
+from vitattn.utils.results import number
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +57,11 @@ class ApproxRow:
     source: str  # "random" or "checkpoint"
     seq_len: int
     head_dim: int
-    output_rel_error: float | None = None
+    output_rel_error: float | None = None  # mean over the trials
     output_rel_error_std: float | None = None
-    matrix_rel_error: float | None = None
+    matrix_rel_error: float | None = None  # None: no n x n matrix to compare
     matrix_rel_error_std: float | None = None
-    matrix_method: str = ""
+    matrix_method: str = ""  # attention_matrix, probe, or why there is none
     trials: int = 0
     status: str = "ok"
 
@@ -167,10 +171,7 @@ def measure_row(
             ).to(device=q.device, dtype=q.dtype)
             output, matrix, row.matrix_method = errors_of(kernel, q, k, v, reference)
         except Exception as error:
-            problem = user_error(error)
-            row.status = (
-                f"unsupported: {problem}" if problem is not None else f"error: {first_line(error)}"
-            )
+            row.status = failure_status(error)
             return
         outputs.append(output)
         if matrix is not None:
@@ -183,7 +184,7 @@ def measure_row(
 def approximation_errors(
     attentions: Sequence[str],
     budgets: Mapping[str, Mapping[str, Any]],
-    inputs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    inputs: Mapping[str, QKV],
     *,
     trials: int = 1,
     seed: int = 0,
@@ -207,14 +208,10 @@ def approximation_errors(
                 log.info(
                     "%s %s=%s on %s: output error %s, matrix error %s (%s)",
                     name, budget.knob or "default", value, source,
-                    _fmt(row.output_rel_error), _fmt(row.matrix_rel_error),
+                    number(row.output_rel_error), number(row.matrix_rel_error),
                     row.status if row.status != "ok" else row.matrix_method,
                 )  # fmt: skip
     return rows
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
 
 def random_qkv(
@@ -235,5 +232,30 @@ def random_qkv(
     return tuple(t.to(device=device, dtype=dtype) * s for t, s in ((q, std), (k, std), (v, 1.0)))  # type: ignore[return-value]
 
 
-def as_dicts(rows: list[ApproxRow]) -> list[dict[str, Any]]:
-    return [asdict(row) for row in rows]
+@dataclass
+class ApproxRun:
+    """What ``mode=approx`` measured, and on what."""
+
+    attentions: list[str]
+    rows: list[ApproxRow]
+    environment: dict[str, Any]
+
+
+def run_approx(settings: BenchSettings, data_cfg: DictConfig) -> ApproxRun:
+    """``mode=approx``: every selected attention x budget on random inputs, and with
+    ``ckpt_path`` on the checkpoint's q, k, v of real images (``data_cfg``)."""
+    device, dtype, approx = settings.torch_device, settings.dtype.torch, settings.approx
+    shape = (settings.batch_size, settings.heads, approx.seq_len, approx.head_dim)
+    random = random_qkv(*shape, std=approx.qk_std, seed=settings.seed, dtype=dtype, device=device)
+    inputs = {"random": random}
+    if settings.ckpt_path:
+        layers = checkpoint_qkv(settings.ckpt_path, data_cfg, approx.images)
+        # All layers' q, k, v as one batch: the error over the whole model's attention.
+        q, k, v = (torch.cat([layer[i] for layer in layers]) for i in range(3))
+        inputs["checkpoint"] = (q.to(device, dtype), k.to(device, dtype), v.to(device, dtype))
+    attentions = settings.attentions or []
+    rows = approximation_errors(
+        attentions, approx.budgets, inputs, trials=approx.trials, seed=settings.seed,
+        knobs=settings.knobs, variants=settings.variants,
+    )  # fmt: skip
+    return ApproxRun(attentions, rows, environment(device))

@@ -61,6 +61,8 @@ def capture_qkv(net: torch.nn.Module, images: torch.Tensor) -> list[QKV]:
 def checkpoint_qkv(ckpt_path: str, data_cfg: DictConfig, images: int) -> list[QKV]:
     """Load ``ckpt_path`` (a ``vitattn-train`` checkpoint) and capture q, k, v on real images,
     read with the data settings it was trained with where ``data_cfg`` leaves them ``null``."""
+    # Imported here, not above: they import Lightning, which takes seconds, and only the modes
+    # that read a checkpoint need them.
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import load_classifier
 

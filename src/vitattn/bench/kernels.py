@@ -1,4 +1,5 @@
-"""Building any registered attention kernel from its ``configs/attention/<name>.yaml``.
+"""Building any registered attention kernel from its ``configs/attention/<name>.yaml``, and the
+status a result row records when building or running one fails.
 
 Nothing here knows a mechanism by name: the registry :data:`vitattn.attention.ATTENTIONS` says
 which exist, the config file says how to build each and which knobs it has.
@@ -11,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.attention import ATTENTIONS
 from vitattn.attention.common.base import AttentionKernel
 from vitattn.utils.config import CONFIG_DIR
 from vitattn.utils.errors import ConfigError
+from vitattn.utils.task import user_error
 
 
 def registered() -> list[str]:
@@ -71,30 +74,40 @@ def split_variant(
     return attention, {**variant, **dict((knobs or {}).get(label) or {})}
 
 
-def knob_names(name: str, config_dir: Path = CONFIG_DIR) -> list[str]:
-    """The settings of ``configs/attention/<name>.yaml`` other than ``_target_``/``_partial_``."""
+def load_attention_config(name: str, config_dir: Path = CONFIG_DIR) -> DictConfig:
     path = attention_config_path(name, config_dir)
     if not path.is_file():
         raise ConfigError(f"attention {name!r} is registered but {path} is missing")
-    raw = OmegaConf.load(path)
-    return [str(key) for key in raw if not str(key).startswith("_")]
+    cfg = OmegaConf.load(path)
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def knob_names(name: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The settings of ``configs/attention/<name>.yaml`` other than ``_target_``/``_partial_``."""
+    return [
+        str(key) for key in load_attention_config(name, config_dir) if not str(key).startswith("_")
+    ]
+
+
+def require_knob(shown: str, name: str, knob: Any, config_dir: Path = CONFIG_DIR) -> None:
+    """Refuse ``knob`` unless it is a setting of ``configs/attention/<name>.yaml``; the error
+    starts with ``shown`` (how the user wrote it)."""
+    valid = knob_names(name, config_dir)
+    if knob not in valid:
+        raise ConfigError(
+            f"{shown} is not a setting of configs/attention/{name}.yaml; "
+            f"choose one of: {', '.join(valid) or '(none)'}"
+        )
 
 
 def attention_config(
     name: str, knobs: Mapping[str, Any] | None = None, config_dir: Path = CONFIG_DIR
 ) -> DictConfig:
     """``configs/attention/<name>.yaml`` with ``knobs`` merged in (each must be one of its keys)."""
-    path = attention_config_path(name, config_dir)
-    if not path.is_file():
-        raise ConfigError(f"attention {name!r} is registered but {path} is missing")
-    cfg = OmegaConf.load(path)
-    assert isinstance(cfg, DictConfig)
+    cfg = load_attention_config(name, config_dir)
     for key, value in dict(knobs or {}).items():
-        if key not in cfg or str(key).startswith("_"):
-            raise ConfigError(
-                f"{key} is not a setting of configs/attention/{name}.yaml; "
-                f"choose one of: {', '.join(knob_names(name, config_dir)) or '(none)'}"
-            )
+        require_knob(str(key), name, key, config_dir)
         cfg[key] = value
     return cfg
 
@@ -115,3 +128,29 @@ def build_kernel(
 def attention_factory(name: str, knobs: Mapping[str, Any] | None = None) -> Any:
     """The ``_partial_`` factory of mechanism ``name`` (what ``Block`` takes as ``attention``)."""
     return hydra.utils.instantiate(attention_config(name, knobs))
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (CUDA or host)."""
+    if isinstance(error, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut to ``limit`` characters."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    message = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def failure_status(error: BaseException) -> str:
+    """The status of a row whose kernel could not be built or run: ``unsupported: <why>`` for a
+    setting the kernel refuses, ``oom``, or ``error: <Type: message>``."""
+    problem = user_error(error)
+    if problem is not None:
+        return f"unsupported: {problem}"
+    return "oom" if is_out_of_memory(error) else f"error: {first_line(error)}"

@@ -11,7 +11,9 @@ A size that runs out of memory is recorded with status ``oom`` and larger sizes 
 attention are skipped. Before a large size runs, its memory and time are predicted from the
 smaller sizes already measured (a power law through the last two); a prediction above
 ``guard.max_memory_bytes`` or ``guard.max_call_seconds`` skips the size instead of thrashing the
-machine. Any other exception is recorded as ``error: ...`` and the sweep goes on.
+machine. Any other failure is recorded in the row's status
+(:func:`~vitattn.bench.kernels.failure_status`) and the sweep goes on. :func:`run_scaling` runs
+the sweep the settings describe.
 """
 
 from __future__ import annotations
@@ -20,20 +22,20 @@ import gc
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from vitattn.bench.kernels import attention_factory, build_kernel, split_variant
+from vitattn.bench.environment import environment, half_the_memory
+from vitattn.bench.kernels import attention_factory, build_kernel, failure_status, split_variant
 from vitattn.bench.memory import measure_memory
+from vitattn.bench.settings import BenchSettings
 from vitattn.bench.timing import time_call
-from vitattn.utils.task import user_error
+from vitattn.models.vit import Block
 
 log = logging.getLogger(__name__)
-
-LEVELS = ("kernel", "block")
 
 
 @dataclass
@@ -43,16 +45,16 @@ class Row:
     attention: str
     seq_len: int
     head_dim: int
-    fwd_ms: float | None = None
+    fwd_ms: float | None = None  # medians
     fwd_bwd_ms: float | None = None
-    memory_bytes: int | None = None
+    memory_bytes: int | None = None  # see vitattn.bench.memory
     status: str = "ok"
-    fwd_q25_ms: float | None = None
+    fwd_q25_ms: float | None = None  # quartiles and the fastest repeat
     fwd_q75_ms: float | None = None
     fwd_bwd_q25_ms: float | None = None
     fwd_bwd_q75_ms: float | None = None
     fwd_bwd_min_ms: float | None = None
-    repeats: int | None = None
+    repeats: int | None = None  # fewer than asked when guard.max_measure_seconds cut them
     saved_bytes: int | None = None
     peak_tensor_bytes: int | None = None
     memory_method: str | None = None
@@ -100,21 +102,67 @@ class Sweep:
     guard: Guard = field(default_factory=Guard)
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is an allocation failure (CUDA or host)."""
-    if isinstance(error, torch.OutOfMemoryError | MemoryError):
-        return True
-    text = str(error).lower()
-    return isinstance(error, RuntimeError) and (
-        "out of memory" in text or "can't allocate memory" in text
+@dataclass
+class ScalingRun:
+    """What ``mode=scaling`` measured, and on what."""
+
+    sweep: Sweep
+    rows: list[Row]
+    scaling: list[dict[str, Any]]
+    environment: dict[str, Any]
+
+
+def sweep_of(settings: BenchSettings) -> Sweep:
+    """The sweep the settings describe; ``guard.max_memory_bytes=auto`` is half the RAM on a CPU
+    and no limit on a GPU."""
+    device = settings.torch_device
+    guard = settings.guard
+    memory = guard.max_memory_bytes
+    if memory == "auto":
+        memory = half_the_memory() if device.type == "cpu" else None
+    assert settings.attentions is not None
+    return Sweep(
+        attentions=settings.attentions,
+        seq_lens=settings.seq_lens,
+        head_dims=settings.head_dims,
+        batch_size=settings.batch_size,
+        heads=settings.heads,
+        dtype=settings.dtype.torch,
+        device=device,
+        warmup=settings.warmup,
+        repeats=settings.repeats,
+        level=settings.level.value,
+        mlp_ratio=settings.mlp_ratio,
+        knobs=settings.knobs,
+        variants=settings.variants,
+        reference=settings.reference,
+        seed=settings.seed,
+        guard=Guard(memory, guard.max_call_seconds, guard.free_below, guard.max_measure_seconds),
     )
 
 
-def first_line(error: BaseException, limit: int = 200) -> str:
-    """``Type: message`` on one line, cut to ``limit`` characters."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    message = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return message if len(message) <= limit else message[: limit - 3] + "..."
+def run_scaling(settings: BenchSettings) -> ScalingRun:
+    """``mode=scaling``: every grid point's row (logged as it comes) and the exponents."""
+    sweep = sweep_of(settings)
+    env = environment(sweep.device)
+    log.info(
+        "%s level, %s on %s (%s, %d threads): %s x n=%s x d=%s",
+        sweep.level, env["device"], env["device_name"], str(sweep.dtype).removeprefix("torch."),
+        env["threads"], ",".join(sweep.attentions), sweep.seq_lens, sweep.head_dims,
+    )  # fmt: skip
+    rows = Runner(sweep, on_row=log_row).run()
+    return ScalingRun(sweep, rows, scaling_table(rows, sweep.reference), env)
+
+
+def log_row(row: Row) -> None:
+    if row.ok:
+        log.info(
+            "%-14s n=%-6d d=%-4d fwd %9.3f ms  fwd+bwd %9.3f ms  memory %8.1f MiB",
+            row.attention, row.seq_len, row.head_dim, row.fwd_ms, row.fwd_bwd_ms,
+            (row.memory_bytes or 0) / 2**20,
+        )  # fmt: skip
+    else:
+        log.info("%-14s n=%-6d d=%-4d %s", row.attention, row.seq_len, row.head_dim, row.status)
 
 
 class Workload:
@@ -126,8 +174,6 @@ class Workload:
         device, dtype = sweep.device, sweep.dtype
         shape: tuple[int, ...]
         if sweep.level == "block":
-            from vitattn.models.vit import Block
-
             dim = sweep.heads * head_dim
             self.module: nn.Module = Block(
                 dim=dim,
@@ -262,37 +308,26 @@ class Runner:
         if reason is not None:
             row.status = reason
             return
+        work = None
         try:
             work = Workload(sweep, attention, seq_len, head_dim)
-        except Exception as error:
-            problem = user_error(error)
-            row.status = f"unsupported: {problem}" if problem is not None else _failure(error)
-            release(sweep.device)
-            return
-        try:
-            limit = sweep.guard.max_measure_seconds
-            fwd = time_call(
-                work.forward,
-                sweep.device,
-                warmup=sweep.warmup,
-                repeats=sweep.repeats,
-                max_seconds=limit,
-            )
-            fwd_bwd = time_call(
-                work.forward_backward,
-                sweep.device,
-                warmup=sweep.warmup,
-                repeats=sweep.repeats,
-                max_seconds=limit,
+            fwd, fwd_bwd = (
+                time_call(
+                    call,
+                    sweep.device,
+                    warmup=sweep.warmup,
+                    repeats=sweep.repeats,
+                    max_seconds=sweep.guard.max_measure_seconds,
+                )
+                for call in (work.forward, work.forward_backward)
             )
             memory = measure_memory(work.forward_backward, sweep.device)
         except Exception as error:
-            row.status = _failure(error)
-            del work
-            release(sweep.device)
+            row.status = failure_status(error)
             return
-        del work
-        release(sweep.device)
+        finally:
+            del work  # what this grid point allocated goes before the next one starts
+            release(sweep.device)
         row.fwd_ms, row.fwd_q25_ms, row.fwd_q75_ms = fwd.median_ms, fwd.q25_ms, fwd.q75_ms
         row.fwd_bwd_ms, row.fwd_bwd_min_ms = fwd_bwd.median_ms, fwd_bwd.min_ms
         row.fwd_bwd_q25_ms, row.fwd_bwd_q75_ms = fwd_bwd.q25_ms, fwd_bwd.q75_ms
@@ -302,10 +337,6 @@ class Runner:
         key = (attention, head_dim)
         self.memory_history.setdefault(key, []).append((seq_len, float(memory.memory_bytes)))
         self.time_history.setdefault(key, []).append((seq_len, fwd_bwd.median_ms / 1e3))
-
-
-def _failure(error: BaseException) -> str:
-    return "oom" if is_out_of_memory(error) else f"error: {first_line(error)}"
 
 
 def release(device: torch.device) -> None:
@@ -392,7 +423,3 @@ def crossover(rows: list[Row], attention: str, head_dim: int, reference: str | N
         elif found is None:
             found = seq_len
     return found
-
-
-def as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
-    return [asdict(row) for row in rows]

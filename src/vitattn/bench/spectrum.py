@@ -13,7 +13,8 @@ below); both curves and both ranks are reported. A row-stochastic P always has s
 (the mean row), so nearly uniform attention has almost all its energy in one component: the
 sigma-curve separates heads better there. P is computed from the q, k
 the model attends with, whatever its mechanism, so the spectrum is that of exact softmax
-attention on the trained projections.
+attention on the trained projections. :func:`run_spectrum` does this for the settings'
+checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from omegaconf import DictConfig
+
+from vitattn.bench.capture import checkpoint_qkv
+from vitattn.bench.settings import BenchSettings
 
 
 def singular_values(matrices: torch.Tensor) -> torch.Tensor:
@@ -96,3 +101,11 @@ def head_spectra(
                 )
             )
     return spectra
+
+
+def run_spectrum(settings: BenchSettings, data_cfg: DictConfig) -> list[HeadSpectrum]:
+    """``mode=spectrum``: every layer x head of ``ckpt_path`` on ``spectrum.images`` real images
+    (read with ``data_cfg``)."""
+    assert settings.ckpt_path is not None
+    layers = checkpoint_qkv(settings.ckpt_path, data_cfg, settings.spectrum.images)
+    return head_spectra([(q, k) for q, k, _ in layers], settings.spectrum.energy)

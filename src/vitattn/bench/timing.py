@@ -26,10 +26,6 @@ class Timing:
     max_ms: float
     repeats: int
 
-    @property
-    def iqr_ms(self) -> float:
-        return self.q75_ms - self.q25_ms
-
 
 def summarize(samples_ms: list[float]) -> Timing:
     """Median, quartiles and range of a list of per-call times."""

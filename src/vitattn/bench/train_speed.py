@@ -1,38 +1,62 @@
-"""Images per second of whole training steps: ours against the implementations users reach for.
+"""Images per second of whole training steps (``vitattn-bench mode=train``).
 
-``vitattn-bench level=train`` times, on the same data and model size:
+On the same data and model size (``train.model``, ``train.overrides``), each of
+``train.implementations``:
 
 - ``vitattn``: our pipeline as ``vitattn-train`` runs it (a Lightning Trainer, uint8 data on the
-  device, batched augmentation, our ViT with the configured attention, AdamW), with any
-  ``model``/``attention``/``precision``/``compile`` setting;
+  device, batched augmentation, our ViT with the configured attention, AdamW and its schedule),
+  with any ``model``/``attention``/``precision``/``compile`` setting;
+- ``plain_loop``: the same network, built from the same composed train config, trained by a
+  hand-written loop on the same data module's batches, with the same on-device augmentation,
+  optimizer (the module's parameter groups) and schedule, and no Lightning: ``vitattn/plain_loop``
+  is what the framework costs;
 - ``timm``: timm's ``VisionTransformer`` of the same embedding size, depth, heads, MLP size and
-  patch size, in a plain loop over the same on-device batches and augmentation;
+  patch size, in a plain loop over random on-device batches with the same augmentation;
 - ``report_style``: the founding report's style, a plain PyTorch ViT with explicit (non-fused)
   softmax attention, fed by a torchvision ``DataLoader`` with per-image PIL transforms.
 
 A step is everything between two consecutive optimizer steps: fetching and augmenting the batch,
-forward, backward and the update. The first ``warmup`` steps are not counted; the rate is the
-median over ``repeats`` windows of ``steps`` steps.
+forward, backward and the update. Every implementation is timed by a :class:`StepClock` the same
+way: the device is synchronised at the end of each step, the first ``warmup`` steps are not
+counted, and the rate is the median over ``repeats`` windows of ``steps`` steps.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import hydra
 import torch
-import torch.nn.functional as F
-from torch import nn
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
 
-IMPLEMENTATIONS = ("vitattn", "timm", "report_style")
+from vitattn.bench.environment import environment
+from vitattn.bench.references import (
+    ExplicitAttentionViT,
+    device_batches,
+    loader_batches,
+    loop_step,
+    per_image_batches,
+    timm_vit,
+)
+from vitattn.bench.settings import IMPLEMENTATIONS, BenchSettings, TrainSettings
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.lightning_output import tidy_lightning_output
+
+__all__ = ["IMPLEMENTATIONS", "TrainRun", "TrainSpeed", "measure_train_speed", "run_train"]
+
+REFERENCE_ATTENTION = {"timm": "softmax (timm fused)", "report_style": "softmax (explicit)"}
+"""The attention of each reference network (ours and ``plain_loop`` use ``train.attention``)."""
 
 
 @dataclass
 class TrainSpeed:
-    """One implementation's measurement."""
+    """One implementation's measurement: a line of ``train_speed.csv``."""
 
     implementation: str
     model: str
@@ -47,236 +71,85 @@ class TrainSpeed:
     step_ms: float | None
     status: str = "ok"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+@dataclass
+class TrainRun:
+    """What ``mode=train`` measured, the ratios of ours to each other, and on what."""
+
+    results: list[TrainSpeed]
+    ratios: dict[str, float]
+    environment: dict[str, Any]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_steps(
-    step: Callable[[], None], device: torch.device, warmup: int, steps: int, repeats: int
-) -> list[float]:
-    """Seconds per step of each of ``repeats`` windows of ``steps`` calls, after ``warmup``."""
-    for _ in range(warmup):
-        step()
-    _sync(device)
-    windows = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        _sync(device)
-        windows.append((time.perf_counter() - start) / steps)
-    return windows
-
-
-def summarize(seconds: list[float], batch_size: int) -> tuple[float, float, float]:
-    median = statistics.median(seconds)
-    rates = [batch_size / s for s in seconds]
-    rate = batch_size / median
-    return rate, (max(rates) - min(rates)) / rate, 1000 * median
-
-
-# --- timm and report-style references -----------------------------------------------------------
-
-
-def autocast(device: torch.device, precision: str) -> Any:
-    if precision.startswith("bf16"):
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision.startswith("16"):
-        return torch.autocast(device.type, dtype=torch.float16)
-    return torch.autocast(device.type, enabled=False)
-
-
-def timm_vit(
-    patch_size: int, embed_dim: int, depth: int, heads: int, mlp_dim: int, num_classes: int
-) -> nn.Module:
-    from timm.models.vision_transformer import VisionTransformer
-
-    return VisionTransformer(
-        img_size=32,
-        patch_size=patch_size,
-        in_chans=3,
-        num_classes=num_classes,
-        embed_dim=embed_dim,
-        depth=depth,
-        num_heads=heads,
-        mlp_ratio=mlp_dim / embed_dim,
-        class_token=False,
-        global_pool="avg",
-    )
-
-
-class ExplicitAttentionViT(nn.Module):
-    """The founding report's kind of ViT: explicit softmax(Q K^T / sqrt(d)) V in every block."""
-
-    def __init__(
-        self, patch_size: int, embed_dim: int, depth: int, heads: int, mlp_dim: int, classes: int
-    ) -> None:
-        super().__init__()
-        self.heads = heads
-        self.patch = nn.Conv2d(3, embed_dim, patch_size, patch_size)
-        tokens = (32 // patch_size) ** 2
-        self.pos = nn.Parameter(torch.randn(1, tokens, embed_dim) * 0.02)
-        self.blocks = nn.ModuleList(
-            nn.ModuleDict(
-                {
-                    "norm1": nn.LayerNorm(embed_dim),
-                    "qkv": nn.Linear(embed_dim, 3 * embed_dim),
-                    "proj": nn.Linear(embed_dim, embed_dim),
-                    "norm2": nn.LayerNorm(embed_dim),
-                    "mlp": nn.Sequential(
-                        nn.Linear(embed_dim, mlp_dim), nn.GELU(), nn.Linear(mlp_dim, embed_dim)
-                    ),
-                }
-            )
-            for _ in range(depth)
-        )
-        self.norm = nn.LayerNorm(embed_dim)
-        self.head = nn.Linear(embed_dim, classes)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.patch(images).flatten(2).transpose(1, 2) + self.pos
-        batch, tokens, dim = x.shape
-        for block in self.blocks:
-            qkv = block["qkv"](block["norm1"](x)).reshape(batch, tokens, 3, self.heads, -1)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4)
-            weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
-            attended = (weights @ v).transpose(1, 2).reshape(batch, tokens, dim)
-            x = x + block["proj"](attended)
-            x = x + block["mlp"](block["norm2"](x))
-        return self.head(self.norm(x).mean(dim=1))
-
-
-def per_image_loader(images: torch.Tensor, labels: torch.Tensor, batch_size: int) -> Iterator:
-    """A torchvision-style DataLoader: PIL images, per-image crop/flip/ToTensor/Normalize."""
-    from torch.utils.data import DataLoader, Dataset
-    from torchvision import transforms
-
-    from vitattn.data.cifar10 import MEAN, STD
-
-    transform = transforms.Compose(
-        [
-            transforms.RandomCrop(32, padding=4),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(MEAN, STD),
-        ]
-    )
-
-    class PILCifar(Dataset):
-        def __init__(self) -> None:
-            self.arrays = images.permute(0, 2, 3, 1).numpy()
-
-        def __len__(self) -> int:
-            return len(labels)
-
-        def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-            from PIL import Image
-
-            return transform(Image.fromarray(self.arrays[index])), int(labels[index])
-
-    loader = DataLoader(PILCifar(), batch_size=batch_size, shuffle=True, drop_last=True)
-    while True:
-        yield from loader
-
-
-def reference_step(
-    implementation: str,
-    net: nn.Module,
-    datamodule: Any,
-    batch_size: int,
-    device: torch.device,
-    precision: str,
-) -> Callable[[], None]:
-    """One training step of a reference implementation, as a closure."""
-    net.to(device).train()
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    images, labels = datamodule.train_set.tensors
-    if implementation == "report_style":
-        batches = per_image_loader(images, labels, batch_size)
-
-        def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
-            x, y = next(batches)
-            return x.to(device), y.to(device)
-
-    else:  # timm: the same device-side pipeline as ours
-        on_device = images.to(device), labels.to(device)
-        generator = torch.Generator(device=device).manual_seed(0)
-        mean, std = datamodule.mean.to(device), datamodule.std.to(device)
-
-        def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
-            from vitattn.data.augment import normalize
-
-            index = torch.randint(
-                0, len(on_device[1]), (batch_size,), device=device, generator=generator
-            )
-            x = datamodule.augment(on_device[0][index])
-            return normalize(x, mean, std), on_device[1][index]
-
-    def step() -> None:
-        x, y = next_batch()
-        with autocast(device, precision):
-            loss = F.cross_entropy(net(x), y, label_smoothing=0.1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
-# --- ours, through Lightning ----------------------------------------------------------------------
-
-
-class _StepClock:
-    """Times between consecutive ends of training steps (everything a step costs)."""
+class StepClock:
+    """Times the ends of training steps (after a device sync), from a first tick at the start."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.ends: list[float] = []
+        self.ticks: list[float] = []
 
     def tick(self) -> None:
-        _sync(self.device)
-        self.ends.append(time.perf_counter())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.ticks.append(time.perf_counter())
+
+    def windows(self, warmup: int, steps: int, repeats: int) -> list[float]:
+        """Seconds per step of each window of ``steps`` steps after the first ``warmup``."""
+        ticks = self.ticks[warmup:]
+        return [
+            (ticks[(i + 1) * steps] - ticks[i * steps]) / steps
+            for i in range(repeats)
+            if (i + 1) * steps < len(ticks)
+        ]
 
 
-def vitattn_speed(
-    overrides: list[str],
-    device: torch.device,
-    warmup: int,
-    steps: int,
-    repeats: int,
-) -> tuple[list[float], int, Any]:
-    """Seconds per step of ``repeats`` windows of our real training (a Lightning Trainer)."""
-    import hydra
-    import lightning as L
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+def time_loop(step: Callable[[], None], device: torch.device, train: TrainSettings) -> list[float]:
+    """Seconds per step of ``train.repeats`` windows of a plain loop calling ``step``."""
+    clock = StepClock(device)
+    clock.tick()
+    for _ in range(train.total_steps):
+        step()
+        clock.tick()
+    return clock.windows(train.warmup, train.steps, train.repeats)
 
-    from vitattn.utils.config import CONFIG_DIR
 
-    GlobalHydra.instance().clear()
+def train_config(train: TrainSettings) -> DictConfig:
+    """The ``vitattn-train`` config of ours: ``configs/train.yaml`` with the bench's settings."""
+    overrides = [
+        f"model={train.model}",
+        f"attention={train.attention}",
+        f"data.batch_size={train.batch_size}",
+        f"trainer.precision={train.precision}",
+        f"model.compile={str(train.compile).lower()}",
+        *train.overrides,
+    ]
+    GlobalHydra.instance().clear()  # the bench's own Hydra app is running: compose beside it
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=False)
-    datamodule = hydra.utils.instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+        return compose(config_name="train", overrides=overrides, return_hydra_config=False)
+
+
+def lightning_windows(
+    cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
+) -> tuple[list[float], int]:
+    """``vitattn``: seconds per step of our real training (a Lightning Trainer), and params."""
+    # Imported here, not above: Lightning takes seconds to import and only this mode needs it.
+    import lightning as L
+
     module = hydra.utils.instantiate(cfg.module)
-    clock = _StepClock(device)
+    clock = StepClock(device)
 
     class Clock(L.Callback):
+        def on_train_start(self, *args: Any) -> None:
+            clock.tick()
+
         def on_train_batch_end(self, *args: Any) -> None:
             clock.tick()
 
-    total = warmup + steps * repeats + 1
     trainer = L.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=1,
         precision=cfg.trainer.precision,
-        max_steps=total,
+        max_steps=train.total_steps,
         limit_val_batches=0,
         num_sanity_val_steps=0,
         logger=False,
@@ -287,106 +160,115 @@ def vitattn_speed(
         callbacks=[Clock()],
     )
     trainer.fit(module, datamodule=datamodule)
-    ends = clock.ends[warmup:]
-    windows = [
-        (ends[(i + 1) * steps] - ends[i * steps]) / steps
-        for i in range(repeats)
-        if (i + 1) * steps < len(ends)
-    ]
-    params = sum(p.numel() for p in module.parameters())
-    return windows, params, (cfg, datamodule)
+    return clock.windows(train.warmup, train.steps, train.repeats), parameters(module)
 
 
-def measure_train_speed(
-    *,
-    implementations: list[str],
-    model: str,
-    attention: str,
-    batch_size: int,
-    precision: str,
-    compile: bool,
+def plain_loop_step(
+    cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
+) -> tuple[Callable[[], None], int]:
+    """``plain_loop``: our network, optimizer and schedule from ``cfg``, in a hand-written loop."""
+    module = hydra.utils.instantiate(cfg.module)
+    net = module.net.to(device)
+    optimizer = hydra.utils.instantiate(cfg.optimizer)(params=module.parameter_groups())
+    scheduler = None
+    if cfg.get("scheduler") is not None:  # over the same steps as Lightning's max_steps
+        schedule = hydra.utils.instantiate(cfg.scheduler)
+        scheduler = schedule(optimizer=optimizer, total_steps=train.total_steps)
+    step = loop_step(
+        net,
+        loader_batches(datamodule, device),
+        optimizer,
+        device=device,
+        precision=train.precision,
+        label_smoothing=module.hparams.label_smoothing,
+        scheduler=scheduler,
+    )
+    return step, parameters(module)
+
+
+def reference_step(
+    implementation: str,
+    cfg: DictConfig,
+    datamodule: Any,
     device: torch.device,
-    warmup: int,
-    steps: int,
-    repeats: int,
-    overrides: list[str],
-) -> list[TrainSpeed]:
-    """Measure each implementation on the same model size, data and batch size."""
-    ours = [
-        f"model={model}",
-        f"attention={attention}",
-        f"data.batch_size={batch_size}",
-        f"trainer.precision={precision}",
-        f"model.compile={str(compile).lower()}",
-        *overrides,
-    ]
-    seconds, params, (cfg, datamodule) = vitattn_speed(ours, device, warmup, steps, repeats)
-    results = [
-        _result(
-            "vitattn", model, attention, batch_size, precision, compile, device, params, seconds
-        )
-    ]
-    net = cfg.model
-    mlp_dim = net.mlp_dim if net.mlp_dim is not None else round(net.embed_dim * net.mlp_ratio)
-    sizes = (net.patch_size, net.embed_dim, net.depth, net.heads, mlp_dim, net.num_classes)
-    for implementation in implementations:
-        if implementation == "vitattn":
-            continue
+    train: TrainSettings,
+) -> tuple[Callable[[], None], int]:
+    """``timm`` or ``report_style`` with our network's sizes, in a plain loop with AdamW."""
+    net_cfg = cfg.model
+    mlp_dim = net_cfg.mlp_dim
+    if mlp_dim is None:
+        mlp_dim = round(net_cfg.embed_dim * net_cfg.mlp_ratio)
+    sizes = (net_cfg.patch_size, net_cfg.embed_dim, net_cfg.depth, net_cfg.heads, mlp_dim)
+    if implementation == "timm":
+        net = timm_vit(*sizes, net_cfg.num_classes)
+        batches = device_batches(datamodule, train.batch_size, device)
+    else:
+        net = ExplicitAttentionViT(*sizes, net_cfg.num_classes)
+        batches = per_image_batches(datamodule, train.batch_size, device)
+    net.to(device)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    step = loop_step(net, batches, optimizer, device=device, precision=train.precision)
+    return step, parameters(net)
+
+
+def parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def measure_train_speed(train: TrainSettings, device: torch.device) -> list[TrainSpeed]:
+    """Measure ours (always, first) and each other implementation on the same data and sizes."""
+    cfg = train_config(train)
+    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    results = []
+    for implementation in ["vitattn", *(i for i in train.implementations if i != "vitattn")]:
         torch.manual_seed(0)
-        reference = timm_vit(*sizes) if implementation == "timm" else ExplicitAttentionViT(*sizes)
-        step = reference_step(implementation, reference, datamodule, batch_size, device, precision)
-        windows = time_steps(step, device, warmup, steps, repeats)
-        attention_name = (
-            "softmax (timm fused)" if implementation == "timm" else "softmax (explicit)"
-        )
-        results.append(
-            _result(
-                implementation,
-                model,
-                attention_name,
-                batch_size,
-                precision,
-                False,
-                device,
-                sum(p.numel() for p in reference.parameters()),
-                windows,
-            )
-        )
+        if implementation == "vitattn":
+            seconds, params = lightning_windows(cfg, datamodule, device, train)
+        else:
+            if implementation == "plain_loop":
+                step, params = plain_loop_step(cfg, datamodule, device, train)
+            else:
+                step, params = reference_step(implementation, cfg, datamodule, device, train)
+            seconds = time_loop(step, device, train)
+        results.append(speed_of(implementation, params, seconds, train, device))
     return results
 
 
-def _result(
+def speed_of(
     implementation: str,
-    model: str,
-    attention: str,
-    batch_size: int,
-    precision: str,
-    compile: bool,
-    device: torch.device,
     params: int,
     seconds: list[float],
+    train: TrainSettings,
+    device: torch.device,
 ) -> TrainSpeed:
+    """The :class:`TrainSpeed` of ``seconds`` per step of each window."""
     rate = spread = step_ms = None
     if seconds:
-        rate, spread, step_ms = summarize(seconds, batch_size)
+        median = statistics.median(seconds)
+        rates = [train.batch_size / s for s in seconds]
+        rate = train.batch_size / median
+        spread, step_ms = (max(rates) - min(rates)) / rate, 1000 * median
+    ours = implementation not in REFERENCE_ATTENTION
     return TrainSpeed(
-        implementation,
-        model,
-        attention,
-        batch_size,
-        precision,
-        compile,
-        str(device),
-        params,
-        rate,
-        spread,
-        step_ms,
+        implementation=implementation,
+        model=train.model,
+        attention=train.attention if ours else REFERENCE_ATTENTION[implementation],
+        batch_size=train.batch_size,
+        precision=train.precision,
+        compile=train.compile and ours,
+        device=str(device),
+        params=params,
+        images_per_sec=rate,
+        spread=spread,
+        step_ms=step_ms,
         status="ok" if seconds else "no measurement",
     )
 
 
 def ratios(results: list[TrainSpeed]) -> dict[str, float]:
-    """Our images/s over each reference's (``vitattn/timm``, ``vitattn/report_style``)."""
+    """Our images/s over each other's (``vitattn/plain_loop``, ``vitattn/timm``, ...)."""
     ours = next((r for r in results if r.implementation == "vitattn"), None)
     if ours is None or ours.images_per_sec is None:
         return {}
@@ -397,63 +279,9 @@ def ratios(results: list[TrainSpeed]) -> dict[str, float]:
     }
 
 
-def run_train(cfg: Any, output_dir: Any) -> dict[str, Any]:
-    """``vitattn-bench level=train``: train_speed.csv/json and a printed table with ratios."""
-    from pathlib import Path
-
-    from vitattn.bench import report
-    from vitattn.bench.app import environment, parse_device, positive_int
-    from vitattn.utils.errors import ConfigError
-    from vitattn.utils.lightning_output import tidy_lightning_output
-
+def run_train(settings: BenchSettings) -> TrainRun:
+    """``mode=train``: every implementation's speed and our ratios to them."""
     tidy_lightning_output()
-    settings = cfg.train
-    implementations = list(settings.implementations)
-    unknown = [i for i in implementations if i not in IMPLEMENTATIONS]
-    if unknown or not implementations:
-        raise ConfigError(
-            f"train.implementations={implementations} is not valid; choose from "
-            f"{', '.join(IMPLEMENTATIONS)}"
-        )
-    if "timm" in implementations:
-        try:
-            import timm  # noqa: F401
-        except ImportError as error:
-            raise ConfigError(
-                "train.implementations includes timm, which is not installed; "
-                'pip install -e ".[bench]" or drop timm from the list'
-            ) from error
-    device = parse_device(cfg.device)
-    output_dir = Path(output_dir)
-    results = measure_train_speed(
-        implementations=["vitattn", *[i for i in implementations if i != "vitattn"]],
-        model=str(settings.model),
-        attention=str(settings.attention),
-        batch_size=positive_int("train.batch_size", settings.batch_size),
-        precision=str(settings.precision),
-        compile=bool(settings.compile),
-        device=device,
-        warmup=positive_int("train.warmup", settings.warmup, minimum=0),
-        steps=positive_int("train.steps", settings.steps),
-        repeats=positive_int("train.repeats", settings.repeats),
-        overrides=[str(o) for o in settings.overrides],
-    )
-    rows = [r.as_dict() for r in results]
-    speedups = ratios(results)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    report.write_csv(output_dir / "train_speed.csv", rows)
-    report.write_json(
-        output_dir / "train_speed.json",
-        {"environment": environment(device), "results": rows, "ratios": speedups},
-    )
-    lines = [
-        f"{r.implementation:>13}  {r.attention:<22} {r.params:>9} params  "
-        f"{(r.images_per_sec or 0):8.1f} img/s  (spread {(r.spread or 0):.0%})  "
-        f"{(r.step_ms or 0):8.1f} ms/step"
-        for r in results
-    ]
-    lines += [f"{name}: {value:.2f}x" for name, value in speedups.items()]
-    text = "\n".join(lines)
-    (output_dir / "train_speed.md").write_text(text + "\n")
-    print(text, flush=True)
-    return {"results": rows, "ratios": speedups}
+    device = settings.torch_device
+    results = measure_train_speed(settings.train, device)
+    return TrainRun(results, ratios(results), environment(device))

@@ -1,9 +1,10 @@
-"""The training-speed benchmark against timm and a report-style loop, and model.compile."""
+"""``mode=train`` (:mod:`vitattn.bench.train_speed`): ours, a plain loop, timm and a report-style
+loop; and ``model.compile``, which ``train.compile`` times."""
 
 from __future__ import annotations
 
 import json
-import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -11,36 +12,57 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from vitattn.bench.train_speed import IMPLEMENTATIONS, measure_train_speed, ratios
+from tests.helpers import run_cli
+from vitattn.bench.settings import IMPLEMENTATIONS, TrainSettings
+from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, time_loop
 from vitattn.models.module import ViTClassifier
-from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
 TINY_NET = ["model.embed_dim=32", "model.depth=1", "model.heads=2"]
+CPU = torch.device("cpu")
 
 
+def tiny_train(**changes: object) -> TrainSettings:
+    settings: dict[str, object] = {
+        "implementations": list(IMPLEMENTATIONS),
+        "model": "vit",
+        "attention": "softmax",
+        "batch_size": 16,
+        "precision": "32-true",
+        "compile": False,
+        "warmup": 1,
+        "steps": 2,
+        "repeats": 2,
+        "overrides": TINY_NET,
+    }
+    return TrainSettings(**{**settings, **changes})  # type: ignore[arg-type]
+
+
+def test_every_loop_is_timed_the_same_way(monkeypatch) -> None:
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr("vitattn.bench.train_speed.time.perf_counter", lambda: next(clock))
+    calls = []
+    windows = time_loop(lambda: calls.append(1), CPU, tiny_train(warmup=2, steps=3, repeats=2))
+    assert len(calls) == 2 + 3 * 2  # warm-up steps, then the windows
+    assert windows == [1.0, 1.0]
+    # Lightning's clock ticks at the start and at each step's end: the same windows.
+    lightning = StepClock(CPU)
+    lightning.ticks = [0.0, 5.0, 7.0, 9.0, 11.0, 13.0]  # a slow first step, then 2 s per step
+    assert lightning.windows(warmup=1, steps=2, repeats=2) == [2.0, 2.0]
+
+
+@pytest.mark.slow
 def test_every_implementation_runs_training_steps(data_dir: Path, monkeypatch) -> None:
     pytest.importorskip("timm")
     monkeypatch.setenv("VITATTN_DATA_DIR", str(data_dir))
-    results = measure_train_speed(
-        implementations=list(IMPLEMENTATIONS),
-        model="vit",
-        attention="softmax",
-        batch_size=16,
-        precision="32-true",
-        compile=False,
-        device=torch.device("cpu"),
-        warmup=1,
-        steps=2,
-        repeats=2,
-        overrides=TINY_NET,
-    )
+    results = measure_train_speed(tiny_train(), CPU)
     assert [r.implementation for r in results] == list(IMPLEMENTATIONS)
     for result in results:
         assert result.status == "ok" and result.images_per_sec > 0 and result.step_ms > 0
-    # timm's ViT, configured to our sizes, has exactly our layers.
+    # timm's ViT, configured to our sizes, has exactly our layers; the plain loop trains ours.
     params = {r.implementation: r.params for r in results}
-    assert params["timm"] == params["vitattn"]
-    assert set(ratios(results)) == {"vitattn/timm", "vitattn/report_style"}
+    assert params["timm"] == params["vitattn"] == params["plain_loop"]
+    assert set(ratios(results)) == {"vitattn/plain_loop", "vitattn/timm", "vitattn/report_style"}
 
 
 def net_config(compile_net: bool) -> dict:
@@ -67,19 +89,18 @@ def test_compile_falls_back_to_eager_with_a_warning(monkeypatch, caplog) -> None
         raise RuntimeError("Windows not yet supported for torch.compile")
 
     monkeypatch.setattr(torch, "compile", unavailable)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level("WARNING"):
         module = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER)
     assert module.net._compiled_forward is None
     assert "model.compile=true ignored: torch.compile is unavailable here" in caplog.text
     assert module(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
-def test_bench_level_train_writes_its_files(tmp_path: Path, data_dir: Path) -> None:
-    from tests.helpers import run_cli
-
+@pytest.mark.slow
+def test_bench_mode_train_writes_its_files(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli(
         "vitattn-bench",
-        "level=train",
+        "mode=train",
         "train.batch_size=16",
         "train.warmup=1",
         "train.steps=1",
@@ -88,34 +109,21 @@ def test_bench_level_train_writes_its_files(tmp_path: Path, data_dir: Path) -> N
         f"hydra.run.dir={tmp_path}",
         data_dir=data_dir,
     )
-    assert "vitattn/report_style:" in result.stdout
+    for name in ("plain_loop", "timm", "report_style"):
+        assert f"vitattn/{name}:" in result.stdout
     rows = json.loads((tmp_path / "train_speed.json").read_text())["results"]
-    assert [r["implementation"] for r in rows] == ["vitattn", "timm", "report_style"]
+    assert [r["implementation"] for r in rows] == ["vitattn", "plain_loop", "timm", "report_style"]
+    assert all(r["status"] == "ok" and r["images_per_sec"] > 0 for r in rows)
+    assert rows[1]["params"] == rows[0]["params"]  # the plain loop trains our network
     assert (tmp_path / "train_speed.csv").is_file()
-
-
-def test_bench_level_train_rejects_unknown_implementations(tmp_path: Path, data_dir: Path):
-    from tests.helpers import run_cli
-
-    result = run_cli(
-        "vitattn-bench",
-        "level=train",
-        "train.implementations=[vitattn,keras]",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        data_dir=data_dir,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        "vitattn-bench: error: train.implementations=['vitattn', 'keras'] is not valid; "
-        "choose from vitattn, timm, report_style"
-    )
+    assert (tmp_path / "train_speed.md").read_text().count("img/s") == 4
 
 
 @pytest.mark.skipif(
     shutil.which("cc") is None and shutil.which("gcc") is None,
     reason="torch.compile's CPU backend needs a C compiler, and there is none here",
 )
+@pytest.mark.slow
 def test_compiled_network_gives_the_eager_logits() -> None:
     compiled = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER).eval()
     images = torch.randn(2, 3, 32, 32)
@@ -124,43 +132,28 @@ def test_compiled_network_gives_the_eager_logits() -> None:
         torch.testing.assert_close(compiled(images), eager, rtol=1e-4, atol=1e-5)
 
 
-def test_bench_level_train_in_bf16(data_dir: Path, monkeypatch) -> None:
+@pytest.mark.slow
+def test_bench_mode_train_in_bf16(data_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("VITATTN_DATA_DIR", str(data_dir))
-    results = measure_train_speed(
-        implementations=["vitattn", "report_style"],
-        model="vit",
+    train = tiny_train(
+        implementations=["vitattn", "plain_loop", "report_style"],
         attention="linear",
-        batch_size=16,
         precision="bf16-mixed",
-        compile=False,
-        device=torch.device("cpu"),
-        warmup=1,
         steps=1,
         repeats=1,
-        overrides=TINY_NET,
     )
+    results = measure_train_speed(train, CPU)
     assert all(r.images_per_sec > 0 and r.precision == "bf16-mixed" for r in results)
 
 
+@pytest.mark.slow
 def test_report_style_breakdown_script(data_dir: Path) -> None:
-    import os
-    import re
-    import subprocess
-    import sys
-
-    from vitattn.utils.config import PROJECT_ROOT
-
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(PROJECT_ROOT / "scripts" / "report_style_breakdown.py"),
-            *("--batch-size", "8", "--threads", "1", "--repeats", "1"),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "VITATTN_DATA_DIR": str(data_dir)},
+    result = run_cli(
+        "python",
+        str(PROJECT_ROOT / "scripts" / "report_style_breakdown.py"),
+        *("--batch-size", "8", "--threads", "1", "--repeats", "1"),
+        data_dir=data_dir,
         timeout=300,
-        check=True,
     )
     loader, step = (
         float(re.search(rf"{name}\s+([\d.]+) ms", result.stdout).group(1))

@@ -1,0 +1,63 @@
+"""Where the benchmark runs: the device a setting names, and what the numbers were measured on."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitattn.utils.errors import ConfigError
+
+
+def resolve_device(value: str) -> torch.device:
+    """``device``: ``auto`` is cuda if available, else cpu; a CUDA device must exist."""
+    if value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    invalid = ConfigError(f"device={value} is not valid; choose auto, cpu, cuda or cuda:<index>")
+    try:
+        device = torch.device(value)
+    except RuntimeError as error:
+        raise invalid from error
+    if device.type not in ("cpu", "cuda"):
+        raise invalid
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={value}: no CUDA device is available; use device=cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"device={value}: only {count} CUDA device(s); choose cuda:0..")
+    return device
+
+
+def half_the_memory() -> float | None:
+    """Half the physical RAM in bytes (``guard.max_memory_bytes=auto`` on a CPU), if known."""
+    try:
+        return 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_name() -> str:
+    """The processor's model name (from ``/proc/cpuinfo`` on Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What the numbers were measured on."""
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }

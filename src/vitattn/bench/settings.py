@@ -1,0 +1,371 @@
+"""The settings of ``vitattn-bench``: a typed schema, and every check they get.
+
+:class:`BenchSettings` is stored in Hydra's ConfigStore as ``bench_schema``, the first entry of
+``configs/bench.yaml``'s defaults list, so composing already refuses a wrong type, choice or key.
+:func:`load_settings` builds the typed settings; their ``__post_init__`` checks the ranges and,
+against the attention registry, the attentions, variants, knobs and budgets. Every refusal is one
+:class:`ConfigError` line (``vitattn-bench`` runs :func:`load_settings` before Hydra starts).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from vitattn.attention import ATTENTIONS
+from vitattn.bench.environment import resolve_device
+from vitattn.bench.kernels import (
+    attention_config_path,
+    registered,
+    require_knob,
+    resolve_attentions,
+    split_variant,
+)
+from vitattn.utils.cli import composition_message, overrides_of
+from vitattn.utils.config import group_options
+from vitattn.utils.errors import ConfigError
+
+SCHEMA = "bench_schema"
+NOT_OURS = ("data", "paths", "hydra")
+"""Nodes of the composed config that belong to the data, the paths and Hydra."""
+
+IMPLEMENTATIONS = ("vitattn", "plain_loop", "timm", "report_style")
+"""What ``mode=train`` can time (``train.implementations``)."""
+
+
+class Mode(Enum):
+    scaling = "scaling"
+    approx = "approx"
+    spectrum = "spectrum"
+    train = "train"
+
+
+class Level(Enum):
+    kernel = "kernel"
+    block = "block"
+
+
+class DType(Enum):
+    float32 = "float32"
+    float64 = "float64"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+    @property
+    def torch(self) -> torch.dtype:
+        return getattr(torch, self.value)
+
+
+# The schema. The values are in configs/bench.yaml (MISSING here: one place holds the defaults);
+# a field's range is in its declaration.
+
+
+def at_least(minimum: int = 1) -> Any:
+    """An integer >= ``minimum``, or null where the type allows it."""
+    return field(default=MISSING, metadata={"at_least": minimum})
+
+
+def positive() -> Any:
+    """A number > 0, or null where the type allows it."""
+    return field(default=MISSING, metadata={"positive": True})
+
+
+class Checked:
+    """Checks the ranges declared by :func:`at_least` and :func:`positive`."""
+
+    section: ClassVar[str] = ""  # the settings' prefix in configs/bench.yaml
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):  # type: ignore[arg-type]
+            name, value = self.section + spec.name, getattr(self, spec.name)
+            if (
+                "at_least" in spec.metadata
+                and value is not None
+                and value < spec.metadata["at_least"]
+            ):
+                minimum = spec.metadata["at_least"]
+                raise ConfigError(f"{name}={value} is not valid; choose an integer >= {minimum}")
+            if "positive" in spec.metadata and value is not None and value <= 0:
+                raise ConfigError(f"{name}={value} is not valid; choose a positive number or null")
+
+
+def sizes(setting: str, values: list[int]) -> list[int]:
+    """A non-empty list of integers >= 1, sorted, without repeats."""
+    if not values:
+        raise ConfigError(f"{setting}={values} is not valid; give a list such as [256,1024]")
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise ConfigError(
+            f"{setting} has {bad[0]!r}, which is not valid; choose integers >= 1, e.g. [256,1024]"
+        )
+    return sorted(dict.fromkeys(values))
+
+
+@dataclass
+class GuardSettings(Checked):
+    """``guard``: limits that keep ``mode=scaling`` from thrashing a shared or small machine."""
+
+    section: ClassVar[str] = "guard."
+    max_memory_bytes: Any = MISSING  # auto, a positive number or null
+    max_call_seconds: float | None = positive()
+    free_below: int = at_least(0)
+    max_measure_seconds: float | None = positive()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        memory = self.max_memory_bytes
+        number = isinstance(memory, int | float) and not isinstance(memory, bool)
+        if memory not in ("auto", None) and not (number and memory > 0):
+            raise ConfigError(
+                f"guard.max_memory_bytes={memory} is not valid; "
+                "choose auto, a positive number or null"
+            )
+
+
+@dataclass
+class ApproxSettings(Checked):
+    """``approx``: inputs, trials and budget knobs of ``mode=approx``."""
+
+    section: ClassVar[str] = "approx."
+    seq_len: int = at_least(1)
+    head_dim: int = at_least(1)
+    qk_std: float = positive()
+    trials: int = at_least(1)
+    images: int = at_least(1)
+    budgets: dict[str, Any] = MISSING  # {attention: {knob: <its setting>, values: [...]}}
+
+
+@dataclass
+class SpectrumSettings(Checked):
+    """``spectrum``: the images and the energy of ``mode=spectrum``."""
+
+    section: ClassVar[str] = "spectrum."
+    images: int = at_least(1)
+    energy: float = MISSING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.energy <= 1:
+            raise ConfigError(f"spectrum.energy={self.energy} is not valid; choose 0 < energy <= 1")
+
+
+@dataclass
+class TrainSettings(Checked):
+    """``train``: what ``mode=train`` times, on which model, batch and precision."""
+
+    section: ClassVar[str] = "train."
+    implementations: list[str] = MISSING  # some of IMPLEMENTATIONS (vitattn always runs)
+    model: str = MISSING  # a file of configs/model/
+    attention: str = MISSING  # a file of configs/attention/
+    batch_size: int = at_least(1)
+    precision: str = MISSING  # Lightning's, e.g. 32-true or bf16-mixed
+    compile: bool = MISSING
+    warmup: int = at_least(0)
+    steps: int = at_least(1)
+    repeats: int = at_least(1)
+    overrides: list[str] = MISSING  # vitattn-train overrides
+
+    def __post_init__(self) -> None:
+        unknown = [i for i in self.implementations if i not in IMPLEMENTATIONS]
+        if unknown or not self.implementations:
+            raise ConfigError(
+                f"train.implementations={self.implementations} is not valid; choose from "
+                f"{', '.join(IMPLEMENTATIONS)}"
+            )
+        super().__post_init__()
+        for group in ("model", "attention"):  # config groups of vitattn-train
+            options = group_options(group)
+            if getattr(self, group) not in options:
+                raise ConfigError(
+                    f"train.{group}={getattr(self, group)} is not a known {group}; "
+                    f"choose one of: {', '.join(options)}"
+                )
+
+    @property
+    def total_steps(self) -> int:
+        """Every step an implementation trains: the warm-up, then the measured windows."""
+        return self.warmup + self.steps * self.repeats
+
+
+@dataclass
+class BenchSettings(Checked):
+    """Everything ``configs/bench.yaml`` sets for the benchmark itself."""
+
+    task_name: str = MISSING
+    mode: Mode = MISSING
+    attentions: list[str] | None = MISSING  # null: every registered one (approx: but reference)
+    seq_lens: list[int] = MISSING  # >= 1 each
+    head_dims: list[int] = MISSING
+    batch_size: int = at_least(1)
+    heads: int = at_least(1)
+    dtype: DType = MISSING
+    device: str = MISSING  # auto is resolved to cpu or cuda
+    level: Level = MISSING
+    mlp_ratio: float = positive()
+    warmup: int = at_least(0)
+    repeats: int = at_least(1)
+    threads: int | None = at_least(1)
+    seed: int = MISSING
+    reference: str | None = MISSING
+    knobs: dict[str, Any] = MISSING  # {attention or variant: {its setting: value}}
+    variants: dict[str, Any] = MISSING  # {new name: {attention: <registered>, setting: value}}
+    ckpt_path: str | None = MISSING
+    guard: GuardSettings = MISSING
+    approx: ApproxSettings = MISSING
+    train: TrainSettings = MISSING
+    spectrum: SpectrumSettings = MISSING
+    # Not the bench's own: the data module's config (real images for ckpt_path) and the paths.
+    # Hydra's node is not declared at all: Hydra builds it before this schema is merged, and a
+    # declared ``hydra`` would replace it.
+    data: Any = None
+    paths: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.seq_lens = sizes("seq_lens", self.seq_lens)
+        self.head_dims = sizes("head_dims", self.head_dims)
+        self.device = str(resolve_device(self.device))
+        self.variants = check_variants(self.variants)
+        self.knobs = check_knobs(self.knobs, self.variants)
+        if self.reference is not None:
+            resolve_attentions([self.reference], "reference", self.variants)
+        if self.attentions is None and self.mode is Mode.approx:
+            self.attentions = [n for n in registered() if n != self.reference]
+        else:
+            self.attentions = resolve_attentions(self.attentions, variants=self.variants)
+        if self.mode is Mode.approx:
+            self.approx.budgets = check_budgets(self.approx.budgets, self.attentions, self.variants)
+        if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
+            self.ckpt_path = require_checkpoint(self.ckpt_path, self.mode)
+        if self.mode is Mode.train and "timm" in self.train.implementations:
+            require_timm()
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+
+ConfigStore.instance().store(name=SCHEMA, node=BenchSettings)
+
+
+def load_settings(cfg: DictConfig) -> BenchSettings:
+    """The checked settings of a composed ``bench`` config (the data's, paths' and Hydra's
+    nodes are left out: they hold interpolations only a running Hydra app resolves)."""
+    own = cfg.copy()
+    with open_dict(own):
+        for key in NOT_OURS:
+            own.pop(key, None)
+    try:
+        settings = OmegaConf.to_object(own)
+    except OmegaConfBaseException as error:
+        raise ConfigError(composition_message(error)) from error
+    assert isinstance(settings, BenchSettings)
+    return settings
+
+
+def recorded(cfg: DictConfig) -> dict[str, Any]:
+    """The bench's own settings as given (not Hydra's, the paths or the data), for results.json."""
+    plain = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    assert isinstance(plain, dict)
+    return {str(k): v for k, v in plain.items() if k not in NOT_OURS}
+
+
+def refuse_moved_settings(arguments: list[str]) -> list[str]:
+    """``console_main``'s ``prepare`` hook: a setting that moved ends in one line saying where."""
+    for override in overrides_of(arguments):
+        key, value = override.split("=", 1)
+        if key.lstrip("+~") == "level" and "train" in value.split(","):
+            raise ConfigError("level=train is now mode=train (its settings stay under train:)")
+    return arguments
+
+
+# Checks against the attention registry and configs/attention/<name>.yaml.
+
+
+def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
+    """``knobs`` must map settings of ``configs/attention/<attention>.yaml`` to values."""
+    if not isinstance(knobs, dict):
+        example = f"{setting}.<knob>=..."
+        raise ConfigError(f"{setting}={knobs} is not valid; give settings, e.g. {example}")
+    for key in knobs:
+        require_knob(f"{setting}.{key}", attention, key)
+
+
+def check_variants(variants: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``variants`` as ``{name: {attention: <registered>, <knob>: value, ...}}``, all real."""
+    for name, entry in variants.items():
+        setting = f"variants.{name}"
+        if name in ATTENTIONS:
+            raise ConfigError(f"{setting}: {name} is a registered attention; choose another name")
+        if not isinstance(entry, dict) or "attention" not in entry:
+            raise ConfigError(f"{setting} must be {{attention: <registered name>, <knob>: ...}}")
+        attention = resolve_attentions([entry["attention"]], f"{setting}.attention")[0]
+        check_knob_names(setting, attention, {k: v for k, v in entry.items() if k != "attention"})
+    return variants
+
+
+def check_knobs(
+    knobs: dict[str, Any], variants: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``knobs`` as ``{attention or variant: {knob: value}}``, each name and knob real."""
+    for name, settings in knobs.items():
+        resolve_attentions([name], f"knobs.{name}", variants)
+        check_knob_names(f"knobs.{name}", split_variant(name, variants)[0], settings)
+    return knobs
+
+
+def check_budgets(
+    budgets: dict[str, Any],
+    attentions: Sequence[str],
+    variants: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``approx.budgets`` entries of the selected attentions: a real knob and a list of values.
+
+    Entries of mechanisms that are not selected (or not built yet) are ignored.
+    """
+    checked: dict[str, dict[str, Any]] = {}
+    for name in attentions:
+        entry = budgets.get(name)
+        if not entry:
+            continue
+        setting = f"approx.budgets.{name}"
+        attention = split_variant(name, variants)[0]
+        if not attention_config_path(attention).is_file():
+            checked[name] = entry  # building it will fail and say so in its row
+            continue
+        if not isinstance(entry, dict) or "knob" not in entry or "values" not in entry:
+            raise ConfigError(f"{setting} must be {{knob: <setting>, values: [...]}}")
+        require_knob(f"{setting}.knob={entry['knob']}", attention, entry["knob"])
+        values = entry["values"]
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{setting}.values={values} is not valid; give a list of values")
+        checked[name] = {"knob": entry["knob"], "values": values}
+    return checked
+
+
+def require_checkpoint(path: str | None, mode: Mode) -> str:
+    if path in (None, "", "???"):
+        raise ConfigError(
+            f"ckpt_path is required for mode={mode.value}: "
+            f"vitattn-bench mode={mode.value} ckpt_path=<run>/checkpoints/last.ckpt"
+        )
+    if not Path(str(path)).expanduser().is_file():
+        raise ConfigError(f"ckpt_path={path} is not a file; pass a .ckpt saved by vitattn-train")
+    return str(path)
+
+
+def require_timm() -> None:
+    if importlib.util.find_spec("timm") is None:
+        raise ConfigError(
+            "train.implementations includes timm, which is not installed; "
+            'pip install -e ".[bench]" or drop timm from the list'
+        )

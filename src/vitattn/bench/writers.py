@@ -1,0 +1,205 @@
+"""Each mode's files in the run directory and the table it prints: tables through
+:mod:`vitattn.utils.results` (the project's one results writer), figures through
+:mod:`vitattn.bench.plots`. Each writer returns what ``benchmark`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from vitattn.bench.approx import ApproxRun
+from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
+from vitattn.bench.scaling import Row, ScalingRun
+from vitattn.bench.spectrum import HeadSpectrum
+from vitattn.bench.train_speed import TrainRun
+from vitattn.utils.results import markdown_table, mebibytes, number, write_csv, write_json
+
+log = logging.getLogger(__name__)
+
+
+def results_json(output_dir: Path, mode: str, settings: dict[str, Any], **content: Any) -> None:
+    """``results.json``: the mode, the settings as given, and what the mode measured."""
+    write_json(output_dir / "results.json", {"mode": mode, "settings": settings, **content})
+
+
+def show(output_dir: Path, name: str, text: str) -> None:
+    """Write ``text`` to ``name`` in the run directory and print it."""
+    (output_dir / name).write_text(text + "\n")
+    print(text, flush=True)
+
+
+def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """``mode=scaling``: results.csv, scaling.csv, results.json, results.md and two figures."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rows = [asdict(r) for r in run.rows]
+    write_csv(output_dir / "results.csv", rows)
+    write_csv(output_dir / "scaling.csv", run.scaling)
+    results_json(
+        output_dir,
+        "scaling",
+        settings,
+        environment=run.environment,
+        guard=asdict(run.sweep.guard),
+        results=rows,
+        scaling=run.scaling,
+    )
+    plot_time(run.rows, output_dir / "time_vs_seq_len.png")
+    plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
+    show(output_dir, "results.md", scaling_text(run.rows, run.scaling, run.sweep.reference))
+    log.info("wrote results.csv, results.json, scaling.csv and figures to %s", output_dir)
+    return {"results": rows, "scaling": run.scaling}
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of rows whose keys are the headers."""
+    return markdown_table(rows, {key: key for key in rows[0]} if rows else {})
+
+
+def scaling_text(
+    rows: Sequence[Row], scaling: Sequence[dict[str, Any]], reference: str | None
+) -> str:
+    """The results table and the exponents table, in Markdown."""
+    speedup = f"x vs {reference}" if reference else "speedup"
+    results = [
+        {
+            "attention": r.attention,
+            "n": r.seq_len,
+            "d": r.head_dim,
+            "fwd ms": number(r.fwd_ms),
+            "fwd+bwd ms": number(r.fwd_bwd_ms),
+            "fwd+bwd IQR": "-"
+            if r.fwd_bwd_q25_ms is None
+            else f"{r.fwd_bwd_q25_ms:.3g}-{r.fwd_bwd_q75_ms:.3g}",
+            "memory MiB": mebibytes(r.memory_bytes),
+            "saved MiB": mebibytes(r.saved_bytes),
+            speedup: number(r.speedup_vs_reference, 2),
+            "status": r.status,
+        }
+        for r in rows
+    ]
+    crossover = f"beats {reference} from n" if reference else "crossover"
+    exponents = [
+        {
+            "attention": e["attention"],
+            "d": e["head_dim"],
+            "n fitted": e["seq_lens"],
+            "time^ fwd": number(e["fwd_ms_exponent"]),
+            "time^ fwd+bwd": number(e["fwd_bwd_ms_exponent"]),
+            "memory^": number(e["memory_bytes_exponent"]),
+            "saved^": number(e["saved_bytes_exponent"]),
+            crossover: e["crossover_seq_len"] or "-",
+        }
+        for e in scaling
+    ]
+    return (
+        f"{table(results)}\n\nScaling exponents (slope of log value vs log n; 1 = linear, "
+        f"2 = quadratic)\n\n{table(exponents)}"
+    )
+
+
+def write_approx(run: ApproxRun, output_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """``mode=approx``: approx.csv, results.json, approx.md and approx_<attention>.png for each
+    attention with a measured point."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rows = [asdict(r) for r in run.rows]
+    write_csv(output_dir / "approx.csv", rows)
+    results_json(output_dir, "approx", settings, environment=run.environment, results=rows)
+    for name in run.attentions:
+        if any(r.attention == name and r.status == "ok" for r in run.rows):
+            plot_approx(run.rows, name, output_dir / f"approx_{name}.png")
+    shown = [
+        {
+            "attention": r.attention,
+            "budget": f"{r.knob}={r.budget}" if r.knob else "default",
+            "inputs": f"{r.source} (n={r.seq_len})",
+            "output rel. error": number(r.output_rel_error),
+            "matrix rel. error": number(r.matrix_rel_error),
+            "matrix from": r.matrix_method,
+            "status": r.status,
+        }
+        for r in run.rows
+    ]
+    show(output_dir, "approx.md", table(shown))
+    log.info("wrote approx.csv, results.json and approx_<attention>.png to %s", output_dir)
+    return {"results": rows}
+
+
+def write_spectrum(
+    spectra: Sequence[HeadSpectrum],
+    output_dir: Path,
+    settings: dict[str, Any],
+    *,
+    energy: float,
+    ckpt_path: str,
+) -> dict[str, Any]:
+    """``mode=spectrum``: spectrum.csv (every singular value), spectrum_summary.csv (a line per
+    head), results.json, spectrum.md and spectrum.png."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    values = [
+        {
+            "layer": s.layer,
+            "head": s.head,
+            "index": i + 1,
+            "singular_value": value,
+            "cumulative_energy": s.cumulative_energy[i],
+            "cumulative_singular": s.cumulative_singular[i],
+        }
+        for s in spectra
+        for i, value in enumerate(s.singular_values)
+    ]
+    summary = [
+        {k: v for k, v in asdict(s).items() if not isinstance(v, list)}
+        | {"energy": energy, "rank_fraction": s.rank / s.seq_len}
+        for s in spectra
+    ]
+    write_csv(output_dir / "spectrum.csv", values)
+    write_csv(output_dir / "spectrum_summary.csv", summary)
+    results_json(
+        output_dir,
+        "spectrum",
+        settings,
+        ckpt_path=str(Path(ckpt_path).expanduser().resolve()),
+        results=summary,
+        spectra=[asdict(s) for s in spectra],
+    )
+    plot_spectrum(spectra, energy, output_dir / "spectrum.png")
+    shown = [
+        {
+            "layer": s["layer"],
+            "head": s["head"],
+            "n": s["seq_len"],
+            f"rank at {energy:.0%} (mean spectrum)": s["rank"],
+            "mean over images": f"{s['rank_mean']:.1f}",
+            "min-max": f"{s['rank_min']}-{s['rank_max']}",
+            "rank / n": f"{s['rank_fraction']:.1%}",
+            f"rank at {energy:.0%} of sum sigma": s["rank_singular"],
+        }
+        for s in summary
+    ]
+    show(output_dir, "spectrum.md", table(shown))
+    log.info("wrote spectrum.csv, spectrum_summary.csv and spectrum.png to %s", output_dir)
+    return {"results": summary}
+
+
+def write_train(run: TrainRun, output_dir: Path) -> dict[str, Any]:
+    """``mode=train``: train_speed.csv, train_speed.json and train_speed.md (with the ratios)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rows = [asdict(r) for r in run.results]
+    write_csv(output_dir / "train_speed.csv", rows)
+    write_json(
+        output_dir / "train_speed.json",
+        {"environment": run.environment, "results": rows, "ratios": run.ratios},
+    )
+    lines = [
+        f"{r.implementation:>13}  {r.attention:<22} {r.params:>9} params  "
+        f"{(r.images_per_sec or 0):8.1f} img/s  (spread {(r.spread or 0):.0%})  "
+        f"{(r.step_ms or 0):8.1f} ms/step"
+        for r in run.results
+    ]
+    lines += [f"{name}: {value:.2f}x" for name, value in run.ratios.items()]
+    show(output_dir, "train_speed.md", "\n".join(lines))
+    return {"results": rows, "ratios": run.ratios}

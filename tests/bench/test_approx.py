@@ -1,0 +1,94 @@
+"""``mode=approx`` (:mod:`vitattn.bench.approx`): how far each approximation is from softmax."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import compose_config
+from vitattn.attention import ATTENTIONS
+from vitattn.bench.app import benchmark
+from vitattn.bench.approx import (
+    approximation_errors,
+    errors_of,
+    probe_matrix,
+    random_qkv,
+    softmax_reference,
+)
+from vitattn.bench.kernels import build_kernel
+
+
+def test_probe_recovers_the_softmax_matrix_and_softmax_has_no_error() -> None:
+    q, k, v = random_qkv(2, 2, 40, 16, seed=1)
+    kernel = build_kernel("softmax", seq_len=40, heads=2, head_dim=16).eval()
+    exact, _ = softmax_reference(q, k, v)
+    # 40 tokens with head_dim 16: three probes, the last one partly padded.
+    assert torch.allclose(probe_matrix(kernel, q, k).double(), exact, atol=1e-6)
+    output_error, matrix_error, method = errors_of(kernel, q, k, v)
+    assert output_error < 1e-5 and matrix_error is not None and matrix_error < 1e-5
+    assert method == "attention_matrix"
+
+
+def test_probed_matrix_reproduces_the_kernel_output() -> None:
+    q, k, v = random_qkv(1, 2, 32, 16, seed=2)
+    kernel = build_kernel("linear", seq_len=32, heads=2, head_dim=16).eval()
+    matrix = probe_matrix(kernel, q, k)
+    assert torch.allclose(matrix @ v, kernel(q, k, v), atol=1e-5)
+    assert torch.allclose(matrix.sum(dim=-1), torch.ones(1, 2, 32), atol=1e-5)  # rows sum to 1
+    _, matrix_error, method = errors_of(kernel, q, k, v)
+    assert method == "probe" and matrix_error is not None and matrix_error > 0
+
+
+def test_error_falls_with_the_budget_on_random_inputs() -> None:
+    names = [n for n in ("performer", "nystrom") if n in ATTENTIONS]
+    budgets = {
+        "performer": {"knob": "num_features", "values": [4, 256]},
+        "nystrom": {"knob": "landmarks", "values": [2, 32]},
+    }
+    inputs = {"random": random_qkv(1, 2, 32, 16, seed=3)}
+    rows = approximation_errors(names, budgets, inputs, trials=2)
+    assert [r.status for r in rows] == ["ok"] * len(rows)
+    for name in names:
+        small, large = (r for r in rows if r.attention == name)
+        assert large.output_rel_error < small.output_rel_error
+        assert large.matrix_rel_error is not None and small.matrix_rel_error is not None
+    nystrom_full = [r for r in rows if r.attention == "nystrom" and r.budget == 32]
+    if nystrom_full:  # landmarks = n is exact up to the iterative pseudoinverse
+        assert nystrom_full[0].output_rel_error < 0.05
+
+
+@pytest.mark.slow
+def test_approx_mode_on_random_inputs_and_a_checkpoint(
+    tiny_checkpoint: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    names = [n for n in ("linear", "performer") if n in ATTENTIONS]
+    overrides = [
+        "mode=approx",
+        f"attentions=[{','.join(names)}]",
+        f"ckpt_path={tiny_checkpoint}",
+        f"paths.data_dir={data_dir}",
+        "approx.seq_len=32",
+        "approx.head_dim=16",
+        "approx.trials=1",
+        "approx.images=2",
+        "approx.budgets.performer.values=[8,64]",
+        "batch_size=1",
+        "heads=2",
+    ]
+    benchmark(compose_config("bench", overrides, tmp_path))
+    with (tmp_path / "approx.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["source"] for r in rows} == {"random", "checkpoint"}
+    assert {(r["seq_len"], r["head_dim"]) for r in rows if r["source"] == "checkpoint"} == {
+        ("64", "16")
+    }
+    assert all(r["status"] == "ok" and float(r["output_rel_error"]) > 0 for r in rows)
+    assert all(float(r["matrix_rel_error"]) > 0 for r in rows)
+    for name in names:
+        assert (tmp_path / f"approx_{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "results.json").read_text())["mode"] == "approx"
+    assert "| linear" in (tmp_path / "approx.md").read_text()

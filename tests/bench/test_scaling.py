@@ -1,0 +1,106 @@
+"""``mode=scaling`` (:mod:`vitattn.bench.scaling`): exponents, crossover, the guard, the sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import compose_config
+from vitattn.bench import scaling
+from vitattn.bench.app import benchmark
+from vitattn.bench.environment import half_the_memory
+from vitattn.bench.scaling import Guard, Row, Runner, Sweep, crossover, fit_exponent, predict
+from vitattn.bench.settings import load_settings
+
+CPU = torch.device("cpu")
+# A grid small enough for a test: two attentions, two sizes, one quick repeat.
+SMALL = ["attentions=[softmax,linear]", "seq_lens=[32,64]", "head_dims=[16]", "batch_size=2"]
+SMALL += ["heads=2", "warmup=0", "repeats=2", "device=cpu"]
+
+
+def small_sweep(**changes: object) -> Sweep:
+    settings: dict[str, object] = {
+        "attentions": ["softmax", "linear"],
+        "seq_lens": [32, 64],
+        "head_dims": [8],
+        "batch_size": 1,
+        "heads": 2,
+        "dtype": torch.float32,
+        "device": CPU,
+        "warmup": 0,
+        "repeats": 1,
+    }
+    return Sweep(**{**settings, **changes})  # type: ignore[arg-type]
+
+
+def test_fit_prediction_and_crossover() -> None:
+    assert fit_exponent([(n, 3.0 * n**2) for n in (64, 128, 256)]) == pytest.approx(2.0)
+    assert predict([(64, 1.0), (128, 4.0)], 512) == pytest.approx(64.0)
+    rows = [Row("softmax", n, 64, fwd_bwd_ms=float(n)) for n in (64, 128, 256)]
+    rows += [Row("linear", n, 64, fwd_bwd_ms=100.0) for n in (64, 128, 256)]
+    rows.append(Row("softmax", 512, 64, status="oom"))
+    rows.append(Row("linear", 512, 64, fwd_bwd_ms=100.0))
+    assert crossover(rows, "linear", 64, "softmax") == 128
+
+
+def test_out_of_memory_is_a_status_and_skips_larger_sizes(monkeypatch) -> None:
+    original = scaling.Workload.forward_backward
+
+    def running_out(self: scaling.Workload) -> None:
+        if self.inputs[0].shape[-2] >= 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64 GiB")
+        original(self)
+
+    monkeypatch.setattr(scaling.Workload, "forward_backward", running_out)
+    rows = Runner(small_sweep(attentions=["linear"], seq_lens=[32, 64, 128])).run()
+    assert [r.status for r in rows] == ["ok", "oom", "skipped: n=64 was oom"]
+
+
+def test_guard_skips_a_size_predicted_too_large() -> None:
+    sweep = small_sweep(
+        attentions=["softmax"],
+        seq_lens=[32, 64, 512],
+        guard=Guard(max_memory_bytes=2e5, free_below=64),
+        knobs={"softmax": {"impl": "naive"}},
+    )
+    rows = Runner(sweep).run()
+    assert [r.ok for r in rows] == [True, True, False]
+    assert rows[2].status.startswith("skipped: predicted") and "max_memory_bytes" in rows[2].status
+
+
+def test_kernel_errors_are_recorded_not_raised() -> None:
+    rows = Runner(small_sweep(attentions=["softmax"], knobs={"softmax": {"impl": "bad"}})).run()
+    assert all(r.status.startswith("unsupported: attention.impl='bad'") for r in rows)
+
+
+def test_variants_measure_a_registered_attention_with_other_settings() -> None:
+    variants = {"softmax_naive": {"attention": "softmax", "impl": "naive"}}
+    sweep = small_sweep(attentions=["softmax", "softmax_naive"], seq_lens=[128], variants=variants)
+    sdpa, naive = Runner(sweep).run()
+    assert (sdpa.attention, naive.attention) == ("softmax", "softmax_naive")
+    assert naive.peak_tensor_bytes == 1 * 2 * 128 * 128 * 4  # the explicit matrix
+    assert sdpa.peak_tensor_bytes < naive.peak_tensor_bytes  # fused: no n x n tensor
+
+
+def test_the_sweep_of_the_settings(tmp_path: Path) -> None:
+    overrides = [*SMALL, "seq_lens=[64,32,64]", "dtype=float64", "+knobs.softmax.impl=naive"]
+    sweep = scaling.sweep_of(load_settings(compose_config("bench", overrides, tmp_path)))
+    assert (sweep.attentions, sweep.seq_lens, sweep.head_dims) == (
+        ["softmax", "linear"],
+        [32, 64],
+        [16],
+    )
+    assert (sweep.dtype, sweep.device, sweep.level) == (torch.float64, CPU, "kernel")
+    assert sweep.knobs == {"softmax": {"impl": "naive"}}
+    assert sweep.guard.max_memory_bytes == half_the_memory()  # auto on a CPU
+    assert (sweep.guard.max_call_seconds, sweep.guard.free_below) == (60, 1024)
+
+
+@pytest.mark.slow
+def test_block_level_run(tmp_path: Path) -> None:
+    cfg = compose_config("bench", [*SMALL, "level=block", "attentions=[linear]"], tmp_path)
+    out = benchmark(cfg)
+    assert [r["status"] for r in out["results"]] == ["ok", "ok"]
+    assert all(r["level"] == "block" and r["memory_bytes"] > 0 for r in out["results"])

@@ -1,0 +1,116 @@
+"""The settings (:mod:`vitattn.bench.settings`): the schema, the checks, one-line refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import compose_config
+from vitattn.attention import ATTENTIONS
+from vitattn.bench.app import benchmark
+from vitattn.bench.settings import (
+    DType,
+    Level,
+    Mode,
+    check_budgets,
+    load_settings,
+    refuse_moved_settings,
+)
+from vitattn.utils.cli import check_composition
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+
+BAD_INPUTS = [
+    (["attentions=[softmax,nope]"], r"attentions=\[nope\] names no registered attention; .*linear"),
+    (
+        ["mode=fast"],
+        r"mode=fast: Invalid value 'fast', expected one of \[scaling, approx, spectrum, train\]",
+    ),
+    (["dtype=float8"], r"dtype=float8: Invalid value 'float8', expected one of \[float32, float64"),
+    (["level=model"], r"level=model: Invalid value 'model', expected one of \[kernel, block\]"),
+    (["repeats=abc"], r"repeats=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["repeats=0"], r"repeats=0 is not valid; choose an integer >= 1"),
+    (["warmup=-1"], r"warmup=-1 is not valid; choose an integer >= 0"),
+    (["seq_lens=[0,64]"], r"seq_lens has 0, which is not valid"),
+    (["head_dims=[]"], r"head_dims=\[\] is not valid; give a list such as \[256,1024\]"),
+    (["guard.max_call_seconds=0"], r"guard.max_call_seconds=0.0 is not valid; choose a positive"),
+    (["guard.max_memory_bytes=lots"], r"guard.max_memory_bytes=lots is not valid"),
+    (["spectrum.energy=1.5"], r"spectrum.energy=1.5 is not valid; choose 0 < energy <= 1"),
+    (["approx.trials=0"], r"approx.trials=0 is not valid; choose an integer >= 1"),
+    (["device=tpu"], r"device=tpu is not valid; choose auto, cpu, cuda or cuda:<index>"),
+    (["+knobs.linear.k=4"], r"knobs.linear.k is not a setting of configs/attention/linear.yaml"),
+    (["mode=spectrum"], r"ckpt_path is required for mode=spectrum"),
+    (["mode=approx", "ckpt_path=nowhere.ckpt"], r"ckpt_path=nowhere.ckpt is not a file"),
+    (["+variants.fast.attention=nope"], r"variants.fast.attention=\[nope\] names no registered"),
+    (
+        ["+variants.fast.attention=linear", "+variants.fast.k=3"],
+        r"variants.fast.k is not a setting",
+    ),
+    (
+        ["mode=approx", "attentions=[nystrom]", "approx.budgets.nystrom.knob=m"],
+        r"approx.budgets.nystrom.knob=m is not a setting of configs/attention/nystrom.yaml",
+    ),
+    (
+        ["train.implementations=[vitattn,keras]"],
+        r"train.implementations=\['vitattn', 'keras'\] is not valid; choose from vitattn, "
+        r"plain_loop, timm, report_style",
+    ),
+    (["train.model=vit_huge"], r"train.model=vit_huge is not a known model; choose one of: vit"),
+    (["typo=1"], r"Key 'typo' not in 'BenchSettings'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
+def test_bad_input_is_one_config_error_before_the_run(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """What ``vitattn-bench`` checks before Hydra starts: composition, then the settings."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=message) as raised:
+        check_composition("bench", [*overrides, f"hydra.run.dir={run_dir}"], load_settings)
+    assert "\n" not in str(raised.value)
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "overrides", [["seq_lens=[0,64]"], ["attentions=[softmax,nope]"], ["mode=spectrum"]]
+)
+def test_the_task_checks_its_settings_too(overrides: list[str], tmp_path: Path) -> None:
+    cfg = compose_config("bench", overrides, tmp_path / "run")
+    with pytest.raises(ConfigError):
+        benchmark(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_level_train_moved_to_mode_train() -> None:
+    for arguments in (["level=train"], ["-m", "level=kernel,train"]):
+        with pytest.raises(ConfigError) as raised:
+            refuse_moved_settings(arguments)
+        assert str(raised.value) == "level=train is now mode=train (its settings stay under train:)"
+    assert refuse_moved_settings(["level=block", "mode=train"]) == ["level=block", "mode=train"]
+
+
+def test_the_composed_config_is_typed(tmp_path: Path) -> None:
+    overrides = ["mode=approx", "dtype=bfloat16", "level=block", "seq_lens=[64,16,64]"]
+    settings = load_settings(compose_config("bench", overrides, tmp_path))
+    assert (settings.mode, settings.dtype, settings.level) == (
+        Mode.approx,
+        DType.bfloat16,
+        Level.block,
+    )
+    assert settings.seq_lens == [16, 64]  # sorted, repeats dropped
+    assert settings.device in ("cpu", "cuda")  # auto, resolved
+    # mode=approx with attentions=null: every registered attention but the reference.
+    assert settings.attentions == sorted(set(ATTENTIONS) - {"softmax"})
+    assert settings.train.implementations == ["vitattn", "plain_loop", "timm", "report_style"]
+
+
+def test_budget_knobs_of_the_config_are_settings_of_the_attentions(tmp_path: Path) -> None:
+    budgets = load_settings(compose_config("bench", [], tmp_path)).approx.budgets
+    configured = [
+        n for n in sorted(ATTENTIONS) if (CONFIG_DIR / "attention" / f"{n}.yaml").is_file()
+    ]
+    checked = check_budgets(budgets, configured)
+    assert set(checked) <= set(ATTENTIONS)
+    assert {"linformer", "nystrom", "performer"} & set(ATTENTIONS) <= set(checked)
