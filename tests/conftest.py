@@ -40,11 +40,5 @@ def _clean_hydra() -> Iterator[None]:
 
 
 @pytest.fixture
-def helpers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let console-script subprocesses instantiate the callbacks of :mod:`tests.helpers`."""
-    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT))
-
-
-@pytest.fixture
 def train_cfg(tmp_path: Path, data_dir: Path) -> DictConfig:
     return compose_config("train", [*TINY, f"paths.data_dir={data_dir}"], tmp_path)

@@ -3,6 +3,10 @@ the console scripts, and callbacks that tests plug into real runs (``+callbacks.
 
 from __future__ import annotations
 
+import csv
+import errno
+import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -16,6 +20,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
+from vitattn.utils.checkpoint_io import AtomicCheckpointIO
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
 BIN = Path(sys.executable).parent
@@ -48,6 +53,21 @@ def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictCon
     return cfg
 
 
+def train_tiny(run_dir: Path, data_dir: Path, *overrides: str) -> dict[str, Any]:
+    """``vitattn-train``'s task on the tiny settings (and ``overrides``), in this process."""
+    from vitattn.train import train
+
+    return train(
+        compose_config("train", [*TINY, f"paths.data_dir={data_dir}", *overrides], run_dir)
+    )
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file (``summary.csv``, ``results.csv``, ...) as dictionaries."""
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
 def run_cli(
     program: str,
     *args: str,
@@ -57,11 +77,16 @@ def run_cli(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run console script ``program`` (``vitattn-train``, ...) with ``args`` on the data in
-    ``data_dir``; with ``check``, a non-zero exit fails the test with the output's tail."""
+    ``data_dir``; with ``check``, a non-zero exit fails the test with the output's tail. The
+    repository root is on ``PYTHONPATH``, so that a run can use the callbacks and plugins of
+    this module (``+callbacks.x._target_=tests.helpers.SigtermAtStep``)."""
     environment = {
         **os.environ,
         "VITATTN_DATA_DIR": str(data_dir),
         "HYDRA_FULL_ERROR": "0",
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+        ),
         **(env or {}),
     }
     result = subprocess.run(
@@ -76,6 +101,32 @@ def run_cli(
             f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         )
     return result
+
+
+def run_sweep(sweep: Path, *overrides: str, data_dir: Path, check: bool = True) -> Any:
+    """``vitattn-train -m`` with ``overrides``, its jobs in ``sweep``."""
+    multirun = ["-m", *overrides, f"hydra.sweep.dir={sweep}"]
+    return run_cli("vitattn-train", *multirun, data_dir=data_dir, check=check)
+
+
+def refused(
+    program: str,
+    *args: str,
+    data_dir: Path,
+    creates: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run ``program`` expecting a refusal: exit status 1, no traceback, one last line
+    ``<program>: error: <message>``, and no ``creates`` (the run directory it would have made).
+    Returns the message."""
+    result = run_cli(program, *args, data_dir=data_dir, check=False, env=env)
+    line = last_line(result)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert line.startswith(f"{program}: error: "), result.stderr[-3000:]
+    if creates is not None:
+        assert not creates.exists(), f"{creates} was created"
+    return line.removeprefix(f"{program}: error: ")
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
@@ -93,6 +144,70 @@ class SigtermAtStep(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SigintAtStep(L.Callback):
+    """Press Ctrl-C (send SIGINT) ``times`` times when the global step reaches ``step``."""
+
+    def __init__(self, step: int, times: int = 1) -> None:
+        self.step = step
+        self.times = times
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+
+class FailingCheckpointIO(AtomicCheckpointIO):
+    """Fail the ``failing_save``-th write of ``last.ckpt`` half-way through: with a full disk
+    (``ENOSPC``), or by SIGKILL of the whole process (``how="kill"``)."""
+
+    def __init__(self, failing_save: int = 2, how: str = "enospc") -> None:
+        super().__init__()
+        self.failing_save = failing_save
+        self.how = how
+        self.saves_of_last = 0
+        self._fail_this_write = False
+
+    def save_checkpoint(self, checkpoint: dict, path: Any, storage_options: Any = None) -> None:
+        if Path(path).name == "last.ckpt":
+            self.saves_of_last += 1
+            self._fail_this_write = self.saves_of_last == self.failing_save
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+    def write(self, checkpoint: dict, handle: Any) -> None:
+        if not self._fail_this_write:
+            super().write(checkpoint, handle)
+            return
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        handle.write(buffer.getvalue()[: buffer.tell() // 2])
+        handle.flush()
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``root``: equal digests, equal trees."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+class CrashAtStep(L.Callback):
+    """Raise an unexpected ``RuntimeError`` at global step ``step`` (a bug in the middle of a
+    run)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"boom at step {self.step}")
 
 
 class NanLossAtStep(L.Callback):

@@ -26,6 +26,7 @@ ROOMS = {
     "vitattn.data": {"vitattn.utils"},
     "vitattn.models": {"vitattn.attention", "vitattn.utils"},
     "vitattn.callbacks": {"vitattn.utils"},
+    "vitattn.fitting": {"vitattn.callbacks", "vitattn.utils"},
     "vitattn.lora": {"vitattn.models", "vitattn.attention", "vitattn.utils"},
     "vitattn.loading": {"vitattn.models", "vitattn.lora", "vitattn.utils"},
     "vitattn.analysis": {"vitattn.data", "vitattn.utils"},

@@ -59,6 +59,7 @@ def test_lra_image_preset_composes_to_lra_numbers(tmp_path: Path) -> None:
     assert cfg.scheduler.warmup_steps == 175 and cfg.trainer.max_epochs == 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("experiment", "overrides"),
     [

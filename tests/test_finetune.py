@@ -75,12 +75,14 @@ def test_finetune_config_composes(tmp_path: Path) -> None:
 # --- the app, on the real subset -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_finetune_improves_on_the_rotated_set(finetuned: tuple[Path, dict[str, Any]]) -> None:
     _, metrics = finetuned
     assert metrics["data/shift"] == "rotate"
     assert metrics["test/acc"] > metrics["test/acc_base"] + 0.02, metrics
 
 
+@pytest.mark.slow
 def test_metrics_and_run_directory(finetuned: tuple[Path, dict[str, Any]], base_ckpt: Path) -> None:
     run_dir, metrics = finetuned
     for key in ("params", "params/trainable", "test/acc", "test/acc_base", "val/acc"):
@@ -98,6 +100,7 @@ def test_metrics_and_run_directory(finetuned: tuple[Path, dict[str, Any]], base_
     assert last.hparams.lora["rank"] == 8
 
 
+@pytest.mark.slow
 def test_vitattn_eval_reads_an_adapter_checkpoint(
     finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
 ) -> None:
@@ -113,6 +116,7 @@ def test_vitattn_eval_reads_an_adapter_checkpoint(
     assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
 ) -> None:
@@ -131,6 +135,7 @@ def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -159,6 +164,7 @@ def test_bad_inputs_are_one_line_errors(
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_an_unmerged_checkpoint_as_base_points_to_merged(
     finetuned: tuple[Path, dict[str, Any]], data_dir: Path, tmp_path: Path
 ) -> None:
@@ -172,6 +178,7 @@ def test_an_unmerged_checkpoint_as_base_points_to_merged(
         finetune(cfg)
 
 
+@pytest.mark.slow
 def test_cli_error_is_one_line_and_leaves_no_run_directory(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}

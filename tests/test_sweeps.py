@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import csv
 import json
+import sqlite3
 from pathlib import Path
 
-from tests.helpers import FEW_STEPS, TINY, run_cli
+import pytest
+
+from tests.helpers import FEW_STEPS, TINY, read_csv, refused, run_cli, run_sweep
 from vitattn.analysis.curves import summarize
 
 
-def read_summary(directory: Path) -> list[dict[str, str]]:
-    with (directory / "summary.csv").open() as handle:
-        return list(csv.DictReader(handle))
-
-
+@pytest.mark.slow
 def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    run_cli(
-        "vitattn-train",
-        "-m",
-        *TINY,
-        "trainer.max_steps=3",
-        "seed=1,2",
-        "logger=csv",
-        f"hydra.sweep.dir={sweep}",
-        data_dir=data_dir,
-    )
+    run_sweep(sweep, *TINY, "trainer.max_steps=3", "seed=1,2", "logger=csv", data_dir=data_dir)
     for job in ("0", "1"):
         metrics = json.loads((sweep / job / "metrics.json").read_text())
         assert metrics["steps"] == 3
@@ -35,54 +24,59 @@ def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -
     assert (sweep / "multirun.yaml").is_file()
 
 
-def test_failed_job_is_recorded_and_the_others_finish(tmp_path: Path, data_dir: Path) -> None:
+@pytest.mark.slow
+def test_failed_jobs_are_recorded_and_the_others_finish(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = run_cli(
-        "vitattn-train",
-        "-m",
+    result = run_sweep(
+        sweep,
         *FEW_STEPS,
-        "model.heads=2,3",  # 3 does not divide embed_dim 32
-        f"hydra.sweep.dir={sweep}",
+        "+callbacks.nan._target_=tests.helpers.NanLossAtStep",
+        "+callbacks.nan.step=2,1000,2,1000",  # diverges at step 2 in the first and third job
         data_dir=data_dir,
         check=False,
     )
     assert result.returncode != 0  # the sweep reports that a job failed
-    assert "model.embed_dim=32 is not divisible by model.heads=3" in result.stderr
-    done = json.loads((sweep / "0" / "metrics.json").read_text())
-    assert done["status"] == "completed" and (sweep / "0" / "checkpoints" / "last.ckpt").is_file()
-    failed = json.loads((sweep / "1" / "metrics.json").read_text())
-    assert failed["status"] == "failed" and "model.heads=3" in failed["error"]
+    assert "train/loss became NaN or infinite by step" in result.stderr
+    statuses = [json.loads((sweep / job / "metrics.json").read_text())["status"] for job in "0123"]
+    assert statuses == ["failed", "completed", "failed", "completed"]
+    for job in "13":
+        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
     out = tmp_path / "figures"
     summarize([sweep], out)
-    rows = read_summary(out)
-    assert [(row["label"], row["status"]) for row in rows] == [
-        ("softmax (model.heads=2)", "completed"),
-        ("softmax (model.heads=3)", "failed"),
-    ]
-    assert "not divisible" in rows[1]["error"]
+    rows = read_csv(out / "summary.csv")
+    assert [row["status"] for row in rows] == statuses
+    assert "NaN" in rows[0]["error"] and "NaN" in rows[2]["error"]
 
 
+@pytest.mark.slow
+def test_a_sweep_with_an_invalid_job_is_refused_before_any_job_runs(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    sweep = tmp_path / "sweep"
+    jobs = ["-m", *FEW_STEPS, "model.heads=2,3", f"hydra.sweep.dir={sweep}"]  # 3 does not divide 32
+    assert refused("vitattn-train", *jobs, data_dir=data_dir, creates=sweep) == (
+        "model.embed_dim=32 is not divisible by model.heads=3; choose model.heads among the "
+        "divisors of 32: [1, 2, 4, 8, 16, 32]"
+    )
+
+
+@pytest.mark.slow
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    run_cli(
-        "vitattn-train",
-        "-m",
-        "hydra/launcher=local",
-        *FEW_STEPS,
-        "attention=softmax,linear",
-        f"hydra.sweep.dir={sweep}",
-        data_dir=data_dir,
-    )
+    launcher = "hydra/launcher=local"
+    run_sweep(sweep, launcher, *FEW_STEPS, "attention=softmax,linear", data_dir=data_dir)
     for job in ("0", "1"):
         assert json.loads((sweep / job / "metrics.json").read_text())["status"] == "completed"
     assert list((sweep / ".submitit").iterdir())  # the jobs went through submitit
 
 
-def test_optuna_search_runs_two_trials(tmp_path: Path, data_dir: Path) -> None:
+@pytest.mark.slow
+def test_optuna_search_runs_two_trials_in_a_sqlite_study(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     result = run_cli(
         "vitattn-train",
         "hparams_search=optuna",
+        f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db",  # as the README suggests
         "hydra.sweeper.n_trials=2",
         "hydra.sweeper.sampler.n_startup_trials=2",
         *FEW_STEPS,
@@ -94,8 +88,13 @@ def test_optuna_search_runs_two_trials(tmp_path: Path, data_dir: Path) -> None:
     best = (sweep / "optimization_results.yaml").read_text()
     assert "best_value" in best and "optimizer.lr" in best
     assert "Best value" in result.stdout + result.stderr
+    with sqlite3.connect(tmp_path / "optuna.db") as study:
+        assert study.execute("select count(*) from trials where state = 'COMPLETE'").fetchone() == (
+            2,
+        )
 
 
+@pytest.mark.slow
 def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
     run_cli(

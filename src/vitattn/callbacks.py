@@ -1,9 +1,14 @@
 """Lightning callbacks that the contracts rely on: throughput, a validation at the last step, a
-checkpoint when the run is interrupted, and a stop when the loss stops being finite."""
+checkpoint when SIGTERM or Ctrl-C interrupts the run, and a stop when the loss stops being
+finite."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -70,24 +75,6 @@ class ImagesPerSecond(L.Callback):
         pl_module.log("train/images_per_sec", rate, on_step=True, on_epoch=False)
 
 
-def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
-    """What ``metrics.json`` reports of a finished ``fit``: the last training loss, the run's
-    images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs, seconds, and on a GPU the
-    peak of allocated memory."""
-    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
-    summary: dict[str, Any] = {
-        "train/loss": trainer.callback_metrics.get("train/loss"),
-        "train/images_per_sec": throughput.overall if throughput is not None else None,
-        "steps": trainer.global_step,
-        "epochs": trainer.current_epoch,
-        "seconds": round(seconds, 2),
-    }
-    device = trainer.strategy.root_device
-    if device.type == "cuda":
-        summary["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
-    return summary
-
-
 class ValidateAtEnd(L.Callback):
     """Make the last training step a validation step.
 
@@ -113,47 +100,81 @@ class ValidateAtEnd(L.Callback):
             trainer.should_stop = True
 
 
-class CheckpointOnInterrupt(L.Callback):
-    """Save ``last.ckpt`` when SIGTERM stops the run (a pre-empted job, ``kill``, SLURM's time
-    limit), so that ``vitattn-train ckpt_path=<run>/checkpoints/last.ckpt`` continues it.
+def _exit_at_once(signum: int, frame: Any) -> None:
+    print("\nCtrl-C again: exiting at once, without saving", file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT)
 
-    Lightning finishes the current training step and then stops. The checkpoint is written at the
-    end of that step, the point where Lightning's own step checkpoints are written, so that the
-    resumed run continues with the next batch and step number. (Ctrl-C can interrupt a step
-    half-way; it keeps the last regular checkpoint.)
+
+class CheckpointOnInterrupt(L.Callback):
+    """Save ``last.ckpt`` when SIGTERM or Ctrl-C stops the run, so that ``vitattn-train
+    resume=true hydra.run.dir=<run>`` continues it exactly where it stopped.
+
+    SIGTERM (a pre-empted job, ``kill``, SLURM's time limit): Lightning's handler flags it, the
+    current step finishes (or the current validation batch), and Lightning raises
+    ``SIGTERMException`` at the end of the step. The checkpoint is written at that point, after
+    the step's bookkeeping and before the next batch is fetched and augmented, so the resumed run
+    continues with the next batch, step number and random draws.
+
+    Ctrl-C (SIGINT): while fitting, this callback's handler replaces Python's
+    ``KeyboardInterrupt`` and raises the same flag, so the first Ctrl-C stops the run the same
+    way (``interrupted`` tells the two apart); a second Ctrl-C exits at once with status 130,
+    saving nothing more.
     """
 
     def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
+        self.interrupted = False
         self._saved_at_step: int | None = None
+        self._previous_handler: Any = None
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if trainer.received_sigterm and self._saved_at_step != trainer.global_step:
-            trainer.save_checkpoint(self.path)
-            self._saved_at_step = trainer.global_step
-            log.warning(
-                "SIGTERM: stopping after step %d; saved %s (continue with: vitattn-train "
-                "ckpt_path=%s)",
-                trainer.global_step,
-                self.path,
-                self.path,
+    @property
+    def signal_name(self) -> str:
+        return "Ctrl-C" if self.interrupted else "SIGTERM"
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_first_sigint(signum: int, frame: Any) -> None:
+            self.interrupted = True
+            # Lightning's own SIGTERM flag: its loops stop at the end of the step (or the
+            # validation batch), where a checkpoint resumes exactly.
+            trainer._signal_connector.received_sigterm = True
+            signal.signal(signal.SIGINT, _exit_at_once)
+            print(
+                "\nCtrl-C: stopping after this step and saving checkpoints/last.ckpt "
+                "(Ctrl-C again exits at once)",
+                file=sys.stderr,
+                flush=True,
             )
+
+        self._previous_handler = signal.signal(signal.SIGINT, on_first_sigint)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if self._saved_at_step == trainer.global_step:
+            return
+        trainer.save_checkpoint(self.path)
+        self._saved_at_step = trainer.global_step
+        log.warning(
+            "%s: stopping after step %d; saved %s", self.signal_name, trainer.global_step, self.path
+        )
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.received_sigterm:
+            self._save(trainer)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if isinstance(exception, SIGTERMException) and self._saved_at_step is None:
-            # The signal came after this step's on_train_batch_end: the weights are those of a
-            # finished step, but the resumed run will count the step once more.
-            trainer.save_checkpoint(self.path)
-            log.warning("SIGTERM: saved %s at step %d", self.path, trainer.global_step)
+        if isinstance(exception, SIGTERMException):
+            # The signal came after this step's on_train_batch_end: Lightning stopped at the end
+            # of the step, which is where the checkpoint belongs.
+            self._save(trainer)
 
 
 class NanGuard(L.Callback):

@@ -17,7 +17,6 @@ from omegaconf import DictConfig
 
 from vitattn.utils.cli import console_main
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
 from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
@@ -28,18 +27,15 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import load_classifier
+    from vitattn.loading import checkpoint_file, load_classifier
     from vitattn.utils.instantiators import instantiate_list
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
-    if cfg.get("ckpt_path") in (None, "", "???"):
-        raise ConfigError(
-            "ckpt_path is required: vitattn-eval ckpt_path=<run>/checkpoints/last.ckpt"
-        )
-    module = load_classifier(cfg.ckpt_path)
+    module = load_classifier(checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(as_trained(cfg.data, cfg.ckpt_path))
+    module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("test")
 
@@ -60,6 +56,22 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
+def validate(cfg: DictConfig) -> None:
+    """What ``vitattn-eval`` checks before its run directory exists: the data settings (those
+    left to the checkpoint read from it) and the trainer's."""
+    from omegaconf import open_dict
+
+    from vitattn.data.as_trained import as_trained
+    from vitattn.loading import checkpoint_file
+    from vitattn.utils.validation import check_buildable, check_types
+
+    path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval")
+    with open_dict(cfg):
+        cfg.data = as_trained(cfg.data, path)
+    check_types(cfg)
+    check_buildable(cfg)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="eval")
 def _hydra_main(cfg: DictConfig) -> float:
     return float(run_task("vitattn-eval", evaluate, cfg)["test/acc"])
@@ -67,7 +79,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 def main() -> None:
     """Console script ``vitattn-eval``."""
-    console_main("vitattn-eval", _hydra_main, config_name="eval")
+    console_main("vitattn-eval", _hydra_main, config_name="eval", validate=validate)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ shifted test set, before fine-tuning) and ``params/trainable`` to the usual figu
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +70,10 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from vitattn.attention import registered_name
-    from vitattn.callbacks import fit_summary
     from vitattn.data.as_trained import as_trained
+    from vitattn.fitting import fit_and_test
     from vitattn.lora.adapters import LoRASettings
     from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
-    from vitattn.utils.checkpoints import run_test_on_best
     from vitattn.utils.hparams import finetuning_hyperparameters, log_hyperparameters
     from vitattn.utils.instantiators import instantiate_list
     from vitattn.utils.lightning_output import tidy_lightning_output
@@ -112,6 +110,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         num_classes=base.hparams.num_classes,
         lora=settings.as_dict(),
     )
+    module.check_data(datamodule)
     module.load_base_weights(base.net.state_dict())
     counts = module.parameter_counts()
     attention = registered_name(module.hparams.net.get("attention"))
@@ -141,19 +140,8 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         logger.log_metrics({"test/acc_base": base_acc}, step=0)
     del base
 
-    if torch.cuda.is_available():  # a sequential sweep's jobs share this process
-        torch.cuda.reset_peak_memory_stats()
-    started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
-    summary = fit_summary(trainer, time.perf_counter() - started)
-    metrics: dict[str, Any] = {
-        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
-    }
     # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
-    test_ckpt, test_metrics = (
-        run_test_on_best(trainer, module, datamodule) if cfg.get("test", True) else (None, {})
-    )
-    metrics.update(test_metrics)
+    metrics, tested = fit_and_test("vitattn-finetune", trainer, module, datamodule, cfg, False)
     metrics["test/acc_base"] = base_acc
 
     writes = trainer.is_global_zero and not cfg.trainer.get("fast_dev_run")
@@ -171,7 +159,6 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
 
     metrics.update(
         {
-            **summary,
             "params": counts.total,
             "params/trainable": counts.trainable,
             "params/lora": counts.lora,
@@ -182,7 +169,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
             "data/shift": shift,
             "attention": attention,
             "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
-            "test_ckpt_path": test_ckpt,
+            "test_ckpt_path": tested,
             "merged_ckpt_path": str(merged_path) if merged_path else None,
             "status": "completed",
         }
@@ -190,6 +177,28 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     if writes:
         write_metrics(output_dir / "metrics.json", metrics)
     return metrics
+
+
+def validate(cfg: DictConfig) -> None:
+    """What ``vitattn-finetune`` checks before its run directory exists: PEFT is there, the
+    ``lora`` settings, and the data (its input format read from the base checkpoint),
+    optimizer, schedule and trainer settings."""
+    from omegaconf import open_dict
+
+    from vitattn.data.as_trained import as_trained
+    from vitattn.lora.adapters import LoRASettings, require_peft
+    from vitattn.utils.validation import check_buildable, check_types
+
+    require_peft()
+    LoRASettings.from_mapping(
+        OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
+    )
+    path = cfg.get("ckpt_path")
+    if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():
+        with open_dict(cfg):
+            cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
+    check_types(cfg)
+    check_buildable(cfg)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="finetune")
@@ -201,11 +210,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script ``vitattn-finetune``."""
-    from vitattn.lora.adapters import require_peft
-
-    console_main(
-        "vitattn-finetune", _hydra_main, config_name="finetune", validate=lambda _: require_peft()
-    )
+    console_main("vitattn-finetune", _hydra_main, config_name="finetune", validate=validate)
 
 
 if __name__ == "__main__":

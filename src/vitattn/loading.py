@@ -13,17 +13,25 @@ from typing import Any
 from vitattn.utils.errors import ConfigError, VitattnError
 
 
+def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
+    """The checkpoint file ``ckpt_path`` names, or one line saying it is missing or not a file."""
+    if ckpt_path in (None, "", "???"):
+        raise ConfigError(f"ckpt_path is required: {program} ckpt_path=<run>/checkpoints/last.ckpt")
+    path = Path(str(ckpt_path)).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
+        )
+    return path
+
+
 def load_classifier(ckpt_path: str | Path) -> Any:
     """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
     ``vitattn-train``, or of ``vitattn-finetune`` (a
     :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
     from vitattn.models.module import ViTClassifier
 
-    path = Path(ckpt_path).expanduser()
-    if not path.is_file():
-        raise ConfigError(
-            f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
-        )
+    path = checkpoint_file(ckpt_path)
     try:
         if holds_adapters(path):
             from vitattn.lora.module import LoRAClassifier

@@ -10,7 +10,6 @@ Examples::
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from vitattn.utils.cli import console_main
 from vitattn.utils.config import CONFIG_DIR, chosen_option
 from vitattn.utils.resume import resume_arguments
 from vitattn.utils.task import run_task
+from vitattn.utils.validation import validate_training
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +29,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
     import torch
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from vitattn.callbacks import fit_summary
-    from vitattn.utils.checkpoints import check_checkpoint_matches, run_test_on_best
+    from vitattn.fitting import fit_and_test
+    from vitattn.utils.checkpoint_io import remove_partial_checkpoints
+    from vitattn.utils.checkpoints import (
+        check_checkpoint_matches,
+        read_checkpoint,
+    )
     from vitattn.utils.hparams import log_hyperparameters, training_hyperparameters
-    from vitattn.utils.instantiators import instantiate_list
+    from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.task import write_metrics
 
@@ -48,13 +51,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Everything that can reject the configuration or the data runs before anything is written.
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: L.LightningModule = hydra.utils.instantiate(cfg.module)
+    module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    resume_step = None
     if cfg.get("ckpt_path"):
         check_checkpoint_matches(cfg.ckpt_path, module.hparams.net)
+        resume_step = int(read_checkpoint(cfg.ckpt_path)["global_step"])
 
     callbacks = instantiate_list(cfg.get("callbacks"))
-    loggers = instantiate_list(cfg.get("logger"))
+    loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
     params = sum(p.numel() for p in module.parameters())
@@ -64,25 +70,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "attention=%s, %d parameters, run directory %s", choices["attention"], params, output_dir
     )
 
-    if torch.cuda.is_available():  # a sequential sweep's jobs share this process
-        torch.cuda.reset_peak_memory_stats()
-    started = time.perf_counter()
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    except SIGTERMException:
-        log.warning("stopped by SIGTERM; logs and checkpoints/last.ckpt are in %s", output_dir)
-        raise SystemExit(143) from None  # 128 + SIGTERM, as if the signal had ended the process
-    summary = fit_summary(trainer, time.perf_counter() - started)
-    metrics: dict[str, Any] = {
-        k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")
-    }
-    test_ckpt, test_metrics = (
-        run_test_on_best(trainer, module, datamodule) if cfg.get("test", True) else (None, {})
-    )
-    metrics.update(test_metrics)
-    metrics.update(
-        {**summary, "params": params, **choices, "ckpt_path": test_ckpt, "status": "completed"}
-    )
+    remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write
+    metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
+    metrics.update({"params": params, **choices, "ckpt_path": tested, "status": "completed"})
     if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
         write_metrics(output_dir / "metrics.json", metrics)
     return metrics
@@ -97,7 +87,13 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script ``vitattn-train``."""
-    console_main("vitattn-train", _hydra_main, config_name="train", prepare=resume_arguments)
+    console_main(
+        "vitattn-train",
+        _hydra_main,
+        config_name="train",
+        prepare=resume_arguments,
+        validate=validate_training,
+    )
 
 
 if __name__ == "__main__":

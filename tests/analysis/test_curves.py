@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import FEW_STEPS, run_cli
+from tests.helpers import FEW_STEPS, read_csv, run_cli, run_sweep
 from vitattn.analysis.curves import Run, label_runs, mean_curve
 from vitattn.utils.config import PROJECT_ROOT
 
 PLOT_CURVES = PROJECT_ROOT / "scripts" / "plot_curves.py"
 
 
-def read_summary(directory: Path) -> list[dict[str, str]]:
-    with (directory / "summary.csv").open() as handle:
-        return list(csv.DictReader(handle))
-
-
+@pytest.mark.slow
 def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    run_cli(
-        "vitattn-train",
-        "-m",
-        *FEW_STEPS,
-        "attention=softmax,linear",
-        f"hydra.sweep.dir={sweep}",
-        data_dir=data_dir,
-    )
+    run_sweep(sweep, *FEW_STEPS, "attention=softmax,linear", data_dir=data_dir)
     assert (sweep / "0" / "metrics.json").is_file() and (sweep / "1" / "metrics.json").is_file()
     result = run_cli("python", str(PLOT_CURVES), str(sweep), data_dir=data_dir)
     assert "wrote" in result.stdout
     for name in ("val_acc_vs_step.png", "train_loss_vs_step.png", "summary.md"):
         assert (sweep / name).stat().st_size > 0, name
-    rows = read_summary(sweep)
+    rows = read_csv(sweep / "summary.csv")
     assert [row["attention"] for row in rows] == ["softmax", "linear"]
     for row in rows:
         assert row["status"] == "completed"
@@ -62,6 +50,7 @@ def test_seeds_share_a_line_with_a_band() -> None:
     assert mean == pytest.approx([0.3, 0.5]) and low == [0.2, 0.4] and high == [0.4, 0.6]
 
 
+@pytest.mark.slow
 def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("python", str(PLOT_CURVES), str(tmp_path), data_dir=data_dir, check=False)
     assert result.returncode == 1

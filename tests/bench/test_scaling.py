@@ -62,7 +62,7 @@ def test_guard_skips_a_size_predicted_too_large() -> None:
     sweep = small_sweep(
         attentions=["softmax"],
         seq_lens=[32, 64, 512],
-        guard=Guard(max_memory_bytes=2e5, free_below=64),
+        guard=Guard(max_memory_bytes=1e6, free_below=64),  # above 512's inputs, below its matrix
         knobs={"softmax": {"impl": "naive"}},
     )
     rows = Runner(sweep).run()
@@ -104,3 +104,36 @@ def test_block_level_run(tmp_path: Path) -> None:
     out = benchmark(cfg)
     assert [r["status"] for r in out["results"]] == ["ok", "ok"]
     assert all(r["level"] == "block" and r["memory_bytes"] > 0 for r in out["results"])
+
+
+def test_an_impossible_size_is_skipped_without_allocating(monkeypatch) -> None:
+    built: list[int] = []
+    real = scaling.Workload
+
+    def recording(sweep: Sweep, attention: str, seq_len: int, head_dim: int) -> object:
+        built.append(seq_len)
+        return real(sweep, attention, seq_len, head_dim)
+
+    monkeypatch.setattr(scaling, "Workload", recording)
+    sweep = small_sweep(
+        attentions=["linear"], seq_lens=[32, 10**9], guard=Guard(max_memory_bytes=2**30)
+    )
+    rows = Runner(sweep).run()
+    assert rows[0].ok
+    assert rows[1].status.startswith("skipped: its inputs, output and gradients alone take")
+    assert max(built) == 32  # no probe and no attempt at a billion tokens
+
+
+def test_a_huge_size_is_skipped_quickly_by_probes_that_stay_within_the_guard() -> None:
+    import time
+
+    sweep = small_sweep(
+        attentions=["softmax"],
+        seq_lens=[32, 2**20],  # a million tokens: the n x n matrix alone would be 4 TiB
+        knobs={"softmax": {"impl": "naive"}},
+        guard=Guard(max_memory_bytes=2**31, max_call_seconds=0.5, free_below=64),
+    )
+    started = time.monotonic()
+    rows = Runner(sweep).run()
+    assert time.monotonic() - started < 60
+    assert rows[0].ok and rows[1].status.startswith("skipped: predicted")

@@ -44,11 +44,13 @@ def lra_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_checkpoints_carry_the_data_settings(lra_run: Path) -> None:
     saved = saved_data_settings(lra_run / "checkpoints" / "last.ckpt")
     assert (saved["grayscale"], saved["normalize"], saved["shift"]) == (True, False, "none")
 
 
+@pytest.mark.slow
 def test_eval_reproduces_an_lra_run_without_repeating_its_data_settings(
     lra_run: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -66,6 +68,7 @@ def test_eval_reproduces_an_lra_run_without_repeating_its_data_settings(
     assert float(metrics["test/loss"]) == pytest.approx(trained["test/loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_value_given_for_the_data_wins_over_the_checkpoint(lra_run: Path, tmp_path: Path) -> None:
     ckpt = lra_run / "checkpoints" / "last.ckpt"
     cfg = compose_config("eval", [f"ckpt_path={ckpt}", "data.shift=invert"], tmp_path)
@@ -85,6 +88,7 @@ def test_without_saved_settings_the_data_module_defaults_apply(tmp_path: Path) -
         assert (data.grayscale, data.normalize, data.shift) == (False, True, "none")
 
 
+@pytest.mark.slow
 def test_finetune_and_its_merged_checkpoint_keep_the_base_input_format(
     lra_run: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -112,6 +116,7 @@ def test_finetune_and_its_merged_checkpoint_keep_the_base_input_format(
     assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc_merged"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_bench_spectrum_reads_an_lra_checkpoint(lra_run: Path, data_dir: Path, tmp_path: Path):
     from vitattn.bench.app import benchmark
 

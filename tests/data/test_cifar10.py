@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import logging
 import pickle
 import shutil
 import threading
@@ -184,6 +185,7 @@ def archive_url(
         server.server_close()
 
 
+@pytest.mark.slow
 def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> None:
     """Three processes (DDP ranks, parallel sweep jobs) start on an empty data directory at once:
     one downloads, the others wait for it; all read the complete folder."""
@@ -225,6 +227,7 @@ def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> No
     assert not list(target.glob(".unpacking-*"))  # the staging folder is gone
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> None:
     import socket
     import time
@@ -262,4 +265,64 @@ def test_download_unpacks_the_archive(served: Path, tmp_path: Path) -> None:
         dm = CIFAR10DataModule(tmp_path / "downloaded", url=url)
         dm.prepare_data()
         dm.setup("test")
+    assert len(dm.test_set) == 1017
+
+
+@pytest.fixture(scope="module")
+def cut(served: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder serving the first half of the archive: a download cut off half-way."""
+    folder = tmp_path_factory.mktemp("cut")
+    whole = (served / "cifar-10-python.tar.gz").read_bytes()
+    (folder / "cifar-10-python.tar.gz").write_bytes(whole[: len(whole) // 2])
+    return folder
+
+
+def leftovers(data_dir: Path) -> list[str]:
+    """Everything in ``data_dir`` but the unpacked folder: archives, staging, lock files."""
+    return sorted(p.name for p in data_dir.iterdir() if p.name != FOLDER)
+
+
+def test_a_cut_download_keeps_nothing_and_the_retry_succeeds(
+    served: Path, cut: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "data"
+    # A mirror has no MD5 to check against: the full listing of the archive catches the cut.
+    with archive_url(cut) as url, pytest.raises(DataError) as info:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    message = str(info.value)
+    assert f"the download from {url} is unusable" in message and "\n" not in message
+    assert "cifar-10-python.tar.gz is not a complete .tar.gz" in message
+    assert leftovers(target) == []  # no partial archive, no staging folder, no lock file
+    with archive_url(served) as url:
+        retry = CIFAR10DataModule(target, url=url)
+        retry.prepare_data()
+        retry.setup("test")
+    assert len(retry.test_set) == 1017
+    assert leftovers(target) == []
+
+
+def test_a_corrupt_archive_in_the_data_dir_is_moved_aside(
+    served: Path, cut: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "data"
+    target.mkdir()
+    shutil.copy(cut / "cifar-10-python.tar.gz", target)  # an older, cut download
+    with archive_url(served) as url, caplog.at_level(logging.WARNING):
+        dm = CIFAR10DataModule(target, url=url)
+        dm.prepare_data()
+        dm.setup("test")
+    assert len(dm.test_set) == 1017
+    assert leftovers(target) == ["cifar-10-python.tar.gz.corrupt"]
+    assert "moved it aside to" in caplog.text
+
+
+def test_a_complete_archive_in_the_data_dir_is_used_without_a_download(
+    served: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "data"
+    target.mkdir()
+    shutil.copy(served / "cifar-10-python.tar.gz", target)
+    dm = CIFAR10DataModule(target, url="http://127.0.0.1:9/cifar-10-python.tar.gz")  # no network
+    dm.prepare_data()
+    dm.setup("test")
     assert len(dm.test_set) == 1017

@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import TINY, compose_config
+from tests.helpers import TINY, compose_config, last_line, run_cli
 from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_targets
 from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
 from vitattn.models.module import ViTClassifier
@@ -153,3 +153,36 @@ def test_bad_lora_settings_are_one_line_errors(
     with pytest.raises(ConfigError, match=message) as info:
         tiny_classifier(lora, tmp_path)
     assert "\n" not in str(info.value)
+
+
+BLOCK_PEFT = """
+import sys
+
+
+class BlockPeft:
+    def find_spec(self, name, path=None, target=None):
+        if name == "peft" or name.startswith("peft."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, BlockPeft())
+"""
+
+
+@pytest.mark.slow
+def test_finetune_without_peft_names_the_extra(tmp_path: Path, data_dir: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_PEFT)  # an environment without peft
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "vitattn-finetune",
+        "ckpt_path=base.ckpt",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+        check=False,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 1
+    assert last_line(result).startswith("vitattn-finetune: error: LoRA adapters need the peft")
+    assert 'pip install -e ".[lora]"' in last_line(result)
+    assert not run_dir.exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import last_line, run_cli
+from tests.helpers import refused, run_cli
 from vitattn.utils.cli import (
     check_composition,
     check_group_choices,
@@ -94,6 +94,7 @@ def test_console_main_passes_help_to_hydra_unchecked(monkeypatch) -> None:
         ("vitattn-train", "fit a Vision Transformer", ["attention", "model", "optimizer"], []),
         ("vitattn-eval", "test accuracy of a checkpoint", ["data", "trainer"], ["attention"]),
         ("vitattn-finetune", "LoRA", ["data", "optimizer", "trainer"], ["attention"]),
+        ("vitattn-bench", "measure attention mechanisms", ["data"], ["optimizer", "trainer"]),
     ],
 )
 def test_help_names_the_app_examples_and_its_groups(
@@ -113,13 +114,8 @@ def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli(
-        "vitattn-train", "model.foo=1", f"hydra.run.dir={run_dir}", data_dir=data_dir, check=False
+    args = ["model.foo=1", f"hydra.run.dir={run_dir}"]
+    assert refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir) == (
+        "Could not override 'model.foo'; To append to your config use +model.foo=1; Key 'foo' "
+        "is not in struct"
     )
-    assert result.returncode == 1
-    assert last_line(result) == (
-        "vitattn-train: error: Could not override 'model.foo'; To append to your config use "
-        "+model.foo=1; Key 'foo' is not in struct"
-    )
-    assert "Traceback" not in result.stderr
-    assert not run_dir.exists()

@@ -145,7 +145,9 @@ class BigBirdAttention(AttentionKernel):
             # (heads, query_blocks, slots, size).
             positions = table.clamp(min=0)[..., None] * size + torch.arange(size, device=q.device)
             hidden = (table[..., None] < 0) | (positions < pad)
-            bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
+            bias = torch.zeros(hidden.shape, device=q.device, dtype=torch.float32).masked_fill_(
+                hidden, MASKED
+            )
             bias = bias.view(1, heads, query_blocks, 1, slots * size)
             key_rows, value_rows = (x.reshape(batch, heads * blocks, size, dim) for x in (kp, vp))
             query_rows = qp[:, :, global_tokens:].reshape(batch, heads, query_blocks, size, dim)

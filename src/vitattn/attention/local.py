@@ -159,7 +159,7 @@ class LocalAttention(AttentionKernel):
                 keys = torch.cat([torch.arange(g).expand(blocks, g), keys], dim=1)
                 everyone = torch.ones(blocks, per_block, g, dtype=torch.bool)
                 allowed = torch.cat([everyone, allowed], dim=2)
-            bias = torch.zeros(allowed.shape).masked_fill_(~allowed, MASKED)
+            bias = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, MASKED)
             inverse = flat_position[g:]
             self._layouts[cache_key] = tuple(t.to(device) for t in (queries, keys, bias, inverse))
         return self._layouts[cache_key]

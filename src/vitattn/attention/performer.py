@@ -50,11 +50,13 @@ def orthogonal_gaussian_rows(
     scaled to the length of a Gaussian vector, so every row is marginally N(0, I)."""
     blocks = []
     for _ in range(math.ceil(rows / dim)):
-        gaussian = torch.randn(dim, dim, device=device, generator=generator)
+        gaussian = torch.randn(dim, dim, device=device, dtype=torch.float32, generator=generator)
         orthonormal, _ = torch.linalg.qr(gaussian)
         blocks.append(orthonormal.T)
     directions = torch.cat(blocks)[:rows]
-    lengths = torch.randn(rows, dim, device=device, generator=generator).norm(dim=1)
+    lengths = torch.randn(rows, dim, device=device, dtype=torch.float32, generator=generator).norm(
+        dim=1
+    )
     return directions * lengths.unsqueeze(1)
 
 

@@ -286,7 +286,7 @@ class RandomFeatureAttention(AttentionKernel):
     def draw_frequencies(self, device: torch.device) -> torch.Tensor:
         """Fresh w ~ N(0, sigma^2 I), ``(heads, num_features, head_dim)``, from torch's RNG."""
         shape = (self.heads, self.num_features, self.head_dim)
-        return torch.randn(shape, device=device) * self.sigma
+        return torch.randn(shape, device=device, dtype=torch.float32) * self.sigma
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.training and self.redraw:

@@ -96,7 +96,8 @@ class ReformerAttention(AttentionKernel):
 
     def draw_rotations(self, device: torch.device) -> torch.Tensor:
         """Random Gaussian rotations (head_dim, hashes, buckets // 2) from torch's generator."""
-        return torch.randn(self.head_dim, self.hashes, self.buckets // 2, device=device)
+        shape = (self.head_dim, self.hashes, self.buckets // 2)
+        return torch.randn(shape, device=device, dtype=torch.float32)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         rotations = self.draw_rotations(q.device) if self.training else self.rotations
@@ -177,7 +178,7 @@ class ReformerAttention(AttentionKernel):
         """Score bias of the chunks, ``(chunks, size, keys)``: SELF_MASKED where a query meets
         itself (the diagonal of the own-chunk block), MASKED on padding slots, else 0."""
         keys = 2 * size if chunks > 1 else size
-        bias = torch.zeros(chunks, size, keys, device=device)
+        bias = torch.zeros(chunks, size, keys, device=device, dtype=torch.float32)
         bias[:, :, :size].diagonal(dim1=-2, dim2=-1).fill_(SELF_MASKED)
         slot = torch.arange(chunks * size, device=device).view(chunks, size)
         if chunks > 1:

@@ -119,7 +119,7 @@ class SparseAttention(AttentionKernel):
     @staticmethod
     def _padding_bias(pad: int, stride: int, device: torch.device) -> torch.Tensor:
         """(rows, stride) additive bias of the padded sequence: MASKED on the front padding."""
-        bias = torch.zeros(stride, device=device)
+        bias = torch.zeros(stride, device=device, dtype=torch.float32)
         bias[:pad] = MASKED
         return bias
 
@@ -130,7 +130,7 @@ class SparseAttention(AttentionKernel):
         qr, kr, vr = (x.reshape(b, h, rows, stride, d) for x in (q, k, v))
         scores = qr @ kr.transpose(-2, -1)  # (b, h, rows, stride, stride)
         if pad:
-            bias = torch.zeros(rows, 1, stride, device=q.device)
+            bias = torch.zeros(rows, 1, stride, device=q.device, dtype=q.dtype)
             bias[0, 0, :pad] = MASKED
             scores = scores + bias
         return (scores.softmax(dim=-1) @ vr).view(b, h, n, d)
@@ -142,7 +142,7 @@ class SparseAttention(AttentionKernel):
         qc, kc, vc = (x.reshape(b, h, rows, stride, d).transpose(2, 3) for x in (q, k, v))
         scores = qc @ kc.transpose(-2, -1)  # (b, h, stride, rows, rows)
         if pad:
-            bias = torch.zeros(stride, 1, rows, device=q.device)
+            bias = torch.zeros(stride, 1, rows, device=q.device, dtype=q.dtype)
             bias[:pad, 0, 0] = MASKED
             scores = scores + bias
         return (scores.softmax(dim=-1) @ vc).transpose(2, 3).reshape(b, h, n, d)
@@ -160,7 +160,7 @@ class SparseAttention(AttentionKernel):
         ks, vs = self._gather(k, index), self._gather(v, index)
         scores = q @ ks.transpose(-2, -1)  # (b, h, n, m)
         if pad:
-            scores = scores + torch.zeros(index.shape, device=q.device).masked_fill_(
+            scores = scores + torch.zeros(index.shape, device=q.device, dtype=q.dtype).masked_fill_(
                 index < pad, MASKED
             ).unsqueeze(1)
         return scores.softmax(dim=-1) @ vs
@@ -179,14 +179,14 @@ class SparseAttention(AttentionKernel):
         rows = n // stride
         qr, kr, vr = (x.reshape(b, h, rows, stride, d) for x in (q, k, v))
         row_scores = qr @ kr.transpose(-2, -1)  # (b, h, rows, stride, stride)
-        row_bias = torch.zeros(rows, 1, stride, device=q.device)
+        row_bias = torch.zeros(rows, 1, stride, device=q.device, dtype=q.dtype)
         row_bias[0, 0, :pad] = MASKED
         row_scores = row_scores + row_bias
         if self.pattern == "strided":
             qc, kc, vc = (x.transpose(2, 3) for x in (qr, kr, vr))  # (b, h, stride, rows, d)
             col_scores = qc @ kc.transpose(-2, -1)  # (b, h, stride, rows, rows)
             # Key row == query row is the query itself, already in its row.
-            col_bias = torch.zeros(stride, rows, rows, device=q.device)
+            col_bias = torch.zeros(stride, rows, rows, device=q.device, dtype=q.dtype)
             col_bias[:, torch.arange(rows), torch.arange(rows)] = MASKED
             col_bias[:pad, :, 0] = MASKED
             col_scores = (col_scores + col_bias).permute(0, 1, 3, 2, 4)  # (b, h, rows, stride, r)
@@ -196,11 +196,13 @@ class SparseAttention(AttentionKernel):
         index = self._summary_index(stride, rows, heads, q.device)  # (h, m)
         ks, vs = self._gather(k, index), self._gather(v, index)
         sum_scores = (q @ ks.transpose(-2, -1)).view(b, h, rows, stride, -1)
-        own_row = (index // stride)[:, None, None, :] == torch.arange(rows, device=q.device)[
-            None, :, None, None
-        ]  # (h, rows, 1, m)
+        own_row = (index // stride)[:, None, None, :] == torch.arange(
+            rows, device=q.device, dtype=q.dtype
+        )[None, :, None, None]  # (h, rows, 1, m)
         hidden = own_row | (index < pad)[:, None, None, :]
-        sum_bias = torch.zeros(hidden.shape, device=q.device).masked_fill_(hidden, MASKED)
+        sum_bias = torch.zeros(hidden.shape, device=q.device, dtype=q.dtype).masked_fill_(
+            hidden, MASKED
+        )
         w_row, w_sum = softmax_parts([row_scores, sum_scores + sum_bias])
         return (w_row @ vr).reshape(b, h, n, d) + (w_sum @ vs[:, :, None]).reshape(b, h, n, d)
 

@@ -8,10 +8,14 @@ gradients of q, k, v and of the kernel's parameters), and the memory of one forw
 instead of the bare kernel.
 
 A size that runs out of memory is recorded with status ``oom`` and larger sizes of that
-attention are skipped. Before a large size runs, its memory and time are predicted from the
-smaller sizes already measured (a power law through the last two); a prediction above
-``guard.max_memory_bytes`` or ``guard.max_call_seconds`` skips the size instead of thrashing the
-machine. Any other failure is recorded in the row's status
+attention are skipped. Before a large size runs, the guard decides whether it may: first from
+arithmetic (the inputs, output and gradients alone take ``8 x batch x tokens x width`` values:
+more than the memory limit, or than the device has, and the size is skipped without allocating
+anything), then from its memory and time predicted from smaller sizes (a power law through the
+last two). Those smaller sizes are measured on the way up, from small ones doubling, each only if
+its own prediction fits the guard, so a probe never runs into the size it guards against. A
+prediction above ``guard.max_memory_bytes`` or ``guard.max_call_seconds`` skips the size instead
+of thrashing the machine. Any other failure is recorded in the row's status
 (:func:`~vitattn.bench.kernels.failure_status`) and the sweep goes on. :func:`run_scaling` runs
 the sweep the settings describe.
 """
@@ -262,18 +266,28 @@ class Runner:
         return rows
 
     def too_large(self, attention: str, seq_len: int, head_dim: int) -> str | None:
-        """Why ``seq_len`` should be skipped, from what smaller sizes measured; else ``None``."""
+        """Why ``seq_len`` should be skipped, from arithmetic or from what smaller sizes
+        measured; else ``None``."""
         guard = self.sweep.guard
+        floor, limit = self.least_bytes(seq_len, head_dim), self.memory_limit()
+        if limit is not None and floor > limit:
+            return (
+                f"skipped: its inputs, output and gradients alone take {size(floor)} > "
+                f"{size(limit)} (guard.max_memory_bytes, or the device's memory)"
+            )
         if seq_len <= guard.free_below:
             return None
-        key = (attention, head_dim)
-        if len(self.memory_history.get(key, [])) < 2:
-            self.probe(attention, seq_len, head_dim)
+        self.probe(attention, seq_len, head_dim)
+        return self.predicted_too_large(attention, seq_len, head_dim)
+
+    def predicted_too_large(self, attention: str, seq_len: int, head_dim: int) -> str | None:
+        """Why the prediction from the sizes measured so far rules ``seq_len`` out, if it does."""
+        guard, key = self.sweep.guard, (attention, head_dim)
         memory = predict(self.memory_history.get(key, []), seq_len)
         if memory is not None and guard.max_memory_bytes and memory > guard.max_memory_bytes:
             return (
-                f"skipped: predicted {memory / 2**30:.1f} GiB > guard.max_memory_bytes="
-                f"{guard.max_memory_bytes / 2**30:.1f} GiB"
+                f"skipped: predicted {size(memory)} > guard.max_memory_bytes="
+                f"{size(guard.max_memory_bytes)}"
             )
         seconds = predict(self.time_history.get(key, []), seq_len)
         if seconds is not None and guard.max_call_seconds and seconds > guard.max_call_seconds:
@@ -283,19 +297,41 @@ class Runner:
             )
         return None
 
+    def least_bytes(self, seq_len: int, head_dim: int) -> int:
+        """Bytes that any mechanism needs at this size: inputs, output, the gradient of the
+        output and of every input (``level=kernel``: q, k, v; ``block``: the tokens)."""
+        sweep = self.sweep
+        width = sweep.heads * head_dim
+        tensors = 8 if sweep.level == "kernel" else 4
+        itemsize = torch.empty((), dtype=sweep.dtype).element_size()
+        return tensors * sweep.batch_size * seq_len * width * itemsize
+
+    def memory_limit(self) -> float | None:
+        """``guard.max_memory_bytes``, else all of the GPU's memory on a GPU."""
+        limit = self.sweep.guard.max_memory_bytes
+        device = self.sweep.device
+        if limit is None and device.type == "cuda":
+            return float(torch.cuda.get_device_properties(device).total_memory)
+        return limit
+
     def probe(self, attention: str, seq_len: int, head_dim: int) -> None:
-        """Measure one forward+backward at n/16 and n/8, to predict a first large size."""
+        """Measure one forward+backward at sizes doubling up to ``seq_len / 8`` (from
+        ``seq_len / 4096``, at least 16 tokens), each only if the sizes before it predict that it
+        fits the guard, so that ``seq_len`` can be predicted from the two largest."""
         key = (attention, head_dim)
-        for size in (seq_len // 16, seq_len // 8):
-            if size < 16:
-                continue
+        measured = {n for n, _ in self.memory_history.get(key, [])}
+        sizes = sorted({seq_len >> shift for shift in range(3, 13)} - measured)
+        for size in (n for n in sizes if n >= 16):
+            if self.predicted_too_large(attention, size, head_dim) is not None:
+                return
             try:
                 work = Workload(self.sweep, attention, size, head_dim)
                 timing = time_call(work.forward_backward, self.sweep.device, warmup=1, repeats=1)
                 memory = measure_memory(work.forward_backward, self.sweep.device)
             except Exception:  # a probe that fails predicts nothing; the real run will tell
-                continue
+                return
             finally:
+                work = None
                 release(self.sweep.device)
             self.memory_history.setdefault(key, []).append((size, float(memory.memory_bytes)))
             self.time_history.setdefault(key, []).append((size, timing.median_ms / 1e3))
@@ -337,6 +373,11 @@ class Runner:
         key = (attention, head_dim)
         self.memory_history.setdefault(key, []).append((seq_len, float(memory.memory_bytes)))
         self.time_history.setdefault(key, []).append((seq_len, fwd_bwd.median_ms / 1e3))
+
+
+def size(bytes_: float) -> str:
+    """Bytes in GiB, or MiB below one GiB."""
+    return f"{bytes_ / 2**30:.1f} GiB" if bytes_ >= 2**30 else f"{bytes_ / 2**20:.1f} MiB"
 
 
 def release(device: torch.device) -> None:

@@ -46,9 +46,10 @@ def mix_transform(
     per batch when both are on), or ``None`` when both alphas are 0. Labels come out soft."""
     choices = []
     if mixup_alpha > 0:
-        choices.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
+        # float(): an integer alpha (data.mixup_alpha=1) makes torchvision draw from an int tensor
+        choices.append(v2.MixUp(alpha=float(mixup_alpha), num_classes=num_classes))
     if cutmix_alpha > 0:
-        choices.append(v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes))
+        choices.append(v2.CutMix(alpha=float(cutmix_alpha), num_classes=num_classes))
     if not choices:
         return None
     return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)

@@ -8,6 +8,7 @@ normalisation run on whole batches on the training device in ``on_after_batch_tr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import socket
@@ -33,6 +34,8 @@ from torchvision.transforms.v2 import functional as v2F
 from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
 from vitattn.data.shifts import SHIFTS, apply_shift
 from vitattn.utils.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -113,44 +116,96 @@ def socket_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
+ARCHIVE = "cifar-10-python.tar.gz"
+
+
+def verify_archive(path: Path, md5: str | None) -> None:
+    """Raise :class:`DataError` unless ``path`` is a complete archive: its MD5 where known,
+    otherwise a full listing of the gzipped tar (a cut download ends before its last member)."""
+    import tarfile
+
+    from torchvision.datasets.utils import check_integrity
+
+    if md5 is not None:
+        if not check_integrity(str(path), md5):
+            raise DataError(f"{path} does not have the official MD5 {md5} (cut or altered)")
+        return
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            for _ in archive:
+                pass
+    except (tarfile.TarError, EOFError, OSError) as error:
+        reason = f"{type(error).__name__}: {error}"
+        raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
+
+
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
-    """Download the official archive into ``data_dir`` and unpack it (torchvision's utility),
-    failing once the server has sent nothing for ``timeout`` seconds.
+    """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
+
+    The archive is downloaded (torchvision's utility) into a staging folder inside ``data_dir``,
+    verified (:func:`verify_archive`), unpacked there, and the folder is moved into place whole;
+    a cut or failed download leaves nothing behind, so a retry starts clean. An archive already
+    in ``data_dir`` (put there by hand) is used if it verifies, and moved aside as
+    ``<name>.corrupt`` if it does not. The download fails once the server has sent nothing for
+    ``timeout`` seconds.
 
     Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
-    data directory): a file lock lets one download while the others wait, and the folder is
-    unpacked elsewhere and moved into place whole, so no process reads a half-unpacked one.
+    data directory): a file lock lets one download while the others wait, and the lock file is
+    removed afterwards.
     """
     from filelock import FileLock
-    from torchvision.datasets.utils import download_and_extract_archive
+    from torchvision.datasets.utils import download_url, extract_archive
 
+    md5 = ARCHIVE_MD5 if url == URL else None
+    lock_path = data_dir / f".{FOLDER}.lock"
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(data_dir / f".{FOLDER}.lock"):
+        with FileLock(lock_path):
             if (data_dir / FOLDER).is_dir():  # another process got it while this one waited
                 return
             with tempfile.TemporaryDirectory(dir=data_dir, prefix=".unpacking-") as staging:
-                with socket_timeout(timeout):
-                    download_and_extract_archive(
-                        url,
-                        download_root=str(data_dir),
-                        extract_root=staging,
-                        md5=ARCHIVE_MD5 if url == URL else None,
-                    )
+                archive = usable_local_archive(data_dir / ARCHIVE, md5)
+                if archive is None:
+                    archive = Path(staging) / ARCHIVE
+                    with socket_timeout(timeout):
+                        download_url(url, staging, ARCHIVE, md5=None)
+                    verify_archive(archive, md5)
+                extract_archive(str(archive), staging)
                 unpacked = Path(staging) / FOLDER
                 if not unpacked.is_dir():
                     raise DataError(
                         f"the archive from {url} did not contain {FOLDER}/; check data.url"
                     )
                 os.replace(unpacked, data_dir / FOLDER)
-    except DataError:
-        raise
+    except DataError as error:
+        raise DataError(
+            f"data.data_dir={data_dir} holds no {FOLDER}/ and the download from {url} is "
+            f"unusable: {error}; nothing was kept, so running again downloads afresh"
+        ) from error
     except Exception as error:
         raise DataError(
             f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
             f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
             f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
         ) from error
+    finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
+
+
+def usable_local_archive(path: Path, md5: str | None) -> Path | None:
+    """``path`` if an archive there verifies; one that does not is renamed ``<name>.corrupt``
+    (and said so in the log) so that it is neither used nor in the way."""
+    if not path.is_file():
+        return None
+    try:
+        verify_archive(path, md5)
+    except DataError as error:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        log.warning("%s; moved it aside to %s and downloading afresh", error, aside)
+        return None
+    return path
 
 
 class CIFAR10DataModule(L.LightningDataModule):
@@ -289,6 +344,11 @@ class CIFAR10DataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(CLASSES)
 
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(channels, height, width)`` of the images the model receives."""
+        return (1 if self.hparams.grayscale else 3, 32, 32)
+
     def prepare_data(self) -> None:
         if self.folder.is_dir():
             return
@@ -413,9 +473,11 @@ class CIFAR10DataModule(L.LightningDataModule):
         state: dict[str, Any] = {}
         if self._generator is not None:
             state["augment_generator"] = self._generator.get_state()
-        if self.trainer is not None and self.trainer.training:
+        if self.trainer is not None and self.trainer.state.fn == "fit":
             # Where in its epoch the run is, so that a resumed run skips the batches already
             # trained (Lightning resumes mid-epoch but restarts the data from the epoch's start).
+            # Also for a checkpoint written during a validation inside the fit (last.ckpt and
+            # the best are), when the trainer is not `training`.
             trainer = self.trainer
             batches = trainer.global_step * trainer.accumulate_grad_batches
             state["batches_done_in_epoch"] = batches - trainer.current_epoch * int(

@@ -74,6 +74,29 @@ class ViTClassifier(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
 
+    def check_data(self, datamodule: Any) -> None:
+        """Refuse, in one line, data the network cannot read: images of another shape, or more
+        classes than it has outputs."""
+        channels, height, width = datamodule.image_shape
+        net = self.net
+        if getattr(net, "in_channels", channels) != channels:
+            where = " (data.grayscale=true)" if channels == 1 else ""
+            raise ConfigError(
+                f"model.in_channels={net.in_channels} does not match the data: its images have "
+                f"{channels} channel(s){where}; set model.in_channels={channels}"
+            )
+        if getattr(net, "image_size", height) != height or height != width:
+            raise ConfigError(
+                f"model.image_size={net.image_size} does not match the data's {height}x{width} "
+                f"images; set model.image_size={height}"
+            )
+        if getattr(net, "num_classes", None) != datamodule.num_classes:
+            raise ConfigError(
+                f"model.num_classes={getattr(net, 'num_classes', None)} does not match the "
+                f"data's {datamodule.num_classes} classes; set model.num_classes="
+                f"{datamodule.num_classes}"
+            )
+
     def training_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
     ) -> torch.Tensor:

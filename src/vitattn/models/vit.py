@@ -56,8 +56,10 @@ class PatchEmbedding(nn.Module):
         # (batch, channels, rows, cols, p, p) -> (batch, rows * cols, channels * p * p), in the
         # (channel, row, col) order of the flattened convolution kernel.
         patches = images.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5)
-        patches = patches.reshape(batch, -1, channels * p * p)
         weight = self.proj.weight.flatten(1)
+        # The data module hands over fp32 images; under trainer.precision=bf16-true or 16-true
+        # the weights are half precision, and so must the patches be.
+        patches = patches.reshape(batch, -1, channels * p * p).to(weight.dtype)
         return nn.functional.linear(patches, weight, self.proj.bias)  # (batch, tokens, dim)
 
 
@@ -205,6 +207,7 @@ class VisionTransformer(nn.Module):
                 f"model.embedding=intensity embeds single pixels; set model.patch_size=1 "
                 f"(got {patch_size})"
             )
+        self.image_size, self.in_channels, self.num_classes = image_size, in_channels, num_classes
         self.grid = image_size // patch_size
         mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
         if mlp_dim < 1:

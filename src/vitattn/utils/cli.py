@@ -23,7 +23,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
-from vitattn.utils.errors import ConfigError, VitattnError
+from vitattn.utils.errors import ConfigError, VitattnError, fail
+from vitattn.utils.task import remember_run_directory
 
 Validator = Callable[[DictConfig], Any]
 
@@ -36,11 +37,6 @@ MAX_COMPOSITIONS = 64
 """Sweeps are checked value by value, up to this many compositions."""
 
 OUTPUT_SETTINGS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir")
-
-
-def fail(program: str, error: BaseException) -> None:
-    """Print the one line that ends a run, on stderr."""
-    print(f"{program}: error: {error}", file=sys.stderr, flush=True)
 
 
 def console_main(
@@ -64,8 +60,18 @@ def console_main(
     except VitattnError as error:
         fail(program, error)
         sys.exit(1)
+    remember_run_directory(explicit_run_dir(arguments))
     sys.argv = [sys.argv[0], *arguments]
     hydra_main()
+
+
+def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
+    """``hydra.run.dir`` of a single run when given as a plain path, else ``None``."""
+    if any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return None
+    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
+    value = given.get("hydra.run.dir")
+    return Path(value) if value and "${" not in value else None
 
 
 def overrides_of(arguments: Sequence[str]) -> list[str]:

@@ -1,4 +1,6 @@
-"""Exceptions that end a run with one clear line instead of a traceback."""
+"""Exceptions that end a run with one clear line instead of a traceback, and that line."""
+
+import sys
 
 
 class VitattnError(Exception):
@@ -23,3 +25,8 @@ class TrainingError(VitattnError):
 
 class MissingDependencyError(VitattnError):
     """An optional package a command needs is not installed; the message names the extra."""
+
+
+def fail(program: str, error: BaseException) -> None:
+    """Print the one line that ends a run, on stderr: ``<program>: error: <message>``."""
+    print(f"{program}: error: {error}", file=sys.stderr, flush=True)

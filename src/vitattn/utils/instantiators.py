@@ -16,6 +16,22 @@ def instantiate_list(configs: DictConfig | None) -> list[Any]:
     return [hydra.utils.instantiate(c) for c in configs.values() if c and "_target_" in c]
 
 
+def instantiate_loggers(configs: DictConfig | None, resume_step: int | None = None) -> list[Any]:
+    """The loggers of the ``logger`` group. When a run resumes from a checkpoint at
+    ``resume_step``, TensorBoard is told to drop the events a killed run logged past it
+    (``SummaryWriter(purge_step=...)``), so that every step is in the curves once."""
+    if not configs:
+        return []
+    loggers = []
+    for config in configs.values():
+        if not config or "_target_" not in config:
+            continue
+        tensorboard = str(config._target_).endswith("TensorBoardLogger")
+        extra = {"purge_step": resume_step} if tensorboard and resume_step is not None else {}
+        loggers.append(hydra.utils.instantiate(config, **extra))
+    return loggers
+
+
 def quiet_trainer(trainer_cfg: DictConfig) -> Any:
     """A trainer as ``trainer_cfg`` describes, without loggers, callbacks, checkpoints, progress
     bar or summary: for an extra ``test`` whose metrics must not land in the run's logs."""

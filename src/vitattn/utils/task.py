@@ -6,37 +6,110 @@ The counterpart of lightning-hydra-template's ``task_wrapper``: :func:`run_task`
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.utils.cli import fail
-from vitattn.utils.errors import TrainingError, VitattnError
+from vitattn.utils.errors import TrainingError, VitattnError, fail
 from vitattn.utils.results import write_json
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def remove_unstarted_run(output_dir: Path) -> None:
-    """Delete what Hydra wrote for a run that failed before it started, and nothing else.
+HYDRA_WRITES = (".hydra",)
+"""What Hydra writes into a run directory before the task runs, besides ``*.log`` files."""
 
-    Only Hydra's ``.hydra/`` folder and ``*.log`` files are removed, and the directory itself only
-    if that leaves it empty: a run pointed at an existing directory keeps everything it had.
+
+@dataclass
+class RunDirectoryBefore:
+    """What an existing run directory held where Hydra is about to write, before this command.
+
+    ``backup`` holds copies of its ``.hydra/`` folder and ``*.log`` files, so that a run that is
+    refused after Hydra wrote them (a resume whose data is missing, say) can put them back byte
+    for byte; ``existed`` is ``False`` for a directory this command creates.
+    """
+
+    path: Path
+    existed: bool
+    backup: Path | None = None
+
+
+_BEFORE: RunDirectoryBefore | None = None
+
+
+def remember_run_directory(run_dir: Path | None) -> None:
+    """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes."""
+    global _BEFORE
+    if run_dir is None:
+        _BEFORE = None
+        return
+    path = run_dir.expanduser().absolute()
+    if not path.is_dir():
+        _BEFORE = RunDirectoryBefore(path, existed=False)
+        return
+    backup = Path(tempfile.mkdtemp(prefix="vitattn-run-before-"))
+    atexit.register(shutil.rmtree, backup, ignore_errors=True)
+    _copy_entries(path, backup, _hydra_entries(path))
+    _BEFORE = RunDirectoryBefore(path, existed=True, backup=backup)
+
+
+def _hydra_entries(path: Path) -> list[Path]:
+    return [
+        entry
+        for entry in path.iterdir()
+        if (entry.name in HYDRA_WRITES and entry.is_dir())
+        or (entry.suffix == ".log" and entry.is_file())
+    ]
+
+
+def _copy_entries(source: Path, target: Path, entries: list[Path] | None = None) -> None:
+    """Copy files and folders of ``source`` (all, or ``entries``) into ``target`` as they are."""
+    for entry in entries if entries is not None else list(source.iterdir()):
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, target / entry.name)
+
+
+def _remove_hydra_entries(output_dir: Path) -> None:
+    for entry in _hydra_entries(output_dir):
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def remove_unstarted_run(output_dir: Path) -> None:
+    """Undo what Hydra wrote for a run refused before it started, and nothing else.
+
+    A directory this command created is removed. An existing one (``hydra.run.dir`` of a run
+    being resumed, remembered by :func:`remember_run_directory`) gets its ``.hydra/`` folder and
+    ``*.log`` files back as they were, and everything else stays as it is. Without such a record
+    only Hydra's ``.hydra/`` and ``*.log`` are removed, and the directory itself only if that
+    leaves it empty.
     """
     if not output_dir.is_dir():
         return
-    for entry in output_dir.iterdir():
-        if entry.name == ".hydra" and entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
-        elif entry.suffix == ".log" and entry.is_file():
-            entry.unlink(missing_ok=True)
+    before = _BEFORE
+    if before is not None and before.path == output_dir.absolute():
+        if not before.existed:
+            shutil.rmtree(output_dir, ignore_errors=True)
+            return
+        _remove_hydra_entries(output_dir)
+        assert before.backup is not None
+        _copy_entries(before.backup, output_dir)
+        return
+    _remove_hydra_entries(output_dir)
     with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
         output_dir.rmdir()
 
@@ -54,11 +127,14 @@ def user_error(error: BaseException) -> VitattnError | None:
 def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     """Call ``task(cfg)``; a :class:`VitattnError` ends it with one line and exit status 1.
 
-    Such errors are raised before the task writes anything, so the run directory Hydra made is
-    removed; a :class:`TrainingError` comes later and keeps the directory, with a
-    ``metrics.json`` that records the failure. A job of a multirun always keeps its directory
-    with such a ``metrics.json`` (``status: failed`` and the error), so that sweep summaries can
-    name it, and the error is re-raised: Hydra records the job as failed and the other jobs go on.
+    Such errors are raised before the task writes anything, so what Hydra wrote for the run is
+    undone (:func:`remove_unstarted_run`); a :class:`TrainingError` comes later and keeps the
+    directory, with a ``metrics.json`` that records the failure. Any other exception is
+    unexpected (a bug, a broken installation): one line names it and the run's log file, which
+    alone holds the traceback, and the directory is kept with such a ``metrics.json``. A job of a
+    multirun always keeps its directory with such a ``metrics.json`` (``status: failed`` and the
+    error), so that sweep summaries can name it, and the error is re-raised: Hydra records the
+    job as failed and the other jobs go on.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -74,11 +150,14 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
                 raise
             fail(program, error)
             raise error from None
-        if error is None:
+        if not HydraConfig.initialized():
             raise
-        fail(program, error)
-        if HydraConfig.initialized():
-            output_dir = Path(HydraConfig.get().runtime.output_dir)
+        output_dir = Path(HydraConfig.get().runtime.output_dir)
+        if error is None:
+            record_failure(output_dir / "metrics.json", raised)
+            fail(program, unexpected(raised, log_traceback(raised)))
+        else:
+            fail(program, error)
             if isinstance(error, TrainingError):  # the run has logs and checkpoints: keep them
                 record_failure(output_dir / "metrics.json", error)
             else:
@@ -86,10 +165,28 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         sys.exit(1)
 
 
+def log_traceback(error: BaseException) -> list[Path]:
+    """Write ``error``'s traceback to the run's log files only (not the console); their paths."""
+    record = log.makeRecord(
+        log.name, logging.ERROR, __file__, 0, "unexpected error", (), (type(error), error, None)
+    )
+    record.exc_info = (type(error), error, error.__traceback__)
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for handler in files:
+        handler.handle(record)
+    return [Path(handler.baseFilename) for handler in files]
+
+
+def unexpected(error: BaseException, logs: list[Path]) -> str:
+    """The one line for an unexpected exception: what it was, and where its traceback is."""
+    first = next(iter(str(error).strip().splitlines()), "")
+    where = f"; the traceback is in {logs[0]}" if logs else ""
+    return f"unexpected {type(error).__name__}: {first}{where}"
+
+
 def record_failure(path: Path, error: BaseException) -> None:
-    """Write ``{"status": "failed", "error": ...}`` to ``path`` unless the run wrote metrics."""
-    if path.exists():
-        return
+    """Write ``{"status": "failed", "error": ...}`` to ``path`` (a ``metrics.json`` already
+    there is an earlier invocation's: an interrupted run that this one continued)."""
     message = str(error) if isinstance(error, VitattnError) else f"{type(error).__name__}: {error}"
     with contextlib.suppress(OSError):  # an unwritable directory must not hide the real error
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,97 @@
+"""Fitting as every command does it: a fit that a signal stops ends with ``"status":
+"interrupted"`` and one line, the best checkpoint is tested, and the figures ``metrics.json``
+reports of every run are gathered in one place."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond
+from vitattn.utils.checkpoints import run_test_on_best
+from vitattn.utils.task import write_metrics
+
+
+def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
+    """What ``metrics.json`` reports of a finished ``fit``: the last training loss, the run's
+    images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs, seconds, and on a GPU the
+    peak of allocated memory."""
+    throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
+    summary: dict[str, Any] = {
+        "train/loss": trainer.callback_metrics.get("train/loss"),
+        "train/images_per_sec": throughput.overall if throughput is not None else None,
+        "steps": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "seconds": round(seconds, 2),
+    }
+    device = trainer.strategy.root_device
+    if device.type == "cuda":
+        summary["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+    return summary
+
+
+def interruption(trainer: L.Trainer) -> CheckpointOnInterrupt | None:
+    """The run's :class:`CheckpointOnInterrupt` if a signal stopped (or is stopping) it."""
+    callback = next((c for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)), None)
+    if callback is not None and (callback.interrupted or trainer.received_sigterm):
+        return callback
+    return None
+
+
+def end_interrupted(
+    program: str, trainer: L.Trainer, seconds: float, output_dir: Path, resumable: bool = True
+) -> NoReturn:
+    """After SIGTERM or Ctrl-C stopped a fit: write ``metrics.json`` with ``"status":
+    "interrupted"`` and what was reached, print one line saying how to continue (``resumable``)
+    or where the checkpoint is, and exit with 128 + the signal's number (143 for SIGTERM, 130 for
+    Ctrl-C), as the signal would have."""
+    callback = interruption(trainer)
+    ctrl_c = callback is not None and callback.interrupted
+    name, number = ("Ctrl-C", signal.SIGINT) if ctrl_c else ("SIGTERM", signal.SIGTERM)
+    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    metrics.update(fit_summary(trainer, seconds))
+    metrics.update({"status": "interrupted", "signal": name})
+    if trainer.is_global_zero:
+        write_metrics(output_dir / "metrics.json", metrics)
+    then = (
+        f"continue with: {program} resume=true hydra.run.dir={output_dir}"
+        if resumable
+        else f"its weights are in {output_dir / 'checkpoints' / 'last.ckpt'}"
+    )
+    print(
+        f"{program}: interrupted by {name} after step {trainer.global_step}; {then}",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(128 + int(number))
+
+
+def fit_and_test(
+    program: str, trainer: L.Trainer, module: Any, datamodule: Any, cfg: Any, resumable: bool = True
+) -> tuple[dict[str, Any], str | None]:
+    """Fit (a ``resumable`` command continues from ``cfg.ckpt_path`` if given), then test the
+    best checkpoint unless ``cfg.test`` is false. Returns the ``val/`` and ``test/`` figures with
+    :func:`fit_summary`'s, and the checkpoint tested. A fit that SIGTERM or Ctrl-C stops ends the
+    command here (:func:`end_interrupted`)."""
+    output_dir, test = Path(cfg.paths.output_dir), cfg.get("test", True)
+    ckpt_path = cfg.get("ckpt_path") if resumable else None
+    if torch.cuda.is_available():  # a sequential sweep's jobs share this process
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException:
+        end_interrupted(program, trainer, time.perf_counter() - started, output_dir, resumable)
+    if interruption(trainer):  # a signal during the last step: no test, the run stops here
+        end_interrupted(program, trainer, time.perf_counter() - started, output_dir, resumable)
+    summary = fit_summary(trainer, time.perf_counter() - started)
+    metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    tested, test_metrics = run_test_on_best(trainer, module, datamodule) if test else (None, {})
+    return {**metrics, **test_metrics, **summary}, tested

@@ -1,0 +1,96 @@
+"""Checkpoints written whole or not at all: a Lightning ``CheckpointIO`` plugin.
+
+Lightning's own writer hands the finished bytes to fsspec, whose local "transaction" writes a
+temporary file in the system's temporary directory and moves it into place. When that directory
+is on another filesystem (node-local ``/tmp`` on a cluster) the move is a copy into the target
+file, so a kill during the copy leaves a truncated ``last.ckpt``, the very file ``resume=true``
+reads; a full disk leaves one too, and the temporary file stays in ``/tmp``.
+
+:class:`AtomicCheckpointIO` writes ``.<name>.partial`` *next to* the checkpoint, flushes and
+fsyncs it, and renames it over the checkpoint with ``os.replace``, which is atomic within one
+directory: until the new file is complete the previous one stays valid. Any write error
+removes the partial file and ends the run in one line (:class:`CheckpointWriteError`) that says
+the previous checkpoint is intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from vitattn.utils.errors import TrainingError
+
+PARTIAL_SUFFIX = ".partial"
+
+
+class CheckpointWriteError(TrainingError):
+    """A checkpoint could not be written (a full disk, a quota, a vanished directory)."""
+
+
+def partial_path(path: Path) -> Path:
+    """Where ``path`` is written before it is complete: ``.<name>.partial`` beside it."""
+    return path.with_name(f".{path.name}{PARTIAL_SUFFIX}")
+
+
+def remove_partial_checkpoints(directory: str | Path) -> list[Path]:
+    """Delete the partial files a killed process left in ``directory``; return them."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    stale = sorted(folder.glob(f".*{PARTIAL_SUFFIX}"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` to a partial file in the checkpoint's directory, fsync, ``os.replace``."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        target = Path(path)
+        partial = partial_path(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with partial.open("wb") as handle:
+                self.write(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, target)
+            _fsync_directory(target.parent)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            kept = f"the previous {target.name} is intact" if target.is_file() else "none was kept"
+            reason = error.strerror or str(error)
+            raise CheckpointWriteError(
+                f"could not write checkpoint {target} ({reason}); {kept}; free space in "
+                f"{target.parent} (or set hydra.run.dir elsewhere) and resume"
+            ) from error
+        except BaseException:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            raise
+
+    def write(self, checkpoint: dict[str, Any], handle: IO[bytes]) -> None:
+        """Serialise ``checkpoint`` into the open partial file (what tests replace to inject a
+        failure in the middle of a write)."""
+        torch.save(checkpoint, handle)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (where the platform allows opening a directory)."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)

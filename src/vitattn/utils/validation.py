@@ -1,0 +1,362 @@
+"""Checking a composed config before anything runs: types from the targets' signatures, ranges
+from building the objects, and what a resume may do.
+
+The schema is the code itself: every config node with a ``_target_`` is checked against the
+type hints of the callable it names (``VisionTransformer(patch_size: int, ...)``,
+``torch.optim.AdamW(lr: float, ...)``, ``lightning.Trainer(precision: Literal[...], ...)``), so
+a setting added to a class is checked as soon as it exists. Range checks live where the values
+are used (the classes raise :class:`ConfigError` in their constructors, torch and Lightning raise
+their own errors); :func:`check_buildable` builds each object once, on nothing, to let them
+speak. Every failure is one :class:`ConfigError` line naming the setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import types
+import typing
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from vitattn.utils.errors import ConfigError, VitattnError
+
+SKIPPED_NODES = ("hydra", "paths")
+"""Nodes that are Hydra's or hold only locations: not settings of any object."""
+
+
+# --- types ------------------------------------------------------------------------------------
+
+
+def target_nodes(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, DictConfig]]:
+    """``(path, node)`` of every node with a ``_target_``, not following interpolations (the
+    module's ``net: ${model}`` is the ``model`` node, checked once, under its own name)."""
+    for key, value in cfg.items_ex(resolve=False):
+        path = f"{prefix}{key}"
+        if not prefix and key in SKIPPED_NODES:
+            continue
+        node = cfg._get_node(key)
+        if node is None or node._is_interpolation() or not isinstance(value, DictConfig):
+            continue
+        if "_target_" in value:
+            yield path, value
+        yield from target_nodes(value, f"{path}.")
+
+
+def settings_of(node: DictConfig) -> dict[str, Any]:
+    """The node's own settings, resolved where they can be; ``...`` where they cannot (an
+    interpolation of the running app's output directory, say)."""
+    values: dict[str, Any] = {}
+    for key in node:
+        if str(key).startswith("_"):
+            continue
+        try:
+            value = node[key]
+        except Exception:  # an interpolation only the running Hydra app can resolve
+            values[str(key)] = ...
+            continue
+        if isinstance(value, DictConfig | ListConfig):
+            try:
+                value = OmegaConf.to_container(value, resolve=True)
+            except Exception:
+                value = ...
+        values[str(key)] = value
+    return values
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (from a config) can be what ``hint`` describes. Classes other than the
+    plain Python types (tensors, accelerators, callables) accept anything: they are built by
+    their own constructors, which check them."""
+    if hint is Any or value is ...:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, arm) for arm in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    plain = origin or hint
+    if plain in (list, tuple, Sequence, typing.Sequence):
+        return isinstance(value, list | tuple)
+    if plain in (dict, Mapping, typing.Mapping):
+        return isinstance(value, dict)
+    # Any other class (a tensor, an accelerator, a callable): a config gives it as a nested
+    # config (a dict with its own _target_); a bare number or word is not one.
+    return isinstance(value, dict) or not isinstance(plain, type)
+
+
+def literal_values(hint: Any) -> list[Any] | None:
+    """All values a union of ``Literal``s (and ``None``) allows, or ``None`` if ``hint`` is
+    not one."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return list(typing.get_args(hint))
+    if hint is type(None):
+        return [None]
+    if origin in (typing.Union, types.UnionType):
+        values: list[Any] = []
+        for arm in typing.get_args(hint):
+            arm_values = literal_values(arm)
+            if arm_values is None:
+                return None
+            values += [v for v in arm_values if v not in values]
+        return values
+    return None
+
+
+def _is_object_class(hint: Any) -> bool:
+    """A class a config can only give as a nested config (not a plain type or a container)."""
+    plain = typing.get_origin(hint) or hint
+    containers = (list, tuple, dict, Sequence, Mapping, typing.Sequence, typing.Mapping)
+    simple = (bool, int, float, str, type(None))
+    return isinstance(plain, type) and plain not in simple and plain not in containers
+
+
+def describe(hint: Any) -> str:
+    """A type hint in words, for the one-line error."""
+    if hint is type(None):
+        return "null"
+    origin = typing.get_origin(hint)
+    allowed = literal_values(hint)
+    if allowed is not None:
+        shown = dict.fromkeys("null" if v is None else str(v) for v in allowed)
+        return "one of " + " | ".join(shown)
+    if origin in (typing.Union, types.UnionType):
+        arms = typing.get_args(hint)
+        plain = [arm for arm in arms if not _is_object_class(arm)] or list(arms)
+        return " or ".join(dict.fromkeys(describe(arm) for arm in plain))
+    if hint is type(None):
+        return "null"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if hint in names:
+        return names[hint]
+    plain = origin or hint
+    if plain in (list, tuple, Sequence, typing.Sequence):
+        return "a list"
+    return getattr(hint, "__name__", str(hint))
+
+
+def signature_of(target: Callable[..., Any]) -> tuple[dict[str, Any], set[str], bool]:
+    """``(type hints, parameter names, takes **kwargs)`` of a class's constructor or a
+    function."""
+    function = target.__init__ if inspect.isclass(target) else target
+    parameters = inspect.signature(function).parameters
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # annotations naming something not importable here
+        hints = {}
+    names = {name for name in parameters if name != "self"}
+    variadic = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return hints, names, variadic
+
+
+def check_types(cfg: DictConfig) -> None:
+    """Every setting of every ``_target_`` node exists in its target's signature and fits its
+    type hint; otherwise one :class:`ConfigError` naming the setting and what is valid."""
+    from hydra.utils import get_object
+
+    for path, node in target_nodes(cfg):
+        target_name = str(node._get_node("_target_")._value())
+        try:
+            target = get_object(target_name)
+        except Exception as error:
+            raise ConfigError(
+                f"{path}._target_={target_name} cannot be imported ({type(error).__name__})"
+            ) from error
+        hints, names, variadic = signature_of(target)
+        for key, value in settings_of(node).items():
+            if key not in names and not variadic:
+                valid = ", ".join(sorted(names - {"args", "kwargs"}))
+                raise ConfigError(
+                    f"{path}.{key} is not a setting of {target_name}; choose among: {valid}"
+                )
+            hint = hints.get(key)
+            if hint is not None and not matches(value, hint):
+                shown = repr(value) if isinstance(value, str) else value
+                raise ConfigError(f"{path}.{key}={shown} is not valid; choose {describe(hint)}")
+
+
+# --- ranges: build each object once -----------------------------------------------------------
+
+
+def refused(group: str, error: BaseException) -> ConfigError:
+    """The one line for an object that would not build from the ``group`` settings."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, VitattnError):
+            return ConfigError(str(seen))
+        if seen.__cause__ is None:
+            break
+        seen = seen.__cause__
+    root = seen or error
+    reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
+    return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
+
+
+def check_buildable(cfg: DictConfig) -> None:
+    """Build, once and on nothing, each object of a config that has one: the data module, the
+    LightningModule (which checks it can read the data), an optimizer, the schedule and the
+    trainer; the first refusal is one :class:`ConfigError` naming its group."""
+    import hydra
+    import torch
+
+    built: dict[str, Any] = {}
+
+    def build_data() -> None:
+        built["data"] = hydra.utils.instantiate(cfg.data)
+
+    def build_model() -> None:
+        module = hydra.utils.instantiate(cfg.module)
+        check_data = getattr(module, "check_data", None)
+        if callable(check_data) and "data" in built:  # the network can read the images
+            check_data(built["data"])
+
+    def build_optimizer() -> None:
+        built["optimizer"] = hydra.utils.instantiate(cfg.optimizer)(
+            params=[torch.nn.Parameter(torch.zeros(1))]
+        )
+
+    def build_scheduler() -> None:
+        schedule = hydra.utils.instantiate(cfg.scheduler)
+        schedule(optimizer=built["optimizer"], total_steps=100)
+
+    builders: list[tuple[str, Callable[[], Any]]] = [
+        ("data", build_data),
+        ("model", build_model),
+        ("optimizer", build_optimizer),
+        ("scheduler", build_scheduler),
+        ("trainer", lambda: build_trainer(cfg.trainer)),
+    ]
+    groups = {"model": "module"}  # the model is built through the module that holds it
+    with quiet_lightning():  # the real run prints Lightning's messages; this trial build must not
+        for group, build in builders:
+            if not cfg.get(groups.get(group, group)):
+                continue
+            if group == "scheduler" and "optimizer" not in built:
+                continue
+            try:
+                build()
+            except Exception as error:
+                raise refused(group, error) from error
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's log records and warnings held back for the duration of the block."""
+    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def build_trainer(trainer_cfg: DictConfig) -> Any:
+    """The configured Lightning ``Trainer`` without loggers, callbacks or a root directory."""
+    import hydra
+
+    max_steps = trainer_cfg.get("max_steps", -1)
+    if max_steps == 0 or (isinstance(max_steps, int) and max_steps < -1):
+        raise ConfigError(
+            f"trainer.max_steps={max_steps} is not valid; choose -1 (train for "
+            "trainer.max_epochs) or a number of steps >= 1"
+        )
+    if str(trainer_cfg.get("precision")) == "16-true":
+        raise ConfigError(
+            "trainer.precision=16-true (fp16 weights, no loss scaling) is not supported: "
+            "training diverges (Adam's eps and small updates vanish in fp16); choose 16-mixed "
+            "(fp16 with loss scaling, on a GPU), bf16-mixed or bf16-true"
+        )
+    accelerator = trainer_cfg.get("accelerator")
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use "
+                "trainer=cpu (or trainer.accelerator=cpu)"
+            )
+    max_epochs = trainer_cfg.get("max_epochs")
+    if max_epochs == 0:
+        raise ConfigError(
+            "trainer.max_epochs=0 is not valid; choose -1, null or a number of epochs >= 1"
+        )
+    return hydra.utils.instantiate(
+        trainer_cfg,
+        default_root_dir=None,
+        logger=False,
+        callbacks=[],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+# --- resuming ---------------------------------------------------------------------------------
+
+
+def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
+    """Why a run whose ``metrics.json`` is at ``metrics_path`` has nothing left to train under
+    ``trainer_cfg``, or ``None`` if resuming it would train."""
+    if not metrics_path.is_file():
+        return None
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if metrics.get("status") != "completed":
+        return None
+    steps, epochs = int(metrics.get("steps") or 0), int(metrics.get("epochs") or 0)
+    max_steps, max_epochs = trainer_cfg.get("max_steps", -1), trainer_cfg.get("max_epochs")
+    if isinstance(max_steps, int) and 0 < max_steps <= steps:
+        return f"it finished at step {steps} (trainer.max_steps={max_steps})"
+    if isinstance(max_epochs, int) and 0 < max_epochs <= epochs:
+        return f"it finished after {epochs} epochs (trainer.max_epochs={max_epochs})"
+    return None
+
+
+def check_resume(cfg: DictConfig) -> None:
+    """A ``ckpt_path`` to continue from must be a checkpoint of the configured network, and its
+    run must have steps left to train; refuse in one line otherwise, touching nothing."""
+    from vitattn.utils.checkpoints import check_checkpoint_matches
+
+    ckpt_path = cfg.get("ckpt_path")
+    if not ckpt_path:
+        return
+    check_checkpoint_matches(str(ckpt_path), OmegaConf.to_container(cfg.model, resolve=True))
+    run_dir = Path(str(ckpt_path)).expanduser().parent.parent
+    reason = finished_run(run_dir / "metrics.json", cfg.trainer)
+    if reason is not None:
+        raise ConfigError(
+            f"ckpt_path={ckpt_path}: the run in {run_dir} is complete, {reason}; nothing to "
+            "resume and its results are kept. To train longer, raise trainer.max_steps or "
+            "trainer.max_epochs"
+        )
+
+
+def validate_training(cfg: DictConfig) -> None:
+    """Everything ``vitattn-train`` checks before its run directory exists."""
+    check_types(cfg)
+    check_buildable(cfg)
+    check_resume(cfg)

@@ -1,0 +1,206 @@
+"""What survives an interruption: SIGTERM, Ctrl-C (once, twice), a kill or a full disk during a
+checkpoint write; and what a refused resume may touch (nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers import TINY, last_line, refused, run_cli, tree_digest
+from vitattn.analysis.events import read_scalars
+
+pytestmark = pytest.mark.slow
+
+RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
+ATOMIC = "trainer.plugins=[{_target_: vitattn.utils.checkpoint_io.AtomicCheckpointIO}]"
+
+
+def at_step(callback: str, step: int, **settings: int) -> list[str]:
+    """Overrides adding the callback ``tests.helpers.<callback>`` firing at ``step``."""
+    extra = [f"+callbacks.fault.{key}={value}" for key, value in settings.items()]
+    return [
+        f"+callbacks.fault._target_=tests.helpers.{callback}",
+        f"+callbacks.fault.step={step}",
+        *extra,
+    ]
+
+
+def failing_writes(how: str) -> str:
+    """The trainer's checkpoint plugin replaced by one whose 2nd ``last.ckpt`` write fails."""
+    plugin = f"{{_target_: tests.helpers.FailingCheckpointIO, failing_save: 2, how: {how}}}"
+    return f"trainer.plugins=[{plugin}]"
+
+
+def start(run_dir: Path, *faults: str, data_dir: Path, env: dict[str, str] | None = None) -> Any:
+    """40 steps of the tiny model in ``run_dir`` with ``faults`` injected, however it ends."""
+    run = [*RUN_40, *faults, f"hydra.run.dir={run_dir}"]
+    return run_cli("vitattn-train", *run, data_dir=data_dir, check=False, env=env)
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    path = run_dir / "checkpoints" / "last.ckpt"
+    return int(torch.load(path, weights_only=False, map_location="cpu")["global_step"])
+
+
+def metrics_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """40 steps without interruption: what every interrupted and resumed run must equal."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    run_cli("vitattn-train", *RUN_40, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    return run_dir
+
+
+def assert_same_as_straight(run_dir: Path, straight: Path) -> None:
+    """The resumed run ended with the straight run's weights, and logged every step once, with
+    the straight run's losses."""
+    expected = torch.load(straight / "checkpoints" / "last.ckpt", weights_only=False)
+    resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert expected["state_dict"].keys() == resumed["state_dict"].keys()
+    for name, tensor in expected["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name
+    losses = read_scalars(run_dir)["train/loss"]
+    assert [step for step, _ in losses] == list(range(40))  # every step once
+    assert losses == read_scalars(straight)["train/loss"]
+    assert metrics_of(run_dir)["status"] == "completed" and metrics_of(run_dir)["steps"] == 40
+
+
+@pytest.mark.parametrize(
+    ("callback", "signal_name", "status", "step"),
+    [
+        ("SigtermAtStep", "SIGTERM", 143, 25),
+        ("SigintAtStep", "Ctrl-C", 130, 25),
+    ],
+)
+def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
+    callback: str,
+    signal_name: str,
+    status: int,
+    step: int,
+    straight: Path,
+    tmp_path: Path,
+    data_dir: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    stopped = start(
+        run_dir,
+        *at_step(callback, 25),  # mid-epoch: an epoch is 71 batches of 64
+        data_dir=data_dir,
+    )
+    assert stopped.returncode == status, stopped.stderr[-2000:]
+    assert last_line(stopped) == (
+        f"vitattn-train: interrupted by {signal_name} after step {step}; continue with: "
+        f"vitattn-train resume=true hydra.run.dir={run_dir}"
+    )
+    assert checkpoint_step(run_dir) == step
+    metrics = metrics_of(run_dir)
+    assert metrics["status"] == "interrupted" and metrics["signal"] == signal_name
+    assert metrics["steps"] == step
+    assert metrics["val/acc"] is not None  # what the validations so far reached
+
+    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    assert_same_as_straight(run_dir, straight)
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
+    run_dir = tmp_path / "run"
+    stopped = start(
+        run_dir,
+        *at_step("SigintAtStep", 25, times=2),
+        data_dir=data_dir,
+    )
+    assert stopped.returncode == 130
+    assert "Ctrl-C again: exiting at once, without saving" in stopped.stderr
+    assert checkpoint_step(run_dir) == 20  # the last validation's, nothing saved at step 25
+    assert not (run_dir / "metrics.json").exists()
+
+
+def test_a_kill_during_a_checkpoint_write_keeps_the_previous_one(
+    straight: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    killed = start(
+        run_dir,
+        failing_writes("kill"),  # killed half-way through writing last.ckpt at step 20
+        data_dir=data_dir,
+    )
+    assert killed.returncode == -9
+    assert checkpoint_step(run_dir) == 10  # the previous last.ckpt, whole
+    assert (run_dir / "checkpoints" / ".last.ckpt.partial").is_file()  # what was being written
+    # TensorBoard holds steps up to the kill, past the checkpoint: the resume drops them.
+    assert max(step for step, _ in read_scalars(run_dir)["train/loss"]) >= 19
+
+    resumed = ["resume=true", f"hydra.run.dir={run_dir}", ATOMIC]
+    run_cli("vitattn-train", *resumed, data_dir=data_dir)
+    assert not list((run_dir / "checkpoints").glob(".*.partial"))
+    assert_same_as_straight(run_dir, straight)
+
+
+def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_keeps_the_previous_one(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir, temporary = tmp_path / "run", tmp_path / "tmp"
+    temporary.mkdir()
+    result = start(
+        run_dir,
+        failing_writes("enospc"),
+        data_dir=data_dir,
+        env={"TMPDIR": str(temporary)},
+    )
+    assert result.returncode == 1
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert last_line(result).startswith(
+        f"vitattn-train: error: could not write checkpoint {checkpoint} (No space left on "
+        "device); the previous last.ckpt is intact"
+    )
+    assert "Traceback" not in result.stderr
+    assert checkpoint_step(run_dir) == 10
+    metrics = metrics_of(run_dir)
+    assert metrics["status"] == "failed" and "No space left on device" in metrics["error"]
+    assert not list((run_dir / "checkpoints").glob(".*.partial"))
+    assert os.listdir(temporary) == []  # no temporary file left behind anywhere
+
+
+def test_resuming_a_finished_run_changes_nothing(straight: Path, data_dir: Path) -> None:
+    before = tree_digest(straight)
+    said = refused("vitattn-train", "resume=true", f"hydra.run.dir={straight}", data_dir=data_dir)
+    assert said.startswith("ckpt_path=")
+    assert "is complete, it finished at step 40 (trainer.max_steps=40)" in said
+    assert tree_digest(straight) == before
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A run stopped by SIGTERM at step 25: one that a resume would continue."""
+    run_dir = tmp_path_factory.mktemp("stopped") / "run"
+    overrides = [*RUN_40, *at_step("SigtermAtStep", 25), f"hydra.run.dir={run_dir}"]
+    run_cli("vitattn-train", *overrides, data_dir=data_dir, check=False)
+    assert checkpoint_step(run_dir) == 25
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.heads=4"], "was trained with another network: model.heads=2 (here 4)"),
+        (["paths.data_dir=/nonexistent", "data.download=false"], "holds no cifar-10-batches-py"),
+        (["optimizer.lr=-1"], "optimizer: these settings are refused"),
+        (["trainer.max_steps=0"], "trainer.max_steps=0 is not valid"),
+        (["model.depth=two"], "model.depth='two' is not valid; choose an integer"),
+    ],
+)
+def test_a_refused_resume_leaves_the_run_byte_for_byte(
+    overrides: list[str], message: str, stopped_run: Path, data_dir: Path
+) -> None:
+    before = tree_digest(stopped_run)
+    args = ["resume=true", f"hydra.run.dir={stopped_run}", *overrides]
+    assert message in refused("vitattn-train", *args, data_dir=data_dir)
+    assert tree_digest(stopped_run) == before

@@ -1,0 +1,223 @@
+"""Checking a composed config before a run: every bad value is one line naming it, and nothing
+else escapes; a run whose config passes starts."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import typing
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import DictConfig, OmegaConf
+
+from tests.helpers import TINY, compose_config
+from vitattn.train import train
+from vitattn.utils.cli import check_composition
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.task import user_error
+from vitattn.utils.validation import (
+    check_types,
+    describe,
+    finished_run,
+    matches,
+    validate_training,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "expected"),
+    [
+        (3, int, True),
+        (True, int, False),  # a bool is not a count
+        (3, float, True),
+        ("3", float, False),
+        (None, int | None, True),
+        ("bf16-mixed", typing.Literal["32-true", "bf16-mixed"], True),
+        ("bf16", typing.Literal["32-true", "bf16-mixed"], False),
+        ([0.9, 0.99], tuple[float, float], True),
+        ("0.9", tuple[float, float], False),
+        ({"_target_": "x"}, typing.Callable, True),
+        ("abc", float | Path, False),  # Path is a class a config can only give as a nested node
+    ],
+)
+def test_matches(value: object, hint: object, expected: bool) -> None:
+    assert matches(value, hint) is expected
+
+
+def test_describe_names_what_is_valid() -> None:
+    assert describe(int | None) == "an integer or null"
+    assert describe(typing.Literal[16, "16"] | None) == "one of 16 | null"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.heads=abc", r"^model.heads='abc' is not valid; choose an integer$"),
+        ("optimizer.lr=abc", r"^optimizer.lr='abc' is not valid; choose a number$"),
+        (
+            "optimizer.lr=-1",
+            r"^optimizer: these settings are refused \(ValueError: Invalid learning rate",
+        ),
+        ("trainer.max_steps=0", r"^trainer.max_steps=0 is not valid; choose -1"),
+        ("trainer.max_steps=-2", r"^trainer.max_steps=-2 is not valid"),
+        ("trainer.max_epochs=0", r"^trainer.max_epochs=0 is not valid"),
+        ("trainer.precision=bf16-fast", r"^trainer.precision='bf16-fast' is not valid; choose"),
+        ("trainer.precision=16-true", r"^trainer.precision=16-true \(fp16 weights, no loss scal"),
+        ("+model.colour=red", r"^model.colour is not a setting of .*VisionTransformer"),
+        ("model.dropout=2", r"^model.dropout=2 is not valid; choose 0 <= dropout < 1"),
+        ("scheduler.min_lr_ratio=2", r"^scheduler.min_lr_ratio=2 is not in \[0, 1\]"),
+        ("data.batch_size=0", r"^data.batch_size=0 .*must be positive integers"),
+        ("trainer.accelerator=tpu9", r"^trainer: these settings are refused .*accelerator"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_composition("train", [override], validate_training)
+    text = str(info.value)
+    assert "\n" not in text
+    assert re.search(message, text), text
+
+
+def test_the_default_configs_pass() -> None:
+    cpu = ["trainer=cpu"]
+    for overrides in ([], ["model=vit_pixel"], ["experiment=lra_image", *cpu], ["trainer=ddp"]):
+        check_composition("train", overrides, validate_training)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_trainer_without_a_gpu_says_what_to_use() -> None:
+    with pytest.raises(ConfigError, match=r"^trainer.accelerator=gpu but this machine has no CUDA"):
+        check_composition("train", ["trainer=gpu"], validate_training)
+
+
+def test_a_setting_added_to_a_class_is_checked_by_its_type_hint(tmp_path: Path) -> None:
+    cfg = compose_config("train", [], tmp_path)
+    node = OmegaConf.create({"_target_": "tests.utils.test_validation.with_a_new_knob"})
+    OmegaConf.set_struct(cfg, False)
+    cfg.extra = node
+    cfg.extra.ratio = "half"
+    with pytest.raises(ConfigError, match=r"^extra.ratio='half' is not valid; choose a number$"):
+        check_types(cfg)
+
+
+def with_a_new_knob(ratio: float = 0.5) -> float:
+    """A target whose only knob is a float: the checker learns its type from the hint."""
+    return ratio
+
+
+def test_finished_runs(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.json"
+    trainer = OmegaConf.create({"max_steps": 40, "max_epochs": 10})
+    assert finished_run(metrics, trainer) is None  # no metrics.json: nothing finished
+    metrics.write_text('{"status": "interrupted", "steps": 25, "epochs": 0}')
+    assert finished_run(metrics, trainer) is None
+    metrics.write_text('{"status": "completed", "steps": 40, "epochs": 0}')
+    assert finished_run(metrics, trainer) == "it finished at step 40 (trainer.max_steps=40)"
+    assert finished_run(metrics, OmegaConf.create({"max_steps": 80, "max_epochs": 10})) is None
+    metrics.write_text('{"status": "completed", "steps": 350, "epochs": 10}')
+    by_epochs = OmegaConf.create({"max_steps": -1, "max_epochs": 10})
+    assert finished_run(metrics, by_epochs) == "it finished after 10 epochs (trainer.max_epochs=10)"
+
+
+# --- every knob, any value: one line or a run that starts -------------------------------------
+
+
+NOT_PROBED = {"data.data_dir", "data.url", "data.download", "data.download_timeout"}
+"""Where the data comes from: a probe would reach for the network (tested in tests/data)."""
+
+
+def knobs(cfg: DictConfig) -> list[str]:
+    """The numeric, text and boolean settings of the groups a user sets most."""
+    found = []
+    for group in ("model", "attention", "optimizer", "scheduler", "data", "trainer", "module"):
+        for key, value in cfg[group].items():
+            if str(key).startswith("_") or isinstance(value, DictConfig):
+                continue
+            if group == "module" and key in ("net", "optimizer", "scheduler", "num_classes"):
+                continue  # interpolations of the groups above
+            if value is None or isinstance(value, bool | int | float | str):
+                found.append(f"{group}.{key}")
+    return [knob for knob in found if knob not in NOT_PROBED]
+
+
+KNOBS = knobs(compose_config("train", TINY, Path("/tmp/unused")))
+ATTENTIONS_WITH_KNOBS = ["softmax", "linformer", "nystrom", "performer", "local", "reformer"]
+
+
+def as_override(value: object) -> str:
+    """A value as the command line writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return str(value)
+
+
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=600),
+    st.floats(min_value=-10, max_value=10),
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e-9, 0.5]),
+    st.sampled_from(["abc", "true", "mean", "cls", "sdpa", "2d", "32-true", "auto"]),
+)
+
+
+SHORT_RUN = [
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=1",
+    "+trainer.limit_val_batches=1",
+    "+trainer.limit_test_batches=1",
+    "data.batch_size=8",
+    "data.eval_batch_size=8",
+    "logger=csv",
+]
+"""A run of two steps, before the probed value (which wins over these)."""
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=int(os.environ.get("VITATTN_PROPERTY_EXAMPLES", "60")),
+    derandomize="VITATTN_PROPERTY_EXAMPLES" not in os.environ,  # CI: the same examples each run
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    attention=st.sampled_from(ATTENTIONS_WITH_KNOBS),
+    knob=st.sampled_from([*KNOBS, "attention.__knob__"]),
+    value=VALUES,
+    data=st.data(),
+)
+def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
+    attention: str, knob: str, value: object, data: st.DataObject, data_dir: Path
+) -> None:
+    """The contract of every setting: a run with it starts and trains, or it is refused in one
+    line before anything exists. What fails in the run (not in the check) must be a one-line
+    error too, never a traceback."""
+    base = [*TINY, f"paths.data_dir={data_dir}", f"attention={attention}", *SHORT_RUN]
+    if knob == "attention.__knob__":
+        cfg = compose_config("train", base, Path("/tmp/unused"))
+        names = [k for k in cfg.attention if not str(k).startswith("_")]
+        if not names:
+            return
+        knob = f"attention.{data.draw(st.sampled_from(names))}"
+    overrides = [*base, f"{knob}={as_override(value)}"]
+    try:
+        check_composition("train", overrides, validate_training)
+    except ConfigError as error:
+        assert "\n" not in str(error) and str(error), str(error)
+        return
+    with tempfile.TemporaryDirectory() as run_dir:
+        try:
+            train(compose_config("train", overrides, Path(run_dir)))
+        except Exception as error:
+            problem = user_error(error)  # what the console script would print in one line
+            assert problem is not None, f"{knob}={value!r}: {type(error).__name__}: {error}"
+            assert "\n" not in str(problem)
