@@ -83,8 +83,10 @@ def test_paths_and_run_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     cfg = compose_config("train", [], tmp_path)
     assert cfg.paths.data_dir == "/some/where"
     assert cfg.hydra.run.dir.startswith(f"{cfg.paths.log_dir}/train/runs/")
+    assert cfg.hydra.run.dir.endswith("_softmax")  # a single run is named by its attention
     assert cfg.hydra.sweep.dir.startswith(f"{cfg.paths.log_dir}/train/multiruns/")
-    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra.job.num}"
+    linear = compose_config("train", ["attention=linear"], tmp_path)
+    assert linear.hydra.run.dir.endswith("_linear")
     monkeypatch.delenv("VITATTN_DATA_DIR")
     cfg = compose_config("train", [], tmp_path)
     assert Path(cfg.paths.data_dir) == Path(cfg.paths.root_dir) / "data"

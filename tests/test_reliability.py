@@ -36,7 +36,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     assert kept["global_step"] == 10  # the validation before the NaN, not after
     assert all(torch.isfinite(t).all() for t in kept["state_dict"].values())
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "failed"
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert list(tmp_path.glob("events.out.tfevents.*"))
 
 
 @pytest.mark.slow

@@ -16,7 +16,9 @@ from vitattn.analysis.curves import summarize
 def test_multirun_writes_one_directory_per_job(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     run_sweep(sweep, *TINY, "trainer.max_steps=3", "seed=1,2", "logger=csv", data_dir=data_dir)
-    for job in ("0", "1"):
+    # Each job is named by what differs between the jobs, not by every override.
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["seed=1", "seed=2"]
+    for job in ("seed=1", "seed=2"):
         metrics = json.loads((sweep / job / "metrics.json").read_text())
         assert metrics["steps"] == 3
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
@@ -37,9 +39,12 @@ def test_failed_jobs_are_recorded_and_the_others_finish(tmp_path: Path, data_dir
     )
     assert result.returncode != 0  # the sweep reports that a job failed
     assert "train/loss became NaN or infinite by step" in result.stderr
-    statuses = [json.loads((sweep / job / "metrics.json").read_text())["status"] for job in "0123"]
+    # The sweep repeats values: its jobs are numbered so that no two share a directory.
+    jobs = [f"{n}_+callbacks.nan.step={step}" for n, step in enumerate([2, 1000, 2, 1000])]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == jobs
+    statuses = [json.loads((sweep / job / "metrics.json").read_text())["status"] for job in jobs]
     assert statuses == ["failed", "completed", "failed", "completed"]
-    for job in "13":
+    for job in jobs[1::2]:
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
     out = tmp_path / "figures"
     summarize([sweep], out)
@@ -65,7 +70,7 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: 
     sweep = tmp_path / "sweep"
     launcher = "hydra/launcher=local"
     run_sweep(sweep, launcher, *FEW_STEPS, "attention=softmax,linear", data_dir=data_dir)
-    for job in ("0", "1"):
+    for job in ("attention=softmax", "attention=linear"):
         assert json.loads((sweep / job / "metrics.json").read_text())["status"] == "completed"
     assert list((sweep / ".submitit").iterdir())  # the jobs went through submitit
 
@@ -83,7 +88,11 @@ def test_optuna_search_runs_two_trials_in_a_sqlite_study(tmp_path: Path, data_di
         f"hydra.sweep.dir={sweep}",
         data_dir=data_dir,
     )
-    trials = [json.loads((sweep / job / "metrics.json").read_text()) for job in ("0", "1")]
+    # Trials are numbered (a search may try the same values twice) and named by what it chose.
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert [p.name.split("_", 1)[0] for p in jobs] == ["0", "1"]
+    assert all("optimizer.lr=" in p.name and "hparams_search" not in p.name for p in jobs)
+    trials = [json.loads((job / "metrics.json").read_text()) for job in jobs]
     assert all(t["attention"] == "linformer" and t["status"] == "completed" for t in trials)
     best = (sweep / "optimization_results.yaml").read_text()
     assert "best_value" in best and "optimizer.lr" in best
@@ -108,10 +117,12 @@ def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == 8 and metrics["val/acc"] is not None
-    # One TensorBoard log (fit + test event files of rank 0), nothing from rank 1.
+    # One TensorBoard log, written by rank 0 only (its process id in the file names).
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == [
         ".hydra",
+        "attention",
         "checkpoints",
-        "tensorboard",
+        "hparams",
     ]
-    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    events = list(run_dir.glob("events.out.tfevents.*"))
+    assert events and len({name.name.split(".")[-2] for name in events}) == 1

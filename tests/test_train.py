@@ -39,7 +39,9 @@ def test_fast_dev_run(tmp_path: Path, data_dir: Path) -> None:
 def test_run_directory_layout(short_run: Path) -> None:
     assert (short_run / ".hydra" / "config.yaml").is_file()
     assert (short_run / "checkpoints" / "last.ckpt").is_file()
-    assert list((short_run / "tensorboard").glob("events.out.tfevents.*"))
+    assert list(short_run.glob("events.out.tfevents.*"))  # the run directory is the TB run
+    assert (short_run / "confusion_matrix.png").is_file()
+    assert (short_run / "attention" / "maps.npz").is_file()
     metrics = json.loads((short_run / "metrics.json").read_text())
     for key in ("val/acc", "test/acc", "train/images_per_sec", "params", "attention", "seconds"):
         assert metrics[key] is not None, key
@@ -52,12 +54,19 @@ def test_run_directory_layout(short_run: Path) -> None:
 @pytest.mark.slow
 def test_scalars_per_step(short_run: Path) -> None:
     scalars = read_scalars(short_run)
-    assert [step for step, _ in scalars["train/loss"]] == list(range(60))
-    assert [step for step, _ in scalars["train/acc"]] == list(range(60))
+    # The x-axis counts the steps done, as checkpoints and metrics.json do.
+    assert [step for step, _ in scalars["train/loss"]] == list(range(1, 61))
+    assert [step for step, _ in scalars["train/acc"]] == list(range(1, 61))
     val_steps = [step for step, _ in scalars["val/acc"]]
-    assert val_steps == [24, 49, 59]  # every 25 steps, and at the last step
+    assert val_steps == [25, 50, 60]  # every 25 steps, and at the last step
     assert len(scalars["val/loss"]) == 3
-    assert len(scalars["test/acc"]) == 1
+    assert [step for step, _ in scalars["val/fidelity"]] == [25, 50, 60]
+    assert "epoch" not in scalars and not [tag for tag in scalars if tag.startswith("test/")]
+    (test_acc,) = read_scalars(short_run / "hparams")["~summary/acc_test"]  # a result
+    assert test_acc == (
+        60,
+        pytest.approx(json.loads((short_run / "metrics.json").read_text())["test/acc"]),
+    )
     assert len(scalars["train/lr/decay"]) == 60
     assert scalars["train/images_per_sec"] and all(
         v > 0 for _, v in scalars["train/images_per_sec"]
@@ -67,17 +76,16 @@ def test_scalars_per_step(short_run: Path) -> None:
 
 
 @pytest.mark.slow
-def test_hparams_view_lists_metrics(short_run: Path) -> None:
+def test_hparams_view_lists_the_results(short_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    event_file = sorted((short_run / "tensorboard").glob("events.out.tfevents.*"))[0]
-    accumulator = EventAccumulator(str(event_file))
+    accumulator = EventAccumulator(str(short_run / "hparams"))  # the run's HPARAMS session
     accumulator.Reload()
+    assert {"~summary/acc_best_val", "~summary/acc_test", "~summary/seconds"} <= set(
+        accumulator.Tags()["scalars"]
+    )
     content = accumulator.PluginTagToContent("hparams")
-    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
-    metric_tags = {m.name.tag for m in experiment.experiment.metric_infos}
-    assert {"val/acc", "test/acc"} <= metric_tags
     session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
     hparams = session.session_start_info.hparams
     assert hparams["attention"].string_value == "softmax"
@@ -188,7 +196,7 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
     assert metrics["steps"] == 7
     assert (metrics["attention"], metrics["model"]) == ("softmax", "vit")
     val_steps = [step for step, _ in read_scalars(tmp_path)["val/acc"]]
-    assert val_steps == [4, 6]
+    assert val_steps == [5, 7]  # after step 5, and after the last step, 7: as last.ckpt says
     assert (
         torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 7
     )

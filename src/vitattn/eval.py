@@ -27,6 +27,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
+    from vitattn.fitting import test_report
     from vitattn.loading import checkpoint_file, load_classifier
     from vitattn.utils.instantiators import instantiate_list
     from vitattn.utils.lightning_output import tidy_lightning_output
@@ -44,10 +45,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         callbacks=instantiate_list(cfg.get("callbacks")),
         logger=instantiate_list(cfg.get("logger")),
     )
-    trainer.test(module, datamodule=datamodule)
+    trainer.test(module, datamodule=datamodule, verbose=False)
     metrics: dict[str, Any] = {
         k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")
     }
+    metrics.update(test_report(trainer))
     metrics["ckpt_path"] = str(Path(cfg.ckpt_path).expanduser().resolve())
     metrics["params"] = sum(p.numel() for p in module.parameters())
     if trainer.is_global_zero:

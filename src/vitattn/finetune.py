@@ -8,7 +8,7 @@ Low-rank adaptation (Hu et al. 2022) through the PEFT library: the network of a
 
 Examples::
 
-    vitattn-finetune ckpt_path=outputs/train/runs/<stamp>/checkpoints/last.ckpt data.shift=rotate
+    vitattn-finetune ckpt_path=outputs/train/runs/<run>/checkpoints/last.ckpt data.shift=rotate
     vitattn-finetune -m ckpt_path=... lora.rank=0,1,2,4,8,16,32,64 data.shift=quantize,rotate,invert
     python scripts/lora_table.py outputs/finetune/multiruns/<stamp>
 
@@ -72,9 +72,10 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.attention import registered_name
     from vitattn.data.as_trained import as_trained
     from vitattn.fitting import fit_and_test
+    from vitattn.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
     from vitattn.lora.adapters import LoRASettings
     from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
-    from vitattn.utils.hparams import finetuning_hyperparameters, log_hyperparameters
+    from vitattn.utils.hparams import finetuning_hyperparameters
     from vitattn.utils.instantiators import instantiate_list
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.task import write_metrics
@@ -136,8 +137,6 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
 
     base_acc = score(cfg, base, datamodule)
     log.info("base model on the %s test set: test/acc_base=%.4f", shift, base_acc)
-    for logger in trainer.loggers:
-        logger.log_metrics({"test/acc_base": base_acc}, step=0)
     del base
 
     # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
@@ -176,6 +175,16 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     )
     if writes:
         write_metrics(output_dir / "metrics.json", metrics)
+        log_results(trainer.loggers, metrics, trainer.global_step, FINETUNING_RESULTS)
+        log.info(
+            "attention=%s, lora.rank=%d on data.shift=%s: test/acc %.2f%% (base %.2f%%); %s",
+            attention,
+            settings.rank,
+            shift,
+            100 * float(metrics.get("test/acc") or float("nan")),
+            100 * base_acc,
+            output_dir,
+        )
     return metrics
 
 

@@ -15,26 +15,41 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond
+from vitattn.confusion import ConfusionReport
+from vitattn.insight import AttentionInsight
 from vitattn.utils.checkpoints import run_test_on_best
 from vitattn.utils.task import write_metrics
 
 
 def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
-    """What ``metrics.json`` reports of a finished ``fit``: the last training loss, the run's
-    images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs, seconds, and on a GPU the
-    peak of allocated memory."""
+    """What ``metrics.json`` reports of a finished ``fit``: the best ``val/acc``, the last
+    training loss, the run's images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs,
+    seconds, what :class:`AttentionInsight` cost, and on a GPU the peak of allocated memory."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     summary: dict[str, Any] = {
+        "val/acc_best": best_validation_accuracy(trainer),
         "train/loss": trainer.callback_metrics.get("train/loss"),
         "train/images_per_sec": throughput.overall if throughput is not None else None,
         "steps": trainer.global_step,
         "epochs": trainer.current_epoch,
         "seconds": round(seconds, 2),
     }
+    insight = next((c for c in trainer.callbacks if isinstance(c, AttentionInsight)), None)
+    if insight is not None and insight.validations:
+        summary.update(insight.cost())
     device = trainer.strategy.root_device
     if device.type == "cuda":
         summary["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     return summary
+
+
+def best_validation_accuracy(trainer: L.Trainer) -> float | None:
+    """The highest ``val/acc`` of the run, as the checkpoint callback watching it has it (it
+    survives a resume); ``None`` without one."""
+    for callback in trainer.checkpoint_callbacks:
+        if callback.monitor == "val/acc" and callback.best_model_score is not None:
+            return float(callback.best_model_score)
+    return None
 
 
 def interruption(trainer: L.Trainer) -> CheckpointOnInterrupt | None:
@@ -94,4 +109,11 @@ def fit_and_test(
     summary = fit_summary(trainer, time.perf_counter() - started)
     metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     tested, test_metrics = run_test_on_best(trainer, module, datamodule) if test else (None, {})
-    return {**metrics, **test_metrics, **summary}, tested
+    return {**metrics, **test_metrics, **summary, **test_report(trainer)}, tested
+
+
+def test_report(trainer: L.Trainer) -> dict[str, Any]:
+    """The confusion matrix and per-class accuracy of the last test (:class:`ConfusionReport`),
+    for ``metrics.json``; empty if there was no test or no such callback."""
+    report = next((c for c in trainer.callbacks if isinstance(c, ConfusionReport)), None)
+    return dict(report.report) if report is not None else {}

@@ -31,12 +31,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from vitattn.fitting import fit_and_test
+    from vitattn.logger import log_hyperparameters, log_results
+    from vitattn.models.flops import gflop_per_image
     from vitattn.utils.checkpoint_io import remove_partial_checkpoints
     from vitattn.utils.checkpoints import (
         check_checkpoint_matches,
         read_checkpoint,
     )
-    from vitattn.utils.hparams import log_hyperparameters, training_hyperparameters
+    from vitattn.utils.hparams import training_hyperparameters
     from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.task import write_metrics
@@ -64,18 +66,46 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
     params = sum(p.numel() for p in module.parameters())
-    choices = {group: chosen_option(cfg, group) for group in ("attention", "model")}
-    log_hyperparameters(trainer.loggers, training_hyperparameters(cfg, choices, params))
+    example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
+    gflop = gflop_per_image(module.net, example)
+    choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
+    hparams = training_hyperparameters(cfg, choices, params, gflop)
+    log_hyperparameters(trainer.loggers, hparams)
     log.info(
         "attention=%s, %d parameters, run directory %s", choices["attention"], params, output_dir
     )
 
     remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write
     metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
-    metrics.update({"params": params, **choices, "ckpt_path": tested, "status": "completed"})
+    metrics.update(
+        {
+            "params": params,
+            "gflop_per_image": hparams["gflop_per_image"],
+            "attention": choices["attention"],
+            "model": choices["model"],
+            "ckpt_path": tested,
+            "status": "completed",
+        }
+    )
     if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
         write_metrics(output_dir / "metrics.json", metrics)
+        log_results(trainer.loggers, metrics, trainer.global_step)
+        log.info("%s", result_line(metrics, output_dir))
     return metrics
+
+
+def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
+    """The one line a finished run ends with: attention, best and test accuracy, time, where."""
+
+    def percent(key: str) -> str:
+        value = metrics.get(key)
+        return "n/a" if value is None else f"{float(value):.2%}"
+
+    return (
+        f"attention={metrics.get('attention')}: best val/acc {percent('val/acc_best')}, "
+        f"test/acc {percent('test/acc')}, {float(metrics.get('seconds') or 0):.0f} s; "
+        f"{output_dir}"
+    )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

@@ -1,14 +1,29 @@
-"""Accuracy curves and sweep summaries (``scripts/plot_curves.py``, ``vitattn.analysis.curves``)."""
+"""Accuracy curves and sweep summaries (``scripts/plot_curves.py``, ``vitattn.analysis.curves``).
+
+Most tests read fake run directories (``conftest.py``) laid out as ``vitattn-train`` writes them;
+those marked ``slow`` train for real.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 
 from tests.helpers import FEW_STEPS, read_csv, run_cli, run_sweep
-from vitattn.analysis.curves import Run, label_runs, mean_curve
+from vitattn.analysis.curves import (
+    Run,
+    describe,
+    find_runs,
+    label_runs,
+    load_run,
+    mean_curve,
+    metric_figure,
+    summarize,
+)
 from vitattn.utils.config import PROJECT_ROOT
 
 PLOT_CURVES = PROJECT_ROOT / "scripts" / "plot_curves.py"
@@ -18,19 +33,21 @@ PLOT_CURVES = PROJECT_ROOT / "scripts" / "plot_curves.py"
 def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     run_sweep(sweep, *FEW_STEPS, "attention=softmax,linear", data_dir=data_dir)
-    assert (sweep / "0" / "metrics.json").is_file() and (sweep / "1" / "metrics.json").is_file()
+    assert len(list(sweep.rglob("metrics.json"))) == 2
     result = run_cli("python", str(PLOT_CURVES), str(sweep), data_dir=data_dir)
     assert "wrote" in result.stdout
     for name in ("val_acc_vs_step.png", "train_loss_vs_step.png", "summary.md"):
         assert (sweep / name).stat().st_size > 0, name
-    rows = read_csv(sweep / "summary.csv")
-    assert [row["attention"] for row in rows] == ["softmax", "linear"]
-    for row in rows:
+    rows = {row["attention"]: row for row in read_csv(sweep / "summary.csv")}
+    assert sorted(rows) == ["linear", "softmax"]
+    for row in rows.values():
         assert row["status"] == "completed"
         assert 0.0 <= float(row["best_val_acc"]) <= 1.0 and float(row["test_acc"]) >= 0.0
         assert float(row["best_val_acc"]) >= float(row["final_val_acc"])
         assert int(row["params"]) > 0 and float(row["images_per_sec"]) > 0
-    assert json.loads(rows[1]["knobs"]) == {"eps": 1e-6}
+        assert (sweep / row["run"] / "metrics.json").is_file()  # relative to the sweep
+        assert row["label"] == f"attention={row['attention']}"
+    assert json.loads(rows["linear"]["knobs"]) == {"eps": 1e-6}
 
 
 def test_seeds_share_a_line_with_a_band() -> None:
@@ -44,7 +61,7 @@ def test_seeds_share_a_line_with_a_band() -> None:
         run(1, "softmax", [(10, 0.3)]),
     ]
     label_runs(runs)
-    assert [r.label for r in runs] == ["linear", "linear", "softmax"]
+    assert [r.label for r in runs] == ["attention=linear", "attention=linear", "attention=softmax"]
     steps, mean, low, high = mean_curve([r.scalars["val/acc"] for r in runs[:2]])
     assert steps == [10, 20]  # only the steps every seed reached
     assert mean == pytest.approx([0.3, 0.5]) and low == [0.2, 0.4] and high == [0.4, 0.6]
@@ -55,3 +72,146 @@ def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: 
     result = run_cli("python", str(PLOT_CURVES), str(tmp_path), data_dir=data_dir, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().startswith("plot_curves.py: error: no run directories")
+
+
+def runs_of(*paths: Path) -> list[Run]:
+    runs = [load_run(path) for path in find_runs(paths)]
+    label_runs(runs)
+    return runs
+
+
+def test_labels_carry_only_the_overrides_that_differ(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    shared = ["trainer=cpu", "data.batch_size=64"]
+    for attention in ("softmax", "linear"):
+        for depth in (1, 2):
+            overrides = [*shared, f"attention={attention}", f"model.depth={depth}", "seed=1"]
+            make_run(tmp_path / f"attention={attention},model.depth={depth}", overrides)
+    labels = [run.label for run in runs_of(tmp_path)]
+    assert labels == [
+        "attention=linear, model.depth=1",
+        "attention=linear, model.depth=2",
+        "attention=softmax, model.depth=1",
+        "attention=softmax, model.depth=2",
+    ]
+
+
+def test_a_default_is_told_apart_from_an_override(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    make_run(tmp_path / "a", ["trainer=cpu"])  # attention left at its default, softmax
+    make_run(tmp_path / "b", ["trainer=cpu", "attention=linear"])
+    assert [run.label for run in runs_of(tmp_path)] == ["attention=softmax", "attention=linear"]
+
+
+def test_runs_differing_only_by_seed_share_one_line(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    sweep = tmp_path / "2026-01-01_12-00-00_000000"
+    for seed in (1, 2, 10):
+        make_run(sweep / f"seed={seed}", ["attention=linear", f"seed={seed}"])
+    runs = runs_of(sweep)
+    assert [run.path.name for run in runs] == ["seed=1", "seed=2", "seed=10"]  # natural order
+    assert {run.label for run in runs} == {sweep.name}
+    figure = metric_figure(runs, "val/acc", "validation accuracy", markers=True)
+    assert figure is not None
+    assert len(figure.axes[0].get_lines()) == 1 and len(figure.axes[0].collections) == 1  # band
+    legend = figure.legends[0].get_texts()[0].get_text()
+    assert legend.split() == [sweep.name, "(mean", "of", "3)"]
+    plt.close(figure)
+
+
+def test_a_single_run_is_named_by_its_directory(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    run = make_run(tmp_path / "runs" / "2026-01-01_12-00-00_000000_linear", ["attention=linear"])
+    result = summarize([run])
+    assert result["rows"][0]["run"] == run.name and result["rows"][0]["label"] == run.name
+
+
+def test_the_legend_is_inside_the_figure_and_off_the_curves(three_attentions: Path) -> None:
+    runs = runs_of(three_attentions)
+    for run in runs:
+        run.label += ", a long setting=that makes a label wrap onto two lines"
+    figure = metric_figure(runs, "val/acc", "validation accuracy", "a title", markers=True)
+    assert figure is not None
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    legend = figure.legends[0].get_window_extent(renderer)
+    page = figure.bbox
+    assert page.x0 <= legend.x0 and legend.x1 <= page.x1, (legend, page)
+    assert page.y0 <= legend.y0 and legend.y1 <= page.y1, (legend, page)
+    assert figure.axes[0].get_window_extent(renderer).x1 <= legend.x0
+    plt.close(figure)
+
+
+def test_identical_curves_stay_visible(three_attentions: Path) -> None:
+    runs = runs_of(three_attentions)
+    figure = metric_figure(runs, "val/acc", "validation accuracy", markers=True)
+    assert figure is not None
+    lines = figure.axes[0].get_lines()
+    assert len(lines) == 3
+    # softmax and linear have the same curve: each line differs in colour, style and marker
+    for attribute in ("get_color", "get_linestyle", "get_marker"):
+        assert len({getattr(line, attribute)() for line in lines}) == 3, attribute
+    assert all(line.get_marker() not in ("None", "", None) for line in lines)
+    plt.close(figure)
+
+
+def test_a_single_validation_point_has_a_marker(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    single = {"val_acc": [(7, 0.2)], "train_loss": [(7, 2.0)], "events_in": "tensorboard"}
+    make_run(tmp_path / "one", ["attention=linear"], **single)  # an older run's layout
+    make_run(tmp_path / "two", ["attention=softmax"])
+    runs = runs_of(tmp_path)
+    for tag, markers in (("val/acc", True), ("train/loss", False)):
+        figure = metric_figure(runs, tag, tag, markers=markers)
+        assert figure is not None
+        single = next(line for line in figure.axes[0].get_lines() if len(line.get_xdata()) == 1)
+        assert single.get_marker() not in ("None", "", None) and single.get_markersize() > 0
+        plt.close(figure)
+
+
+def test_titles_name_the_model_and_the_steps(three_attentions: Path) -> None:
+    runs = runs_of(three_attentions)
+    assert describe(runs) == "model vit, 300 steps"
+    assert describe(runs[:1]) == "model vit, attention linear, 300 steps"
+
+
+def test_summary_has_a_seed_column_and_runs_relative_to_one_folder(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    multiruns = tmp_path / "outputs" / "train" / "multiruns"
+    for seed in (1, 2):
+        make_run(multiruns / "a" / str(seed - 1), ["attention=linear", f"seed={seed}"])
+    make_run(multiruns / "b" / "attention=softmax,seed=3", ["attention=softmax", "seed=3"])
+    result = summarize([multiruns / "a", multiruns / "b"], out_dir=tmp_path / "out")
+    runs = [row["run"] for row in result["rows"]]
+    assert runs == ["a/0", "a/1", "b/attention=softmax,seed=3"]
+    assert [row["seed"] for row in read_csv(tmp_path / "out" / "summary.csv")] == ["1", "2", "3"]
+    table = (tmp_path / "out" / "summary.md").read_text().splitlines()
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    assert header[:4] == ["run", "status", "label", "seed"]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    assert [row[0] for row in cells] == runs and [row[3] for row in cells] == ["1", "2", "3"]
+    assert cells[0][4:7] == ["12554", "0.5000", "0.5000"]  # numbers rounded as before
+
+
+def test_summarize_writes_every_figure_and_skips_a_broken_run(
+    three_attentions: Path, make_run: Callable[..., Path]
+) -> None:
+    broken = three_attentions / "attention=broken"
+    (broken / ".hydra").mkdir(parents=True)
+    (broken / ".hydra" / "config.yaml").write_text("- a list, not a config\n")
+    result = summarize([three_attentions])
+    names = [path.name for path in result["files"]]
+    assert names == [
+        "summary.csv",
+        "summary.md",
+        "val_acc_vs_step.png",
+        "train_loss_vs_step.png",
+        "attention_maps.png",
+    ]
+    assert len(result["rows"]) == 3

@@ -10,12 +10,16 @@ import pytest
 
 from tests.helpers import refused, run_cli
 from vitattn.utils.cli import (
+    EXCLUDE_KEYS,
+    NUMBERED_JOB_DIR,
     check_composition,
     check_group_choices,
     composition_message,
     console_main,
+    name_jobs_by_what_differs,
     single_runs,
 )
+from vitattn.utils.config import MAX_NAME, job_directory_name, run_directory_name
 from vitattn.utils.errors import ConfigError
 
 
@@ -119,3 +123,51 @@ def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
         "Could not override 'model.foo'; To append to your config use +model.foo=1; Key 'foo' "
         "is not in struct"
     )
+
+
+def test_a_sweep_names_its_jobs_by_the_settings_that_take_several_values() -> None:
+    arguments = ["-m", "attention=softmax,linear", "seed=1,2", "trainer.max_steps=5", "+x.y=1"]
+    named = name_jobs_by_what_differs(arguments)
+    assert named[:-1] == arguments
+    assert named[-1] == f"{EXCLUDE_KEYS}=[trainer.max_steps,x.y]"
+    assert name_jobs_by_what_differs(["attention=linear", "seed=1"]) == [
+        "attention=linear",
+        "seed=1",
+    ]  # a single run: as given
+    own = ["-m", "seed=1,2", f"{EXCLUDE_KEYS}=[seed]"]
+    assert name_jobs_by_what_differs(own) == own  # the user's own choice stands
+
+
+@pytest.mark.parametrize(
+    ("override_dirname", "expected"),
+    [
+        ("attention=linear,seed=1", "attention=linear,seed=1"),
+        ("", "3"),
+        ("data.data_dir=/a/b", "data.data_dir=_a_b"),
+    ],
+)
+def test_job_directory_names(override_dirname: str, expected: str) -> None:
+    assert job_directory_name(override_dirname, 3) == expected
+
+
+def test_a_long_job_name_is_cut_and_kept_unique() -> None:
+    first = job_directory_name("optimizer.lr=" + "1" * 300, 0)
+    second = job_directory_name("optimizer.lr=" + "1" * 299 + "2", 0)
+    assert len(first) <= MAX_NAME and len(second) <= MAX_NAME and first != second
+    assert run_directory_name("2026-01-01_00-00-00_000000", "linear").endswith("_linear")
+    assert run_directory_name("2026-01-01_00-00-00_000000", "") == "2026-01-01_00-00-00_000000"
+
+
+def test_a_sweep_that_repeats_a_value_numbers_its_jobs() -> None:
+    named = name_jobs_by_what_differs(["-m", "seed=1,1", "trainer.max_steps=5"])
+    assert named[-2:] == [
+        f"{EXCLUDE_KEYS}=[trainer.max_steps]",
+        f"hydra.sweep.subdir='{NUMBERED_JOB_DIR}'",
+    ]
+    searching = name_jobs_by_what_differs(["hparams_search=optuna", "trainer.max_steps=5"])
+    assert searching[-1] == f"{EXCLUDE_KEYS}=[hparams_search,trainer.max_steps]"
+    # A search's jobs are numbered by the sweeper's name: Optuna may try the same values twice.
+    assert job_directory_name("optimizer.lr=0.001", 3, "hydra_plugins.x.OptunaSweeper") == (
+        "3_optimizer.lr=0.001"
+    )
+    assert job_directory_name("seed=1", 3, "hydra._internal.BasicSweeper") == "seed=1"

@@ -1,27 +1,42 @@
-"""Accuracy curves and sweep summaries out of run directories.
+"""Accuracy curves, attention maps and sweep summaries out of run directories.
 
 A *run directory* is what ``vitattn-train`` writes: ``.hydra/`` (config and overrides),
-``tensorboard/`` (event files, read with TensorBoard's own ``EventAccumulator``) and
-``metrics.json``. A multirun directory holds one run directory per job. :func:`summarize` turns
-any mix of them into ``val_acc_vs_step.png`` (the founding report's figure: validation accuracy
-against training step, one line per attention type, the mean and the min-max band over seeds),
-``train_loss_vs_step.png``, ``summary.csv`` and ``summary.md``.
+TensorBoard event files (in the directory itself, or in ``tensorboard/`` for older runs; read
+with TensorBoard's own ``EventAccumulator``), ``metrics.json`` and, with the attention-maps
+callback, ``attention/maps.npz``. A multirun directory holds one run directory per job.
+:func:`summarize` turns any mix of them into ``val_acc_vs_step.png`` (the founding report's
+figure: validation accuracy against training step, one line per setting, the mean and the
+min-max band over seeds), ``train_loss_vs_step.png``, ``attention_maps.png``
+(:mod:`vitattn.analysis.maps`), ``summary.csv`` and ``summary.md``.
+
+Runs are labelled by the overrides that differ between the runs shown (``attention=linear``),
+never by those they share; runs that differ only by ``seed`` share a label, hence a line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections import defaultdict
+import os
+import re
+import textwrap
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from vitattn.analysis.events import read_scalars
+from vitattn.analysis.maps import plot_attention_maps
 from vitattn.utils.results import markdown_table, write_csv
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = (
     "run",
@@ -40,7 +55,13 @@ SUMMARY_COLUMNS = (
     "peak_memory_gb",
     "error",
 )
-SEED_OVERRIDE = "seed="
+SEED_KEY = "seed"
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+"""Each line gets a colour, a line style and (on validation points) a marker of its own, so
+that curves lying on top of each other stay visible."""
+LEGEND_WIDTH = 32
+"""Characters per legend line before a label wraps."""
 
 
 @dataclass
@@ -59,10 +80,32 @@ class Run:
     def attention(self) -> str:
         if self.choices.get("attention"):
             return self.choices["attention"]
-        for override in self.overrides:
-            if override.startswith("attention="):
-                return override.split("=", 1)[1]
+        if "attention" in self.settings:
+            return self.settings["attention"]
         return str(self.metrics.get("attention") or _target_name(self.config.get("attention")))
+
+    @property
+    def model(self) -> str:
+        return str(
+            self.metrics.get("model")
+            or self.choices.get("model")
+            or self.settings.get("model")
+            or _target_name(self.config.get("model"))
+        )
+
+    @property
+    def seed(self) -> Any:
+        if SEED_KEY in self.config:
+            return self.config[SEED_KEY]
+        return self.settings.get(SEED_KEY)
+
+    @property
+    def steps(self) -> int | None:
+        """The steps the run took (``metrics.json``), else those it was set to take."""
+        steps = self.metrics.get("steps")
+        if steps is None:
+            steps = (self.config.get("trainer") or {}).get("max_steps")
+        return int(steps) if isinstance(steps, int | float) and steps > 0 else None
 
     @property
     def status(self) -> str:
@@ -71,6 +114,31 @@ class Run:
         return (
             "completed" if "test/acc" in self.metrics or "val/acc" in self.metrics else "incomplete"
         )
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The command-line overrides as ``{key: value}`` (Hydra's own left out)."""
+        pairs: dict[str, str] = {}
+        for override in self.overrides:
+            key, equals, value = override.partition("=")
+            key = key.lstrip("+~")
+            if equals and key != "hydra" and not key.startswith(("hydra.", "hydra/")):
+                pairs[key] = value
+        return pairs
+
+    def setting(self, key: str) -> str | None:
+        """``key``'s value in this run: its override, else the config group's choice or the
+        config's value (so that a run that left ``key`` at its default still compares)."""
+        if key in self.settings:
+            return self.settings[key]
+        if key in self.choices:
+            return self.choices[key]
+        node: Any = self.config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return None if isinstance(node, dict | list) else str(node)
 
     def knobs(self) -> dict[str, Any]:
         attention = self.config.get("attention") or {}
@@ -84,7 +152,8 @@ def _target_name(config: Any) -> str:
 
 
 def find_runs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every run directory at or below ``paths`` (a directory with ``.hydra/config.yaml``)."""
+    """Every run directory at or below ``paths`` (a directory with ``.hydra/config.yaml``), in
+    natural order of their paths (``seed=2`` before ``seed=10``)."""
     found: list[Path] = []
     for path in map(Path, paths):
         if not path.is_dir():
@@ -92,22 +161,28 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
         if (path / ".hydra" / "config.yaml").is_file():
             found.append(path)
             continue
-        found.extend(sorted(p.parent.parent for p in path.rglob(".hydra/config.yaml")))
+        found.extend(p.parent.parent for p in path.rglob(".hydra/config.yaml"))
     return sorted(dict.fromkeys(found), key=_natural_key)
 
 
-def _natural_key(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in path.parts]
+def _natural_key(path: Path) -> list[list[Any]]:
+    # re.split with a group alternates text and digits, so the lists compare element-wise.
+    return [
+        [int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", part)]
+        for part in path.parts
+    ]
 
 
 def load_run(path: Path) -> Run:
     hydra_dir = path / ".hydra"
     config = yaml.safe_load((hydra_dir / "config.yaml").read_text()) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{hydra_dir / 'config.yaml'} is not a mapping")
     overrides_file = hydra_dir / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
     metrics_file = path / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-    scalars = read_scalars(path) if (path / "tensorboard").is_dir() else {}
+    scalars = read_scalars(path)
     hydra_file = hydra_dir / "hydra.yaml"
     hydra_config = yaml.safe_load(hydra_file.read_text()) if hydra_file.is_file() else {}
     choices = ((hydra_config or {}).get("hydra") or {}).get("runtime", {}).get("choices") or {}
@@ -117,36 +192,74 @@ def load_run(path: Path) -> Run:
     )
 
 
-def label_runs(runs: Sequence[Run]) -> None:
-    """Name each run by what sets it apart: its attention, plus the overrides that vary across
-    the runs other than ``seed`` (runs differing only by seed share a label and a line)."""
-    relevant = [
-        [o for o in run.overrides if not o.startswith(SEED_OVERRIDE) and "hydra." not in o]
-        for run in runs
-    ]
-    common = set.intersection(*(set(r) for r in relevant)) if relevant else set()
-    for run, overrides in zip(runs, relevant, strict=True):
-        extra = [o for o in overrides if o not in common and not o.startswith("attention=")]
-        run.label = run.attention + (f" ({', '.join(extra)})" if extra else "")
+def common_root(paths: Sequence[Path]) -> Path:
+    """The folder the ``run`` column is relative to: the common folder of ``paths``, or its
+    parent when that is one of them (a single run is named by its directory)."""
+    resolved = [Path(p).resolve() for p in paths]
+    root = Path(os.path.commonpath(resolved))
+    return root.parent if root in resolved else root
+
+
+def relative_name(run: Run, root: Path) -> str:
+    try:
+        return str(run.path.resolve().relative_to(root)) or "."
+    except ValueError:
+        return str(run.path.resolve())
+
+
+def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
+    """Name each run by the overrides whose values differ between ``runs`` other than
+    ``seed`` (``attention=linear, model.depth=2``). Runs that differ only by seed share a label
+    (the name of their common folder), hence a line; if nothing differs at all, each run is
+    named by its directory (relative to ``root``, default :func:`common_root`)."""
+    if not runs:
+        return
+    root = root if root is not None else common_root([run.path for run in runs])
+    keys = list(dict.fromkeys(k for run in runs for k in run.settings if k != SEED_KEY))
+    values = [{key: run.setting(key) for key in keys} for run in runs]
+    differing = [key for key in keys if len({v[key] for v in values}) > 1]
+    if differing:
+        for run, value in zip(runs, values, strict=True):
+            run.label = ", ".join(f"{key}={value[key] or '(unset)'}" for key in differing)
+    elif len({str(run.seed) for run in runs}) > 1:
+        for run in runs:
+            run.label = root.name or str(root)
+    else:
+        for run in runs:
+            run.label = relative_name(run, root)
+
+
+def describe(runs: Sequence[Run], steps: bool = True) -> str:
+    """What the runs share, for a title: ``model vit, attention softmax, 350 steps`` (the
+    attention only when all runs share it, ``steps`` as a range when they differ)."""
+    parts = []
+    models = list(dict.fromkeys(run.model for run in runs if run.model != "unknown"))
+    if models:
+        parts.append(("model " if len(models) == 1 else "models ") + " / ".join(models))
+    attentions = {run.attention for run in runs}
+    if len(attentions) == 1 and "unknown" not in attentions:
+        parts.append(f"attention {attentions.pop()}")
+    counts = sorted({s for run in runs if (s := run.steps) is not None}) if steps else []
+    if counts:
+        parts.append(
+            f"{counts[0]} steps"
+            if len(counts) == 1
+            else f"{counts[0]}\N{EN DASH}{counts[-1]} steps"
+        )
+    return ", ".join(parts)
 
 
 def summary_row(run: Run, root: Path) -> dict[str, Any]:
     val_acc = [value for _, value in run.scalars.get("val/acc", [])]
     metrics = run.metrics
-    try:
-        relative = run.path.relative_to(root)
-    except ValueError:
-        relative = run.path
     return {
-        "run": str(relative) or ".",
+        "run": relative_name(run, root),
         "status": run.status,
         "label": run.label,
         "attention": run.attention,
         "knobs": json.dumps(run.knobs(), sort_keys=True),
-        "model": metrics.get("model")
-        or run.choices.get("model")
-        or _target_name(run.config.get("model")),
-        "seed": run.config.get("seed"),
+        "model": run.model,
+        "seed": run.seed,
         "params": metrics.get("params"),
         "best_val_acc": max(val_acc) if val_acc else None,
         "final_val_acc": val_acc[-1] if val_acc else metrics.get("val/acc"),
@@ -176,34 +289,100 @@ def mean_curve(
     )
 
 
-def plot_metric(runs: Sequence[Run], tag: str, ylabel: str, path: Path) -> bool:
-    """One line per label (mean over its runs, min-max band if several); ``False`` if no data."""
+def _wrap(text: str, width: int = LEGEND_WIDTH) -> str:
+    return (
+        "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
+        or text
+    )
+
+
+def _legend_text(label: str, count: int) -> str:
+    text = _wrap(label)
+    if count == 1:
+        return text
+    suffix = f"(mean of {count})"
+    fits = len(text.splitlines()[-1]) + 1 + len(suffix) <= LEGEND_WIDTH
+    return f"{text} {suffix}" if fits else f"{text}\n{suffix}"
+
+
+def metric_figure(
+    runs: Sequence[Run], tag: str, ylabel: str, title: str = "", markers: bool = False
+) -> Figure | None:
+    """One line per label (mean over its runs, min-max band if several), in the order the runs
+    come, with the legend to the right of the axes inside the figure; ``None`` if no run has
+    ``tag``. ``markers`` marks every point (a line of one point is always marked)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     groups: dict[str, list[list[tuple[int, float]]]] = defaultdict(list)
     for run in runs:
         if run.scalars.get(tag):
             groups[run.label].append(run.scalars[tag])
     if not groups:
-        return False
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for label in sorted(groups):
-        steps, mean, low, high = mean_curve(groups[label])
-        count = len(groups[label])
-        (line,) = axes.plot(steps, mean, label=label + (f" (mean of {count})" if count > 1 else ""))
-        if count > 1:
-            axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        return None
+    texts = {label: _legend_text(label, len(curves)) for label, curves in groups.items()}
+    longest = max(len(line) for text in texts.values() for line in text.splitlines())
+    figure = plt.figure(figsize=(6.4 + 0.075 * longest + 0.7, 4.4), layout="constrained")
+    axes = figure.add_subplot()
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (label, curves) in enumerate(groups.items()):
+        steps, mean, low, high = mean_curve(curves)
+        style: dict[str, Any] = {
+            "color": colors[index % len(colors)],
+            "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
+            "linewidth": 1.8,
+        }
+        if markers or len(steps) == 1:
+            style.update(
+                marker=MARKERS[index % len(MARKERS)],
+                markersize=7,
+                markerfacecolor="none",  # hollow, so that markers on the same point all show
+                markeredgewidth=1.6,
+            )
+        axes.plot(steps, mean, label=texts[label], **style)
+        if len(curves) > 1:
+            axes.fill_between(steps, low, high, color=style["color"], alpha=0.15, linewidth=0)
     axes.set_xlabel("training step")
     axes.set_ylabel(ylabel)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    if title:
+        axes.set_title(title, fontsize=11)
+    figure.legend(loc="outside right upper", fontsize=9)
+    return figure
+
+
+def plot_metric(
+    runs: Sequence[Run], tag: str, ylabel: str, path: Path, title: str = "", markers: bool = False
+) -> bool:
+    """Write :func:`metric_figure` to ``path``; ``False`` (nothing written) if no data."""
+    import matplotlib.pyplot as plt
+
+    figure = metric_figure(runs, tag, ylabel, title, markers)
+    if figure is None:
+        return False
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return True
+
+
+def map_labels(runs: Sequence[Run], root: Path) -> list[str]:
+    """Row names for the attention maps: the runs' labels, with the seed (or else the run's
+    directory) added where runs share a label, since each run has a row of its own."""
+    counts = Counter(run.label for run in runs)
+    seeds = Counter((run.label, str(run.seed)) for run in runs)
+    names = []
+    for run in runs:
+        if counts[run.label] == 1:
+            names.append(run.label)
+        elif run.seed is not None and seeds[(run.label, str(run.seed))] == 1:
+            names.append(f"{run.label}, seed={run.seed}")
+        else:
+            names.append(relative_name(run, root))
+    return names
 
 
 def _cell(value: Any) -> str:
@@ -214,8 +393,8 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-SHOWN_COLUMNS = ("run", "status", "label", "params", "best_val_acc", "final_val_acc", "test_acc")
-SHOWN_COLUMNS += ("images_per_sec", "seconds", "error")
+SHOWN_COLUMNS = ("run", "status", "label", "seed", "params", "best_val_acc", "final_val_acc")
+SHOWN_COLUMNS += ("test_acc", "images_per_sec", "seconds", "error")
 """The columns of ``summary.md`` (``summary.csv`` has all of :data:`SUMMARY_COLUMNS`)."""
 
 
@@ -228,26 +407,53 @@ def write_summary(rows: Sequence[dict[str, Any]], out_dir: Path) -> None:
 
 def summarize(paths: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:
     """Figures and tables for the runs under ``paths``, written to ``out_dir`` (default: the
-    first path). Returns the rows and the files written."""
+    first path). A run directory that cannot be read is left out with a warning. Returns the
+    rows and the files written (``summary.csv`` and ``summary.md`` first)."""
     if not paths:
         raise ValueError("give at least one run or multirun directory")
     run_dirs = find_runs(paths)
     if not run_dirs:
         raise FileNotFoundError(f"no run directories (with .hydra/config.yaml) under {list(paths)}")
+    runs = []
+    for path in run_dirs:
+        try:
+            runs.append(load_run(path))
+        except Exception as error:  # one broken job must not hide the others
+            log.warning("skipping %s: %s: %s", path, type(error).__name__, error)
+    if not runs:
+        raise FileNotFoundError(f"no readable run directories under {list(paths)}")
     out = Path(out_dir) if out_dir is not None else Path(paths[0])
     out.mkdir(parents=True, exist_ok=True)
-    runs = [load_run(path) for path in run_dirs]
-    label_runs(runs)
-    rows = [summary_row(run, Path(paths[0])) for run in runs]
+    root = common_root([run.path for run in runs])
+    label_runs(runs, root)
+    rows = [summary_row(run, root) for run in runs]
     write_summary(rows, out)
     written = [out / "summary.csv", out / "summary.md"]
-    for tag, ylabel, name in (
-        ("val/acc", "validation accuracy", "val_acc_vs_step.png"),
-        ("train/loss", "training loss", "train_loss_vs_step.png"),
+    shared = describe(runs)
+    for tag, ylabel, name, markers in (
+        ("val/acc", "validation accuracy", "val_acc_vs_step.png", True),
+        ("train/loss", "training loss", "train_loss_vs_step.png", False),
     ):
-        if plot_metric(runs, tag, ylabel, out / name):
+        title = ylabel[0].upper() + ylabel[1:] + (f" \N{EM DASH} {shared}" if shared else "")
+        if plot_metric(runs, tag, ylabel, out / name, title, markers):
             written.append(out / name)
+    # the maps name their own step: that of the checkpoint they were drawn with
+    shared = describe(runs, steps=False)
+    maps_title = "Attention rollout" + (f" \N{EM DASH} {shared}" if shared else "")
+    entries = list(zip(map_labels(runs, root), (run.path for run in runs), strict=True))
+    if plot_attention_maps(entries, out / "attention_maps.png", maps_title):
+        written.append(out / "attention_maps.png")
     return {"rows": rows, "files": written}
+
+
+def report(result: dict[str, Any]) -> str:
+    """What a summary prints: the Markdown table, the files written, the runs not completed."""
+    lines = [Path(result["files"][1]).read_text().rstrip("\n")]
+    lines += [f"wrote {path}" for path in result["files"]]
+    failed = [row["run"] for row in result["rows"] if row["status"] != "completed"]
+    if failed:
+        lines.append(f"not completed: {', '.join(failed)}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,8 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="plot_curves.py",
-        description="Accuracy/loss curves (PNG) and a summary table (CSV, Markdown) of runs "
-        "and multiruns written by vitattn-train.",
+        description="Accuracy/loss curves and attention maps (PNG) and a summary table (CSV, "
+        "Markdown) of runs and multiruns written by vitattn-train.",
     )
     parser.add_argument("dirs", nargs="+", help="run or multirun directories")
     parser.add_argument("--out", help="where to write (default: the first directory)")
@@ -266,10 +472,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = summarize(args.dirs, args.out)
     except (FileNotFoundError, ValueError) as error:
         parser.exit(1, f"plot_curves.py: error: {error}\n")
-    failed = [row["run"] for row in result["rows"] if row["status"] != "completed"]
-    print(Path(result["files"][1]).read_text(), end="")
-    for path in result["files"]:
-        print(f"wrote {path}")
-    if failed:
-        print(f"not completed: {', '.join(failed)}")
+    print(report(result))
     return 0

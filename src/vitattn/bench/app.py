@@ -5,8 +5,8 @@ Examples::
     vitattn-bench                                              # every attention, n = 256..4096
     vitattn-bench attentions=[softmax,linear] seq_lens=[64,128] repeats=2
     vitattn-bench level=block dtype=bfloat16 device=cuda
-    vitattn-bench mode=approx ckpt_path=outputs/train/runs/<stamp>/checkpoints/last.ckpt
-    vitattn-bench mode=spectrum ckpt_path=outputs/train/runs/<stamp>/checkpoints/last.ckpt
+    vitattn-bench mode=approx ckpt_path=outputs/train/runs/<run>/checkpoints/last.ckpt
+    vitattn-bench mode=spectrum ckpt_path=outputs/train/runs/<run>/checkpoints/last.ckpt
     vitattn-bench mode=train train.batch_size=64 'train.overrides=[model.depth=2]'
 
 The Hydra entry point only: the settings (:mod:`~vitattn.bench.settings`) are checked before

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from vitattn.attention.common.probe import implied_matrix, relative_error, softmax_reference
 from vitattn.bench.capture import QKV, checkpoint_qkv
 from vitattn.bench.environment import environment
 from vitattn.bench.kernels import build_kernel, failure_status, split_variant
@@ -43,8 +44,6 @@ from vitattn.bench.settings import BenchSettings
 from vitattn.utils.results import number
 
 log = logging.getLogger(__name__)
-
-PROBE_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -80,48 +79,6 @@ def budget_of(name: str, budgets: Mapping[str, Mapping[str, Any]]) -> Budget:
     if not entry:
         return Budget("", (None,))
     return Budget(str(entry["knob"]), tuple(entry["values"]))
-
-
-def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
-    """|approx - exact|_F / |exact|_F, in float64."""
-    exact = exact.double()
-    return float((approx.double() - exact).norm() / exact.norm().clamp_min(1e-300))
-
-
-def softmax_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact ``(A, A V)`` in float64 with the kernels' scale 1/sqrt(head_dim)."""
-    scale = q.shape[-1] ** -0.5
-    matrix = ((q.double() * scale) @ k.double().transpose(-2, -1)).softmax(dim=-1)
-    return matrix, matrix @ v.double()
-
-
-def probe_matrix(kernel: torch.nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The n x n matrix A~ with kernel(q, k, V) = A~ V, read off by feeding identity columns."""
-    tokens, head_dim = q.shape[-2], q.shape[-1]
-    eye = torch.eye(tokens, dtype=q.dtype, device=q.device)
-    columns = []
-    for start in range(0, tokens, head_dim):
-        block = eye[:, start : start + head_dim]
-        width = block.shape[1]
-        if width < head_dim:
-            block = torch.nn.functional.pad(block, (0, head_dim - width))
-        values = block.expand(*q.shape[:-2], tokens, head_dim).contiguous()
-        columns.append(kernel(q, k, values)[..., :width])
-    return torch.cat(columns, dim=-1)
-
-
-def implied_matrix(
-    kernel: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor
-) -> tuple[torch.Tensor | None, str]:
-    """The kernel's attention matrix and how it was obtained (``attention_matrix``/``probe``)."""
-    if callable(getattr(kernel, "attention_matrix", None)):
-        return kernel.attention_matrix(q, k), "attention_matrix"
-    matrix = probe_matrix(kernel, q, k)
-    if relative_error(matrix.double() @ v.double(), out) > PROBE_TOLERANCE:
-        return None, "none (not linear in V)"
-    return matrix, "probe"
 
 
 @torch.no_grad()

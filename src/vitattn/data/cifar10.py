@@ -345,6 +345,10 @@ class CIFAR10DataModule(L.LightningDataModule):
         return len(CLASSES)
 
     @property
+    def classes(self) -> tuple[str, ...]:
+        return CLASSES
+
+    @property
     def image_shape(self) -> tuple[int, int, int]:
         """``(channels, height, width)`` of the images the model receives."""
         return (1 if self.hparams.grayscale else 3, 32, 32)
@@ -458,6 +462,15 @@ class CIFAR10DataModule(L.LightningDataModule):
         return images
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Shift, augment (when training), normalise and mix a batch on its device. Images
+        alone (a model's ``example_input_array``, which Lightning's model summary passes here
+        at the start of a fit) are prepared as for evaluation: no augmentation, so no random
+        numbers drawn that a resumed run would not draw."""
+        if isinstance(batch, torch.Tensor):
+            images = apply_shift(batch, self.hparams.shift)
+            if self.hparams.normalize:
+                images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
+            return images
         images, labels = batch
         images = apply_shift(images, self.hparams.shift)  # the data set's variant, for all stages
         training = self.trainer is not None and self.trainer.training

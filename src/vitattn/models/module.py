@@ -70,6 +70,11 @@ class ViTClassifier(L.LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
+        # One blank image as the data loaders yield it (uint8), for Lightning's model summary
+        # (its FLOPs column) and the run's GFLOP/image; the datamodule prepares it as a batch.
+        size = getattr(self.net, "image_size", 32)
+        channels = getattr(self.net, "in_channels", 3)
+        self.example_input_array = torch.zeros(1, channels, size, size, dtype=torch.uint8)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
@@ -110,7 +115,7 @@ class ViTClassifier(L.LightningModule):
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False, batch_size=size)
         return loss
 
-    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
+    def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
@@ -123,12 +128,13 @@ class ViTClassifier(L.LightningModule):
         self.log(
             f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True, batch_size=size
         )
+        return logits
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
 
-    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self._evaluate(batch, "test")  # the logits, for vitattn.confusion
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Weight decay on matrices only: biases, norms and embeddings are not decayed (timm)."""

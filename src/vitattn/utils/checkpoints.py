@@ -68,6 +68,6 @@ def run_test_on_best(trainer: Any, module: Any, datamodule: Any) -> tuple[str | 
     ckpt_path = best_checkpoint(trainer)
     if ckpt_path is None:
         log.warning("no checkpoint was saved: testing the weights in memory")
-    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)
     metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
     return ckpt_path, metrics

@@ -61,8 +61,56 @@ def console_main(
         fail(program, error)
         sys.exit(1)
     remember_run_directory(explicit_run_dir(arguments))
-    sys.argv = [sys.argv[0], *arguments]
+    sys.argv = [sys.argv[0], *name_jobs_by_what_differs(arguments)]
     hydra_main()
+
+
+EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
+NUMBERED_JOB_DIR = (
+    "${hydra.job.num}_${vitattn_job_dir:${hydra.job.override_dirname},${hydra.job.num}}"
+)
+
+
+def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
+    """For a sweep (``-m``, or a search: ``hparams_search=...``), ``arguments`` plus Hydra's
+    ``override_dirname.exclude_keys`` set to the overrides that take one value: a job's
+    directory (``hydra/default.yaml``) and TensorBoard run are then named by the settings that
+    differ, ``attention=linear,seed=1``, not by every override. A sweep that repeats a value
+    numbers its jobs (``0_seed=1``, ``1_seed=1``) so that no two share a directory. Arguments
+    are returned as given for a single run, a command line Hydra will reject, or one that sets
+    the excluded keys itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    overrides = overrides_of(arguments)
+    searching = any(text.split("=", 1)[0] == "hparams_search" for text in overrides)
+    if not searching and not any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return list(arguments)
+    if any(text.split("=", 1)[0] == EXCLUDE_KEYS for text in overrides):
+        return list(arguments)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return list(arguments)
+    fixed = sorted(
+        {
+            override.key_or_group
+            for override in parsed
+            if not override.is_sweep_override() and not override.key_or_group.startswith("hydra")
+        }
+    )
+    named = [*arguments, f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"] if fixed else list(arguments)
+    repeats = any(
+        len(values) != len(set(values))
+        for values in (
+            list(override.sweep_string_iterator())
+            for override in parsed
+            if override.is_sweep_override() and not override.key_or_group.startswith("hydra")
+        )
+    )
+    if repeats and not any(text.startswith("hydra.sweep.subdir=") for text in overrides):
+        named.append(f"hydra.sweep.subdir='{NUMBERED_JOB_DIR}'")  # two jobs, the same values
+    return named
 
 
 def explicit_run_dir(arguments: Sequence[str]) -> Path | None:

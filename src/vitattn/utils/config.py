@@ -1,7 +1,9 @@
-"""Where the configs live, the ``project_root`` resolver, and what a composed config chose."""
+"""Where the configs live, the resolvers the configs use (project root, ``--help`` groups, run and
+job directory names), and what a composed config chose."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,8 +26,36 @@ def groups_help(*groups: str) -> str:
     return "\n".join(f"  {group:<{width}}  {', '.join(group_options(group))}" for group in groups)
 
 
+MAX_NAME = 120
+"""Longest directory name made from overrides; longer ones are cut and end with a hash."""
+
+
+def job_directory_name(override_dirname: str, number: int | str, sweeper: str = "") -> str:
+    """A sweep job's directory: what differs between the jobs (Hydra's ``override_dirname``,
+    e.g. ``attention=linear,seed=1``) with ``/`` made ``_``, or the job's number if nothing
+    differs. Names past :data:`MAX_NAME` characters are cut and made unique with a hash. A
+    ``sweeper`` other than Hydra's basic one (Optuna, say) may try the same values twice: its
+    jobs' names start with their number (``3_optimizer.lr=0.001``)."""
+    name = str(override_dirname).replace("/", "_").replace("\\", "_").strip()
+    if sweeper and not str(sweeper).endswith("BasicSweeper"):
+        name = f"{number}_{name}" if name else str(number)
+    if not name:
+        return str(number)
+    if len(name) > MAX_NAME:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_NAME - 9]}~{digest}"
+    return name
+
+
+def run_directory_name(stamp: str, attention: str | None = None) -> str:
+    """A single run's directory: its time stamp, then the attention it trains if any."""
+    return f"{stamp}_{attention}" if attention else str(stamp)
+
+
 OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
 OmegaConf.register_new_resolver("vitattn_groups", groups_help, replace=True)
+OmegaConf.register_new_resolver("vitattn_job_dir", job_directory_name, replace=True)
+OmegaConf.register_new_resolver("vitattn_run_dir", run_directory_name, replace=True)
 
 
 def chosen_option(cfg: DictConfig, group: str) -> str | None:

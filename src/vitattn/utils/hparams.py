@@ -1,17 +1,11 @@
-"""Hyper-parameters for the loggers, and for TensorBoard's HPARAMS view with our metric tags."""
+"""The hyper-parameters a run records: flat, curated names for the loggers' HPARAMS views."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-
-HPARAM_METRICS = ("val/acc", "val/loss", "test/acc", "train/images_per_sec")
-"""Scalars the HPARAMS view shows next to each run's hyperparameters."""
-
-TRAIN_GROUPS = ("attention", "model", "optimizer", "scheduler", "data", "trainer", "module")
-"""Config groups whose settings a training run records."""
 
 
 def flatten(tree: Mapping[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
@@ -29,24 +23,49 @@ def flatten(tree: Mapping[str, Any], separator: str = "/", prefix: str = "") -> 
     return flat
 
 
+MODEL_SIZE = ("embed_dim", "depth", "heads", "patch_size", "pool")
+"""The model settings the HPARAMS view shows (with the token count and the MLP width)."""
+
+
+def attention_knobs(attention: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``attention/<knob>`` for each setting of an attention config (``_target_`` and
+    ``_partial_`` left out)."""
+    return {f"attention/{k}": v for k, v in (attention or {}).items() if not str(k).startswith("_")}
+
+
+def model_size(net: Mapping[str, Any]) -> dict[str, Any]:
+    """``model/<size>`` of a network config: width, depth, heads, patch, pooling, tokens, MLP."""
+    image, patch = int(net.get("image_size", 32)), int(net.get("patch_size", 1))
+    tokens = (image // patch) ** 2 + (1 if net.get("pool") == "cls" else 0)
+    mlp = net.get("mlp_dim") or round(net.get("embed_dim", 0) * net.get("mlp_ratio", 0))
+    sizes = {f"model/{k}": net.get(k) for k in MODEL_SIZE}
+    return {**sizes, "model/tokens": tokens, "model/mlp_dim": mlp}
+
+
 def training_hyperparameters(
-    cfg: DictConfig, choices: Mapping[str, str | None], params: int
+    cfg: DictConfig,
+    choices: Mapping[str, str | None],
+    params: int,
+    gflop_per_image: float | None = None,
 ) -> dict[str, Any]:
-    """The flat settings a training run records: the options chosen for ``attention`` and
-    ``model``, the parameter count, the seed, and every setting of :data:`TRAIN_GROUPS`."""
-    knobs = {
-        g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) else None
-        for g in TRAIN_GROUPS
-    }
-    # The model's attention and the module's net/optimizer/scheduler repeat groups listed above.
-    knobs["model"] = {k: v for k, v in knobs["model"].items() if k != "attention"}
-    knobs["module"] = {k: v for k, v in knobs["module"].items() if not isinstance(v, dict)}
+    """What the HPARAMS view compares a training run by: the attention and its knobs, the model's
+    size, parameters and GFLOP per image, learning rate, batch size, seed and precision (no
+    ``_target_``, paths or URLs)."""
+    net = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(net, dict)
     return {
         "attention": choices.get("attention"),
+        **attention_knobs(net.get("attention")),
         "model": choices.get("model"),
+        **model_size(net),
         "params": params,
+        "gflop_per_image": None if gflop_per_image is None else round(gflop_per_image, 3),
+        "optimizer": choices.get("optimizer"),
+        "optimizer/lr": cfg.optimizer.get("lr"),
+        "optimizer/weight_decay": cfg.optimizer.get("weight_decay"),
+        "data/batch_size": cfg.data.get("batch_size"),
         "seed": cfg.get("seed"),
-        **{k: v for k, v in flatten(knobs).items() if not k.endswith("_partial_")},
+        "trainer/precision": str(cfg.trainer.get("precision")),
     }
 
 
@@ -58,40 +77,18 @@ def finetuning_hyperparameters(
     attention: str | None,
     counts: Any,
 ) -> dict[str, Any]:
-    """The flat settings a fine-tuning run records: the base network's (``net``, from its
-    checkpoint), the adapters', the data settings used (``data_cfg``, those taken from the base
-    filled in), the optimizer's, and the parameter counts."""
-    network = {k: v for k, v in net.items() if k not in ("attention", "_target_")}
-    groups = {
-        "data": OmegaConf.to_container(data_cfg, resolve=True),
-        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
-    }
+    """What the HPARAMS view compares a fine-tuning run by: the base network's attention and
+    size, the adapters' settings, the data variant, learning rate, batch size, seed and the
+    parameter counts."""
     return {
         "attention": attention,
+        **attention_knobs(net.get("attention")),
+        **model_size(net),
+        **{f"lora/{k}": v for k, v in lora.items()},
+        "data/shift": data_cfg.get("shift"),
         "params": counts.total,
         "params/trainable": counts.trainable,
+        "optimizer/lr": cfg.optimizer.get("lr"),
+        "data/batch_size": data_cfg.get("batch_size"),
         "seed": cfg.get("seed"),
-        "ckpt_path": str(cfg.ckpt_path),
-        **flatten({"lora": dict(lora), "model": network, **groups}),
     }
-
-
-def log_hyperparameters(loggers: Iterable[Any], hparams: Mapping[str, Any]) -> None:
-    """Record ``hparams`` (nested) with every logger.
-
-    Lightning's TensorBoardLogger writes the HPARAMS-plugin summary only together with metric
-    values, which would put a fake point on the curves; here the summary names the metric tags
-    and TensorBoard reads their values from the run's own scalars.
-    """
-    from lightning.pytorch.loggers import TensorBoardLogger
-    from torch.utils.tensorboard.summary import hparams as hparams_summary
-
-    flat = {k: ("null" if v is None else v) for k, v in flatten(hparams).items()}
-    for logger in loggers:
-        logger.log_hyperparams(flat)
-        if isinstance(logger, TensorBoardLogger):
-            writer = logger.experiment._get_file_writer()
-            if writer is None:  # not rank 0 of a multi-process run: rank 0 writes the summary
-                continue
-            for summary in hparams_summary(flat, dict.fromkeys(HPARAM_METRICS, 0.0)):
-                writer.add_summary(summary)

@@ -19,16 +19,23 @@ def instantiate_list(configs: DictConfig | None) -> list[Any]:
 def instantiate_loggers(configs: DictConfig | None, resume_step: int | None = None) -> list[Any]:
     """The loggers of the ``logger`` group. When a run resumes from a checkpoint at
     ``resume_step``, TensorBoard is told to drop the events a killed run logged past it
-    (``SummaryWriter(purge_step=...)``), so that every step is in the curves once."""
+    (``SummaryWriter(purge_step=...)``), so that every step is in the curves once. The events
+    of step ``resume_step`` itself stay when the logger writes a step's metrics at the count after
+    it (its ``step_offset``, 1 for :class:`vitattn.logger.RunTensorBoard`)."""
     if not configs:
         return []
+    from lightning.pytorch.loggers import TensorBoardLogger
+
     loggers = []
     for config in configs.values():
         if not config or "_target_" not in config:
             continue
-        tensorboard = str(config._target_).endswith("TensorBoardLogger")
-        extra = {"purge_step": resume_step} if tensorboard and resume_step is not None else {}
-        loggers.append(hydra.utils.instantiate(config, **extra))
+        target = hydra.utils.get_class(str(config._target_))
+        tensorboard = isinstance(target, type) and issubclass(target, TensorBoardLogger)
+        purge = {}
+        if tensorboard and resume_step is not None:
+            purge["purge_step"] = resume_step + int(getattr(target, "step_offset", 0))
+        loggers.append(hydra.utils.instantiate(config, **purge))
     return loggers
 
 

@@ -1,0 +1,169 @@
+"""Attention maps of several runs side by side: ``attention_maps.png``.
+
+A run that recorded its attention has ``<run>/attention/maps.npz`` with ``images`` (uint8,
+``(N, H, W, C)``, C = 3 or 1), ``rollout`` (float32, ``(N, H, W)`` in [0, 1]: the attention
+rollout of Abnar & Zuidema 2020), ``layers`` (float32, ``(L, N, H, W)``: each layer's map of the
+pooled query), ``step`` and ``attention``. :func:`plot_attention_maps` lays the runs out as rows
+and the same validation images as columns, each cell the image with that run's rollout over it
+as a heat map, so that where each mechanism looks can be compared at a glance.
+"""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+MAPS_FILE = Path("attention") / "maps.npz"
+"""Where a run directory keeps its attention maps."""
+COLORMAP = "inferno"
+OVERLAY_ALPHA = (0.15, 0.65)
+"""Opacity of the heat map where the rollout is 0 and where it is 1: where a run does not look,
+the image shows through almost as it is."""
+CELL_INCHES = 1.45
+
+
+@dataclass
+class AttentionMaps:
+    """What ``maps.npz`` holds."""
+
+    images: np.ndarray
+    rollout: np.ndarray
+    step: int | None = None
+    attention: str = ""
+
+    @property
+    def count(self) -> int:
+        return min(len(self.images), len(self.rollout))
+
+
+def load_maps(run_dir: str | Path) -> AttentionMaps | None:
+    """The maps of the run at ``run_dir``; ``None`` if it has none, or (with a warning) if the
+    file cannot be read or does not hold images and a rollout of the shapes above."""
+    path = Path(run_dir) / MAPS_FILE
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as content:
+            images = np.asarray(content["images"])
+            rollout = np.asarray(content["rollout"], dtype=np.float32)
+            step = int(content["step"]) if "step" in content else None
+            attention = str(content["attention"]) if "attention" in content else ""
+    except (OSError, KeyError, ValueError) as error:
+        log.warning("skipping %s: %s", path, error)
+        return None
+    if images.ndim == 3:  # grayscale without its channel axis
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3) or rollout.ndim != 3:
+        log.warning(
+            "skipping %s: images %s and rollout %s are not (N, H, W, C) and (N, H, W)",
+            path,
+            images.shape,
+            rollout.shape,
+        )
+        return None
+    if min(len(images), len(rollout)) == 0:
+        return None
+    return AttentionMaps(images, rollout, step, attention)
+
+
+def _wrap(text: str, width: int = 22) -> str:
+    return (
+        "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
+        or text
+    )
+
+
+def maps_figure(
+    rows: Sequence[tuple[str, AttentionMaps]], title: str = "", max_images: int = 8
+) -> Figure:
+    """One row per ``(label, maps)``, one column per image (the first ``max_images`` that every
+    row has): the image with the rollout over it, and one colour bar for all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    if not rows:
+        raise ValueError("no attention maps to show")
+    columns = max(1, min(max_images, *(maps.count for _, maps in rows)))
+    steps = {maps.step for _, maps in rows}
+    same_step = len(steps) == 1 and None not in steps
+    if same_step:
+        title = f"{title}, step {steps.pop()}" if title else f"step {steps.pop()}"
+    labels = [
+        _wrap(label if same_step or maps.step is None else f"{label} (step {maps.step})")
+        for label, maps in rows
+    ]
+    label_inches = 0.08 * max(len(line) for label in labels for line in label.splitlines())
+    width = max(CELL_INCHES * columns + label_inches + 1.3, 0.11 * len(title))
+    figure, axes = plt.subplots(
+        len(rows),
+        columns,
+        figsize=(width, CELL_INCHES * len(rows) + 0.9),
+        layout="constrained",
+        squeeze=False,
+    )
+    for row, (label, (_, maps)) in enumerate(zip(labels, rows, strict=True)):
+        for column in range(columns):
+            axes_ = axes[row][column]
+            image = maps.images[column]
+            height, width = image.shape[:2]
+            extent = (0, width, height, 0)  # the rollout may be coarser than the image
+            if image.shape[-1] == 1:
+                axes_.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, extent=extent)
+            else:
+                axes_.imshow(image, extent=extent)
+            axes_.imshow(
+                maps.rollout[column],
+                cmap=COLORMAP,
+                vmin=0.0,
+                vmax=1.0,
+                alpha=OVERLAY_ALPHA[0]
+                + (OVERLAY_ALPHA[1] - OVERLAY_ALPHA[0]) * np.clip(maps.rollout[column], 0, 1),
+                extent=extent,
+                interpolation="bilinear",
+            )
+            axes_.set_xticks([])
+            axes_.set_yticks([])
+            if row == 0:
+                axes_.set_title(f"image {column + 1}", fontsize=9)
+        axes[row][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9, labelpad=8)
+    figure.colorbar(
+        ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP),
+        ax=axes,
+        shrink=min(0.9, 2.5 / len(rows)),  # at most about two rows tall
+        aspect=15,
+        label="attention rollout",
+    )
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def plot_attention_maps(
+    rows: Sequence[tuple[str, str | Path]], path: Path, title: str = "", max_images: int = 8
+) -> bool:
+    """Write :func:`maps_figure` of the runs ``(label, run directory)`` that have maps to
+    ``path``; runs without are left out. ``False`` (and nothing written) if none has any."""
+    import matplotlib.pyplot as plt
+
+    found = [(label, maps) for label, run_dir in rows if (maps := load_maps(run_dir))]
+    if not found:
+        return False
+    figure = maps_figure(found, title, max_images)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return True

@@ -1,0 +1,76 @@
+"""The summary of a sweep, printed and written when ``vitattn-train -m`` ends.
+
+:class:`SweepSummary` is a Hydra callback (``hydra.callbacks`` in ``configs/train.yaml``): at the
+end of a multirun it runs :func:`vitattn.analysis.curves.summarize` on the sweep directory, as
+``scripts/plot_curves.py <sweep>`` would, and prints ``summary.md`` and the files written. A
+summary that cannot be made is a warning: the sweep's jobs have run and their results stand.
+
+Hydra does not call ``on_multirun_end`` when a job failed (it raises once all jobs have run), yet
+that is when a table naming the failed jobs helps most: the summary is then made as the command
+exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+class SweepSummary(Callback):
+    """Summarize the sweep directory once all its jobs have run (single runs are untouched)."""
+
+    def __init__(self) -> None:
+        self._pending: Path | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._pending = Path(str(config.hydra.sweep.dir))
+        except Exception:  # no sweep directory to name: on_multirun_end will say so
+            return
+        atexit.register(self._at_exit)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        atexit.unregister(self._at_exit)
+        self._pending = None
+        try:
+            sweep_dir = Path(str(config.hydra.sweep.dir))
+        except Exception as error:
+            log.warning("no sweep summary: no sweep directory (%s)", error)
+            return
+        summarize_sweep(sweep_dir)
+
+    def _at_exit(self) -> None:
+        sweep_dir, self._pending = self._pending, None
+        # a Ctrl-C during the summary means the user wants out, not a table
+        if sweep_dir is not None:
+            with contextlib.suppress(KeyboardInterrupt):
+                summarize_sweep(sweep_dir)
+
+
+def summarize_sweep(sweep_dir: Path) -> bool:
+    """Write the summary of ``sweep_dir`` and print it; on any error, log a warning and return
+    ``False`` instead of raising."""
+    try:
+        # Imported here: matplotlib and TensorBoard are needed only once a sweep is over.
+        from vitattn.analysis.curves import report, summarize
+
+        text = report(summarize([sweep_dir]))
+    except Exception as error:  # the sweep has run whatever happens here
+        log.warning(
+            "no summary of %s: %s: %s (try: python scripts/plot_curves.py %s)",
+            sweep_dir,
+            type(error).__name__,
+            error,
+            sweep_dir,
+        )
+        return False
+    print(f"\nSweep summary ({sweep_dir}):\n{text}", flush=True)
+    return True

@@ -1,0 +1,161 @@
+"""What a test says beyond its accuracy: which classes are confused, and the worst mistakes.
+
+:class:`ConfusionReport` watches the test batches and, at the end of the test, writes
+
+* the confusion matrix (torchmetrics' ``MulticlassConfusionMatrix``, summed over processes)
+  and the accuracy of each class: ``confusion_matrix.png`` in the run directory, a TensorBoard
+  image ``~summary/confusion_matrix``, and the numbers, which ``metrics.json`` carries as
+  ``test/confusion_matrix`` and ``test/acc_per_class``;
+* the test images the model got wrong with the highest confidence, each titled with its true
+  and predicted class: ``most_confident_errors.png`` and ``~summary/most_confident_errors``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+from vitattn.logger import SUMMARY_GROUP
+
+
+class ConfusionReport(L.Callback):
+    """Confusion matrix, per-class accuracy and the most confident mistakes of a test.
+
+    Args:
+        errors: how many of the most confidently wrong images to show.
+    """
+
+    def __init__(self, errors: int = 16) -> None:
+        self.errors = int(errors)
+        self.report: dict[str, Any] = {}
+        self._matrix: MulticlassConfusionMatrix | None = None
+        self._worst: list[tuple[float, torch.Tensor, int, int]] = []
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        classes = int(pl_module.hparams.get("num_classes", 10))
+        self._matrix = MulticlassConfusionMatrix(classes).to(pl_module.device)
+        self._worst = []
+        self.report = {}
+
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._matrix is None or not isinstance(outputs, torch.Tensor):
+            return
+        images, labels = batch
+        self._matrix.update(outputs, labels)
+        confidence, predicted = outputs.detach().float().softmax(dim=-1).max(dim=-1)
+        wrong = (predicted != labels).nonzero().flatten()
+        if not len(wrong) or self.errors < 1:
+            return
+        worst = wrong[confidence[wrong].argsort(descending=True)[: self.errors]]
+        shown = displayable(images[worst], trainer.datamodule)
+        for i, index in enumerate(worst.tolist()):
+            entry = (float(confidence[index]), shown[i], int(labels[index]), int(predicted[index]))
+            self._worst.append(entry)
+        self._worst = sorted(self._worst, key=lambda e: -e[0])[: self.errors]
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._matrix is None:
+            return
+        matrix = self._matrix.compute().cpu()
+        names = list(getattr(trainer.datamodule, "classes", range(matrix.shape[0])))
+        totals = matrix.sum(dim=1).clamp_min(1)
+        per_class = (matrix.diagonal() / totals).tolist()
+        self.report = {
+            "test/confusion_matrix": matrix.tolist(),
+            "test/acc_per_class": {
+                str(n): round(a, 4) for n, a in zip(names, per_class, strict=True)
+            },
+        }
+        if not trainer.is_global_zero or trainer.fast_dev_run:
+            return
+        run_dir = Path(trainer.default_root_dir)
+        figures = {
+            "confusion_matrix": confusion_figure(matrix, names),
+            "most_confident_errors": errors_figure(self._worst, names),
+        }
+        for name, figure in figures.items():
+            if figure is None:
+                continue
+            figure.savefig(run_dir / f"{name}.png", dpi=120, bbox_inches="tight")
+            for logger in trainer.loggers:
+                experiment = getattr(logger, "experiment", None)
+                if hasattr(experiment, "add_figure"):
+                    experiment.add_figure(f"{SUMMARY_GROUP}/{name}", figure, trainer.global_step)
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+
+
+def displayable(images: torch.Tensor, datamodule: Any) -> torch.Tensor:
+    """A batch as the model saw it, back to uint8 ``(N, C, H, W)`` on the CPU for display."""
+    images = images.detach().float().cpu()
+    if images.max() > 1.5 or not getattr(datamodule, "hparams", {}).get("normalize", True):
+        return images.clamp(0, 255).to(torch.uint8)  # raw intensities
+    mean = datamodule.mean.view(1, -1, 1, 1).cpu()
+    std = datamodule.std.view(1, -1, 1, 1).cpu()
+    return (images * std + mean).mul(255).round().clamp(0, 255).to(torch.uint8)
+
+
+def confusion_figure(matrix: torch.Tensor, names: list[Any]) -> Any:
+    """The confusion matrix as a figure: rows true classes, columns predictions, counts shown,
+    each row's accuracy in its label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = matrix.shape[0]
+    rows = matrix.sum(dim=1).clamp_min(1)
+    figure, axes = plt.subplots(figsize=(1.0 + 0.6 * classes, 0.8 + 0.55 * classes))
+    axes.imshow((matrix / rows[:, None]).numpy(), cmap="Blues", vmin=0, vmax=1)
+    for i in range(classes):
+        for j in range(classes):
+            count = int(matrix[i, j])
+            colour = "white" if matrix[i, j] / rows[i] > 0.5 else "black"
+            axes.text(j, i, str(count), ha="center", va="center", fontsize=8, color=colour)
+    accuracy = (matrix.diagonal() / rows).tolist()
+    axes.set_xticks(range(classes), [str(n) for n in names], rotation=45, ha="right")
+    axes.set_yticks(
+        range(classes), [f"{n} ({a:.0%})" for n, a in zip(names, accuracy, strict=True)]
+    )
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true (accuracy)")
+    total = float(matrix.diagonal().sum() / matrix.sum().clamp_min(1))
+    axes.set_title(f"Test confusion matrix (accuracy {total:.1%})")
+    figure.tight_layout()
+    return figure
+
+
+def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list[Any]) -> Any:
+    """The most confident mistakes as a grid of titled images, or ``None`` if there are none."""
+    if not worst:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(8, len(worst))
+    rows = -(-len(worst) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(1.6 * columns, 1.9 * rows), squeeze=False)
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, (confidence, image, true, predicted) in zip(axes.flat, worst, strict=False):
+        picture = image.permute(1, 2, 0).numpy()
+        axis.imshow(picture.squeeze(-1) if picture.shape[-1] == 1 else picture, cmap="gray")
+        axis.set_title(f"{names[true]}\n→ {names[predicted]} {confidence:.0%}", fontsize=7)
+    figure.suptitle("Most confident test mistakes (true → predicted, confidence)", fontsize=9)
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,81 @@
+"""Attention maps of the runs of a sweep side by side (``vitattn.analysis.maps``)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from vitattn.analysis.curves import find_runs, label_runs, load_run, map_labels, summarize
+from vitattn.analysis.maps import MAPS_FILE, AttentionMaps, load_maps, maps_figure
+
+
+def image_axes(figure: plt.Figure) -> list[plt.Axes]:
+    return [axes for axes in figure.axes if axes.images]
+
+
+def test_one_row_per_run_with_maps(three_attentions: Path) -> None:
+    shutil.rmtree(three_attentions / "attention=performer" / "attention")
+    result = summarize([three_attentions])
+    assert (three_attentions / "attention_maps.png") in result["files"]
+    rows = [
+        (row["label"], maps)
+        for row in result["rows"]
+        if (maps := load_maps(three_attentions / row["run"])) is not None
+    ]
+    assert [label for label, _ in rows] == ["attention=linear", "attention=softmax"]
+    figure = maps_figure(rows, "title", max_images=3)
+    grid = image_axes(figure)
+    assert len(grid) == 2 * 3
+    assert [axes.get_ylabel() for axes in grid[::3]] == ["attention=linear", "attention=softmax"]
+    assert all(len(axes.images) == 2 for axes in grid)  # the image, and the rollout over it
+    assert grid[0].images[1].get_cmap().name == "inferno"
+    assert figure.get_suptitle() == "title, step 300"
+    plt.close(figure)
+
+
+def test_no_maps_no_figure(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    make_run(tmp_path / "a", ["attention=linear"], maps=False)
+    make_run(tmp_path / "b", ["attention=softmax"], maps=False)
+    result = summarize([tmp_path])
+    assert not (tmp_path / "attention_maps.png").exists()
+    assert all(path.suffix in (".csv", ".md", ".png") for path in result["files"])
+
+
+def test_seeds_get_a_row_each(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    for seed in (1, 2):
+        make_run(tmp_path / f"attention=linear,seed={seed}", ["attention=linear", f"seed={seed}"])
+    make_run(tmp_path / "attention=softmax,seed=1", ["attention=softmax", "seed=1"])
+    runs = [load_run(path) for path in find_runs([tmp_path])]
+    label_runs(runs)
+    assert map_labels(runs, tmp_path) == [
+        "attention=linear, seed=1",
+        "attention=linear, seed=2",
+        "attention=softmax",
+    ]
+
+
+def test_grayscale_images_and_a_coarse_rollout(tmp_path: Path) -> None:
+    images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 1), dtype=np.uint8)
+    rollout = np.random.default_rng(1).random((3, 8, 8), dtype=np.float32)
+    (tmp_path / "attention").mkdir()
+    np.savez(tmp_path / MAPS_FILE, images=images, rollout=rollout, step=5, attention="linear")
+    maps = load_maps(tmp_path)
+    assert maps is not None and maps.count == 3 and maps.step == 5 and maps.attention == "linear"
+    figure = maps_figure([("linear", maps), ("other", AttentionMaps(images[:2], rollout[:2], 9))])
+    grid = image_axes(figure)
+    assert len(grid) == 2 * 2  # as many columns as every run has images
+    assert grid[0].images[0].get_cmap().name == "gray"
+    assert grid[2].get_ylabel() == "other (step 9)"  # steps differ: each row names its own
+    plt.close(figure)
+
+
+def test_a_broken_maps_file_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "attention").mkdir()
+    (tmp_path / MAPS_FILE).write_bytes(b"not a zip")
+    assert load_maps(tmp_path) is None
+    np.savez(tmp_path / MAPS_FILE, images=np.zeros((2, 4), np.uint8), rollout=np.zeros((2, 4)))
+    assert load_maps(tmp_path) is None

@@ -1,0 +1,55 @@
+"""GFLOP per image (:mod:`vitattn.models.flops`): counted by ``torch.utils.flop_counter``, with
+the CPU's fused attention kernel counted as the CUDA ones are."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vitattn.bench.kernels import attention_factory
+from vitattn.models.flops import gflop_per_image
+from vitattn.models.vit import VisionTransformer
+
+
+def test_linear_layers_cost_their_products_forward_and_backward() -> None:
+    layers = nn.Sequential(nn.Linear(10, 5, bias=False), nn.Linear(5, 4, bias=False))
+    forward = 2 * 10 * 5 + 2 * 5 * 4
+    # Backward: each weight's gradient, and the input gradient of the second layer only (the
+    # image needs none).
+    backward = 2 * 10 * 5 + 2 * (2 * 5 * 4)
+    assert gflop_per_image(layers, torch.zeros(1, 10)) == pytest.approx((forward + backward) / 1e9)
+
+
+def tiny_vit(impl: str) -> VisionTransformer:
+    torch.manual_seed(0)
+    return VisionTransformer(
+        image_size=16,
+        patch_size=4,
+        embed_dim=32,
+        depth=2,
+        heads=2,
+        num_classes=10,
+        attention=attention_factory("softmax", {"impl": impl}),
+    )
+
+
+def test_fused_attention_counts_its_products_and_the_recomputed_scores() -> None:
+    example = torch.zeros(1, 3, 16, 16)
+    fused, explicit = (
+        gflop_per_image(tiny_vit("sdpa"), example),
+        gflop_per_image(tiny_vit("naive"), example),
+    )
+    assert fused is not None and explicit is not None
+    # The fused kernel's backward recomputes q k^T (as flash attention does on a GPU): one
+    # (16 x 16) x (16 x 16) product per head and layer more than the explicit matrix's path.
+    recomputed = 2 * 16 * 16 * 16 * 2 * 2  # 2 n^2 d, x 2 heads, x 2 layers
+    assert (fused - explicit) * 1e9 == pytest.approx(recomputed)
+
+
+def test_counting_leaves_the_network_as_it_was() -> None:
+    net = tiny_vit("sdpa").eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    gflop_per_image(net, torch.zeros(1, 3, 16, 16))
+    assert not net.training and all(p.grad is None for p in net.parameters())
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())

@@ -1,0 +1,43 @@
+"""The pieces of :mod:`vitattn.insight` against their definitions; the callback itself runs in
+every training test and is read back in ``tests/test_tensorboard.py``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vitattn.insight import colour_map, overlay, query_rows, rollout, row_entropy, to_grid
+
+
+def test_rollout_is_the_product_of_the_residual_mixed_layers() -> None:
+    torch.manual_seed(0)
+    first, second = (torch.rand(5, 5).softmax(dim=-1) for _ in range(2))
+    eye = torch.eye(5)
+    expected = (0.5 * second + 0.5 * eye) @ (0.5 * first + 0.5 * eye)  # rows already sum to 1
+    assert torch.allclose(rollout([first, second]), expected, atol=1e-6)
+    assert torch.allclose(rollout([eye, eye]), eye)  # attending to oneself flows nowhere
+
+
+def test_row_entropy_is_log_n_for_uniform_rows_and_zero_for_one_hot_rows() -> None:
+    assert math.isclose(row_entropy(torch.full((2, 3, 8, 8), 1 / 8)), math.log(8), rel_tol=1e-9)
+    assert row_entropy(torch.eye(8)) == 0.0
+
+
+def test_query_rows_pick_the_centre_the_corner_and_the_pooled_token() -> None:
+    matrix = torch.arange(17 * 17, dtype=torch.float).reshape(17, 17)  # class token + 4 x 4
+    centre, corner, pooled = query_rows(matrix, offset=1, pool="cls")
+    assert torch.equal(centre, matrix[1 + 2 * 4 + 2]) and torch.equal(corner, matrix[1])
+    assert torch.equal(pooled, matrix[0])
+    mean_pooled = query_rows(matrix[1:, 1:], offset=0, pool="mean")[2]
+    assert torch.equal(mean_pooled, matrix[1:, 1:].mean(dim=0))
+
+
+def test_maps_are_scaled_to_their_peak_and_nan_draws_as_no_attention() -> None:
+    rows = torch.tensor([[0.0, 1.0, 2.0, 4.0]])  # a 2 x 2 grid of tokens
+    grid = to_grid(rows, offset=0, size=4)
+    assert grid.shape == (1, 4, 4) and grid.max() == 1.0 and grid[0, 0, 0] == 0.0
+    images = torch.zeros(1, 3, 4, 4, dtype=torch.uint8)
+    lut = colour_map()
+    blank = overlay(images, torch.zeros(1, 4, 4), lut)
+    assert torch.equal(overlay(images, torch.full((1, 4, 4), float("nan")), lut), blank)
