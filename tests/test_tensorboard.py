@@ -66,10 +66,16 @@ def hparams_of(run_dir: Path) -> tuple[dict[str, Any], list[str], str]:
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+def swept(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, str]:
+    """A 2-job sweep: its directory and what it printed."""
     folder = tmp_path_factory.mktemp("tensorboard") / "sweep"
-    run_sweep(folder, *FEW_STEPS, "attention=softmax,linear", "seed=3", data_dir=data_dir)
-    return folder
+    result = run_sweep(folder, *FEW_STEPS, "attention=softmax,linear", "seed=3", data_dir=data_dir)
+    return folder, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def sweep(swept: tuple[Path, str]) -> Path:
+    return swept[0]
 
 
 @pytest.mark.slow
@@ -163,7 +169,20 @@ def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) 
 
 
 @pytest.mark.slow
-def test_the_sweep_ends_with_its_summary_and_attention_maps(sweep: Path) -> None:
+def test_each_run_ends_with_one_line_and_the_sweep_with_its_summary(
+    swept: tuple[Path, str],
+) -> None:
+    sweep, output = swept
+    for attention in ("softmax", "linear"):
+        metrics = json.loads((sweep / f"attention={attention}" / "metrics.json").read_text())
+        line = (
+            f"attention={attention}: best val/acc {metrics['val/acc_best']:.2%}, "
+            f"test/acc {metrics['test/acc']:.2%}, {metrics['seconds']:.0f} s; "
+            f"{sweep / f'attention={attention}'}"
+        )
+        assert line in output
+    assert "Test metric" not in output  # no 17-digit test table
     assert (sweep / "summary.md").is_file() and (sweep / "attention_maps.png").is_file()
     table = (sweep / "summary.md").read_text()
     assert "attention=linear" in table and "attention=softmax" in table
+    assert f"Sweep summary ({sweep})" in output and table.splitlines()[0] in output

@@ -117,3 +117,17 @@ def test_report(trainer: L.Trainer) -> dict[str, Any]:
     for ``metrics.json``; empty if there was no test or no such callback."""
     report = next((c for c in trainer.callbacks if isinstance(c, ConfusionReport)), None)
     return dict(report.report) if report is not None else {}
+
+
+def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
+    """The one line a finished run ends with: attention, best and test accuracy, time, where."""
+
+    def percent(key: str) -> str:
+        value = metrics.get(key)
+        return "n/a" if value is None else f"{float(value):.2%}"
+
+    return (
+        f"attention={metrics.get('attention')}: best val/acc {percent('val/acc_best')}, "
+        f"test/acc {percent('test/acc')}, {float(metrics.get('seconds') or 0):.0f} s; "
+        f"{output_dir}"
+    )

@@ -30,7 +30,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from vitattn.fitting import fit_and_test
+    from vitattn.fitting import fit_and_test, result_line
     from vitattn.logger import log_hyperparameters, log_results
     from vitattn.models.flops import gflop_per_image
     from vitattn.utils.checkpoint_io import remove_partial_checkpoints
@@ -92,20 +92,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log_results(trainer.loggers, metrics, trainer.global_step)
         log.info("%s", result_line(metrics, output_dir))
     return metrics
-
-
-def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
-    """The one line a finished run ends with: attention, best and test accuracy, time, where."""
-
-    def percent(key: str) -> str:
-        value = metrics.get(key)
-        return "n/a" if value is None else f"{float(value):.2%}"
-
-    return (
-        f"attention={metrics.get('attention')}: best val/acc {percent('val/acc_best')}, "
-        f"test/acc {percent('test/acc')}, {float(metrics.get('seconds') or 0):.0f} s; "
-        f"{output_dir}"
-    )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
