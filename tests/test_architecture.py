@@ -15,7 +15,13 @@ import pytest
 from vitattn.utils.config import PROJECT_ROOT
 
 SOURCE = PROJECT_ROOT / "src"
-ENTRY_POINTS = {"vitattn.train", "vitattn.eval", "vitattn.finetune", "vitattn.bench.app"}
+ENTRY_POINTS = {
+    "vitattn.train",
+    "vitattn.eval",
+    "vitattn.finetune",
+    "vitattn.bench.app",
+    "vitattn.check.app",
+}
 """The console scripts' modules: they use the package; nothing uses them."""
 ALLOWED_TO_IMPORT_AN_ENTRY_POINT = {"vitattn.bench.__main__"}
 """``python -m vitattn.bench`` runs the bench's entry point."""
@@ -27,7 +33,7 @@ ROOMS = {
     "vitattn.models": {"vitattn.attention", "vitattn.utils"},
     "vitattn.callbacks": {"vitattn.utils"},
     "vitattn.logger": {"vitattn.utils"},
-    "vitattn.insight": {"vitattn.attention", "vitattn.utils"},
+    "vitattn.insight": {"vitattn.attention", "vitattn.logger", "vitattn.utils"},
     "vitattn.confusion": {"vitattn.logger", "vitattn.utils"},
     "vitattn.fitting": {
         "vitattn.callbacks",
@@ -39,8 +45,9 @@ ROOMS = {
     "vitattn.loading": {"vitattn.models", "vitattn.lora", "vitattn.utils"},
     "vitattn.analysis": {"vitattn.data", "vitattn.utils"},
 }
-"""Each room (package or module) and the rooms it may import besides itself. The entry points
-and ``vitattn.bench`` sit above all of them and may import any."""
+"""Each room (package or module) and the rooms it may import besides itself. The entry points,
+``vitattn.bench`` and ``vitattn.check`` (which runs the bench's pieces) sit above all of them and
+may import any."""
 
 
 def module_name(path: Path) -> str:

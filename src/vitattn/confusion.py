@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from vitattn.logger import SUMMARY_GROUP
+from vitattn.logger import SUMMARY_GROUP, summary_writers
 
 
 class ConfusionReport(L.Callback):
@@ -89,10 +89,8 @@ class ConfusionReport(L.Callback):
             if figure is None:
                 continue
             figure.savefig(run_dir / f"{name}.png", dpi=120, bbox_inches="tight")
-            for logger in trainer.loggers:
-                experiment = getattr(logger, "experiment", None)
-                if hasattr(experiment, "add_figure"):
-                    experiment.add_figure(f"{SUMMARY_GROUP}/{name}", figure, trainer.global_step)
+            for writer in summary_writers(trainer.loggers):
+                writer.add_figure(f"{SUMMARY_GROUP}/{name}", figure, trainer.global_step)
             import matplotlib.pyplot as plt
 
             plt.close(figure)

@@ -44,6 +44,7 @@ from vitattn.attention.common.probe import (
     implied_matrix,
     relative_error,
 )
+from vitattn.logger import summary_writers
 
 log = logging.getLogger(__name__)
 
@@ -246,11 +247,9 @@ class AttentionInsight(L.Callback):
         flow_maps = to_grid(flows, offset, size)
         pairs = torch.stack([as_rgb(shown), overlay(shown, flow_maps, self._lut)]).flatten(0, 1)
         grids["val/attention/rollout"] = make_grid(pairs, nrow=len(raw))
-        for logger in trainer.loggers:
-            experiment = getattr(logger, "experiment", None)
-            if hasattr(experiment, "_get_file_writer"):  # TensorBoard's SummaryWriter
-                for tag, grid in grids.items():
-                    add_png(experiment, tag, grid, trainer.global_step)
+        for writer in summary_writers(trainer.loggers):
+            for tag, grid in grids.items():
+                add_png(writer, tag, grid, trainer.global_step)
         self.save(
             Path(trainer.default_root_dir), trainer, shown, flow_maps, torch.stack(layer_maps)
         )

@@ -119,6 +119,15 @@ class RunTensorBoard(TensorBoardLogger):
             super().log_metrics(kept, None if step is None else step + self.step_offset)
 
 
+def summary_writers(loggers: Iterable[Any]) -> Iterator[Any]:
+    """The ``SummaryWriter`` of each TensorBoard logger in ``loggers``. Only real TensorBoard
+    loggers count: under ``fast_dev_run`` Lightning swaps in a ``DummyLogger`` whose
+    experiment answers every attribute with a no-op returning ``None``."""
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            yield logger.experiment
+
+
 def session_end() -> Any:
     """The summary that ends an HPARAMS session with status "Success" (what
     ``tensorboard.plugins.hparams.summary.session_end_pb`` builds, without TensorFlow)."""

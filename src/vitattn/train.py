@@ -72,7 +72,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     hparams = training_hyperparameters(cfg, choices, params, gflop)
     log_hyperparameters(trainer.loggers, hparams)
     log.info(
-        "attention=%s, %d parameters, run directory %s", choices["attention"], params, output_dir
+        "attention=%s, %d parameters, precision %s on %s, run directory %s",
+        choices["attention"],
+        params,
+        trainer.precision,
+        trainer.strategy.root_device,
+        output_dir,
     )
 
     remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write

@@ -91,3 +91,26 @@ def test_auto_picks_the_faster_path_and_computes_the_same(
     assert bool(calls) == fused
     reference = SoftmaxAttention(**sizes, impl="naive")(q.double(), k.double(), v.double())
     torch.testing.assert_close(auto.double(), reference, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("backend", ["flash", "math"])
+def test_each_sdpa_backend_that_runs_on_a_cpu_computes_softmax(backend: str) -> None:
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 40, 16) for _ in range(3))
+    sizes = {"seq_len": 40, "heads": 2, "head_dim": 16}
+    chosen = SoftmaxAttention(**sizes, impl="sdpa", sdpa_backend=backend)(q, k, v)
+    naive = SoftmaxAttention(**sizes, impl="naive")(q, k, v)
+    torch.testing.assert_close(chosen, naive, rtol=1e-5, atol=1e-5)
+
+
+def test_a_backend_that_cannot_run_is_one_line_naming_the_knob() -> None:
+    q = torch.randn(1, 1, 8, 4)
+    kernel = SoftmaxAttention(seq_len=8, heads=1, head_dim=4, impl="sdpa", sdpa_backend="cudnn")
+    if torch.cuda.is_available():
+        pytest.skip("on this machine the refusal is for a CPU tensor only")
+    with pytest.raises(ConfigError, match=r"attention.sdpa_backend=cudnn cannot run here \(cpu, "):
+        kernel(q, q, q)
+    with pytest.raises(
+        ConfigError, match=r"attention.sdpa_backend='fast' is not valid; choose one"
+    ):
+        SoftmaxAttention(seq_len=8, heads=1, head_dim=4, sdpa_backend="fast")

@@ -84,16 +84,53 @@ def test_compile_keeps_checkpoint_names() -> None:
     assert compiled.state_dict().keys() == plain.state_dict().keys()
 
 
-def test_compile_falls_back_to_eager_with_a_warning(monkeypatch, caplog) -> None:
+def test_compile_unavailable_runs_eager_and_says_so(monkeypatch, caplog) -> None:
     def unavailable(*args, **kwargs):
         raise RuntimeError("Windows not yet supported for torch.compile")
 
     monkeypatch.setattr(torch, "compile", unavailable)
     with caplog.at_level("WARNING"):
         module = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER)
-    assert module.net._compiled_forward is None
-    assert "model.compile=true ignored: torch.compile is unavailable here" in caplog.text
+    assert module.net._compiled_forward.compiled is False
+    assert "model.compile=true: torch.compile is unavailable here (RuntimeError" in caplog.text
+    assert "continues eager, not compiled" in caplog.text
     assert module(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_a_compile_failing_at_the_first_call_runs_eager_and_says_so(monkeypatch, caplog) -> None:
+    from torch._dynamo.exc import TorchDynamoException
+
+    calls = []
+
+    def failing_compile(function, *args, **kwargs):
+        def compiled(*inputs):
+            calls.append(1)
+            raise TorchDynamoException("backend='inductor' raised: no C++ compiler")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    torch.manual_seed(0)
+    module = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER).eval()
+    images = torch.zeros(2, 3, 32, 32)
+    with caplog.at_level("WARNING"):
+        first, second = module(images), module(images)
+    eager = module.net._forward(images)
+    assert torch.equal(first, eager) and torch.equal(second, eager)
+    assert calls == [1]  # tried once, then eager for good
+    assert module.net._compiled_forward.compiled is False
+    assert caplog.text.count("torch.compile failed (TorchDynamoException") == 1
+
+
+def test_a_model_error_is_not_taken_for_a_compile_failure(monkeypatch) -> None:
+    def compile_that_passes_errors(function, *args, **kwargs):
+        return function
+
+    monkeypatch.setattr(torch, "compile", compile_that_passes_errors)
+    module = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER)
+    with pytest.raises(RuntimeError):
+        module(torch.zeros(2, 5, 32, 32))  # 5 channels: the patch embedding's own error
+    assert module.net._compiled_forward.compiled is True
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,12 @@ from vitattn.utils.cli import (
     name_jobs_by_what_differs,
     single_runs,
 )
-from vitattn.utils.config import MAX_NAME, job_directory_name, run_directory_name
+from vitattn.utils.config import (
+    MAX_NAME,
+    gpu_precision,
+    job_directory_name,
+    run_directory_name,
+)
 from vitattn.utils.errors import ConfigError
 
 
@@ -99,6 +105,7 @@ def test_console_main_passes_help_to_hydra_unchecked(monkeypatch) -> None:
         ("vitattn-eval", "test accuracy of a checkpoint", ["data", "trainer"], ["attention"]),
         ("vitattn-finetune", "LoRA", ["data", "optimizer", "trainer"], ["attention"]),
         ("vitattn-bench", "measure attention mechanisms", ["data"], ["optimizer", "trainer"]),
+        ("vitattn-check", "prove a machine", ["data"], ["attention", "trainer"]),
     ],
 )
 def test_help_names_the_app_examples_and_its_groups(
@@ -171,3 +178,28 @@ def test_a_sweep_that_repeats_a_value_numbers_its_jobs() -> None:
         "3_optimizer.lr=0.001"
     )
     assert job_directory_name("seed=1", 3, "hydra._internal.BasicSweeper") == "seed=1"
+
+
+@pytest.mark.parametrize(
+    ("available", "capability", "precision"),
+    [
+        (True, (7, 5), "16-mixed"),
+        (True, (8, 0), "bf16-mixed"),
+        (True, (9, 0), "bf16-mixed"),
+        (False, None, "bf16-mixed"),
+    ],
+)
+def test_trainer_gpu_picks_bf16_where_the_gpu_has_it(
+    monkeypatch: pytest.MonkeyPatch, available: bool, capability: Any, precision: str
+) -> None:
+    import torch
+
+    from tests.helpers import compose_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: capability)
+    assert gpu_precision() == precision  # T4 is 7.5, A100 8.0, H100 9.0
+    cfg = compose_config("train", ["trainer=gpu"], Path("/nonexistent"))
+    assert cfg.trainer.precision == precision
+    user = compose_config("train", ["trainer=gpu", "trainer.precision=32-true"], Path("/x"))
+    assert user.trainer.precision == "32-true"

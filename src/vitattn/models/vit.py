@@ -8,6 +8,7 @@ every pixel is a token, the setting of the founding report and of Long Range Are
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -124,24 +125,45 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-def compile_or_explain(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor] | None:
-    """``torch.compile(function)``, or ``None`` with a warning saying why it is unavailable.
+class CompiledOrEager:
+    """``torch.compile(function)`` that says so when it cannot compile.
 
-    Errors while compiling (at the first call; e.g. no C++ toolchain) fall back to eager
-    execution through dynamo's ``suppress_errors`` instead of ending the run.
+    Compiling happens at the first call. If it fails there (no C++ toolchain, an operation
+    dynamo cannot trace), the run goes on eager with one warning naming the error, and
+    :attr:`compiled` turns ``False``; if ``torch.compile`` itself is unavailable, the same from
+    the start. Errors of the model itself are not caught: they are raised eager too.
     """
-    import logging
 
-    try:
-        import torch._dynamo
+    def __init__(self, function: Callable[..., torch.Tensor]) -> None:
+        self.function = function
+        self.compiled: bool = True
+        self._compiled_function: Callable[..., torch.Tensor] | None = None
+        try:
+            self._compiled_function = torch.compile(function)
+        except Exception as error:  # an old torch, a platform torch.compile does not support
+            self._fall_back("torch.compile is unavailable here", error)
 
-        torch._dynamo.config.suppress_errors = True
-        return torch.compile(function)
-    except Exception as error:  # an old torch, a platform torch.compile does not support
+    def _fall_back(self, why: str, error: BaseException) -> None:
+        import logging
+
+        self.compiled, self._compiled_function = False, None
         logging.getLogger(__name__).warning(
-            "model.compile=true ignored: torch.compile is unavailable here (%s)", error
+            "model.compile=true: %s (%s: %s); this run continues eager, not compiled",
+            why,
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
         )
-        return None
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        if self._compiled_function is None:
+            return self.function(*args)
+        from torch._dynamo.exc import TorchDynamoException
+
+        try:
+            return self._compiled_function(*args)
+        except TorchDynamoException as error:
+            self._fall_back("torch.compile failed", error)
+            return self.function(*args)
 
 
 class VisionTransformer(nn.Module):
@@ -169,9 +191,9 @@ class VisionTransformer(nn.Module):
         embedding: ``patch`` (a linear map of each patch, the ViT's) or ``intensity`` (a lookup
             of each pixel's 8-bit value, Long Range Arena's Image task; needs ``patch_size=1``
             and un-normalised data).
-        compile: run the forward pass through ``torch.compile`` (falls back to eager, with a
-            warning, where compile is unavailable). Parameter names, and so checkpoints, are
-            the same either way.
+        compile: run the forward pass through ``torch.compile`` (:class:`CompiledOrEager`:
+            where it cannot compile, the run goes on eager with a warning that says so).
+            Parameter names, and so checkpoints, are the same either way.
     """
 
     def __init__(
@@ -233,7 +255,7 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights(pos_embed_init)
         # A compiled bound method, not a wrapped module: state_dict names stay unprefixed.
-        self._compiled_forward = compile_or_explain(self._forward) if compile else None
+        self._compiled_forward = CompiledOrEager(self._forward) if compile else None
 
     def _init_weights(self, pos_embed_init: str) -> None:
         if pos_embed_init == "sincos":

@@ -52,10 +52,22 @@ def run_directory_name(stamp: str, attention: str | None = None) -> str:
     return f"{stamp}_{attention}" if attention else str(stamp)
 
 
+def gpu_precision() -> str:
+    """``trainer=gpu``'s precision: ``bf16-mixed`` where the GPU computes in bf16 natively
+    (compute capability 8.0 and up: A100, H100, L4, RTX 30xx and later), else ``16-mixed``
+    (fp16 with Lightning's gradient scaler: T4, V100). Without a visible GPU, ``bf16-mixed``."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0):
+        return "16-mixed"
+    return "bf16-mixed"
+
+
 OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT), replace=True)
 OmegaConf.register_new_resolver("vitattn_groups", groups_help, replace=True)
 OmegaConf.register_new_resolver("vitattn_job_dir", job_directory_name, replace=True)
 OmegaConf.register_new_resolver("vitattn_run_dir", run_directory_name, replace=True)
+OmegaConf.register_new_resolver("vitattn_gpu_precision", gpu_precision, replace=True)
 
 
 def chosen_option(cfg: DictConfig, group: str) -> str | None:

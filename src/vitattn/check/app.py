@@ -1,0 +1,64 @@
+"""``vitattn-check``: prove a machine for vitattn in one command.
+
+Examples::
+
+    vitattn-check                                  # one GPU, the report's sizes, ~10 minutes
+    vitattn-check device=cpu                       # the dry run: tiny sizes (CI runs it)
+    vitattn-check attentions=[softmax,performer] sections=[numerics,kernels]
+
+The Hydra entry point only: the settings (:mod:`~vitattn.check.settings`) are checked before
+Hydra creates the run directory; each section's module measures, :mod:`~vitattn.check.report`
+writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from vitattn.check.kernels import run_kernels
+from vitattn.check.numerics import run_numerics
+from vitattn.check.report import machine, write_check
+from vitattn.check.settings import NOT_OURS, Section, load_settings
+from vitattn.check.training import run_reference, run_training
+from vitattn.utils.cli import console_main
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.task import run_task
+
+PROGRAM = "vitattn-check"
+log = logging.getLogger(__name__)
+
+
+def check(cfg: DictConfig) -> dict[str, Any]:
+    """Run the chosen sections and write check.md, check.json and check_kernels.png."""
+    settings = load_settings(cfg)
+    env = machine(settings)
+    log.info("checking %s (%s) for %s", env["device_name"], env["device"], settings.attentions)
+    chosen = set(settings.sections)
+    numerics = run_numerics(settings) if Section.numerics in chosen else []
+    training = run_training(settings) if Section.training in chosen else []
+    reference = run_reference(settings) if Section.reference in chosen else None
+    kernels = run_kernels(settings) if Section.kernels in chosen else None
+    given = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    assert isinstance(given, dict)
+    recorded = {str(k): v for k, v in given.items() if k not in NOT_OURS}
+    output_dir = Path(cfg.paths.output_dir)
+    return write_check(output_dir, settings, recorded, env, numerics, training, reference, kernels)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="check")
+def _hydra_main(cfg: DictConfig) -> None:
+    run_task(PROGRAM, check, cfg)
+
+
+def main() -> None:
+    """Console script ``vitattn-check``."""
+    console_main(PROGRAM, _hydra_main, config_name="check", validate=load_settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Section 4 of ``vitattn-check``: every attention's forward+backward time against n next to fused
+softmax (SDPA, which picks flash attention on a GPU where it applies), measured by the bench's
+scaling runner (:class:`vitattn.bench.scaling.Runner`) with its guard: a size predicted slower
+than ``kernels.max_call_seconds`` is skipped, and an out-of-memory error ends an attention's
+sweep. Per attention: the crossover n (from which it beats softmax at every larger measured n)
+and the largest n it ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vitattn.bench.environment import half_the_memory
+from vitattn.bench.scaling import Guard, Row, Runner, Sweep, crossover, log_row
+from vitattn.check.settings import CheckSettings
+
+REFERENCE = "softmax"
+
+
+@dataclass
+class KernelsRun:
+    rows: list[Row]
+    summary: list[dict[str, Any]]
+
+
+def summarise(rows: list[Row], attentions: list[str], head_dim: int) -> list[dict[str, Any]]:
+    """Per attention: its crossover n against softmax and the largest n it ran."""
+    summary = []
+    for attention in attentions:
+        ran = [r.seq_len for r in rows if r.attention == attention and r.ok]
+        summary.append(
+            {
+                "attention": attention,
+                "largest_seq_len": max(ran, default=None),
+                "crossover_seq_len": crossover(rows, attention, head_dim, REFERENCE),
+            }
+        )
+    return summary
+
+
+def run_kernels(settings: CheckSettings) -> KernelsRun:
+    """Section 4: the timings (softmax first, so every other attention has its reference)."""
+    assert settings.attentions is not None
+    kernels, device = settings.kernels, settings.torch_device
+    attentions = [REFERENCE, *(a for a in settings.attentions if a != REFERENCE)]
+    sweep = Sweep(
+        attentions=attentions,
+        seq_lens=kernels.seq_lens,
+        head_dims=[kernels.head_dim],
+        batch_size=kernels.batch_size,
+        heads=kernels.heads,
+        dtype=kernels.dtype.torch,
+        device=device,
+        warmup=1,
+        repeats=kernels.repeats,
+        reference=REFERENCE,
+        seed=settings.seed,
+        guard=Guard(
+            max_memory_bytes=half_the_memory() if device.type == "cpu" else None,
+            max_call_seconds=kernels.max_call_seconds,
+            free_below=min(kernels.seq_lens),
+            max_measure_seconds=5 * (kernels.max_call_seconds or 1),
+        ),
+    )
+    rows = Runner(sweep, on_row=log_row).run()
+    return KernelsRun(rows, summarise(rows, attentions, kernels.head_dim))

@@ -1,0 +1,228 @@
+"""What ``vitattn-check`` writes: ``check.json`` (everything), ``check.md`` (the tables, the
+problems first) and ``check_kernels.png`` (kernel time against n), through the project's
+results writer."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitattn.bench.environment import environment
+from vitattn.bench.plots import plot_time
+from vitattn.check.kernels import KernelsRun
+from vitattn.check.numerics import NumericsRow
+from vitattn.check.settings import CheckSettings
+from vitattn.check.training import TrainingRow
+from vitattn.utils.results import markdown_table, number, write_json
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, from ``nvidia-smi`` where it is installed."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        found = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip().splitlines()[0] if found.stdout.strip() else None
+
+
+def machine(settings: CheckSettings) -> dict[str, Any]:
+    """Section 5: the device, its software and the precision the training used."""
+    import lightning
+
+    device = settings.torch_device
+    found = environment(device)
+    found.update(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        lightning=lightning.__version__,
+        cuda=torch.version.cuda,
+        cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        driver=driver_version() if device.type == "cuda" else None,
+        precision=settings.training.precision,
+    )
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        found["capability"] = f"{properties.major}.{properties.minor}"
+        found["memory_gb"] = round(properties.total_memory / 2**30, 1)
+    return found
+
+
+def problems(
+    numerics: Sequence[NumericsRow],
+    training: Sequence[TrainingRow],
+    kernels: KernelsRun | None,
+) -> list[str]:
+    """One line per thing that is not as it should be."""
+    found = [
+        f"numerics: {r.attention} in {r.dtype}: {r.status}"
+        + ("" if r.error is None else f" (error {r.error:.2e}, tolerance {r.tolerance:.1e})")
+        for r in numerics
+        if r.status != "ok"
+    ]
+    for row in training:
+        if row.status != "ok":
+            found.append(f"training: {row.attention}: {row.status}")
+        elif row.loss_falling is False:
+            found.append(
+                f"training: {row.attention}: the loss did not fall "
+                f"({row.loss_first:.3f} -> {row.loss_last:.3f})"
+            )
+    if kernels is not None:
+        found.extend(
+            f"kernels: {r.attention} at n={r.seq_len}: {r.status}"
+            for r in kernels.rows
+            if r.status.startswith("error")
+        )
+    return found
+
+
+NUMERICS_COLUMNS = {
+    "attention": "attention",
+    "dtype": "dtype",
+    "error": "max rel. error",
+    "output_error": "output error",
+    "finite": "finite",
+    "finite_stressed": "finite, q k scaled",
+    "status": "status",
+}
+TRAINING_COLUMNS = {
+    "attention": "attention",
+    "images_per_sec": "images/s",
+    "peak_memory_gb": "peak GB",
+    "gflop_per_image": "GFLOP/image",
+    "mfu": "MFU",
+    "loss_first": "loss, first 1/4",
+    "loss_last": "loss, last 1/4",
+    "status": "status",
+}
+KERNEL_COLUMNS = {
+    "attention": "attention",
+    "crossover_seq_len": "faster than softmax from n",
+    "largest_seq_len": "largest n run",
+}
+
+
+FORMATS = {
+    "error": "{:.1e}",
+    "output_error": "{:.1e}",
+    "images_per_sec": "{:,.0f}",
+    "peak_memory_gb": "{:.2f}",
+    "gflop_per_image": "{:.3g}",
+    "mfu": "{:.1%}",
+    "loss_first": "{:.3f}",
+    "loss_last": "{:.3f}",
+}
+"""How a float column is shown in ``check.md`` (others: three significant digits)."""
+
+
+def _shown(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            k: (FORMATS[k].format(v) if k in FORMATS else number(v)) if isinstance(v, float) else v
+            for k, v in row.items()
+        }
+        for row in rows
+    ]
+
+
+def check_text(
+    settings: CheckSettings,
+    env: Mapping[str, Any],
+    numerics: Sequence[NumericsRow],
+    training: Sequence[TrainingRow],
+    reference: Mapping[str, Any] | None,
+    kernels: KernelsRun | None,
+) -> str:
+    """``check.md``."""
+    found = problems(numerics, training, kernels)
+    lines = [
+        f"# vitattn-check on {env['device_name']} ({env['device']}), {env['date']}",
+        "",
+        f"torch {env['torch']}, CUDA {env.get('cuda') or '-'}, driver {env.get('driver') or '-'}, "
+        f"Lightning {env['lightning']}, precision {env['precision']}",
+        "",
+        "## Problems",
+        "",
+        *([f"- {line}" for line in found] or ["none"]),
+    ]
+    if numerics:
+        n = settings.numerics
+        lines += [
+            "",
+            f"## Numerics: against fp32 on the CPU (batch {n.batch_size}, {n.heads} heads, "
+            f"n {n.seq_len}, d {n.head_dim}; stressed: q, k x {n.stress_scale:g})",
+            "",
+            markdown_table(_shown([asdict(r) for r in numerics]), NUMERICS_COLUMNS),
+        ]
+    if training:
+        t = settings.training
+        lines += [
+            "",
+            f"## Training: {t.steps} steps of {t.model}, batch {t.batch_size}, {t.precision}",
+            "",
+            markdown_table(_shown([asdict(r) for r in training]), TRAINING_COLUMNS),
+        ]
+    if reference is not None:
+        lines += ["", "## Against timm's ViT of the same size (softmax)", ""]
+        if reference["results"]:
+            columns = {"implementation": "implementation", "images_per_sec": "images/s"}
+            lines.append(markdown_table(_shown(reference["results"]), columns))
+            lines += [""] + [f"{k}: {v:.2f}x" for k, v in reference["ratios"].items()]
+        else:
+            lines.append(reference["status"])
+    if kernels is not None:
+        k = settings.kernels
+        lines += [
+            "",
+            f"## Kernels: forward+backward against n ({k.dtype.value}, batch {k.batch_size}, "
+            f"{k.heads} heads, d {k.head_dim}; figure: check_kernels.png)",
+            "",
+            markdown_table(kernels.summary, KERNEL_COLUMNS),
+        ]
+    return "\n".join(lines)
+
+
+def write_check(
+    output_dir: Path,
+    settings: CheckSettings,
+    given: Mapping[str, Any],
+    env: Mapping[str, Any],
+    numerics: Sequence[NumericsRow],
+    training: Sequence[TrainingRow],
+    reference: Mapping[str, Any] | None,
+    kernels: KernelsRun | None,
+) -> dict[str, Any]:
+    """Write the three files, print ``check.md``; what ``check.json`` holds."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    content = {
+        "settings": dict(given),
+        "environment": dict(env),
+        "problems": problems(numerics, training, kernels),
+        "numerics": [asdict(r) for r in numerics],
+        "training": [asdict(r) for r in training],
+        "reference": reference,
+        "kernels": None
+        if kernels is None
+        else {"results": [asdict(r) for r in kernels.rows], "summary": kernels.summary},
+    }
+    write_json(output_dir / "check.json", content)
+    if kernels is not None:
+        plot_time(kernels.rows, output_dir / "check_kernels.png")
+    text = check_text(settings, env, numerics, training, reference, kernels)
+    (output_dir / "check.md").write_text(text + "\n")
+    print(text, flush=True)
+    return content

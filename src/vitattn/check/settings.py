@@ -1,0 +1,151 @@
+"""The settings of ``vitattn-check``: a typed schema in Hydra's ConfigStore (``check_schema``,
+first in ``configs/check.yaml``'s defaults) and the checks composing cannot make. Every refusal is
+one :class:`~vitattn.utils.errors.ConfigError` line, raised before the run directory exists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from vitattn.bench.kernels import resolve_attentions
+from vitattn.bench.settings import Checked, DType, at_least, positive, sizes
+from vitattn.utils.cli import composition_message
+from vitattn.utils.config import gpu_precision, group_options
+from vitattn.utils.errors import ConfigError
+
+SCHEMA = "check_schema"
+NOT_OURS = ("data", "paths", "hydra")
+
+
+class Section(Enum):
+    numerics = "numerics"
+    training = "training"
+    reference = "reference"
+    kernels = "kernels"
+
+
+class Device(Enum):
+    gpu = "gpu"
+    cpu = "cpu"
+
+
+@dataclass
+class NumericsSettings(Checked):
+    """``numerics``: the q, k, v every attention gets, and the dtypes compared with fp32 on CPU."""
+
+    section: ClassVar[str] = "numerics."
+    batch_size: int = at_least(1)
+    heads: int = at_least(1)
+    seq_len: int = at_least(1)
+    head_dim: int = at_least(1)
+    stress_scale: float = positive()
+    dtypes: list[DType] = MISSING
+
+
+@dataclass
+class TrainingSettings(Checked):
+    """``training``: the short training of every attention."""
+
+    section: ClassVar[str] = "training."
+    model: str = MISSING
+    batch_size: int = at_least(1)
+    steps: int = at_least(4)
+    precision: str = MISSING  # auto or Lightning's (32-true, bf16-mixed, 16-mixed)
+    compile: bool = MISSING
+    overrides: list[str] = MISSING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model not in group_options("model"):
+            raise ConfigError(
+                f"training.model={self.model} is not a known model; "
+                f"choose one of: {', '.join(group_options('model'))}"
+            )
+
+
+@dataclass
+class ReferenceSettings(Checked):
+    """``reference``: the steps of ours and timm's ViT, timed as ``vitattn-bench mode=train``."""
+
+    section: ClassVar[str] = "reference."
+    warmup: int = at_least(0)
+    steps: int = at_least(1)
+    repeats: int = at_least(1)
+
+
+@dataclass
+class KernelSettings(Checked):
+    """``kernels``: the sequence lengths and sizes of the forward+backward timings."""
+
+    section: ClassVar[str] = "kernels."
+    seq_lens: list[int] = MISSING
+    dtype: DType = MISSING
+    batch_size: int = at_least(1)
+    heads: int = at_least(1)
+    head_dim: int = at_least(1)
+    repeats: int = at_least(1)
+    max_call_seconds: float | None = positive()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
+
+
+@dataclass
+class CheckSettings(Checked):
+    """Everything ``configs/check.yaml`` sets; the sizes follow ``device`` (``profiles``)."""
+
+    task_name: str = MISSING
+    device: str = MISSING  # a Device's value; a string, as the sizes' interpolations need one
+    attentions: list[str] | None = MISSING
+    seed: int = MISSING
+    sections: list[Section] = MISSING
+    numerics: NumericsSettings = MISSING
+    training: TrainingSettings = MISSING
+    reference: ReferenceSettings = MISSING
+    kernels: KernelSettings = MISSING
+    profiles: dict[str, Any] = MISSING  # the sizes per device, read by the sections' defaults
+    data: Any = None
+    paths: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.attentions = resolve_attentions(self.attentions)
+        if self.device == Device.gpu.value and not torch.cuda.is_available():
+            raise ConfigError(
+                "device=gpu: no CUDA GPU is visible here; vitattn-check device=cpu is the dry run"
+            )
+        if self.training.precision == "auto":
+            gpu = self.device == Device.gpu.value
+            self.training.precision = gpu_precision() if gpu else "32-true"
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda" if self.device == Device.gpu.value else "cpu")
+
+
+ConfigStore.instance().store(name=SCHEMA, node=CheckSettings)
+
+
+def load_settings(cfg: DictConfig) -> CheckSettings:
+    """The checked settings of a composed ``check`` config (without the data, paths and Hydra
+    nodes, whose interpolations only a running Hydra app resolves)."""
+    devices = [d.value for d in Device]
+    if cfg.get("device") not in devices:
+        raise ConfigError(f"device={cfg.get('device')} is not valid; choose {' or '.join(devices)}")
+    own = cfg.copy()
+    with open_dict(own):
+        for key in NOT_OURS:
+            own.pop(key, None)
+    try:
+        settings = OmegaConf.to_object(own)
+    except OmegaConfBaseException as error:
+        raise ConfigError(composition_message(error)) from error
+    assert isinstance(settings, CheckSettings)
+    return settings

@@ -1,0 +1,228 @@
+"""Sections 2 and 3 of ``vitattn-check``: a short training of every attention, and our training
+speed against timm's ViT of the same size.
+
+Each attention trains ``training.steps`` steps of ``training.model`` through a Lightning Trainer as
+``vitattn-train`` runs it (no validation, logging or checkpoints). Step ends are timed after a
+device sync (as ``vitattn-bench mode=train`` does); images/s is over the second half of the steps,
+after compilation, autotuning and the allocator have settled. GFLOP/image is forward+backward,
+counted by :func:`~vitattn.models.flops.gflop_per_image`; MFU is the model FLOPs achieved per
+second over the device's dense 16-bit tensor-core peak (:data:`PEAK_TFLOPS`; none on a CPU or an
+unlisted GPU, or at 32-bit precision). The loss is "falling" when the mean of the last quarter of
+the steps is below that of the first quarter.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import hydra
+import torch
+
+from vitattn.bench.environment import environment
+from vitattn.bench.kernels import failure_status
+from vitattn.bench.settings import TrainSettings
+from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, train_config
+from vitattn.check.settings import CheckSettings
+from vitattn.models.flops import gflop_per_image
+from vitattn.utils.lightning_output import tidy_lightning_output
+
+log = logging.getLogger(__name__)
+
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100 SXM": 989.0,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "H100": 756.0,  # an H100 of unknown form factor: the lower peak
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10": 125.0,
+    "V100": 125.0,
+    "T4": 65.0,
+}
+"""Dense fp16/bf16 tensor-core peak TFLOP/s by a GPU name's part (NVIDIA datasheets; the first
+part found in ``torch.cuda.get_device_name()`` wins, so longer names come first)."""
+
+
+def peak_tflops(device: torch.device, precision: str) -> float | None:
+    """The 16-bit peak of ``device`` for MFU, or ``None`` where there is none to compare with."""
+    if device.type != "cuda" or not precision.startswith(("16", "bf16")):
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for part, peak in PEAK_TFLOPS.items() if part in name), None)
+
+
+@dataclass
+class TrainingRow:
+    """One attention's short training: a line of the training table."""
+
+    attention: str
+    model: str
+    batch_size: int
+    precision: str
+    steps: int
+    params: int | None = None
+    images_per_sec: float | None = None
+    peak_memory_gb: float | None = None
+    gflop_per_image: float | None = None
+    mfu: float | None = None
+    loss_first: float | None = None  # mean of the first quarter of the steps
+    loss_last: float | None = None  # mean of the last quarter
+    loss_falling: bool | None = None
+    status: str = "ok"
+
+
+def bench_settings(settings: CheckSettings, attention: str, **timing: int) -> TrainSettings:
+    """The bench's ``train`` settings for ``attention`` at the check's sizes."""
+    training = settings.training
+    return TrainSettings(
+        implementations=["vitattn", "timm"],
+        model=training.model,
+        attention=attention,
+        batch_size=training.batch_size,
+        precision=training.precision,
+        compile=training.compile,
+        warmup=timing.get("warmup", 0),
+        steps=timing.get("steps", training.steps),
+        repeats=timing.get("repeats", 1),
+        overrides=list(training.overrides),
+    )
+
+
+class _Recorder:
+    """Step-end times and losses of a Lightning fit (the losses kept on the device until the end:
+    reading each one would sync at every step)."""
+
+    def __init__(self, device: torch.device) -> None:
+        import lightning as L
+
+        self.clock = StepClock(device)
+        self.losses: list[torch.Tensor] = []
+        recorder = self
+
+        class Callback(L.Callback):
+            def on_train_start(self, *args: Any) -> None:
+                recorder.clock.tick()
+
+            def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, *_: Any) -> None:
+                loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+                recorder.losses.append(loss.detach().float())
+                recorder.clock.tick()
+
+        self.callback = Callback()
+
+
+def train_briefly(
+    settings: CheckSettings, attention: str, datamodule: Any
+) -> tuple[TrainingRow, Any]:
+    """Train ``attention`` for ``training.steps`` steps; its row and the trained module."""
+    import lightning as L
+
+    training, device = settings.training, settings.torch_device
+    row = TrainingRow(
+        attention, training.model, training.batch_size, training.precision, training.steps
+    )
+    cfg = train_config(bench_settings(settings, attention))
+    torch.manual_seed(settings.seed)
+    module = hydra.utils.instantiate(cfg.module)
+    row.params = sum(p.numel() for p in module.parameters())
+    example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
+    row.gflop_per_image = gflop_per_image(module.net, example)
+    recorder = _Recorder(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision=training.precision,
+        max_steps=training.steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        callbacks=[recorder.callback],
+    )
+    trainer.fit(module, datamodule=datamodule)
+    if device.type == "cuda":
+        row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+    ticks = recorder.clock.ticks
+    half = len(ticks) // 2
+    if len(ticks) - half >= 2:
+        seconds = (ticks[-1] - ticks[half]) / (len(ticks) - 1 - half)
+        row.images_per_sec = training.batch_size / seconds
+    losses = [loss.item() for loss in recorder.losses]
+    quarter = max(1, len(losses) // 4)
+    if losses:
+        row.loss_first = statistics.fmean(losses[:quarter])
+        row.loss_last = statistics.fmean(losses[-quarter:])
+        row.loss_falling = row.loss_last < row.loss_first
+    peak = peak_tflops(device, training.precision)
+    if peak and row.images_per_sec and row.gflop_per_image:
+        row.mfu = row.gflop_per_image * 1e9 * row.images_per_sec / (peak * 1e12)
+    return row, module
+
+
+def run_training(settings: CheckSettings) -> list[TrainingRow]:
+    """Section 2: every attention's short training (a failure is that attention's row status)."""
+    tidy_lightning_output()
+    assert settings.attentions is not None
+    cfg = train_config(bench_settings(settings, settings.attentions[0]))
+    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    rows = []
+    for attention in settings.attentions:
+        try:
+            row, _ = train_briefly(settings, attention, datamodule)
+        except Exception as error:
+            training = settings.training
+            row = TrainingRow(
+                attention, training.model, training.batch_size, training.precision, training.steps
+            )
+            row.status = failure_status(error)
+        log.info(
+            "training %-14s %s images/s, loss %s -> %s, %s",
+            attention,
+            "-" if row.images_per_sec is None else f"{row.images_per_sec:.0f}",
+            row.loss_first,
+            row.loss_last,
+            row.status,
+        )
+        rows.append(row)
+        if settings.torch_device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def run_reference(settings: CheckSettings) -> dict[str, Any]:
+    """Section 3: ours (softmax) and timm's ViT of the same size, timed alike; the ratio."""
+    from vitattn.bench.settings import require_timm
+    from vitattn.utils.errors import ConfigError
+
+    try:
+        require_timm()
+    except ConfigError as missing:
+        return {"status": f"skipped: {missing}", "results": [], "ratios": {}}
+    reference = settings.reference
+    train = bench_settings(
+        settings,
+        "softmax",
+        warmup=reference.warmup,
+        steps=reference.steps,
+        repeats=reference.repeats,
+    )
+    tidy_lightning_output()
+    results = measure_train_speed(train, settings.torch_device)
+    return {
+        "status": "ok",
+        "results": [vars(r) for r in results],
+        "ratios": ratios(results),
+        "environment": environment(settings.torch_device),
+    }

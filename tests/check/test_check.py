@@ -1,0 +1,182 @@
+"""``vitattn-check``: its settings, what each section finds, and the CPU dry run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import vitattn.check.numerics as numerics_module
+from tests.helpers import compose_config, refused, run_cli
+from vitattn.attention import ATTENTIONS
+from vitattn.bench.settings import DType
+from vitattn.check.numerics import check_attention, relative_error, tolerance
+from vitattn.check.report import problems
+from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
+from vitattn.check.training import TrainingRow, peak_tflops
+from vitattn.utils.cli import check_composition
+from vitattn.utils.errors import ConfigError
+
+NO_GPU = not torch.cuda.is_available()
+
+BAD_INPUTS = [
+    (["attentions=[softmax,nope]"], r"attentions=\[nope\] names no registered attention"),
+    (["sections=[numerics,speed]"], r"sections=\[numerics,speed\]: Invalid value 'speed'"),
+    (["kernels.seq_lens=[0,64]"], r"kernels.seq_lens has 0, which is not valid"),
+    (["numerics.dtypes=[float8]"], r"numerics.dtypes=\[float8\]: Invalid value 'float8'"),
+    (["training.steps=2"], r"training.steps=2 is not valid; choose an integer >= 4"),
+    (["training.model=vit_huge"], r"training.model=vit_huge is not a known model; choose one"),
+    (["numerics.stress_scale=0"], r"numerics.stress_scale=0.0 is not valid; choose a positive"),
+    (["typo=1"], r"Key 'typo' not in 'CheckSettings'"),
+    (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
+    (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
+def test_bad_input_is_one_line_before_the_run(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=message) as raised:
+        check_composition(
+            "check", ["device=cpu", *overrides, f"hydra.run.dir={run_dir}"], load_settings
+        )
+    assert "\n" not in str(raised.value)
+    assert not run_dir.exists()
+
+
+@pytest.mark.skipif(not NO_GPU, reason="the refusal is for a machine without a GPU")
+def test_the_gpu_check_without_a_gpu_points_to_the_dry_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"device=gpu: no CUDA GPU is visible here; .*device=cpu"):
+        load_settings(compose_config("check", [], tmp_path))
+
+
+def test_the_dry_run_is_typed_and_sized_for_a_cpu(tmp_path: Path) -> None:
+    settings = load_settings(compose_config("check", ["device=cpu"], tmp_path))
+    assert isinstance(settings, CheckSettings)
+    assert settings.torch_device == torch.device("cpu")
+    assert settings.attentions == sorted(ATTENTIONS)
+    assert settings.training.precision == "32-true"
+    assert settings.numerics.dtypes == [DType.float32, DType.bfloat16, DType.float16]
+    assert (settings.numerics.seq_len, settings.kernels.seq_lens) == (64, [64, 256])
+
+
+def test_a_size_given_wins_over_the_profile(tmp_path: Path) -> None:
+    overrides = ["device=cpu", "numerics.seq_len=32", "kernels.seq_lens=[128,32]"]
+    settings = load_settings(compose_config("check", overrides, tmp_path))
+    assert (settings.numerics.seq_len, settings.numerics.heads) == (32, 2)
+    assert settings.kernels.seq_lens == [32, 128]
+
+
+def test_relative_error_is_the_largest_difference_over_the_largest_value() -> None:
+    reference = torch.tensor([1.0, -4.0, 2.0])
+    assert relative_error(torch.tensor([1.0, -4.0, 2.5]), reference) == pytest.approx(0.5 / 4)
+    assert relative_error(reference.clone(), reference) == 0.0
+    assert relative_error(None, None) == 0.0
+    assert tolerance(torch.bfloat16) > tolerance(torch.float16) > tolerance(torch.float32) > 0
+
+
+class HalfGoesWrong(nn.Module):
+    """Exact in fp32; in a half dtype either off by ``factor`` or overflowing to inf."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1) @ v
+        if q.dtype == torch.float32:
+            return out
+        if self.mode == "scaled":
+            return out * 1.1
+        return out + (q * 1e4).exp()  # inf in fp16 and bf16 once q is large enough
+
+
+@pytest.mark.parametrize(
+    ("mode", "status"), [("scaled", "large error"), ("overflow", "not finite")]
+)
+def test_numerics_finds_a_kernel_that_is_wrong_in_half_precision(
+    mode: str, status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(numerics_module, "build_kernel", lambda *a, **k: HalfGoesWrong(mode))
+    settings = NumericsSettings(
+        batch_size=1, heads=2, seq_len=16, head_dim=8, stress_scale=10.0,
+        dtypes=[DType.float32, DType.bfloat16],
+    )  # fmt: skip
+    fp32, bf16 = check_attention("broken", settings, torch.device("cpu"), seed=0)
+    assert (fp32.status, fp32.error) == ("ok", 0.0)
+    assert bf16.status == status
+    assert problems([fp32, bf16], [], None) == [
+        f"numerics: broken in bfloat16: {status} (error {bf16.error:.2e}, tolerance "
+        f"{bf16.tolerance:.1e})"
+    ]
+
+
+def test_a_loss_that_does_not_fall_is_a_problem() -> None:
+    row = TrainingRow("linear", "vit", 8, "32-true", 8, loss_first=2.3, loss_last=2.4)
+    row.loss_falling = False
+    assert problems([], [row], None) == ["training: linear: the loss did not fall (2.300 -> 2.400)"]
+
+
+def test_no_mfu_without_a_16_bit_peak_to_compare_with() -> None:
+    assert peak_tflops(torch.device("cpu"), "bf16-mixed") is None
+    if not NO_GPU:
+        assert peak_tflops(torch.device("cuda"), "32-true") is None
+
+
+@pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")
+def test_every_attention_is_finite_in_half_precision_on_the_gpu(tmp_path: Path) -> None:
+    """The issue's bar: q, k scaled by 10 at n = 1024 stay finite in fp16 and bf16."""
+    settings = load_settings(compose_config("check", ["sections=[numerics]"], tmp_path))
+    for name in settings.attentions or []:
+        for row in check_attention(name, settings.numerics, settings.torch_device, settings.seed):
+            assert row.finite and row.finite_stressed, (name, row)
+
+
+@pytest.mark.slow
+def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir: Path) -> None:
+    run_dir = tmp_path / "check"
+    run_cli("vitattn-check", "device=cpu", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    for name in ("check.md", "check.json", "check_kernels.png"):
+        assert (run_dir / name).stat().st_size > 0, name
+    result = json.loads((run_dir / "check.json").read_text())
+    attentions = sorted(ATTENTIONS)
+    assert result["environment"]["device"] == "cpu"
+    assert [(r["attention"], r["dtype"]) for r in result["numerics"]] == [
+        (a, d) for a in attentions for d in ("float32", "bfloat16", "float16")
+    ]
+    # On the CPU the fp32 run is the reference itself: any difference is a bug in the check.
+    assert all(r["error"] == 0 for r in result["numerics"] if r["dtype"] == "float32")
+    assert [r["status"] for r in result["numerics"]] == ["ok"] * len(result["numerics"])
+    training = {r["attention"]: r for r in result["training"]}
+    assert sorted(training) == attentions
+    for row in training.values():
+        assert row["status"] == "ok", row
+        assert row["images_per_sec"] > 0 and row["gflop_per_image"] > 0
+        assert row["loss_first"] is not None and row["loss_last"] is not None
+        assert row["mfu"] is None and row["peak_memory_gb"] is None  # no GPU: no peak to compare
+    reference = result["reference"]
+    assert [r["implementation"] for r in reference["results"]] == ["vitattn", "timm"]
+    assert reference["ratios"]["vitattn/timm"] > 0
+    summary = {r["attention"]: r for r in result["kernels"]["summary"]}
+    assert sorted(summary) == attentions
+    assert all(r["largest_seq_len"] == 256 for r in summary.values())
+    text = (run_dir / "check.md").read_text()
+    for heading in ("## Problems", "## Numerics", "## Training", "## Against timm", "## Kernels"):
+        assert heading in text
+
+
+def test_the_console_script_refuses_the_gpu_check_without_a_gpu(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    if not NO_GPU:
+        pytest.skip("this machine has a GPU")
+    message = refused(
+        "vitattn-check", f"hydra.run.dir={tmp_path / 'run'}", data_dir=data_dir,
+        creates=tmp_path / "run",
+    )  # fmt: skip
+    assert message.startswith("device=gpu: no CUDA GPU is visible here")
