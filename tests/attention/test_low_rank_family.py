@@ -264,13 +264,14 @@ def assert_same_value_and_gradients(ours, reference, inputs, tolerance: float) -
         torch.testing.assert_close(a, b, rtol=100 * tolerance, atol=100 * tolerance, msg=name)
 
 
-def favor_reference(q, k, v, projection, eps: float) -> torch.Tensor:
+def favor_reference(q, k, v, projection, eps: float, stabilizer: str = "unbiased") -> torch.Tensor:
     """FAVOR+ written with autograd (``impl=autograd``), on pre-scaled q and k."""
-    phi_q = positive_features(q, projection, is_query=True, eps=eps)
-    phi_k = positive_features(k, projection, is_query=False, eps=eps)
+    phi_q = positive_features(q, projection, is_query=True, eps=eps, stabilizer=stabilizer)
+    phi_k = positive_features(k, projection, is_query=False, eps=eps, stabilizer=stabilizer)
     return (phi_q @ (phi_k.transpose(-2, -1) @ v)) / (phi_q @ phi_k.sum(dim=-2).unsqueeze(-1))
 
 
+@pytest.mark.parametrize("stabilizer", ["unbiased", "authors"])
 @pytest.mark.parametrize(
     ("budget", "scale"),
     [
@@ -281,7 +282,7 @@ def favor_reference(q, k, v, projection, eps: float) -> torch.Tensor:
     ],
 )
 def test_chunked_performer_matches_the_autograd_reference_in_value_and_gradient(
-    budget, scale
+    budget, scale, stabilizer
 ) -> None:
     generator = torch.Generator().manual_seed(0)
     shape = (2, 3, 37, 8)
@@ -291,12 +292,52 @@ def test_chunked_performer_matches_the_autograd_reference_in_value_and_gradient(
     )
     projection = torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
     s = 8**-0.25 * scale
-    chunked = chunked_favor_attention(q, k, v, projection, scale=s, eps=1e-3, budget=budget)
-    reference = favor_reference(q * s, k * s, v, projection, eps=1e-3)
+    settings = {"eps": 1e-3, "stabilizer": stabilizer}
+    chunked = chunked_favor_attention(q, k, v, projection, scale=s, budget=budget, **settings)
+    reference = favor_reference(q * s, k * s, v, projection, **settings)
     assert_same_value_and_gradients(chunked, reference, (q, k, v), tolerance=1e-11)
 
 
-def test_chunked_performer_gradient_is_the_true_gradient() -> None:
+def authors_softmax_kernel(x, projection, *, is_query: bool, eps: float = 1e-4) -> torch.Tensor:
+    """phi of the FAVOR+ reference code (``softmax_kernel`` in google-research/performer's
+    fast_attention and in performer-pytorch), for x already scaled by d^(-1/4): ratio *
+    (exp(w.x - |x|^2/2 - max w.x) + eps), the max per query over its features, per head over all
+    keys' features, detached."""
+    ratio = projection.shape[-2] ** -0.5
+    data_dash = torch.einsum("...nd,...md->...nm", x, projection)
+    diag_data = (x**2).sum(dim=-1, keepdim=True) / 2.0
+    over = (-1,) if is_query else (-1, -2)
+    stabiliser = torch.amax(data_dash, dim=over, keepdim=True).detach()
+    return ratio * (torch.exp(data_dash - diag_data - stabiliser) + eps)
+
+
+@pytest.mark.parametrize("impl", ["chunked", "autograd"])
+def test_authors_stabilizer_is_the_reference_codes_favor(impl: str) -> None:
+    torch.manual_seed(3)
+    kernel = PerformerAttention(
+        seq_len=40, heads=2, head_dim=16, num_features=32, stabilizer="authors", impl=impl
+    )
+    generator = torch.Generator().manual_seed(4)
+    q, k, v = (
+        (2 * torch.randn(1, 2, 40, 16, generator=generator)).requires_grad_() for _ in range(3)
+    )
+    s = 16**-0.25
+    projection = kernel.projection
+    phi_q = authors_softmax_kernel(q * s, projection, is_query=True)
+    phi_k = authors_softmax_kernel(k * s, projection, is_query=False)
+    numerator = phi_q @ (phi_k.transpose(-2, -1) @ v)
+    expected = numerator / (phi_q @ phi_k.sum(dim=-2, keepdim=True).transpose(-2, -1))
+    assert_same_value_and_gradients(kernel(q, k, v), expected, (q, k, v), tolerance=2e-5)
+    # With these norms eps matters: the other stabilizer computes another function.
+    unbiased = PerformerAttention(
+        seq_len=40, heads=2, head_dim=16, num_features=32, stabilizer="unbiased", impl=impl
+    )
+    unbiased.projection = projection
+    assert (unbiased(q, k, v) - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("stabilizer", ["unbiased", "authors"])
+def test_chunked_performer_gradient_is_the_true_gradient(stabilizer: str) -> None:
     # With a negligible eps the max shifts cancel exactly, so treating them as constants gives
     # the true gradient, which finite differences check.
     generator = torch.Generator().manual_seed(1)
@@ -307,7 +348,7 @@ def test_chunked_performer_gradient_is_the_true_gradient() -> None:
     projection = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda q, k, v: chunked_favor_attention(
-            q, k, v, projection, scale=0.7, eps=1e-12, budget=4 * 6
+            q, k, v, projection, scale=0.7, eps=1e-12, budget=4 * 6, stabilizer=stabilizer
         ),
         (q, k, v),
     )

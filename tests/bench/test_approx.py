@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS
@@ -63,3 +64,23 @@ def test_approx_mode_on_random_inputs_and_a_checkpoint(
         assert (tmp_path / f"approx_{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "results.json").read_text())["mode"] == "approx"
     assert "| linear" in (tmp_path / "approx.md").read_text()
+
+
+def test_pixel_inputs_have_unit_scale_and_the_smoothness_of_images(data_dir: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from vitattn.bench.capture import pixel_qkv
+
+    data = OmegaConf.create(
+        {"_target_": "vitattn.data.cifar10.CIFAR10DataModule", "data_dir": str(data_dir)}
+    )
+    q, k, v = pixel_qkv(data, 2, heads=2, head_dim=16, seed=0)
+    assert q.shape == k.shape == v.shape == (2, 2, 1024, 16)
+    assert 0.7 < float(q.std()) < 1.3
+    assert not torch.equal(q, k)  # one projection each
+    # Neighbouring pixels' queries are far more alike than those of pixels far apart.
+    near = torch.nn.functional.cosine_similarity(q[..., :-1, :], q[..., 1:, :], dim=-1)
+    far = torch.nn.functional.cosine_similarity(q[..., :512, :], q[..., 512:, :], dim=-1)
+    assert float(near.mean()) > float(far.mean()) + 0.2
+    again, _, _ = pixel_qkv(data, 2, heads=2, head_dim=16, seed=0)
+    assert torch.equal(q, again)  # seeded

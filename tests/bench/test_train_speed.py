@@ -199,3 +199,34 @@ def test_report_style_breakdown_script(data_dir: Path) -> None:
     assert loader > 0 and step > 0
     assert re.search(r"explicit attention .* [\d.]+ ms", result.stdout)
     assert re.search(r"would be [\d.]+x faster", result.stdout)
+
+
+class RecordingScaler(torch.amp.GradScaler):
+    scaled = 0
+
+    def scale(self, outputs):  # type: ignore[override]
+        RecordingScaler.scaled += 1
+        return super().scale(outputs)
+
+
+def test_reference_loops_train_as_lightning_does_for_the_precision(monkeypatch) -> None:
+    """16-mixed with a gradient scaler (as Lightning), compiled when ours is: both sides of the
+    comparison timed the same way."""
+    from vitattn.bench import references
+
+    monkeypatch.setattr(references.torch.amp, "GradScaler", RecordingScaler)
+    compiled: list[object] = []
+    monkeypatch.setattr(torch, "compile", lambda f, *a, **k: compiled.append(f) or f)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    batch = (torch.randn(4, 3, 2, 2), torch.tensor([0, 1, 2, 0]))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    cpu = torch.device("cpu")
+    for precision, compile_net, scaled in [("32-true", False, 0), ("16-mixed", True, 2)]:
+        RecordingScaler.scaled = 0
+        step = references.loop_step(
+            net, lambda: batch, optimizer, device=cpu, precision=precision, compile=compile_net
+        )
+        step()
+        step()
+        assert RecordingScaler.scaled == scaled
+    assert compiled == [net]

@@ -53,3 +53,27 @@ def test_counting_leaves_the_network_as_it_was() -> None:
     gflop_per_image(net, torch.zeros(1, 3, 16, 16))
     assert not net.training and all(p.grad is None for p in net.parameters())
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+def test_mfu_divides_achieved_model_flops_by_the_gpus_16_bit_peak(monkeypatch) -> None:
+    from vitattn.models import flops
+
+    names = {
+        "NVIDIA H100 80GB HBM3": 989.0,
+        "NVIDIA H100 PCIe": 756.0,
+        "NVIDIA A100-SXM4-80GB": 312.0,
+        "NVIDIA L40S": 362.0,
+        "NVIDIA L4": 121.0,
+        "Tesla T4": 65.0,
+        "Some Future GPU": None,
+    }
+    gpu = torch.device("cuda", 0)
+    for name, peak in names.items():
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        assert flops.peak_tflops(gpu, "bf16-mixed") == peak, name
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "Tesla T4")
+    assert flops.peak_tflops(gpu, "32-true") is None  # not the 16-bit path: no peak to claim
+    assert flops.peak_tflops(torch.device("cpu"), "bf16-mixed") is None
+    # 0.65 GFLOP/image at 10,000 images/s on a 65 TFLOP/s T4 is 10% of its peak.
+    assert flops.model_flops_utilisation(0.65, 10_000, gpu, "16-mixed") == pytest.approx(0.1)
+    assert flops.model_flops_utilisation(None, 10_000, gpu, "16-mixed") is None

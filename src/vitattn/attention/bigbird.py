@@ -19,10 +19,12 @@ from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.blocks import (
     MASKED,
     dense_attention,
+    group_budget,
     group_size,
     in_fp32,
     pad_tokens,
 )
+from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.utils.errors import ConfigError
 
 
@@ -78,6 +80,9 @@ class BigBirdAttention(AttentionKernel):
         global_blocks: the first ``global_blocks`` blocks attend to every token and every token
             attends to them (at most the number of blocks). ``global_blocks`` equal to the number
             of blocks, or enough random blocks to cover the rest, is exact softmax attention.
+        tile_memory: on a GPU, the share of its free memory one tile of the computation may
+            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
+            Ignored on a CPU. The same function either way.
     """
 
     def __init__(
@@ -90,6 +95,7 @@ class BigBirdAttention(AttentionKernel):
         window_blocks: int = 3,
         num_random: int = 3,
         global_blocks: int = 1,
+        tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.block = knobs.integer(
@@ -103,6 +109,7 @@ class BigBirdAttention(AttentionKernel):
                 "an odd number (the query's block and as many on each side)",
             )
         self.num_random = knobs.integer("num_random", num_random, 0)
+        self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.padding = -self.seq_len % self.block
         self.blocks = (self.seq_len + self.padding) // self.block
         self.global_blocks = knobs.integer(
@@ -136,6 +143,7 @@ class BigBirdAttention(AttentionKernel):
         if global_tokens:  # global queries: dense against every real key
             outputs.append(dense_attention(qp[:, :, :global_tokens], k, v, 1.0, None))
         if self.global_blocks < blocks:
+            budget = group_budget(q.device, self.tile_memory, "bigbird")
             table = self.key_blocks  # (heads, query_blocks, slots)
             query_blocks, slots = table.shape[1:]
             flat = (torch.arange(heads, device=q.device)[:, None, None] * blocks) + table.clamp(
@@ -166,7 +174,8 @@ class BigBirdAttention(AttentionKernel):
                 scores = (qb @ kb.transpose(-2, -1)).add_(bias[:, :, group])
                 return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
 
-            per_group = group_size(batch * heads * size * slots * size * q.element_size())
+            scores_bytes = batch * heads * size * slots * size * q.element_size()
+            per_group = group_size(scores_bytes, budget)
             outputs.extend(
                 attend(slice(start, min(start + per_group, query_blocks)))
                 for start in range(0, query_blocks, per_group)
@@ -176,5 +185,6 @@ class BigBirdAttention(AttentionKernel):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, block={self.block}, window_blocks={self.window_blocks}, "
-            f"num_random={self.num_random}, global_blocks={self.global_blocks}"
+            f"num_random={self.num_random}, global_blocks={self.global_blocks}, "
+            f"tile_memory={self.tile_memory}"
         )

@@ -27,9 +27,11 @@ from vitattn.attention.common.blocks import (
     MASKED,
     dense_attention,
     grid_side,
+    group_budget,
     in_block_groups,
     in_fp32,
 )
+from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.utils.errors import ConfigError
 
 WINDOW_SHAPES = ("1d", "2d")
@@ -91,6 +93,9 @@ class LocalAttention(AttentionKernel):
         global_tokens: the first ``global_tokens`` tokens attend to all tokens and all tokens
             attend to them. ``None`` takes the tokens in front of the largest square, i.e. the
             class token when ``model.pool=cls`` and none otherwise.
+        tile_memory: on a GPU, the share of its free memory one tile of the computation may
+            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
+            Ignored on a CPU. The same function either way.
     """
 
     def __init__(
@@ -102,10 +107,12 @@ class LocalAttention(AttentionKernel):
         window: int = 7,
         window_shape: str = "2d",
         global_tokens: int | None = None,
+        tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.window = knobs.integer("window", window, 1)
         self.window_shape = knobs.one_of("window_shape", window_shape, WINDOW_SHAPES)
+        self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         side = grid_side(self.seq_len)
         extra = self.seq_len - side * side
         if global_tokens is None:
@@ -193,7 +200,8 @@ class LocalAttention(AttentionKernel):
             return (scores.softmax(dim=-1) @ vb).view(batch, heads, -1, dim)
 
         scores_bytes = batch * heads * per_block * span * q.element_size()
-        out = in_block_groups(attend, (qb, kb, vb), bias, 0, scores_bytes)
+        budget = group_budget(q.device, self.tile_memory, "local")
+        out = in_block_groups(attend, (qb, kb, vb), bias, 0, scores_bytes, budget)
         out = out.index_select(2, inverse)
         if g:
             out_global = dense_attention(q[:, :, :g], k, v, self.scale, None)
@@ -203,5 +211,5 @@ class LocalAttention(AttentionKernel):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, window={self.window}, window_shape={self.window_shape}, "
-            f"global_tokens={self.global_tokens}"
+            f"global_tokens={self.global_tokens}, tile_memory={self.tile_memory}"
         )

@@ -9,9 +9,18 @@ estimate of the softmax kernel (x = q / d^(1/4), y = k / d^(1/4)), and attention
 phi(Q) (phi(K)^T V) / phi(Q) (phi(K)^T 1). The rows of W are drawn in blocks of d mutually
 orthogonal directions with chi-distributed lengths (lower variance than i.i.d. rows).
 
-Numerics follow the authors' implementation: the exponent of each query's features is shifted by
-its own maximum and the keys' by the maximum over all keys of a head (both cancel in the ratio),
-a small constant keeps every feature positive, and everything runs in fp32.
+The exponentials are shifted by maxima (which cancel in the ratio) and a small constant ``eps``
+keeps every feature positive; everything runs in fp32. Where the shift is taken is the
+``stabilizer``:
+
+- ``authors``: the FAVOR+ reference code (``softmax_kernel`` of google-research/performer and of
+  performer-pytorch): both phi(q) and phi(k) keep their -|x|^2/2 term, and the shift is the
+  maximum of w.x alone (per query over its features; per head over all keys and features). The
+  largest feature is then below 1, so ``eps`` weighs more: the estimate leans toward averaging
+  (lower variance, a bias).
+- ``unbiased``: the query's -|q|^2/2 (a per-query factor) is dropped, and the shifts are the
+  maxima of the whole exponents, so the largest feature is 1 and ``eps`` is negligible: unbiased
+  up to eps, with more variance.
 
 ``impl="chunked"`` (the default) computes the same function without ever holding the (n x m)
 feature matrices: it walks the sequence in chunks, folds the keys into phi(K)^T [V, 1] with an
@@ -31,16 +40,19 @@ import torch
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.tiling import (
+    GPU_TILE_MEMORY,
     TILE_ELEMENTS,
     apply_per_head,
     backward_in_fp32,
     block_size,
     in_block,
+    tile_budget,
     tiles,
     with_column,
 )
 
 IMPLEMENTATIONS = ("chunked", "autograd")
+STABILIZERS = ("authors", "unbiased")
 
 
 def orthogonal_gaussian_rows(
@@ -61,22 +73,32 @@ def orthogonal_gaussian_rows(
 
 
 def positive_features(
-    x: torch.Tensor, projection: torch.Tensor, *, is_query: bool, eps: float
+    x: torch.Tensor,
+    projection: torch.Tensor,
+    *,
+    is_query: bool,
+    eps: float,
+    stabilizer: str = "unbiased",
 ) -> torch.Tensor:
     """FAVOR+ features of ``x`` ``(batch, heads, n, d)`` up to factors that cancel in attention.
 
     phi(x) = exp(w.x - |x|^2/2) / sqrt(m). In the ratio phi(q) (phi(K)^T V) / phi(q) (phi(K)^T 1)
     a factor common to one query's features cancels, and so does one common to all keys' features
-    of a head. So: no 1/sqrt(m); for a query, |q|^2/2 and the max over its features are dropped
-    (the exponent is w.q minus its maximum); for keys, the max over all keys and features of the
-    head is subtracted. The maxima are constants for autograd (``detach``).
+    of a head: no 1/sqrt(m), and each exponent is shifted by a maximum (a constant for autograd,
+    ``detach``), over the query's features or over all keys and features of the head.
+    ``unbiased``: a query's |q|^2/2 is dropped and the maxima are of the whole exponents;
+    ``authors``: every exponent keeps its |x|^2/2 and the maxima are of w.x alone.
     """
     projected = x @ projection.transpose(-2, -1)  # (batch, heads, n, m)
-    if is_query:
+    over = (-1,) if is_query else (-2, -1)
+    if stabilizer == "authors":
+        shift = projected.amax(dim=over, keepdim=True).detach()
+        exponent = projected - 0.5 * x.square().sum(dim=-1, keepdim=True) - shift
+    elif is_query:
         exponent = projected - projected.amax(dim=-1, keepdim=True).detach()
     else:
         exponent = projected - 0.5 * x.square().sum(dim=-1, keepdim=True)
-        exponent = exponent - exponent.amax(dim=(-2, -1), keepdim=True).detach()
+        exponent = exponent - exponent.amax(dim=over, keepdim=True).detach()
     return exponent.exp() + eps
 
 
@@ -86,9 +108,11 @@ class ChunkedFavor(torch.autograd.Function):
 
     With s = d^(-1/4), E the features' exponentials (without eps) and V+ = [V, 1]:
     keys:    E_k = exp(s k.w - s^2 |k|^2 / 2 - M), M the running maximum over the head (online
-             across row tiles); KV+ = sum_n (E_k[n] + eps)^T V+[n]. The exponent is one matrix
-             product: [k, -s^2 |k|^2 / 2] . [s w, 1].
-    queries: E_q = exp(s q.w - max over the query's features); O+ = (E_q + eps) KV+;
+             across row tiles) of the exponent (``unbiased``) or of s k.w alone (``authors``);
+             KV+ = sum_n (E_k[n] + eps)^T V+[n]. The exponent is one matrix product:
+             [k, -s^2 |k|^2 / 2] . [s w, 1].
+    queries: E_q = exp(s q.w - max over the query's features of s q.w), and for ``authors``
+             also - s^2 |q|^2 / 2 (the same product as the keys'); O+ = (E_q + eps) KV+;
              out = O+[:d] / O+[d]
     The projection is a constant (a buffer) and the maxima are constants, as in
     :func:`positive_features`. Every tile's (heads, rows, m) block lives in one reused buffer.
@@ -104,6 +128,7 @@ class ChunkedFavor(torch.autograd.Function):
         scale: float,
         eps: float,
         budget: int,
+        authors: bool,
     ) -> torch.Tensor:
         batch, n, d = v.shape
         features = projection.shape[1]
@@ -116,8 +141,14 @@ class ChunkedFavor(torch.autograd.Function):
         key_max = q.new_full((batch, 1, 1), -math.inf)
         for heads, rows in layout:
             exponent = in_block(block, heads, rows, features)
-            torch.bmm(key_rows(k[heads, rows], scale), key_projection[heads], out=exponent)
-            new_max = torch.maximum(key_max[heads], exponent.amax(dim=(1, 2), keepdim=True))
+            key = k[heads, rows]
+            torch.bmm(key_rows(key, scale), key_projection[heads], out=exponent)
+            if authors:  # the maximum of s k.w: each row's maximum plus its s^2 |k|^2 / 2
+                rows_max = exponent.amax(dim=2) + half_square_norm(key, scale)
+                tile_max = rows_max.amax(dim=1).view(-1, 1, 1)
+            else:
+                tile_max = exponent.amax(dim=(1, 2), keepdim=True)
+            new_max = torch.maximum(key_max[heads], tile_max)
             kv_plus[heads] *= torch.exp(key_max[heads] - new_max)
             exponent.sub_(new_max).exp_()
             kv_plus[heads] += exponent.transpose(1, 2) @ with_column(v[heads, rows], 1.0)
@@ -132,15 +163,21 @@ class ChunkedFavor(torch.autograd.Function):
         query_max = v.new_empty(batch, n, 1)
         for heads, rows in layout:
             exponent = in_block(block, heads, rows, features)
-            torch.bmm(q[heads, rows], query_projection[heads], out=exponent)
-            torch.amax(exponent, dim=-1, keepdim=True, out=query_max[heads, rows])
+            query = q[heads, rows]
+            if authors:
+                torch.bmm(key_rows(query, scale), key_projection[heads], out=exponent)
+                rows_max = exponent.amax(dim=-1) + half_square_norm(query, scale)
+                query_max[heads, rows] = rows_max.unsqueeze(-1)
+            else:
+                torch.bmm(query, query_projection[heads], out=exponent)
+                torch.amax(exponent, dim=-1, keepdim=True, out=query_max[heads, rows])
             exponent.sub_(query_max[heads, rows]).exp_()
             out_plus = torch.baddbmm(kv_plus_sum[heads], exponent, kv_plus[heads], beta=eps)
             normaliser[heads, rows] = out_plus[..., d:]
             torch.div(out_plus[..., :d], out_plus[..., d:], out=out[heads, rows])
 
         ctx.save_for_backward(q, k, v, projection, kv_plus, key_max, query_max, normaliser, out)
-        ctx.scale, ctx.eps, ctx.layout = scale, eps, layout
+        ctx.scale, ctx.eps, ctx.layout, ctx.authors = scale, eps, layout, authors
         return out
 
     @staticmethod
@@ -148,13 +185,14 @@ class ChunkedFavor(torch.autograd.Function):
     @backward_in_fp32
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, projection, kv_plus, key_max, query_max, normaliser, out = ctx.saved_tensors
-        scale, eps, layout = ctx.scale, ctx.eps, ctx.layout
+        scale, eps, layout, authors = ctx.scale, ctx.eps, ctx.layout, ctx.authors
         batch, d = v.shape[0], v.shape[2]
         features = projection.shape[1]
         size = block_size(layout, features)
         block, grad_block = q.new_empty(size), q.new_empty(size)
 
         query_projection = projection.transpose(1, 2)
+        key_projection = with_column(projection, 1.0)  # (B, m, d + 1)
         grad_q = torch.empty_like(q)
         grad_kv_plus = q.new_zeros(batch, features, d + 1)
         grad_out_plus_sum = q.new_zeros(batch, 1, d + 1)
@@ -166,16 +204,30 @@ class ChunkedFavor(torch.autograd.Function):
             grad_out_plus_sum[heads] += grad_out_plus.sum(dim=1, keepdim=True)
 
             exponential = in_block(block, heads, rows, features)
-            torch.bmm(q[heads, rows], query_projection[heads], out=exponential)
+            query = q[heads, rows]
+            if authors:
+                rows_of_query = key_rows(query, scale)
+                torch.bmm(rows_of_query, key_projection[heads].transpose(1, 2), out=exponential)
+            else:
+                torch.bmm(query, query_projection[heads], out=exponential)
             exponential.sub_(query_max[heads, rows]).exp_()
             grad_kv_plus[heads] += exponential.transpose(1, 2) @ grad_out_plus
             grad_exponent = in_block(grad_block, heads, rows, features)
             torch.bmm(grad_out_plus, kv_plus[heads].transpose(1, 2), out=grad_exponent)
             grad_exponent.mul_(exponential)
-            torch.bmm(grad_exponent, projection[heads], out=grad_q[heads, rows])
+            if authors:  # as for the keys below: the last column carries -s^2 |q|^2 / 2
+                grad_query_row = grad_exponent @ key_projection[heads]
+                torch.addcmul(
+                    grad_query_row[..., :d],
+                    query,
+                    grad_query_row[..., d:],
+                    value=-(scale**2),
+                    out=grad_q[heads, rows],
+                )
+            else:
+                torch.bmm(grad_exponent, projection[heads], out=grad_q[heads, rows])
         grad_kv_plus += eps * grad_out_plus_sum  # eps is in every query feature
 
-        key_projection = with_column(projection, 1.0)  # (B, m, d + 1)
         grad_kv = grad_kv_plus[..., :d].contiguous()
         grad_kv_sum = grad_kv.sum(dim=1, keepdim=True)
         grad_k = torch.empty_like(k)
@@ -201,7 +253,12 @@ class ChunkedFavor(torch.autograd.Function):
                 value=-(scale**2),
                 out=grad_k[heads, rows],
             )
-        return grad_q, grad_k, grad_v, None, None, None, None
+        return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def half_square_norm(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """s^2 |x|^2 / 2 of each row of ``x`` (its last axis summed)."""
+    return x.square().sum(dim=-1).mul_(0.5 * scale**2)
 
 
 def key_rows(k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -218,10 +275,12 @@ def chunked_favor_attention(
     scale: float,
     eps: float,
     budget: int = TILE_ELEMENTS,
+    stabilizer: str = "unbiased",
 ) -> torch.Tensor:
     """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection,
     q and k scaled by ``scale`` (d^(-1/4)), computed by :class:`ChunkedFavor`."""
-    return apply_per_head(ChunkedFavor, q, k, v, projection, scale, eps, budget)
+    authors = stabilizer == "authors"
+    return apply_per_head(ChunkedFavor, q, k, v, projection, scale, eps, budget, authors)
 
 
 @register_attention("performer")
@@ -235,8 +294,14 @@ class PerformerAttention(AttentionKernel):
             feature redrawing); 0 keeps the projection drawn at construction. Evaluation never
             redraws.
         eps: added to each feature after the max-shift, keeping the normaliser positive.
+        stabilizer: where the exponentials are shifted (see the module docstring): ``authors``
+            (the FAVOR+ reference code's numerics: eps weighs more, lower variance, a bias) or
+            ``unbiased`` (the whole exponent's maximum: eps negligible, more variance).
         impl: ``chunked`` (memory-efficient, hand-written backward) or ``autograd`` (the plain
             reference); both compute the same function.
+        tile_memory: on a GPU, the share of its free memory one tile of the computation may
+            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
+            Ignored on a CPU. The same function either way.
     """
 
     def __init__(
@@ -248,7 +313,9 @@ class PerformerAttention(AttentionKernel):
         num_features: int = 256,
         redraw_interval: int = 1000,
         eps: float = 1e-4,
+        stabilizer: str = "unbiased",
         impl: str = "chunked",
+        tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.num_features = knobs.integer("num_features", num_features)
@@ -256,7 +323,9 @@ class PerformerAttention(AttentionKernel):
             "redraw_interval", redraw_interval, 0, hint=" (0 = never redraw)"
         )
         self.eps = knobs.positive("eps", eps)
+        self.stabilizer = knobs.one_of("stabilizer", stabilizer, STABILIZERS)
         self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
+        self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
         # A Python counter (saved through get_extra_state): a tensor would force a host-device
         # sync at every training step just to decide whether to redraw.
@@ -292,11 +361,19 @@ class PerformerAttention(AttentionKernel):
             projection = self.projection.float()
             if self.impl == "chunked":
                 out = chunked_favor_attention(
-                    q.float(), k.float(), v.float(), projection, scale=scale, eps=self.eps
+                    q.float(),
+                    k.float(),
+                    v.float(),
+                    projection,
+                    scale=scale,
+                    eps=self.eps,
+                    budget=tile_budget(q.device, self.tile_memory, "performer"),
+                    stabilizer=self.stabilizer,
                 )
                 return out.to(v.dtype)
-            phi_q = positive_features(q.float() * scale, projection, is_query=True, eps=self.eps)
-            phi_k = positive_features(k.float() * scale, projection, is_query=False, eps=self.eps)
+            settings = {"eps": self.eps, "stabilizer": self.stabilizer}
+            phi_q = positive_features(q.float() * scale, projection, is_query=True, **settings)
+            phi_k = positive_features(k.float() * scale, projection, is_query=False, **settings)
             key_values = phi_k.transpose(-2, -1) @ v.float()  # (batch, heads, m, d)
             normaliser = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (batch, heads, n, 1)
             out = (phi_q @ key_values) / normaliser
@@ -305,5 +382,7 @@ class PerformerAttention(AttentionKernel):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, num_features={self.num_features}, "
-            f"redraw_interval={self.redraw_interval}, impl={self.impl}"
+            f"redraw_interval={self.redraw_interval}, stabilizer={self.stabilizer}, "
+            f"impl={self.impl}, "
+            f"tile_memory={self.tile_memory}"
         )

@@ -20,6 +20,7 @@ features, so the (n x 2D) feature matrices are never held; ``impl="autograd"`` i
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -28,11 +29,13 @@ import torch
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.tiling import (
+    GPU_TILE_MEMORY,
     TILE_ELEMENTS,
     apply_per_head,
     backward_in_fp32,
     block_size,
     in_block,
+    tile_budget,
     tiles,
     with_column,
 )
@@ -259,6 +262,9 @@ class RandomFeatureAttention(AttentionKernel):
             ``eps`` times its largest possible value, sum_j g_j, so it stays positive and finite.
         impl: ``chunked`` (tiles, hand-written backward, O(n d) memory) or ``autograd`` (the
             plain reference); both compute the same function.
+        tile_memory: on a GPU, the share of its free memory one tile of the computation may
+            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
+            Ignored on a CPU. The same function either way.
 
     Features and sums are computed in fp32 whatever the autocast dtype.
     """
@@ -274,6 +280,7 @@ class RandomFeatureAttention(AttentionKernel):
         redraw: bool = True,
         eps: float = 1e-3,
         impl: str = "chunked",
+        tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.num_features = knobs.integer("num_features", num_features)
@@ -281,6 +288,7 @@ class RandomFeatureAttention(AttentionKernel):
         self.redraw = knobs.flag("redraw", redraw)
         self.eps = knobs.positive("eps", eps)
         self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
+        self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("frequencies", self.draw_frequencies(torch.device("cpu")))
 
     def draw_frequencies(self, device: torch.device) -> torch.Tensor:
@@ -292,24 +300,19 @@ class RandomFeatureAttention(AttentionKernel):
         if self.training and self.redraw:
             self.frequencies = self.draw_frequencies(q.device)
         with torch.autocast(device_type=q.device.type, enabled=False):
-            implementation = (
-                chunked_random_feature_attention
-                if self.impl == "chunked"
-                else random_feature_attention
-            )
+            settings = {"scale": self.head_dim**-0.25, "sigma": self.sigma, "eps": self.eps}
+            if self.impl == "chunked":
+                budget = tile_budget(q.device, self.tile_memory, "random_feature")
+                implementation = functools.partial(chunked_random_feature_attention, budget=budget)
+            else:
+                implementation = random_feature_attention
             out = implementation(
-                q.float(),
-                k.float(),
-                v.float(),
-                self.frequencies.float(),
-                scale=self.head_dim**-0.25,
-                sigma=self.sigma,
-                eps=self.eps,
+                q.float(), k.float(), v.float(), self.frequencies.float(), **settings
             )
         return out.to(v.dtype)
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, num_features={self.num_features}, sigma={self.sigma}, "
-            f"redraw={self.redraw}, impl={self.impl}"
+            f"redraw={self.redraw}, impl={self.impl}, tile_memory={self.tile_memory}"
         )

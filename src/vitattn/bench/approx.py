@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitattn.attention.common.probe import implied_matrix, relative_error, softmax_reference
-from vitattn.bench.capture import QKV, checkpoint_qkv
+from vitattn.bench.capture import QKV, checkpoint_qkv, pixel_qkv
 from vitattn.bench.environment import environment
 from vitattn.bench.kernels import build_kernel, failure_status, split_variant
 from vitattn.bench.settings import BenchSettings
@@ -199,8 +199,9 @@ class ApproxRun:
 
 
 def run_approx(settings: BenchSettings, data_cfg: DictConfig) -> ApproxRun:
-    """``mode=approx``: every selected attention x budget on random inputs, and with
-    ``ckpt_path`` on the checkpoint's q, k, v of real images (``data_cfg``)."""
+    """``mode=approx``: every selected attention x budget on random inputs, with ``ckpt_path``
+    on the checkpoint's q, k, v of real images (``data_cfg``), with ``approx.pixels`` on pixel
+    tokens of real images (:func:`~vitattn.bench.capture.pixel_qkv`)."""
     device, dtype, approx = settings.torch_device, settings.dtype.torch, settings.approx
     shape = (settings.batch_size, settings.heads, approx.seq_len, approx.head_dim)
     random = random_qkv(*shape, std=approx.qk_std, seed=settings.seed, dtype=dtype, device=device)
@@ -210,6 +211,12 @@ def run_approx(settings: BenchSettings, data_cfg: DictConfig) -> ApproxRun:
         # All layers' q, k, v as one batch: the error over the whole model's attention.
         q, k, v = (torch.cat([layer[i] for layer in layers]) for i in range(3))
         inputs["checkpoint"] = (q.to(device, dtype), k.to(device, dtype), v.to(device, dtype))
+    if approx.pixels:
+        data = OmegaConf.create(
+            {key: value for key, value in data_cfg.items() if value is not None}
+        )  # no checkpoint to fill the nulls from: the data module's defaults
+        qkv = pixel_qkv(data, approx.images, settings.heads, approx.head_dim, seed=settings.seed)
+        inputs["pixels"] = tuple(t.to(device, dtype) for t in qkv)  # type: ignore[assignment]
     attentions = settings.attentions or []
     rows = approximation_errors(
         attentions, approx.budgets, inputs, trials=approx.trials, seed=settings.seed,

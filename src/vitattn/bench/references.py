@@ -38,17 +38,29 @@ def loop_step(
     precision: str,
     label_smoothing: float = 0.1,
     scheduler: Any = None,
+    compile: bool = False,
 ) -> Callable[[], None]:
-    """One training step of ``net`` in a plain loop, as a closure."""
+    """One training step of ``net`` in a plain loop, as a closure, done as Lightning does it for
+    ``precision``: autocast, and for ``16-mixed`` a gradient scaler; with ``compile``, the
+    forward pass through ``torch.compile`` (falling back to eager loudly, as ours does)."""
+    from vitattn.models.vit import CompiledOrEager
+
     net.train()
+    forward: Callable[[torch.Tensor], torch.Tensor] = CompiledOrEager(net) if compile else net
+    scaler = torch.amp.GradScaler(device.type) if precision.startswith("16") else None
 
     def step() -> None:
         images, labels = next_batch()
         with autocast(device, precision):
-            loss = F.cross_entropy(net(images), labels, label_smoothing=label_smoothing)
+            loss = F.cross_entropy(forward(images), labels, label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         if scheduler is not None:
             scheduler.step()
 

@@ -37,6 +37,7 @@ from vitattn.bench.kernels import attention_factory, build_kernel, failure_statu
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.settings import BenchSettings
 from vitattn.bench.timing import time_call
+from vitattn.models.flops import count_gflop
 from vitattn.models.vit import Block
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Row:
     head_dim: int
     fwd_ms: float | None = None  # medians
     fwd_bwd_ms: float | None = None
+    gflop: float | None = None  # of one forward+backward (torch.utils.flop_counter)
     memory_bytes: int | None = None  # see vitattn.bench.memory
     status: str = "ok"
     fwd_q25_ms: float | None = None  # quartiles and the fastest repeat
@@ -358,6 +360,7 @@ class Runner:
                 for call in (work.forward, work.forward_backward)
             )
             memory = measure_memory(work.forward_backward, sweep.device)
+            row.gflop = count_gflop(work.forward_backward)
         except Exception as error:
             row.status = failure_status(error)
             return

@@ -141,6 +141,7 @@ class ApproxSettings(Checked):
     qk_std: float = positive()
     trials: int = at_least(1)
     images: int = at_least(1)
+    pixels: bool = MISSING  # also on CIFAR-10 pixel tokens (n = 1024) under random projections
     budgets: dict[str, Any] = MISSING  # {attention: {knob: <its setting>, values: [...]}}
 
 
@@ -300,10 +301,11 @@ def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
         require_knob(f"{setting}.{key}", attention, key)
 
 
-def check_variants(variants: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``variants`` as ``{name: {attention: <registered>, <knob>: value, ...}}``, all real."""
+def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[str, dict[str, Any]]:
+    """``variants`` (the setting ``prefix``) as ``{name: {attention: <registered>, <knob>:
+    value, ...}}``, all real."""
     for name, entry in variants.items():
-        setting = f"variants.{name}"
+        setting = f"{prefix}.{name}"
         if name in ATTENTIONS:
             raise ConfigError(f"{setting}: {name} is a registered attention; choose another name")
         if not isinstance(entry, dict) or "attention" not in entry:

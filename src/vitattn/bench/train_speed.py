@@ -45,6 +45,7 @@ from vitattn.bench.references import (
     timm_vit,
 )
 from vitattn.bench.settings import IMPLEMENTATIONS, BenchSettings, TrainSettings
+from vitattn.models.flops import gflop_per_image, model_flops_utilisation
 from vitattn.utils.config import CONFIG_DIR
 from vitattn.utils.lightning_output import tidy_lightning_output
 
@@ -69,6 +70,8 @@ class TrainSpeed:
     images_per_sec: float | None
     spread: float | None  # (max - min) / median over the repeats
     step_ms: float | None
+    gflop_per_image: float | None = None  # forward+backward, torch.utils.flop_counter
+    mfu: float | None = None  # on a GPU with a known 16-bit peak (vitattn.models.flops)
     status: str = "ok"
 
 
@@ -130,8 +133,8 @@ def train_config(train: TrainSettings) -> DictConfig:
 
 def lightning_windows(
     cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
-) -> tuple[list[float], int]:
-    """``vitattn``: seconds per step of our real training (a Lightning Trainer), and params."""
+) -> tuple[list[float], torch.nn.Module]:
+    """``vitattn``: seconds per step of our real training (a Lightning Trainer), and the net."""
     # Imported here, not above: Lightning takes seconds to import and only this mode needs it.
     import lightning as L
 
@@ -160,12 +163,12 @@ def lightning_windows(
         callbacks=[Clock()],
     )
     trainer.fit(module, datamodule=datamodule)
-    return clock.windows(train.warmup, train.steps, train.repeats), parameters(module)
+    return clock.windows(train.warmup, train.steps, train.repeats), module.net
 
 
 def plain_loop_step(
     cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
-) -> tuple[Callable[[], None], int]:
+) -> tuple[Callable[[], None], torch.nn.Module]:
     """``plain_loop``: our network, optimizer and schedule from ``cfg``, in a hand-written loop."""
     module = hydra.utils.instantiate(cfg.module)
     net = module.net.to(device)
@@ -183,7 +186,7 @@ def plain_loop_step(
         label_smoothing=module.hparams.label_smoothing,
         scheduler=scheduler,
     )
-    return step, parameters(module)
+    return step, net
 
 
 def reference_step(
@@ -192,8 +195,9 @@ def reference_step(
     datamodule: Any,
     device: torch.device,
     train: TrainSettings,
-) -> tuple[Callable[[], None], int]:
-    """``timm`` or ``report_style`` with our network's sizes, in a plain loop with AdamW."""
+) -> tuple[Callable[[], None], torch.nn.Module]:
+    """``timm`` or ``report_style`` with our network's sizes, in a plain loop with AdamW,
+    compiled when ours is (``train.compile``)."""
     net_cfg = cfg.model
     mlp_dim = net_cfg.mlp_dim
     if mlp_dim is None:
@@ -207,8 +211,10 @@ def reference_step(
         batches = per_image_batches(datamodule, train.batch_size, device)
     net.to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    step = loop_step(net, batches, optimizer, device=device, precision=train.precision)
-    return step, parameters(net)
+    step = loop_step(
+        net, batches, optimizer, device=device, precision=train.precision, compile=train.compile
+    )
+    return step, net
 
 
 def parameters(module: torch.nn.Module) -> int:
@@ -225,15 +231,31 @@ def measure_train_speed(train: TrainSettings, device: torch.device) -> list[Trai
     for implementation in ["vitattn", *(i for i in train.implementations if i != "vitattn")]:
         torch.manual_seed(0)
         if implementation == "vitattn":
-            seconds, params = lightning_windows(cfg, datamodule, device, train)
+            seconds, net = lightning_windows(cfg, datamodule, device, train)
         else:
             if implementation == "plain_loop":
-                step, params = plain_loop_step(cfg, datamodule, device, train)
+                step, net = plain_loop_step(cfg, datamodule, device, train)
             else:
-                step, params = reference_step(implementation, cfg, datamodule, device, train)
+                step, net = reference_step(implementation, cfg, datamodule, device, train)
             seconds = time_loop(step, device, train)
-        results.append(speed_of(implementation, params, seconds, train, device))
+        result = speed_of(implementation, parameters(net), seconds, train, device)
+        example = example_image(datamodule, implementation).to(device)
+        result.gflop_per_image = gflop_per_image(net, example)
+        result.mfu = model_flops_utilisation(
+            result.gflop_per_image, result.images_per_sec, device, train.precision
+        )
+        results.append(result)
     return results
+
+
+def example_image(datamodule: Any, implementation: str) -> torch.Tensor:
+    """One image as ``implementation``'s network takes it (FLOPs do not depend on its values):
+    ours through the data module's on-device transfer (raw uint8 pixels for an intensity
+    embedding), the references' normalised floats."""
+    raw = torch.zeros(1, *datamodule.image_shape, dtype=torch.uint8)
+    if implementation in REFERENCE_ATTENTION:
+        return torch.zeros(1, *datamodule.image_shape)
+    return datamodule.on_after_batch_transfer(raw, 0)
 
 
 def speed_of(
@@ -257,7 +279,7 @@ def speed_of(
         attention=train.attention if ours else REFERENCE_ATTENTION[implementation],
         batch_size=train.batch_size,
         precision=train.precision,
-        compile=train.compile and ours,
+        compile=train.compile,
         device=str(device),
         params=params,
         images_per_sec=rate,

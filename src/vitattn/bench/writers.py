@@ -74,6 +74,7 @@ def scaling_text(
             "fwd+bwd IQR": "-"
             if r.fwd_bwd_q25_ms is None
             else f"{r.fwd_bwd_q25_ms:.3g}-{r.fwd_bwd_q75_ms:.3g}",
+            "fwd+bwd GFLOP": number(r.gflop),
             "memory MiB": mebibytes(r.memory_bytes),
             "saved MiB": mebibytes(r.saved_bytes),
             speedup: number(r.speedup_vs_reference, 2),
@@ -197,7 +198,8 @@ def write_train(run: TrainRun, output_dir: Path) -> dict[str, Any]:
     lines = [
         f"{r.implementation:>13}  {r.attention:<22} {r.params:>9} params  "
         f"{(r.images_per_sec or 0):8.1f} img/s  (spread {(r.spread or 0):.0%})  "
-        f"{(r.step_ms or 0):8.1f} ms/step"
+        f"{(r.step_ms or 0):8.1f} ms/step  {number(r.gflop_per_image)} GFLOP/image"
+        + ("" if r.mfu is None else f"  MFU {r.mfu:.1%}")
         for r in run.results
     ]
     lines += [f"{name}: {value:.2f}x" for name, value in run.ratios.items()]

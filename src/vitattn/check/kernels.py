@@ -3,7 +3,8 @@ softmax (SDPA, which picks flash attention on a GPU where it applies), measured 
 scaling runner (:class:`vitattn.bench.scaling.Runner`) with its guard: a size predicted slower
 than ``kernels.max_call_seconds`` is skipped, and an out-of-memory error ends an attention's
 sweep. Per attention: the crossover n (from which it beats softmax at every larger measured n)
-and the largest n it ran.
+and the largest n it ran. ``kernels.variants`` adds other settings of a mechanism (by default the
+plain autograd versions of the tiled feature maps, to see which implementation a GPU prefers).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
     """Section 4: the timings (softmax first, so every other attention has its reference)."""
     assert settings.attentions is not None
     kernels, device = settings.kernels, settings.torch_device
-    attentions = [REFERENCE, *(a for a in settings.attentions if a != REFERENCE)]
+    chosen = [*settings.attentions, *kernels.variants]
+    attentions = [REFERENCE, *(a for a in chosen if a != REFERENCE)]
     sweep = Sweep(
         attentions=attentions,
         seq_lens=kernels.seq_lens,
@@ -54,13 +56,14 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
         device=device,
         warmup=1,
         repeats=kernels.repeats,
+        variants=kernels.variants,
         reference=REFERENCE,
         seed=settings.seed,
         guard=Guard(
             max_memory_bytes=half_the_memory() if device.type == "cpu" else None,
             max_call_seconds=kernels.max_call_seconds,
             free_below=min(kernels.seq_lens),
-            max_measure_seconds=5 * (kernels.max_call_seconds or 1),
+            max_measure_seconds=2 * (kernels.max_call_seconds or 5),
         ),
     )
     rows = Runner(sweep, on_row=log_row).run()

@@ -14,7 +14,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from vitattn.bench.kernels import resolve_attentions
-from vitattn.bench.settings import Checked, DType, at_least, positive, sizes
+from vitattn.bench.settings import Checked, DType, at_least, check_variants, positive, sizes
 from vitattn.utils.cli import composition_message
 from vitattn.utils.config import gpu_precision, group_options
 from vitattn.utils.errors import ConfigError
@@ -91,10 +91,12 @@ class KernelSettings(Checked):
     head_dim: int = at_least(1)
     repeats: int = at_least(1)
     max_call_seconds: float | None = positive()
+    variants: dict[str, Any] = MISSING  # {name: {attention: <registered>, <knob>: value}}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
+        self.variants = check_variants(self.variants, "kernels.variants")
 
 
 @dataclass

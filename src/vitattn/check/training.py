@@ -6,8 +6,9 @@ Each attention trains ``training.steps`` steps of ``training.model`` through a L
 device sync (as ``vitattn-bench mode=train`` does); images/s is over the second half of the steps,
 after compilation, autotuning and the allocator have settled. GFLOP/image is forward+backward,
 counted by :func:`~vitattn.models.flops.gflop_per_image`; MFU is the model FLOPs achieved per
-second over the device's dense 16-bit tensor-core peak (:data:`PEAK_TFLOPS`; none on a CPU or an
-unlisted GPU, or at 32-bit precision). The loss is "falling" when the mean of the last quarter of
+second over the device's dense 16-bit tensor-core peak
+(:func:`~vitattn.models.flops.model_flops_utilisation`; none on a CPU or an unlisted GPU, or at
+32-bit precision). The loss is "falling" when the mean of the last quarter of
 the steps is below that of the first quarter.
 """
 
@@ -26,34 +27,10 @@ from vitattn.bench.kernels import failure_status
 from vitattn.bench.settings import TrainSettings
 from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, train_config
 from vitattn.check.settings import CheckSettings
-from vitattn.models.flops import gflop_per_image
+from vitattn.models.flops import gflop_per_image, model_flops_utilisation
 from vitattn.utils.lightning_output import tidy_lightning_output
 
 log = logging.getLogger(__name__)
-
-PEAK_TFLOPS = {
-    "H200": 989.0,
-    "H100 SXM": 989.0,
-    "H100 NVL": 835.0,
-    "H100 PCIe": 756.0,
-    "H100": 756.0,  # an H100 of unknown form factor: the lower peak
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10": 125.0,
-    "V100": 125.0,
-    "T4": 65.0,
-}
-"""Dense fp16/bf16 tensor-core peak TFLOP/s by a GPU name's part (NVIDIA datasheets; the first
-part found in ``torch.cuda.get_device_name()`` wins, so longer names come first)."""
-
-
-def peak_tflops(device: torch.device, precision: str) -> float | None:
-    """The 16-bit peak of ``device`` for MFU, or ``None`` where there is none to compare with."""
-    if device.type != "cuda" or not precision.startswith(("16", "bf16")):
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for part, peak in PEAK_TFLOPS.items() if part in name), None)
 
 
 @dataclass
@@ -163,9 +140,9 @@ def train_briefly(
         row.loss_first = statistics.fmean(losses[:quarter])
         row.loss_last = statistics.fmean(losses[-quarter:])
         row.loss_falling = row.loss_last < row.loss_first
-    peak = peak_tflops(device, training.precision)
-    if peak and row.images_per_sec and row.gflop_per_image:
-        row.mfu = row.gflop_per_image * 1e9 * row.images_per_sec / (peak * 1e12)
+    row.mfu = model_flops_utilisation(
+        row.gflop_per_image, row.images_per_sec, device, training.precision
+    )
     return row, module
 
 

@@ -49,19 +49,70 @@ def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
-def gflop_per_image(net: nn.Module, example: torch.Tensor) -> float | None:
-    """GFLOP of one forward+backward pass of ``net`` on one image shaped like ``example``
-    (``(1, C, H, W)``), counted on a copy so that ``net``'s state (a counter of random-feature
-    redraws, say) is untouched; ``None`` (and a warning) where counting fails."""
+def count_gflop(call: Callable[[], Any]) -> float | None:
+    """GFLOP of ``call()`` (matrix products, convolutions and fused attention, forward and any
+    backward it runs); ``None`` (and a warning) where counting fails."""
     from torch.utils.flop_counter import FlopCounterMode
 
     try:
-        probe = copy.deepcopy(net).train()
         counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
         with counter:
-            out = probe(example.clone())
-            out.float().sum().backward()
+            call()
         return counter.get_total_flops() / 1e9
     except Exception as error:  # a kernel the counter cannot trace: the run goes on without it
         log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
         return None
+
+
+def gflop_per_image(net: nn.Module, example: torch.Tensor) -> float | None:
+    """GFLOP of one forward+backward pass of ``net`` on one image shaped like ``example``
+    (``(1, C, H, W)``), counted on a copy so that ``net``'s state (a counter of random-feature
+    redraws, say) is untouched; ``None`` (and a warning) where counting fails."""
+    try:
+        probe = copy.deepcopy(net).train()
+    except Exception as error:
+        log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
+        return None
+
+    def forward_backward() -> None:
+        probe(example.clone()).float().sum().backward()
+
+    return count_gflop(forward_backward)
+
+
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "H100": 989.0,  # the SXM part calls itself "NVIDIA H100 80GB HBM3"
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10": 125.0,
+    "V100": 125.0,
+    "T4": 65.0,
+}
+"""Dense fp16/bf16 tensor-core peak TFLOP/s by a GPU name's part (NVIDIA datasheets; the first
+part found in ``torch.cuda.get_device_name()`` wins, so longer names come first)."""
+
+
+def peak_tflops(device: torch.device, precision: str) -> float | None:
+    """The 16-bit peak of ``device`` for MFU, or ``None`` where there is none to compare with:
+    a CPU, an unlisted GPU, or a precision that does not run on the tensor cores' 16-bit path."""
+    if device.type != "cuda" or not precision.startswith(("16", "bf16")):
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for part, peak in PEAK_TFLOPS.items() if part in name), None)
+
+
+def model_flops_utilisation(
+    gflop_per_image: float | None,
+    images_per_sec: float | None,
+    device: torch.device,
+    precision: str,
+) -> float | None:
+    """MFU: the model FLOPs achieved per second over the device's peak (:func:`peak_tflops`)."""
+    peak = peak_tflops(device, precision)
+    if not (peak and gflop_per_image and images_per_sec):
+        return None
+    return gflop_per_image * 1e9 * images_per_sec / (peak * 1e12)

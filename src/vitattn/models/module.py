@@ -111,7 +111,9 @@ class ViTClassifier(L.LightningModule):
         loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
         self.train_acc(logits, labels.argmax(dim=-1) if labels.ndim == 2 else labels)
         size = labels.shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+        # Not prog_bar=True: Lightning would read it on the host at every step (a GPU sync);
+        # vitattn.callbacks.ProgressBar shows it when the bar refreshes.
+        self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=size)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False, batch_size=size)
         return loss
 

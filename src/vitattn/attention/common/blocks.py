@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vitattn.attention.common.tiling import log_budget, memory_budget
+
 MASKED = -1e9
 """Additive score bias of a slot a query may not attend to."""
 
@@ -68,9 +70,18 @@ def dense_attention(
     return scores.softmax(dim=-1) @ v
 
 
-def group_size(bytes_per_block: int) -> int:
-    """Query blocks per group, so that a group's scores take about :data:`GROUP_BYTES`."""
-    return max(1, GROUP_BYTES // max(1, bytes_per_block))
+def group_budget(device: torch.device, tile_memory: float, owner: str) -> int:
+    """Bytes of one group's scores for ``owner`` on ``device``: :data:`GROUP_BYTES` on a CPU, on
+    a GPU ``tile_memory`` of its free memory (``tiling.memory_budget``: there a group is a kernel
+    launch, not a cache's worth); logged once."""
+    budget = memory_budget(device, tile_memory, GROUP_BYTES)
+    log_budget(owner, device, tile_memory, budget)
+    return budget
+
+
+def group_size(bytes_per_block: int, budget: int = GROUP_BYTES) -> int:
+    """Query blocks per group, so that a group's scores take about ``budget`` bytes."""
+    return max(1, budget // max(1, bytes_per_block))
 
 
 def in_block_groups(
@@ -79,16 +90,17 @@ def in_block_groups(
     bias: torch.Tensor,
     bias_dim: int,
     bytes_per_block: int,
+    budget: int = GROUP_BYTES,
 ) -> torch.Tensor:
     """``attend(*blocked, bias)`` over consecutive groups of query blocks (axis 2 of every
     ``blocked`` tensor, axis ``bias_dim`` of ``bias``), concatenated along axis 2. Each group's
-    scores take about :data:`GROUP_BYTES`: one pass over all blocks at once makes score tensors
-    of hundreds of MB at long sequences, and time then grows faster than n (docs/attention.md
-    has the measurement). The groups are ``split``
+    scores take about ``budget`` bytes (:func:`group_budget`): on a CPU, one pass over all
+    blocks at once makes score tensors of hundreds of MB at long sequences, and time then grows
+    faster than n (docs/attention.md has the measurement). The groups are ``split``
     views, whose gradients autograd joins in one ``cat``; slicing per group would instead give
     every group a zero-filled gradient of the whole tensor."""
     blocks = blocked[0].shape[2]
-    size = group_size(bytes_per_block)
+    size = group_size(bytes_per_block, budget)
     if size >= blocks:
         return attend(*blocked, bias)
     parts = [x.split(size, dim=2) for x in blocked] + [bias.split(size, dim=bias_dim)]

@@ -11,6 +11,7 @@ O(n d) instead of O(n features).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,55 @@ from typing import Any
 import torch
 
 TILE_ELEMENTS = 1 << 21
-"""Elements of one tile's (heads, rows, features) block: 8 MB in fp32."""
+"""Elements of one tile's (heads, rows, features) block on a CPU: 8 MB in fp32."""
+
+GPU_TILE_MEMORY = 0.02
+"""Default ``attention.tile_memory``: the share of a GPU's free memory that one tile's block may
+take. A GPU has no cache to fit: what costs there is a launch per small tile, so the tile is as
+large as this budget allows (a report-scale layer, batch 256 x 8 heads x 1024 tokens x 256
+features, is a couple of tiles on a 80 GB GPU instead of hundreds)."""
+
+_logged: set[tuple[str, str]] = set()
+
+
+@functools.cache
+def _free_bytes(index: int) -> int:
+    """Free memory of CUDA device ``index`` when first asked (a run's first forward), cached:
+    asking at every call would cost a driver call per layer, and the answer would shrink as the
+    run's own activations fill the memory."""
+    return torch.cuda.mem_get_info(index)[0]
+
+
+def memory_budget(device: torch.device, tile_memory: float, cpu_bytes: int) -> int:
+    """Bytes one tile's block may take on ``device``: ``cpu_bytes`` (cache-sized) on a CPU, or
+    where ``tile_memory`` is 0; on a GPU ``tile_memory`` of its free memory, never less."""
+    if device.type != "cuda" or tile_memory <= 0:
+        return cpu_bytes
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return max(cpu_bytes, int(tile_memory * _free_bytes(index)))
+
+
+def tile_budget(device: torch.device, tile_memory: float, owner: str) -> int:
+    """Elements (fp32) of one tile's block for ``owner`` (a mechanism's name) on ``device``; the
+    first call per mechanism and device logs the choice."""
+    budget = memory_budget(device, tile_memory, TILE_ELEMENTS * 4) // 4
+    log_budget(owner, device, tile_memory, budget * 4)
+    return budget
+
+
+def log_budget(owner: str, device: torch.device, tile_memory: float, budget_bytes: int) -> None:
+    """Say once per mechanism and device how large its tiles are, and why."""
+    if (owner, str(device)) in _logged:
+        return
+    _logged.add((owner, str(device)))
+    why = (
+        f"attention.tile_memory={tile_memory:g} of the GPU's free memory"
+        if device.type == "cuda" and tile_memory > 0
+        else "cache-sized"
+    )
+    logging.getLogger("vitattn.attention").info(
+        "%s on %s: tiles of up to %.0f MB (%s)", owner, device, budget_bytes / 2**20, why
+    )
 
 
 def tiles(batch: int, n: int, features: int, budget: int) -> list[tuple[slice, slice]]:
