@@ -184,8 +184,14 @@ def mean_error(kernel_class, num_features: int, q, k, v, draws: int = 4) -> floa
     errors = []
     for seed in range(draws):
         torch.manual_seed(seed)
+        # RFA's exact-softmax estimator (normalize=false) is the one whose limit is softmax.
+        extra = {"normalize": False} if kernel_class is RandomFeatureAttention else {}
         kernel = kernel_class(
-            seq_len=q.shape[-2], heads=q.shape[1], head_dim=q.shape[-1], num_features=num_features
+            seq_len=q.shape[-2],
+            heads=q.shape[1],
+            head_dim=q.shape[-1],
+            num_features=num_features,
+            **extra,
         ).eval()
         errors.append(relative_error(kernel(q, k, v), reference))
     return sum(errors) / draws
@@ -464,3 +470,63 @@ def test_chunked_backward_stays_in_fp32_under_autocast(cls) -> None:
         autocast = torch.autograd.grad(kernel(q, k, v).float().sum(), (q, k, v))
     for a, b in zip(autocast, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def normalized_rfa_limit(q, k, v, sigma: torch.Tensor) -> torch.Tensor:
+    """softmax(sigma_h^2 cos(q, k)) v, per head h: RFA's target with L2-normalised q and k."""
+    cosine = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(
+        k, dim=-1
+    ).transpose(-2, -1)
+    return (sigma.view(1, -1, 1, 1) ** 2 * cosine).softmax(dim=-1) @ v
+
+
+def test_normalized_rfa_converges_to_softmax_of_sigma_squared_cosine() -> None:
+    q, k, v = qkv(64, head_dim=16, scale=3.0)  # norms do not matter once normalised
+    errors = []
+    for features in (16, 256, 4096):
+        per_draw = []
+        for seed in range(3):
+            torch.manual_seed(seed)
+            kernel = RandomFeatureAttention(
+                seq_len=64, heads=2, head_dim=16, num_features=features, normalize=True
+            ).eval()
+            limit = normalized_rfa_limit(q, k, v, kernel.log_sigma.detach().exp())
+            per_draw.append(float((kernel(q, k, v) - limit).norm() / limit.norm()))
+        errors.append(sum(per_draw) / len(per_draw))
+    assert errors[0] > errors[1] > errors[2], errors
+    assert errors[2] < 0.1, errors
+    assert torch.allclose(kernel.log_sigma.exp(), torch.ones(2))  # sigma starts at `sigma`
+
+
+def test_normalized_rfa_is_bounded_where_the_exact_estimator_explodes() -> None:
+    q, k, v = qkv(64, head_dim=16, scale=2.0)
+    reference = softmax_reference(q, k, v)
+    errors = {}
+    for normalize in (False, True):
+        torch.manual_seed(0)
+        kernel = RandomFeatureAttention(
+            seq_len=64, heads=2, head_dim=16, num_features=256, normalize=normalize
+        ).eval()
+        out = kernel(q, k, v)
+        target = normalized_rfa_limit(q, k, v, kernel.log_sigma.exp()) if normalize else reference
+        errors[normalize] = float((out - target).norm() / target.norm())
+    assert errors[False] > 1.0 > 0.5 > errors[True], errors
+
+
+@pytest.mark.parametrize("impl", ["chunked", "autograd"])
+def test_normalized_rfa_learns_sigma_and_both_implementations_agree(impl: str) -> None:
+    q, k, v = (x.requires_grad_() for x in qkv(24, head_dim=8))
+    outputs = {}
+    for name in ("chunked", "autograd"):
+        torch.manual_seed(5)
+        kernel = RandomFeatureAttention(
+            seq_len=24, heads=2, head_dim=8, num_features=32, normalize=True, impl=name
+        )
+        kernel.train()
+        torch.manual_seed(6)  # the same redrawn frequencies
+        out = kernel(q, k, v)
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v, kernel.log_sigma))
+        outputs[name] = (out, *grads)
+    for a, b in zip(outputs["chunked"], outputs["autograd"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # fp32, other summation orders
+    assert outputs[impl][-1].abs().min() > 0  # every head's sigma gets a gradient

@@ -254,6 +254,17 @@ def test_bad_download_timeout_is_a_one_line_error(timeout: object, tmp_path: Pat
         CIFAR10DataModule(tmp_path, download_timeout=timeout)
 
 
+@pytest.mark.parametrize("workers", [-1, 10_000])
+def test_more_data_workers_than_cpus_is_a_one_line_error(workers: int, tmp_path: Path) -> None:
+    """Each worker is a copy of the training process, kept alive for the run: hundreds of them
+    (a typo) would fill the memory before the first step."""
+    with pytest.raises(
+        ConfigError, match=rf"^data\.num_workers={workers} is not valid; choose 0\.\."
+    ):
+        CIFAR10DataModule(tmp_path, num_workers=workers)
+    CIFAR10DataModule(tmp_path, num_workers=1)
+
+
 def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"holds no cifar-10-batches-py/ and data.download=false"):
         CIFAR10DataModule(tmp_path, download=False).prepare_data()

@@ -9,9 +9,17 @@ Features for Large-Scale Kernel Machines", NeurIPS 2007) gives, for w ~ N(0, sig
 and exp(sigma^2 x.y) = exp(sigma^2 |x|^2/2) exp(sigma^2 |y|^2/2) exp(-sigma^2 |x - y|^2 / 2).
 With x = q / d^(1/4) and y = k / d^(1/4), sum_j phi(x).phi(y_j) g_j v_j / sum_j phi(x).phi(y_j) g_j
 with key weights g_j = exp(sigma^2 |y_j|^2 / 2) estimates softmax(sigma^2 q k^T / sqrt(d)) V in
-O(n D d): the query factor cancels in the ratio. RFA itself L2-normalises q and k, which makes
-both factors constant; we keep the norms and carry the key factor so that ``sigma = 1`` estimates
-exact softmax attention (the catalogue's limit: the error falls as D grows).
+O(n D d): the query factor cancels in the ratio. That is ``normalize=false``: the norms are kept
+and the key factor carried, so that ``sigma = 1`` estimates exact softmax attention. Its variance
+grows as exp(|x|^2 + |y|^2), and on real inputs the estimate is worse than outputting zeros.
+
+``normalize=true`` is RFA as the paper writes it (section 3): q and k are L2-normalised, so both
+factors are constant, and a per-head sigma is learned. The estimate, bounded since every
+phi(x).phi(y) lies in [-1, 1], targets softmax(sigma^2 cos(q, k)); sigma starts at ``sigma``
+(1: a mild temperature, where the estimate's variance is low; the model sharpens it as it
+learns). It runs the same kernel, on sigma q / |q| and
+sigma k / |k| with frequencies of unit variance, so sigma learns through the inputs' gradient.
+RFA's gating is for causal decoding and is not used here.
 
 ``impl="chunked"`` (the default) computes the same function tile by tile
 (:mod:`vitattn.attention.common.tiling`) with a hand-written backward that recomputes each tile's
@@ -251,9 +259,12 @@ class RandomFeatureAttention(AttentionKernel):
 
     Args:
         num_features: D, the number of frequencies w (the feature map has 2 D entries).
-        sigma: standard deviation of the frequencies; the estimate targets
-            softmax(sigma^2 q k^T / sqrt(d)), so 1 is exact softmax and other values change its
-            temperature.
+        sigma: ``normalize=false``: the standard deviation of the frequencies; the estimate
+            targets softmax(sigma^2 q k^T / sqrt(d)), so 1 is exact softmax and other values
+            change its temperature. ``normalize=true``: where the learned per-head sigma starts
+            (the target is softmax(sigma^2 cos(q, k))).
+        normalize: L2-normalise q and k and learn sigma per head (RFA as published; bounded
+            estimate), or keep the norms and estimate exact softmax (unbounded variance).
         redraw: draw new frequencies at every training forward (RFA's training recipe); with
             ``False`` the frequencies drawn at construction stay fixed. Evaluation never redraws
             and uses the last frequencies (saved in checkpoints).
@@ -277,6 +288,7 @@ class RandomFeatureAttention(AttentionKernel):
         head_dim: int,
         num_features: int = 256,
         sigma: float = 1.0,
+        normalize: bool = True,
         redraw: bool = True,
         eps: float = 1e-3,
         impl: str = "chunked",
@@ -285,34 +297,52 @@ class RandomFeatureAttention(AttentionKernel):
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.num_features = knobs.integer("num_features", num_features)
         self.sigma = knobs.positive("sigma", sigma)
+        self.normalize = knobs.flag("normalize", normalize)
+        if self.normalize:  # the learned per-head sigma, as its logarithm (stays positive)
+            start = math.log(self.sigma)
+            self.log_sigma = torch.nn.Parameter(torch.full((self.heads,), start))
         self.redraw = knobs.flag("redraw", redraw)
         self.eps = knobs.positive("eps", eps)
         self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("frequencies", self.draw_frequencies(torch.device("cpu")))
 
+    @property
+    def frequency_std(self) -> float:
+        """Of the frequencies: ``sigma``, or 1 with ``normalize`` (sigma scales the inputs)."""
+        return 1.0 if self.normalize else self.sigma
+
     def draw_frequencies(self, device: torch.device) -> torch.Tensor:
-        """Fresh w ~ N(0, sigma^2 I), ``(heads, num_features, head_dim)``, from torch's RNG."""
+        """Fresh w ~ N(0, std^2 I) (:attr:`frequency_std`), ``(heads, num_features, head_dim)``,
+        from torch's RNG."""
         shape = (self.heads, self.num_features, self.head_dim)
-        return torch.randn(shape, device=device, dtype=torch.float32) * self.sigma
+        return torch.randn(shape, device=device, dtype=torch.float32) * self.frequency_std
+
+    def normalized(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        """sigma x / |x| per head, divided by the ``scale`` the kernel multiplies by."""
+        sigma = self.log_sigma.float().exp().view(1, -1, 1, 1)
+        return torch.nn.functional.normalize(x, dim=-1) * (sigma / scale)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.training and self.redraw:
             self.frequencies = self.draw_frequencies(q.device)
         with torch.autocast(device_type=q.device.type, enabled=False):
-            settings = {"scale": self.head_dim**-0.25, "sigma": self.sigma, "eps": self.eps}
+            scale = self.head_dim**-0.25
+            q, k = q.float(), k.float()
+            if self.normalize:
+                q, k = self.normalized(q, scale), self.normalized(k, scale)
+            settings = {"scale": scale, "sigma": self.frequency_std, "eps": self.eps}
             if self.impl == "chunked":
                 budget = tile_budget(q.device, self.tile_memory, "random_feature")
                 implementation = functools.partial(chunked_random_feature_attention, budget=budget)
             else:
                 implementation = random_feature_attention
-            out = implementation(
-                q.float(), k.float(), v.float(), self.frequencies.float(), **settings
-            )
+            out = implementation(q, k, v.float(), self.frequencies.float(), **settings)
         return out.to(v.dtype)
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, num_features={self.num_features}, sigma={self.sigma}, "
-            f"redraw={self.redraw}, impl={self.impl}, tile_memory={self.tile_memory}"
+            f"normalize={self.normalize}, redraw={self.redraw}, impl={self.impl}, "
+            f"tile_memory={self.tile_memory}"
         )

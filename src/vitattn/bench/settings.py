@@ -258,19 +258,25 @@ class BenchSettings(Checked):
 ConfigStore.instance().store(name=SCHEMA, node=BenchSettings)
 
 
-def load_settings(cfg: DictConfig) -> BenchSettings:
-    """The checked settings of a composed ``bench`` config (the data's, paths' and Hydra's
-    nodes are left out: they hold interpolations only a running Hydra app resolves)."""
+def typed_settings(cfg: DictConfig, schema: type[Any], not_ours: Sequence[str] = NOT_OURS) -> Any:
+    """The composed ``cfg`` as its ``schema`` dataclass, checked (its ``__post_init__``), without
+    the nodes ``not_ours`` (data, paths, Hydra: interpolations only a running Hydra app
+    resolves); a wrong type or value is one :class:`ConfigError` line."""
     own = cfg.copy()
     with open_dict(own):
-        for key in NOT_OURS:
+        for key in not_ours:
             own.pop(key, None)
     try:
         settings = OmegaConf.to_object(own)
     except OmegaConfBaseException as error:
         raise ConfigError(composition_message(error)) from error
-    assert isinstance(settings, BenchSettings)
+    assert isinstance(settings, schema)
     return settings
+
+
+def load_settings(cfg: DictConfig) -> BenchSettings:
+    """The checked settings of a composed ``bench`` config."""
+    return typed_settings(cfg, BenchSettings)
 
 
 def recorded(cfg: DictConfig) -> dict[str, Any]:

@@ -131,6 +131,27 @@ def train_config(train: TrainSettings) -> DictConfig:
         return compose(config_name="train", overrides=overrides, return_hydra_config=False)
 
 
+def bare_trainer(device: torch.device, precision: str, steps: int, *callbacks: Any) -> Any:
+    """A Lightning Trainer for ``steps`` training steps and nothing else: no validation, logger,
+    checkpoints, progress bar or summary; one device."""
+    import lightning as L
+
+    return L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision=precision,
+        max_steps=steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        callbacks=list(callbacks),
+    )
+
+
 def lightning_windows(
     cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
 ) -> tuple[list[float], torch.nn.Module]:
@@ -148,20 +169,7 @@ def lightning_windows(
         def on_train_batch_end(self, *args: Any) -> None:
             clock.tick()
 
-    trainer = L.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=1,
-        precision=cfg.trainer.precision,
-        max_steps=train.total_steps,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-        callbacks=[Clock()],
-    )
+    trainer = bare_trainer(device, cfg.trainer.precision, train.total_steps, Clock())
     trainer.fit(module, datamodule=datamodule)
     return clock.windows(train.warmup, train.steps, train.repeats), module.net
 

@@ -10,12 +10,18 @@ from typing import Any, ClassVar
 
 import torch
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, DictConfig
 
 from vitattn.bench.kernels import resolve_attentions
-from vitattn.bench.settings import Checked, DType, at_least, check_variants, positive, sizes
-from vitattn.utils.cli import composition_message
+from vitattn.bench.settings import (
+    Checked,
+    DType,
+    at_least,
+    check_variants,
+    positive,
+    sizes,
+    typed_settings,
+)
 from vitattn.utils.config import gpu_precision, group_options
 from vitattn.utils.errors import ConfigError
 
@@ -141,13 +147,4 @@ def load_settings(cfg: DictConfig) -> CheckSettings:
     devices = [d.value for d in Device]
     if cfg.get("device") not in devices:
         raise ConfigError(f"device={cfg.get('device')} is not valid; choose {' or '.join(devices)}")
-    own = cfg.copy()
-    with open_dict(own):
-        for key in NOT_OURS:
-            own.pop(key, None)
-    try:
-        settings = OmegaConf.to_object(own)
-    except OmegaConfBaseException as error:
-        raise ConfigError(composition_message(error)) from error
-    assert isinstance(settings, CheckSettings)
-    return settings
+    return typed_settings(cfg, CheckSettings, NOT_OURS)

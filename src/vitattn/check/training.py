@@ -25,7 +25,13 @@ import torch
 from vitattn.bench.environment import environment
 from vitattn.bench.kernels import failure_status
 from vitattn.bench.settings import TrainSettings
-from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, train_config
+from vitattn.bench.train_speed import (
+    StepClock,
+    bare_trainer,
+    measure_train_speed,
+    ratios,
+    train_config,
+)
 from vitattn.check.settings import CheckSettings
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
 from vitattn.utils.lightning_output import tidy_lightning_output
@@ -97,7 +103,6 @@ def train_briefly(
     settings: CheckSettings, attention: str, datamodule: Any
 ) -> tuple[TrainingRow, Any]:
     """Train ``attention`` for ``training.steps`` steps; its row and the trained module."""
-    import lightning as L
 
     training, device = settings.training, settings.torch_device
     row = TrainingRow(
@@ -112,20 +117,7 @@ def train_briefly(
     recorder = _Recorder(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    trainer = L.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=1,
-        precision=training.precision,
-        max_steps=training.steps,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-        callbacks=[recorder.callback],
-    )
+    trainer = bare_trainer(device, training.precision, training.steps, recorder.callback)
     trainer.fit(module, datamodule=datamodule)
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)

@@ -317,6 +317,12 @@ class CIFAR10DataModule(L.LightningDataModule):
             )
         if shift not in SHIFTS:
             raise ConfigError(f"data.shift={shift!r} is not valid; choose one of {SHIFTS}")
+        cpus = os.cpu_count() or 1
+        if not 0 <= num_workers <= cpus:  # each worker is a copy of this process, kept alive
+            raise ConfigError(
+                f"data.num_workers={num_workers} is not valid; choose 0..{cpus} (this machine's "
+                "CPUs; 0 is fastest here: batches are slices of a tensor)"
+            )
         self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir).expanduser()
         self.mean = torch.tensor(MEAN)
