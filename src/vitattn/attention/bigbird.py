@@ -80,9 +80,8 @@ class BigBirdAttention(AttentionKernel):
         global_blocks: the first ``global_blocks`` blocks attend to every token and every token
             attends to them (at most the number of blocks). ``global_blocks`` equal to the number
             of blocks, or enough random blocks to cover the rest, is exact softmax attention.
-        tile_memory: on a GPU, the share of its free memory one tile of the computation may
-            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
-            Ignored on a CPU. The same function either way.
+        tile_memory: on a GPU, the share of its free memory that the scores of one group of
+            query blocks may take (``tiling.GPU_TILE_MEMORY``).
     """
 
     def __init__(

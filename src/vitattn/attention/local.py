@@ -93,9 +93,8 @@ class LocalAttention(AttentionKernel):
         global_tokens: the first ``global_tokens`` tokens attend to all tokens and all tokens
             attend to them. ``None`` takes the tokens in front of the largest square, i.e. the
             class token when ``model.pool=cls`` and none otherwise.
-        tile_memory: on a GPU, the share of its free memory one tile of the computation may
-            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
-            Ignored on a CPU. The same function either way.
+        tile_memory: on a GPU, the share of its free memory for the scores of one group of
+            query blocks (``tiling.GPU_TILE_MEMORY``).
     """
 
     def __init__(

@@ -299,9 +299,8 @@ class PerformerAttention(AttentionKernel):
             ``unbiased`` (the whole exponent's maximum: eps negligible, more variance).
         impl: ``chunked`` (memory-efficient, hand-written backward) or ``autograd`` (the plain
             reference); both compute the same function.
-        tile_memory: on a GPU, the share of its free memory one tile of the computation may
-            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
-            Ignored on a CPU. The same function either way.
+        tile_memory: on a GPU, the share of its free memory for one tile of features
+            (``tiling.GPU_TILE_MEMORY``).
     """
 
     def __init__(

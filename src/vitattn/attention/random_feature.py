@@ -273,9 +273,8 @@ class RandomFeatureAttention(AttentionKernel):
             ``eps`` times its largest possible value, sum_j g_j, so it stays positive and finite.
         impl: ``chunked`` (tiles, hand-written backward, O(n d) memory) or ``autograd`` (the
             plain reference); both compute the same function.
-        tile_memory: on a GPU, the share of its free memory one tile of the computation may
-            take (larger tiles, fewer kernel launches); 0 keeps the CPU's cache-sized tiles.
-            Ignored on a CPU. The same function either way.
+        tile_memory: on a GPU, the share of its free memory that one tile of sin/cos
+            features may take (``tiling.GPU_TILE_MEMORY``).
 
     Features and sums are computed in fp32 whatever the autocast dtype.
     """

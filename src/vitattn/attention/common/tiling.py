@@ -22,10 +22,12 @@ TILE_ELEMENTS = 1 << 21
 """Elements of one tile's (heads, rows, features) block on a CPU: 8 MB in fp32."""
 
 GPU_TILE_MEMORY = 0.02
-"""Default ``attention.tile_memory``: the share of a GPU's free memory that one tile's block may
-take. A GPU has no cache to fit: what costs there is a launch per small tile, so the tile is as
-large as this budget allows (a report-scale layer, batch 256 x 8 heads x 1024 tokens x 256
-features, is a couple of tiles on a 80 GB GPU instead of hundreds)."""
+"""Default ``attention.tile_memory`` (performer, random_feature, local, bigbird): the share of a
+GPU's free memory that one tile's block may take; 0 keeps the CPU's cache-sized tiles, and a CPU
+ignores it. The mechanisms compute the same function either way. A GPU has no cache to fit:
+what costs there is a launch per small tile, so the tile is as large as this budget allows (a
+report-scale layer, batch 256 x 8 heads x 1024 tokens x 256 features, is a couple of tiles on a
+80 GB GPU instead of hundreds)."""
 
 _logged: set[tuple[str, str]] = set()
 
