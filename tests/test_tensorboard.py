@@ -186,3 +186,17 @@ def test_each_run_ends_with_one_line_and_the_sweep_with_its_summary(
     table = (sweep / "summary.md").read_text()
     assert "attention=linear" in table and "attention=softmax" in table
     assert f"Sweep summary ({sweep})" in output and table.splitlines()[0] in output
+
+
+def test_only_real_tensorboard_writers_on_rank_zero_get_images(tmp_path, monkeypatch) -> None:
+    """fast_dev_run's DummyLogger and other ranks' dummy experiments answer every call with
+    None: writing an image to them failed every fast_dev_run once."""
+    from lightning.pytorch.loggers.logger import DummyLogger
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from vitattn.logger import RunTensorBoard, summary_writers
+
+    real = RunTensorBoard(save_dir=str(tmp_path))
+    assert list(summary_writers([DummyLogger(), real])) == [real.experiment]
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    assert list(summary_writers([real])) == []

@@ -120,9 +120,12 @@ class RunTensorBoard(TensorBoardLogger):
 
 
 def summary_writers(loggers: Iterable[Any]) -> Iterator[Any]:
-    """The ``SummaryWriter`` of each TensorBoard logger in ``loggers``. Only real TensorBoard
-    loggers count: under ``fast_dev_run`` Lightning swaps in a ``DummyLogger`` whose
-    experiment answers every attribute with a no-op returning ``None``."""
+    """The ``SummaryWriter`` of each TensorBoard logger in ``loggers``, on rank zero. Only real
+    TensorBoard loggers count: under ``fast_dev_run`` Lightning swaps in a ``DummyLogger``, and
+    on other ranks a logger's experiment is a dummy; both answer every attribute with a no-op
+    returning ``None``."""
+    if rank_zero_only.rank != 0:
+        return
     for logger in loggers:
         if isinstance(logger, TensorBoardLogger):
             yield logger.experiment

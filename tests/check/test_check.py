@@ -138,7 +138,9 @@ def test_every_attention_is_finite_in_half_precision_on_the_gpu(tmp_path: Path) 
 @pytest.mark.slow
 def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "check"
-    run_cli("vitattn-check", "device=cpu", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    # No time guard: on a loaded machine it may skip n = 256, and this test is not about timing.
+    no_guard = "kernels.max_call_seconds=null"
+    run_cli("vitattn-check", "device=cpu", no_guard, f"hydra.run.dir={run_dir}", data_dir=data_dir)
     for name in ("check.md", "check.json", "check_kernels.png"):
         assert (run_dir / name).stat().st_size > 0, name
     result = json.loads((run_dir / "check.json").read_text())
