@@ -530,3 +530,23 @@ def test_normalized_rfa_learns_sigma_and_both_implementations_agree(impl: str) -
     for a, b in zip(outputs["chunked"], outputs["autograd"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # fp32, other summation orders
     assert outputs[impl][-1].abs().min() > 0  # every head's sigma gets a gradient
+
+
+def test_a_checkpoint_from_before_normalize_loads_as_the_estimator_it_was_trained_as() -> None:
+    torch.manual_seed(7)
+    old = RandomFeatureAttention(seq_len=16, heads=2, head_dim=8, num_features=8, normalize=False)
+    state = {f"attention.{k}": v for k, v in old.state_dict().items()}  # as inside a model
+    holder = torch.nn.Module()
+    holder.attention = RandomFeatureAttention(seq_len=16, heads=2, head_dim=8, num_features=8)
+    assert holder.attention.normalize  # today's default, as a rebuilt old config gets it
+    holder.load_state_dict(state)
+    assert not holder.attention.normalize and not hasattr(holder.attention, "log_sigma")
+    q, k, v = qkv(16, head_dim=8)
+    torch.testing.assert_close(holder.attention.eval()(q, k, v), old.eval()(q, k, v))
+    # A normalised checkpoint keeps its learned sigma.
+    new = RandomFeatureAttention(seq_len=16, heads=2, head_dim=8, num_features=8)
+    with torch.no_grad():
+        new.log_sigma.fill_(0.3)
+    again = RandomFeatureAttention(seq_len=16, heads=2, head_dim=8, num_features=8)
+    again.load_state_dict(new.state_dict())
+    assert again.normalize and torch.allclose(again.log_sigma, torch.full((2,), 0.3))

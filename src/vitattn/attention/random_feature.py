@@ -322,6 +322,20 @@ class RandomFeatureAttention(AttentionKernel):
         sigma = self.log_sigma.float().exp().view(1, -1, 1, 1)
         return torch.nn.functional.normalize(x, dim=-1) * (sigma / scale)
 
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        if (
+            self.normalize
+            and prefix + "log_sigma" not in state_dict
+            and prefix + "frequencies" in state_dict
+        ):
+            # Written before normalize existed (its config has no such key, so the rebuilt
+            # module took today's default): it was trained as the exact-softmax estimator.
+            self.normalize = False
+            del self.log_sigma
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.training and self.redraw:
             self.frequencies = self.draw_frequencies(q.device)
