@@ -260,9 +260,9 @@ def example_image(datamodule: Any, implementation: str) -> torch.Tensor:
     """One image as ``implementation``'s network takes it (FLOPs do not depend on its values):
     ours through the data module's on-device transfer (raw uint8 pixels for an intensity
     embedding), the references' normalised floats."""
-    raw = torch.zeros(1, *datamodule.image_shape, dtype=torch.uint8)
     if implementation in REFERENCE_ATTENTION:
         return torch.zeros(1, *datamodule.image_shape)
+    raw = torch.zeros(1, *datamodule.image_shape, dtype=torch.uint8)
     return datamodule.on_after_batch_transfer(raw, 0)
 
 

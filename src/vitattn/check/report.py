@@ -146,9 +146,9 @@ def check_text(
     training: Sequence[TrainingRow],
     reference: Mapping[str, Any] | None,
     kernels: KernelsRun | None,
+    found: Sequence[str],
 ) -> str:
-    """``check.md``."""
-    found = problems(numerics, training, kernels)
+    """``check.md``; ``found`` are the :func:`problems`."""
     lines = [
         f"# vitattn-check on {env['device_name']} ({env['device']}), {env['date']}",
         "",
@@ -208,10 +208,11 @@ def write_check(
 ) -> dict[str, Any]:
     """Write the three files, print ``check.md``; what ``check.json`` holds."""
     output_dir.mkdir(parents=True, exist_ok=True)
+    found = problems(numerics, training, kernels)
     content = {
         "settings": dict(given),
         "environment": dict(env),
-        "problems": problems(numerics, training, kernels),
+        "problems": found,
         "numerics": [asdict(r) for r in numerics],
         "training": [asdict(r) for r in training],
         "reference": reference,
@@ -222,7 +223,7 @@ def write_check(
     write_json(output_dir / "check.json", content)
     if kernels is not None:
         plot_time(kernels.rows, output_dir / "check_kernels.png")
-    text = check_text(settings, env, numerics, training, reference, kernels)
+    text = check_text(settings, env, numerics, training, reference, kernels, found)
     (output_dir / "check.md").write_text(text + "\n")
     print(text, flush=True)
     return content
