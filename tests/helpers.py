@@ -20,6 +20,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
+from vitattn.models.vit import VisionTransformer
 from vitattn.utils.checkpoint_io import AtomicCheckpointIO
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
@@ -28,19 +29,54 @@ BIN = Path(sys.executable).parent
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 
-TINY = [
-    "trainer=cpu",
-    "model.embed_dim=32",
-    "model.depth=1",
-    "model.heads=2",
-    "data.batch_size=64",
-    "data.eval_batch_size=512",
-    "callbacks.progress_bar.refresh_rate=0",
-]
+QUIET_CPU = ["trainer=cpu", "data.eval_batch_size=512", "callbacks.progress_bar.refresh_rate=0"]
+"""A CPU trainer without a progress bar, evaluating in large batches."""
+
+TINY = [*QUIET_CPU, "model.embed_dim=32", "model.depth=1", "model.heads=2", "data.batch_size=64"]
 """Settings small enough for a CPU test, used by every training test."""
 
-FEW_STEPS = [*TINY, "trainer.max_steps=8", "trainer.val_check_interval=4"]
+
+def steps(max_steps: int, validate_every: int) -> list[str]:
+    """Overrides for a run of ``max_steps`` training steps validating every ``validate_every``."""
+    return [f"trainer.max_steps={max_steps}", f"trainer.val_check_interval={validate_every}"]
+
+
+FEW_STEPS = [*TINY, *steps(8, 4)]
 """A few steps of the tiny model, validating twice."""
+
+RUN_40 = [*TINY, *steps(40, 10)]
+"""Forty steps of the tiny model, long enough to be stopped in the middle."""
+
+
+def tiny_vit(attention: str = "softmax", knobs: dict[str, Any] | None = None) -> VisionTransformer:
+    """A seeded two-layer ViT of 16 tokens (16 x 16 images, 4 x 4 patches) with ``attention``."""
+    from vitattn.bench.kernels import attention_factory
+
+    torch.manual_seed(0)
+    return VisionTransformer(
+        image_size=16,
+        patch_size=4,
+        embed_dim=32,
+        depth=2,
+        heads=2,
+        num_classes=10,
+        attention=attention_factory(attention, knobs),
+    )
+
+
+def assert_one_line_refusal(
+    config_name: str, overrides: list[str], validate: Any, message: str, run_dir: Path
+) -> None:
+    """Composing ``configs/<config_name>.yaml`` with ``overrides`` and validating it with
+    ``validate`` (as the app does before Hydra starts) raises one line matching ``message``,
+    and nothing is created at ``run_dir``."""
+    from vitattn.utils.cli import check_composition
+    from vitattn.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as raised:
+        check_composition(config_name, [*overrides, f"hydra.run.dir={run_dir}"], validate)
+    assert "\n" not in str(raised.value)
+    assert not run_dir.exists()
 
 
 def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictConfig:

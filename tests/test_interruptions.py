@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import TINY, last_line, refused, run_cli, tree_digest
+from tests.helpers import RUN_40, last_line, refused, run_cli, tree_digest
 from vitattn.analysis.events import read_scalars
 
 pytestmark = pytest.mark.slow
 
-RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
 ATOMIC = "trainer.plugins=[{_target_: vitattn.utils.checkpoint_io.AtomicCheckpointIO}]"
 
 

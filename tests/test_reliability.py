@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, compose_config, refused, run_cli, train_tiny
+from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, train_tiny
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.errors import ConfigError
-
-RUN_40 = [*TINY, "trainer.max_steps=40", "trainer.val_check_interval=10"]
 
 
 @pytest.mark.slow

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, compose_config, refused, run_cli, train_tiny
+from tests.helpers import TINY, compose_config, refused, run_cli, steps, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
-SHORT_RUN = [*TINY, "trainer.max_steps=60", "trainer.val_check_interval=25"]
+SHORT_RUN = [*TINY, *steps(60, 25)]
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,16 @@ def test_performer_redraws_on_its_interval_in_training_only() -> None:
     assert torch.equal(restored.projection, kernel.projection)
 
 
+def float64_inputs(
+    shape: tuple[int, ...], generator: torch.Generator, scale: float = 1.0
+) -> tuple[torch.Tensor, ...]:
+    """q, k, v of ``shape``: float64 normal draws times ``scale``, requiring gradients."""
+    return tuple(
+        (scale * torch.randn(shape, generator=generator, dtype=torch.float64)).requires_grad_()
+        for _ in range(3)
+    )
+
+
 def assert_same_value_and_gradients(ours, reference, inputs, tolerance: float) -> None:
     """``ours`` equals ``reference``, and so do their gradients with respect to ``inputs``."""
     torch.testing.assert_close(ours, reference, rtol=tolerance, atol=tolerance)
@@ -291,11 +301,7 @@ def test_chunked_performer_matches_the_autograd_reference_in_value_and_gradient(
     budget, scale, stabilizer
 ) -> None:
     generator = torch.Generator().manual_seed(0)
-    shape = (2, 3, 37, 8)
-    q, k, v = (
-        torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_()
-        for _ in range(3)
-    )
+    q, k, v = float64_inputs((2, 3, 37, 8), generator)
     projection = torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
     s = 8**-0.25 * scale
     settings = {"eps": 1e-3, "stabilizer": stabilizer}
@@ -342,21 +348,23 @@ def test_authors_stabilizer_is_the_reference_codes_favor(impl: str) -> None:
     assert (unbiased(q, k, v) - expected).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("stabilizer", ["unbiased", "authors"])
-def test_chunked_performer_gradient_is_the_true_gradient(stabilizer: str) -> None:
-    # With a negligible eps the max shifts cancel exactly, so treating them as constants gives
-    # the true gradient, which finite differences check.
+@pytest.mark.parametrize(
+    ("kernel", "settings"),
+    [
+        (chunked_favor_attention, {"eps": 1e-12, "budget": 4 * 6, "stabilizer": "unbiased"}),
+        (chunked_favor_attention, {"eps": 1e-12, "budget": 4 * 6, "stabilizer": "authors"}),
+        (chunked_random_feature_attention, {"sigma": 1.0, "eps": 0.3, "budget": 4 * 12}),
+    ],
+    ids=["performer-unbiased", "performer-authors", "rfa"],
+)
+def test_chunked_feature_kernels_give_the_true_gradient(kernel, settings: dict) -> None:
+    # Performer: with a negligible eps the max shifts cancel exactly, so treating them as
+    # constants gives the true gradient, which finite differences check.
     generator = torch.Generator().manual_seed(1)
-    q, k, v = (
-        torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64).requires_grad_()
-        for _ in range(3)
-    )
-    projection = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
+    q, k, v = float64_inputs((1, 2, 9, 4), generator)
+    weights = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
     assert torch.autograd.gradcheck(
-        lambda q, k, v: chunked_favor_attention(
-            q, k, v, projection, scale=0.7, eps=1e-12, budget=4 * 6, stabilizer=stabilizer
-        ),
-        (q, k, v),
+        lambda q, k, v: kernel(q, k, v, weights, scale=0.7, **settings), (q, k, v)
     )
 
 
@@ -402,31 +410,12 @@ def test_chunked_rfa_matches_the_autograd_reference_in_value_and_gradient(
     budget, scale, eps
 ) -> None:
     generator = torch.Generator().manual_seed(0)
-    shape = (2, 3, 37, 8)
-    q, k, v = (
-        (scale * torch.randn(shape, generator=generator, dtype=torch.float64)).requires_grad_()
-        for _ in range(3)
-    )
+    q, k, v = float64_inputs((2, 3, 37, 8), generator, scale)
     frequencies = 0.9 * torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
     settings = {"scale": 8**-0.25, "sigma": 0.9, "eps": eps}
     chunked = chunked_random_feature_attention(q, k, v, frequencies, **settings, budget=budget)
     reference = random_feature_attention(q, k, v, frequencies, **settings)
     assert_same_value_and_gradients(chunked, reference, (q, k, v), tolerance=1e-9)
-
-
-def test_chunked_rfa_gradient_is_the_true_gradient() -> None:
-    generator = torch.Generator().manual_seed(2)
-    q, k, v = (
-        torch.randn(1, 2, 9, 4, generator=generator, dtype=torch.float64).requires_grad_()
-        for _ in range(3)
-    )
-    frequencies = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: chunked_random_feature_attention(
-            q, k, v, frequencies, scale=0.7, sigma=1.0, eps=0.3, budget=4 * 12
-        ),
-        (q, k, v),
-    )
 
 
 @pytest.mark.parametrize("cls", FEATURE_KERNELS)

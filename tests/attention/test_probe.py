@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.helpers import tiny_vit
 from vitattn.attention import ATTENTIONS
 from vitattn.attention.common.probe import (
     attention_layers,
@@ -16,8 +17,7 @@ from vitattn.attention.common.probe import (
     relative_error,
 )
 from vitattn.bench.approx import errors_of, random_qkv
-from vitattn.bench.kernels import attention_factory, build_kernel
-from vitattn.models.vit import VisionTransformer
+from vitattn.bench.kernels import build_kernel
 
 
 def explicit_softmax(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -85,16 +85,7 @@ def test_every_mechanism_has_an_implied_matrix_and_fidelity_is_zero_only_for_sof
 
 
 def test_captured_qkv_are_each_layers_projections_of_its_input() -> None:
-    torch.manual_seed(0)
-    net = VisionTransformer(
-        image_size=16,
-        patch_size=4,
-        embed_dim=32,
-        depth=2,
-        heads=2,
-        num_classes=10,
-        attention=attention_factory("softmax"),
-    )
+    net = tiny_vit()
     images = torch.randn(3, 3, 16, 16)
     inputs: list[torch.Tensor] = []
     handles = [

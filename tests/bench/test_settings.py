@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import compose_config
+from tests.helpers import assert_one_line_refusal, compose_config
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.settings import (
@@ -17,7 +17,6 @@ from vitattn.bench.settings import (
     load_settings,
     refuse_moved_settings,
 )
-from vitattn.utils.cli import check_composition
 from vitattn.utils.config import CONFIG_DIR
 from vitattn.utils.errors import ConfigError
 
@@ -66,11 +65,7 @@ def test_bad_input_is_one_config_error_before_the_run(
     overrides: list[str], message: str, tmp_path: Path
 ) -> None:
     """What ``vitattn-bench`` checks before Hydra starts: composition, then the settings."""
-    run_dir = tmp_path / "run"
-    with pytest.raises(ConfigError, match=message) as raised:
-        check_composition("bench", [*overrides, f"hydra.run.dir={run_dir}"], load_settings)
-    assert "\n" not in str(raised.value)
-    assert not run_dir.exists()
+    assert_one_line_refusal("bench", overrides, load_settings, message, tmp_path / "run")
 
 
 @pytest.mark.parametrize(

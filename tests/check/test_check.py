@@ -10,14 +10,13 @@ import torch
 from torch import nn
 
 import vitattn.check.numerics as numerics_module
-from tests.helpers import compose_config, refused, run_cli
+from tests.helpers import assert_one_line_refusal, compose_config, refused, run_cli
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.settings import DType
 from vitattn.check.numerics import check_attention, relative_error, tolerance
 from vitattn.check.report import problems
 from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
 from vitattn.check.training import TrainingRow
-from vitattn.utils.cli import check_composition
 from vitattn.utils.errors import ConfigError
 
 NO_GPU = not torch.cuda.is_available()
@@ -44,13 +43,9 @@ BAD_INPUTS = [
 def test_bad_input_is_one_line_before_the_run(
     overrides: list[str], message: str, tmp_path: Path
 ) -> None:
-    run_dir = tmp_path / "run"
-    with pytest.raises(ConfigError, match=message) as raised:
-        check_composition(
-            "check", ["device=cpu", *overrides, f"hydra.run.dir={run_dir}"], load_settings
-        )
-    assert "\n" not in str(raised.value)
-    assert not run_dir.exists()
+    assert_one_line_refusal(
+        "check", ["device=cpu", *overrides], load_settings, message, tmp_path / "run"
+    )
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the refusal is for a machine without a GPU")

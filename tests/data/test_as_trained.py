@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import compose_config
+from tests.helpers import QUIET_CPU, compose_config, steps
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.utils.errors import ConfigError
@@ -20,13 +20,10 @@ from vitattn.utils.errors import ConfigError
 # experiment=lra_image at test size: grayscale, un-normalised, one token per pixel.
 LRA_TINY = [
     "experiment=lra_image",
-    "trainer=cpu",
-    "trainer.max_steps=3",
-    "trainer.val_check_interval=3",
+    *QUIET_CPU,
+    *steps(3, 3),
     "+trainer.limit_val_batches=1",
     "data.batch_size=16",
-    "data.eval_batch_size=512",
-    "callbacks.progress_bar.refresh_rate=0",
     "logger=csv",
 ]
 

@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from vitattn.bench.kernels import attention_factory
+from tests.helpers import tiny_vit
 from vitattn.models.flops import gflop_per_image
-from vitattn.models.vit import VisionTransformer
 
 
 def test_linear_layers_cost_their_products_forward_and_backward() -> None:
@@ -21,24 +20,11 @@ def test_linear_layers_cost_their_products_forward_and_backward() -> None:
     assert gflop_per_image(layers, torch.zeros(1, 10)) == pytest.approx((forward + backward) / 1e9)
 
 
-def tiny_vit(impl: str) -> VisionTransformer:
-    torch.manual_seed(0)
-    return VisionTransformer(
-        image_size=16,
-        patch_size=4,
-        embed_dim=32,
-        depth=2,
-        heads=2,
-        num_classes=10,
-        attention=attention_factory("softmax", {"impl": impl}),
-    )
-
-
 def test_fused_attention_counts_its_products_and_the_recomputed_scores() -> None:
     example = torch.zeros(1, 3, 16, 16)
     fused, explicit = (
-        gflop_per_image(tiny_vit("sdpa"), example),
-        gflop_per_image(tiny_vit("naive"), example),
+        gflop_per_image(tiny_vit(knobs={"impl": "sdpa"}), example),
+        gflop_per_image(tiny_vit(knobs={"impl": "naive"}), example),
     )
     assert fused is not None and explicit is not None
     # The fused kernel's backward recomputes q k^T (as flash attention does on a GPU): one
@@ -48,7 +34,7 @@ def test_fused_attention_counts_its_products_and_the_recomputed_scores() -> None
 
 
 def test_counting_leaves_the_network_as_it_was() -> None:
-    net = tiny_vit("sdpa").eval()
+    net = tiny_vit(knobs={"impl": "sdpa"}).eval()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     gflop_per_image(net, torch.zeros(1, 3, 16, 16))
     assert not net.training and all(p.grad is None for p in net.parameters())

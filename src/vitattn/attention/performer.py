@@ -216,13 +216,8 @@ class ChunkedFavor(torch.autograd.Function):
             torch.bmm(grad_out_plus, kv_plus[heads].transpose(1, 2), out=grad_exponent)
             grad_exponent.mul_(exponential)
             if authors:  # as for the keys below: the last column carries -s^2 |q|^2 / 2
-                grad_query_row = grad_exponent @ key_projection[heads]
-                torch.addcmul(
-                    grad_query_row[..., :d],
-                    query,
-                    grad_query_row[..., d:],
-                    value=-(scale**2),
-                    out=grad_q[heads, rows],
+                row_gradient(
+                    grad_exponent, key_projection[heads], query, scale, grad_q[heads, rows]
                 )
             else:
                 torch.bmm(grad_exponent, projection[heads], out=grad_q[heads, rows])
@@ -244,16 +239,23 @@ class ChunkedFavor(torch.autograd.Function):
             value = with_column(v[heads, rows], 1.0)
             torch.bmm(value, grad_kv_plus[heads].transpose(1, 2), out=grad_exponent)
             grad_exponent.mul_(exponential)
-            # exponent = [k, -s^2 |k|^2 / 2] . [s w, 1]: the last column carries sum_m
-            grad_key_row = grad_exponent @ key_projection[heads]
-            torch.addcmul(
-                grad_key_row[..., :d],
-                key,
-                grad_key_row[..., d:],
-                value=-(scale**2),
-                out=grad_k[heads, rows],
-            )
+            row_gradient(grad_exponent, key_projection[heads], key, scale, grad_k[heads, rows])
         return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def row_gradient(
+    grad_exponent: torch.Tensor,
+    key_projection: torch.Tensor,
+    x: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Write into ``out`` the gradient with respect to ``x`` of the exponent
+    [x, -s^2 |x|^2 / 2] . [s w, 1] (see :func:`key_rows`), given its gradient ``grad_exponent``:
+    the last column of ``key_projection`` carries sum_m of the exponent's gradient, times -s^2 x."""
+    grad_row = grad_exponent @ key_projection
+    d = x.shape[-1]
+    torch.addcmul(grad_row[..., :d], x, grad_row[..., d:], value=-(scale**2), out=out)
 
 
 def half_square_norm(x: torch.Tensor, scale: float) -> torch.Tensor:

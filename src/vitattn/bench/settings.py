@@ -98,6 +98,15 @@ class Checked:
                 raise ConfigError(f"{name}={value} is not valid; choose a positive number or null")
 
 
+def known_option(setting: str, group: str, value: str) -> None:
+    """Refuse ``value`` for ``setting`` unless it names a file of ``configs/<group>/``."""
+    options = group_options(group)
+    if value not in options:
+        raise ConfigError(
+            f"{setting}={value} is not a known {group}; choose one of: {', '.join(options)}"
+        )
+
+
 def sizes(setting: str, values: list[int]) -> list[int]:
     """A non-empty list of integers >= 1, sorted, without repeats."""
     if not values:
@@ -183,13 +192,8 @@ class TrainSettings(Checked):
                 f"{', '.join(IMPLEMENTATIONS)}"
             )
         super().__post_init__()
-        for group in ("model", "attention"):  # config groups of vitattn-train
-            options = group_options(group)
-            if getattr(self, group) not in options:
-                raise ConfigError(
-                    f"train.{group}={getattr(self, group)} is not a known {group}; "
-                    f"choose one of: {', '.join(options)}"
-                )
+        known_option("train.model", "model", self.model)
+        known_option("train.attention", "attention", self.attention)
 
     @property
     def total_steps(self) -> int:

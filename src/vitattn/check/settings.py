@@ -18,11 +18,12 @@ from vitattn.bench.settings import (
     DType,
     at_least,
     check_variants,
+    known_option,
     positive,
     sizes,
     typed_settings,
 )
-from vitattn.utils.config import gpu_precision, group_options
+from vitattn.utils.config import gpu_precision
 from vitattn.utils.errors import ConfigError
 
 SCHEMA = "check_schema"
@@ -68,11 +69,7 @@ class TrainingSettings(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.model not in group_options("model"):
-            raise ConfigError(
-                f"training.model={self.model} is not a known model; "
-                f"choose one of: {', '.join(group_options('model'))}"
-            )
+        known_option("training.model", "model", self.model)
 
 
 @dataclass
