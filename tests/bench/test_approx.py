@@ -13,6 +13,7 @@ from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.approx import approximation_errors, random_qkv
+from vitattn.bench.packages import PACKAGES
 
 
 def test_error_falls_with_the_budget_on_random_inputs() -> None:
@@ -63,7 +64,12 @@ def test_approx_mode_on_random_inputs_and_a_checkpoint(
     for name in names:
         assert (tmp_path / f"approx_{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "results.json").read_text())["mode"] == "approx"
-    assert "| linear" in (tmp_path / "approx.md").read_text()
+    report = (tmp_path / "approx.md").read_text()
+    assert "| linear" in report
+    if PACKAGES["performer"].installed:  # the bench extra: performer-pytorch next to ours
+        packaged = [r for r in rows if r["implementation"] == "performer-pytorch"]
+        assert len(packaged) == 4  # 2 budgets x (random, checkpoint)
+        assert "Output error next to the published packages'" in report
 
 
 def test_pixel_inputs_have_unit_scale_and_the_smoothness_of_images(data_dir: Path) -> None:

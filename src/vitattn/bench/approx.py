@@ -29,17 +29,19 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.probe import implied_matrix, relative_error, softmax_reference
 from vitattn.bench.capture import QKV, checkpoint_qkv, pixel_qkv
 from vitattn.bench.environment import environment
 from vitattn.bench.kernels import build_kernel, failure_status, split_variant
+from vitattn.bench.packages import PACKAGES
 from vitattn.bench.settings import BenchSettings
 from vitattn.utils.results import number
 
@@ -51,6 +53,7 @@ class ApproxRow:
     """One line of ``approx.csv``."""
 
     attention: str
+    implementation: str  # "vitattn", or the package of vitattn.bench.packages.PACKAGES
     knob: str
     budget: Any
     source: str  # "random" or "checkpoint"
@@ -107,25 +110,22 @@ def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
 
 def measure_row(
     row: ApproxRow,
-    attention: str,
-    settings: Mapping[str, Any],
+    build: Builder,
     qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     reference: tuple[torch.Tensor, torch.Tensor],
     *,
     trials: int,
     seed: int,
 ) -> None:
-    """Fill ``row``: errors of ``attention`` with ``settings``, averaged over ``trials`` seeds."""
+    """Fill ``row``: errors of the kernels ``build`` returns, one per seed of ``trials``,
+    averaged."""
     q, k, v = qkv
-    heads, tokens, head_dim = q.shape[1:]
     outputs: list[float] = []
     matrices: list[float] = []
     for trial in range(trials):
         torch.manual_seed(seed + trial)
         try:
-            kernel = build_kernel(
-                attention, seq_len=tokens, heads=heads, head_dim=head_dim, knobs=settings
-            ).to(device=q.device, dtype=q.dtype)
+            kernel = build().to(device=q.device, dtype=q.dtype)
             output, matrix, row.matrix_method = errors_of(kernel, q, k, v, reference)
         except Exception as error:
             row.status = failure_status(error)
@@ -138,6 +138,30 @@ def measure_row(
     row.matrix_rel_error, row.matrix_rel_error_std = _mean_std(matrices)
 
 
+Builder = Callable[[], torch.nn.Module]
+
+
+def builders(
+    attention: str, settings: Mapping[str, Any], shape: tuple[int, int, int], packages: bool
+) -> list[tuple[str, Builder | str]]:
+    """``[("vitattn", build ours), (package, build the package's or why it cannot run)]`` for
+    ``attention`` with ``settings`` on ``(heads, tokens, head_dim)`` inputs; the package only with
+    ``packages`` and where :data:`~vitattn.bench.packages.PACKAGES` has one."""
+    heads, tokens, head_dim = shape
+    knobs = dict(settings)
+
+    def ours() -> AttentionKernel:
+        return build_kernel(attention, seq_len=tokens, heads=heads, head_dim=head_dim, knobs=knobs)
+
+    found: list[tuple[str, Builder | str]] = [("vitattn", ours)]
+    package = PACKAGES.get(attention) if packages else None
+    if package is not None and package.installed:
+        found.append((package.name, lambda: package.build(ours())))
+    elif package is not None:
+        found.append((package.name, f"missing: pip install {package.name} (or vitattn[bench])"))
+    return found
+
+
 def approximation_errors(
     attentions: Sequence[str],
     budgets: Mapping[str, Mapping[str, Any]],
@@ -147,27 +171,37 @@ def approximation_errors(
     seed: int = 0,
     knobs: Mapping[str, Mapping[str, Any]] | None = None,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
+    packages: bool = False,
 ) -> list[ApproxRow]:
-    """Every attention x budget value x input source (``{"random": (q, k, v), ...}``)."""
+    """Every attention x budget value x input source (``{"random": (q, k, v), ...}``); with
+    ``packages``, each followed by the same settings in the package that implements it
+    (:data:`~vitattn.bench.packages.PACKAGES`), on the same inputs and seeds."""
     rows: list[ApproxRow] = []
     for source, qkv in inputs.items():
         reference = softmax_reference(*qkv)
-        tokens, head_dim = qkv[0].shape[-2:]
+        heads, tokens, head_dim = qkv[0].shape[1:]
         for name in attentions:
+            attention, settings = split_variant(name, variants, knobs)
             budget = budget_of(name, budgets)
             for value in budget.values:
-                row = ApproxRow(name, budget.knob, value, source, tokens, head_dim)
-                attention, settings = split_variant(name, variants, knobs)
                 if budget.knob:
                     settings[budget.knob] = value
-                measure_row(row, attention, settings, qkv, reference, trials=trials, seed=seed)
-                rows.append(row)
-                log.info(
-                    "%s %s=%s on %s: output error %s, matrix error %s (%s)",
-                    name, budget.knob or "default", value, source,
-                    number(row.output_rel_error), number(row.matrix_rel_error),
-                    row.status if row.status != "ok" else row.matrix_method,
-                )  # fmt: skip
+                shape = (heads, tokens, head_dim)
+                for implementation, build in builders(attention, settings, shape, packages):
+                    row = ApproxRow(
+                        name, implementation, budget.knob, value, source, tokens, head_dim
+                    )
+                    if isinstance(build, str):
+                        row.status = build
+                    else:
+                        measure_row(row, build, qkv, reference, trials=trials, seed=seed)
+                    rows.append(row)
+                    log.info(
+                        "%s (%s) %s=%s on %s: output error %s, matrix error %s (%s)",
+                        name, implementation, budget.knob or "default", value, source,
+                        number(row.output_rel_error), number(row.matrix_rel_error),
+                        row.status if row.status != "ok" else row.matrix_method,
+                    )  # fmt: skip
     return rows
 
 
@@ -220,6 +254,6 @@ def run_approx(settings: BenchSettings, data_cfg: DictConfig) -> ApproxRun:
     attentions = settings.attentions or []
     rows = approximation_errors(
         attentions, approx.budgets, inputs, trials=approx.trials, seed=settings.seed,
-        knobs=settings.knobs, variants=settings.variants,
+        knobs=settings.knobs, variants=settings.variants, packages=approx.packages,
     )  # fmt: skip
     return ApproxRun(attentions, rows, environment(device))

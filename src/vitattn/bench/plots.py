@@ -110,15 +110,17 @@ def plot_memory(rows: Sequence[Row], path: Path) -> None:
 
 
 def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
-    """``approx_<attention>.png``: relative error of output and matrix against the budget."""
+    """``approx_<attention>.png``: relative error of output and matrix against the budget, ours
+    and (labelled with its name) another package's."""
     mine = [r for r in rows if r.attention == attention and r.status == "ok"]
     figure, axis = plt.subplots(figsize=(6, 4.5))
     knob = next((r.knob for r in mine if r.knob), "")
     numeric = all(
         isinstance(r.budget, int | float) and not isinstance(r.budget, bool) for r in mine
     )
-    for source in dict.fromkeys(r.source for r in mine):
-        points = [r for r in mine if r.source == source]
+    for implementation, source in dict.fromkeys((r.implementation, r.source) for r in mine):
+        points = [r for r in mine if (r.implementation, r.source) == (implementation, source)]
+        who = "" if implementation == "vitattn" else f"{implementation}, "
         if numeric:
             points.sort(key=lambda r: r.budget)
         xs = [r.budget if numeric else str(r.budget) for r in points]
@@ -138,7 +140,7 @@ def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
                 markerfacecolor="none" if marker == "s" else None,
                 linestyle=style,
                 capsize=3,
-                label=f"{column.split('_')[0]} ({source}, n={points[0].seq_len})",
+                label=f"{column.split('_')[0]} ({who}{source}, n={points[0].seq_len})",
             )
     if numeric and knob and mine and min(r.budget for r in mine) > 0:
         axis.set_xscale("log", base=2)

@@ -151,6 +151,7 @@ class ApproxSettings(Checked):
     trials: int = at_least(1)
     images: int = at_least(1)
     pixels: bool = MISSING  # also on CIFAR-10 pixel tokens (n = 1024) under random projections
+    packages: bool = MISSING  # also other packages' implementations (vitattn.bench.packages)
     budgets: dict[str, Any] = MISSING  # {attention: {knob: <its setting>, values: [...]}}
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from vitattn.bench.approx import ApproxRun
+from vitattn.bench.approx import ApproxRow, ApproxRun
 from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
 from vitattn.bench.scaling import Row, ScalingRun
 from vitattn.bench.spectrum import HeadSpectrum
@@ -102,6 +102,39 @@ def scaling_text(
     )
 
 
+def budget_label(row: ApproxRow) -> str:
+    return f"{row.knob}={row.budget}" if row.knob else "default"
+
+
+def with_std(mean: float | None, std: float | None) -> str:
+    return number(mean) if not std else f"{number(mean)} +- {number(std)}"
+
+
+def side_by_side(rows: Sequence[ApproxRow]) -> list[dict[str, str]]:
+    """A line per measurement that has another package's next to ours: both output errors."""
+    ours = {
+        (r.attention, budget_label(r), r.source): r for r in rows if r.implementation == "vitattn"
+    }
+    lines = []
+    for other in rows:
+        mine = ours.get((other.attention, budget_label(other), other.source))
+        if other.implementation == "vitattn" or mine is None:
+            continue
+        lines.append(
+            {
+                "attention": other.attention,
+                "budget": budget_label(other),
+                "inputs": f"{other.source} (n={other.seq_len})",
+                "vitattn error": with_std(mine.output_rel_error, mine.output_rel_error_std),
+                "package": other.implementation,
+                "package error": with_std(other.output_rel_error, other.output_rel_error_std)
+                if other.status == "ok"
+                else other.status,
+            }
+        )
+    return lines
+
+
 def write_approx(run: ApproxRun, output_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     """``mode=approx``: approx.csv, results.json, approx.md and approx_<attention>.png for each
     attention with a measured point."""
@@ -115,16 +148,23 @@ def write_approx(run: ApproxRun, output_dir: Path, settings: dict[str, Any]) -> 
     shown = [
         {
             "attention": r.attention,
-            "budget": f"{r.knob}={r.budget}" if r.knob else "default",
+            "implementation": r.implementation,
+            "budget": budget_label(r),
             "inputs": f"{r.source} (n={r.seq_len})",
-            "output rel. error": number(r.output_rel_error),
-            "matrix rel. error": number(r.matrix_rel_error),
+            "output rel. error": with_std(r.output_rel_error, r.output_rel_error_std),
+            "matrix rel. error": with_std(r.matrix_rel_error, r.matrix_rel_error_std),
             "matrix from": r.matrix_method,
             "status": r.status,
         }
         for r in run.rows
     ]
-    show(output_dir, "approx.md", table(shown))
+    text = table(shown)
+    packages = side_by_side(run.rows)
+    if packages:
+        text += (
+            f"\n\nOutput error next to the published packages' (mean +- std)\n\n{table(packages)}"
+        )
+    show(output_dir, "approx.md", text)
     log.info("wrote approx.csv, results.json and approx_<attention>.png to %s", output_dir)
     return {"results": rows}
 
