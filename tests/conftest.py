@@ -32,6 +32,21 @@ def data_dir() -> Path:
     pytest.fail(f"no cifar-10-batches-py/ in {[str(p) for p in candidates]}; set VITATTN_DATA_DIR")
 
 
+def files_under(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*") if path.is_file()} if root.is_dir() else set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_into_the_repository() -> Iterator[None]:
+    """Fail the session if any test left a run in the repository's ``outputs/`` (where a run
+    without ``hydra.run.dir`` goes: a refusal test whose refusal broke, say)."""
+    outputs = PROJECT_ROOT / "outputs"
+    before = files_under(outputs)
+    yield
+    added = sorted(str(path) for path in files_under(outputs) - before)
+    assert not added, f"tests wrote into {outputs}: {added[:3]}"
+
+
 @pytest.fixture(autouse=True)
 def _clean_hydra() -> Iterator[None]:
     GlobalHydra.instance().clear()

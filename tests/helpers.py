@@ -7,6 +7,7 @@ import csv
 import errno
 import hashlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -257,3 +258,66 @@ class NanLossAtStep(L.Callback):
             with torch.no_grad():
                 for parameter in pl_module.parameters():
                     parameter.fill_(float("nan"))
+
+
+class InfiniteLossAtStep(L.Callback):
+    """From global step ``step`` on, the training step returns a loss of +inf (its logits are
+    finite, the loss overflows): the other way a run diverges."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        if trainer.global_step != self.step:
+            return
+        training_step = pl_module.training_step
+
+        def infinite(*step_args: Any, **step_kwargs: Any) -> Any:
+            loss = training_step(*step_args, **step_kwargs)
+            return loss * float("inf")
+
+        pl_module.training_step = infinite  # type: ignore[method-assign]
+
+
+class SaveFinalWeights(L.Callback):
+    """Save the module's weights as they are when training ends, to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.save({"global_step": trainer.global_step, **pl_module.state_dict()}, self.path)
+
+
+class ComputeDtypeProbe(L.Callback):
+    """Write to ``path`` (JSON) the dtypes of one training step: the parameters', and of the
+    first attention kernel's q and output, as the kernel receives and returns them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: dict[str, str] = {}
+        self._handle: Any = None
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        from vitattn.attention.common.base import AttentionKernel
+
+        if self._handle is not None or self.seen:
+            return
+        kernel = next(m for m in pl_module.modules() if isinstance(m, AttentionKernel))
+
+        def record(module: Any, inputs: tuple, output: torch.Tensor) -> None:
+            self.seen = {
+                "parameters": str(next(pl_module.parameters()).dtype),
+                "q": str(inputs[0].dtype),
+                "attention_output": str(output.dtype),
+            }
+            self._handle.remove()
+
+        self._handle = kernel.register_forward_hook(record)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(self.path).write_text(json.dumps(self.seen))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import RUN_40, last_line, refused, run_cli, tree_digest
+from tests.helpers import RUN_40, TINY, last_line, refused, run_cli, steps, tree_digest
 from vitattn.analysis.events import read_scalars
 
 pytestmark = pytest.mark.slow
@@ -58,18 +58,21 @@ def straight(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     return run_dir
 
 
-def assert_same_as_straight(run_dir: Path, straight: Path) -> None:
+def assert_same_as_straight(run_dir: Path, straight: Path, steps: int = 40) -> None:
     """The resumed run ended with the straight run's weights, and logged every step once, with
     the straight run's losses."""
     expected = torch.load(straight / "checkpoints" / "last.ckpt", weights_only=False)
     resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert expected["state_dict"].keys() == resumed["state_dict"].keys()
-    for name, tensor in expected["state_dict"].items():
-        assert torch.equal(tensor, resumed["state_dict"][name]), name
+    for name, value in expected["state_dict"].items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, resumed["state_dict"][name]), name
+        else:  # a module's extra state (performer's count of steps since it redrew)
+            assert value == resumed["state_dict"][name], name
     losses = read_scalars(run_dir)["train/loss"]
-    assert [step for step, _ in losses] == list(range(1, 41))  # every step once
+    assert [step for step, _ in losses] == list(range(1, steps + 1))  # every step once
     assert losses == read_scalars(straight)["train/loss"]
-    assert metrics_of(run_dir)["status"] == "completed" and metrics_of(run_dir)["steps"] == 40
+    assert metrics_of(run_dir)["status"] == "completed" and metrics_of(run_dir)["steps"] == steps
 
 
 @pytest.mark.parametrize(
@@ -107,6 +110,32 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
 
     run_cli("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
     assert_same_as_straight(run_dir, straight)
+
+
+RANDOM_STATE = {
+    "performer": ["attention=performer", "attention.redraw_interval=2"],
+    "random_feature": ["attention=random_feature"],  # new frequencies at every step
+    "bigbird": ["attention=bigbird", "attention.block=8", "attention.num_random=2"],
+    "reformer": ["attention=reformer", "attention.chunk=16"],
+}
+"""Mechanisms that draw random numbers of their own, with settings that draw them in the run."""
+
+
+@pytest.mark.parametrize("attention", sorted(RANDOM_STATE))
+def test_mechanisms_with_random_state_resume_exactly(
+    attention: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Redrawn random features, BigBird's random blocks, Reformer's rotations: stopped by
+    SIGTERM and resumed, the run ends with the weights of one that was not stopped."""
+    run = [*TINY, *steps(12, 4), *RANDOM_STATE[attention]]
+    straight = tmp_path / "straight"
+    run_cli("vitattn-train", *run, f"hydra.run.dir={straight}", data_dir=data_dir)
+    stopped = tmp_path / "stopped"
+    at_6 = [*run, *at_step("SigtermAtStep", 6), f"hydra.run.dir={stopped}"]
+    assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == 143
+    assert checkpoint_step(stopped) == 6
+    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={stopped}", data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=12)
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:

@@ -9,19 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, train_tiny
+from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, steps, train_tiny
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.errors import ConfigError
 
 
 @pytest.mark.slow
-def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
-    tmp_path: Path, data_dir: Path
+@pytest.mark.parametrize("diverging", ["NanLossAtStep", "InfiniteLossAtStep"])
+def test_nan_or_infinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
+    diverging: str, tmp_path: Path, data_dir: Path
 ) -> None:
     result = run_cli(
         "vitattn-train",
         *RUN_40,
-        "+callbacks.nan._target_=tests.helpers.NanLossAtStep",
+        f"+callbacks.nan._target_=tests.helpers.{diverging}",
         "+callbacks.nan.step=15",
         f"hydra.run.dir={tmp_path}",
         data_dir=data_dir,
@@ -46,18 +47,25 @@ def test_half_precision_trains_every_attention(
     """Mixed precision (Lightning uses bf16-mixed on a CPU, which has no fp16 AMP), and bf16
     weights throughout (no fp32 master weights: the patch embedding takes the fp32 images, and
     every mechanism's fp32 internals come back in bf16). 16-true is refused (tests/utils)."""
+    probe = tmp_path / "dtypes.json"
     metrics = train_tiny(
         tmp_path,
         data_dir,
         f"attention={attention}",
         f"trainer.precision={precision}",
-        "trainer.max_steps=3",
-        "trainer.val_check_interval=3",
+        *steps(3, 3),
         "data.batch_size=16",
         "logger=csv",
+        "+callbacks.probe._target_=tests.helpers.ComputeDtypeProbe",
+        f"+callbacks.probe.path={probe}",
     )
     assert math.isfinite(float(metrics["train/loss"])) and math.isfinite(float(metrics["val/loss"]))
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0
+    # bf16 is really used: the kernel gets bf16 q (from autocast's projection, or bf16 weights)
+    # and gives bf16 back; only bf16-true keeps the weights themselves in bf16.
+    weights = "torch.bfloat16" if precision == "bf16-true" else "torch.float32"
+    expected = {"parameters": weights, "q": "torch.bfloat16", "attention_output": "torch.bfloat16"}
+    assert json.loads(probe.read_text()) == expected
 
 
 @pytest.mark.slow

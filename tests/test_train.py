@@ -20,7 +20,12 @@ SHORT_RUN = [*TINY, *steps(60, 25)]
 def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """About 60 steps of a tiny model: the run every test below reads."""
     run_dir = tmp_path_factory.mktemp("short") / "run"
-    run_cli("vitattn-train", *SHORT_RUN, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    final = run_dir.parent / "final_weights.pt"  # what the module held when training ended
+    saver = [
+        "+callbacks.final._target_=tests.helpers.SaveFinalWeights",
+        f"+callbacks.final.path={final}",
+    ]
+    run_cli("vitattn-train", *SHORT_RUN, *saver, f"hydra.run.dir={run_dir}", data_dir=data_dir)
     return run_dir
 
 
@@ -95,7 +100,11 @@ def test_hparams_view_lists_the_results(short_run: Path) -> None:
 @pytest.mark.slow
 def test_last_checkpoint_holds_final_weights(short_run: Path) -> None:
     checkpoint = torch.load(short_run / "checkpoints" / "last.ckpt", weights_only=False)
-    assert checkpoint["global_step"] == 60
+    final = torch.load(short_run.parent / "final_weights.pt", weights_only=False)
+    assert checkpoint["global_step"] == final.pop("global_step") == 60
+    assert checkpoint["state_dict"].keys() == final.keys()
+    for name, weights in final.items():
+        assert torch.equal(checkpoint["state_dict"][name], weights), name
 
 
 @pytest.mark.slow

@@ -101,6 +101,27 @@ class ValidateAtEnd(L.Callback):
             trainer.should_stop = True
 
 
+class RandomStateInCheckpoint(L.Callback):
+    """Keep torch's global random state (CPU and CUDA) in every checkpoint, and restore it when a
+    fit resumes from one, so that what draws from it while training continues with the numbers
+    an uninterrupted run would draw: Performer's and RFA's redrawn features, Reformer's
+    rotations. (The data's shuffling and augmentation have generators of their own, saved by the
+    data module.) Lightning restores callbacks only when a fit resumes, not when a checkpoint's
+    weights are loaded for evaluation or fine-tuning."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        cuda = state_dict.get("cuda", [])
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def _exit_at_once(signum: int, frame: Any) -> None:
     print("\nCtrl-C again: exiting at once, without saving", file=sys.stderr, flush=True)
     os._exit(128 + signal.SIGINT)

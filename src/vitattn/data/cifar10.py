@@ -425,6 +425,10 @@ class CIFAR10DataModule(L.LightningDataModule):
                 sampler, batch_size, drop_last=train, seed=self.shuffle_seed, skip=skip
             ),
             batch_size=None,
+            # Its own generator: a DataLoader without one draws its workers' base seed from
+            # torch's global generator at every new iterator, which a resumed run would then
+            # draw at other times than an uninterrupted one (random features draw from it too).
+            generator=torch.Generator().manual_seed(self.shuffle_seed),
             num_workers=self.hparams.num_workers,
             pin_memory=self.hparams.pin_memory,
             persistent_workers=self.hparams.num_workers > 0,
@@ -447,13 +451,15 @@ class CIFAR10DataModule(L.LightningDataModule):
     def generator(self, device: torch.device) -> torch.Generator:
         """The augmentation RNG on ``device``, created on first use and checkpointed."""
         if self._generator is None or self._generator.device != device:
-            seed = self.hparams.augment_seed
-            if seed is None:
-                seed = int(torch.randint(0, 2**62, (1,)).item())
-            self._generator = torch.Generator(device=device).manual_seed(seed)
-            if self._generator_state is not None:
+            self._generator = torch.Generator(device=device)
+            if self._generator_state is not None:  # a resumed run: no seed drawn (see below)
                 self._generator.set_state(self._generator_state)
                 self._generator_state = None
+            else:
+                seed = self.hparams.augment_seed
+                if seed is None:  # from torch's global generator, which seed_everything seeded
+                    seed = int(torch.randint(0, 2**62, (1,)).item())
+                self._generator.manual_seed(seed)
         return self._generator
 
     def augment(self, images: torch.Tensor) -> torch.Tensor:
