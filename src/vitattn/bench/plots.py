@@ -118,9 +118,10 @@ def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
     numeric = all(
         isinstance(r.budget, int | float) and not isinstance(r.budget, bool) for r in mine
     )
+    several = len({r.implementation for r in mine}) > 1
     for implementation, source in dict.fromkeys((r.implementation, r.source) for r in mine):
         points = [r for r in mine if (r.implementation, r.source) == (implementation, source)]
-        who = "" if implementation == "vitattn" else f"{implementation}, "
+        who = f"{implementation}, " if several else ""
         if numeric:
             points.sort(key=lambda r: r.budget)
         xs = [r.budget if numeric else str(r.budget) for r in points]
