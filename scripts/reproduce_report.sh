@@ -6,14 +6,15 @@
 #   scripts/reproduce_report.sh                     # the five attentions of the report
 #   scripts/reproduce_report.sh trainer.precision=16-mixed   # extra overrides (e.g. on a T4)
 #   ATTENTIONS=softmax,performer scripts/reproduce_report.sh
+#   SWEEP_DIR=/scratch/report scripts/reproduce_report.sh   # somewhere else than outputs/
 #
-# Writes outputs/train/multiruns/report_<stamp>/{0..4}/ and, in that folder,
+# Writes outputs/train/multiruns/report_<stamp>/{0..4}/ (or SWEEP_DIR/) and, in that folder,
 # val_acc_vs_step.png, train_loss_vs_step.png, summary.csv and summary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 attentions="${ATTENTIONS:-softmax,linear,linformer,random_feature,nystrom}"
-sweep_dir="outputs/train/multiruns/report_$(date +%Y-%m-%d_%H-%M-%S)"
+sweep_dir="${SWEEP_DIR:-outputs/train/multiruns/report_$(date +%Y-%m-%d_%H-%M-%S)}"
 
 status=0
 vitattn-train -m experiment=report "attention=${attentions}" "hydra.sweep.dir=${sweep_dir}" "$@" \

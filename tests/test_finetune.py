@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import QUIET_CPU, TINY, compose_config, steps
+from vitattn.loading import load_classifier
 from vitattn.lora.adapters import DEFAULT_TARGETS
 from vitattn.lora.module import LoRAClassifier
 from vitattn.utils.errors import ConfigError
@@ -200,3 +201,20 @@ def test_cli_error_is_one_line_and_leaves_no_run_directory(tmp_path: Path) -> No
     )
     assert "Traceback" not in result.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_merge_false_writes_no_merged_checkpoint(
+    base_ckpt: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """``lora.merge=false``: the adapters' checkpoints only, and no merged figures."""
+    from vitattn.finetune import finetune
+
+    overrides = [*FINETUNE, "lora.merge=false", *steps(4, 4), f"ckpt_path={base_ckpt}"]
+    cfg = compose_config("finetune", [*overrides, f"paths.data_dir={data_dir}"], tmp_path)
+    finetune(cfg)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["lora/rank"] == 8
+    assert metrics["merged_ckpt_path"] is None and "test/acc_merged" not in metrics
+    assert not (tmp_path / "checkpoints" / "merged.ckpt").exists()
+    assert isinstance(load_classifier(tmp_path / "checkpoints" / "last.ckpt"), LoRAClassifier)

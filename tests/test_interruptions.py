@@ -112,6 +112,18 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     assert_same_as_straight(run_dir, straight)
 
 
+def test_ckpt_path_alone_continues_the_run_in_its_own_directory(
+    straight: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """``vitattn-train ckpt_path=<run>/checkpoints/last.ckpt``, the README's first way to resume:
+    no run directory given, the run's own settings and directory."""
+    run_dir = tmp_path / "run"
+    assert start(run_dir, *at_step("SigtermAtStep", 25), data_dir=data_dir).returncode == 143
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    run_cli("vitattn-train", f"ckpt_path={checkpoint}", data_dir=data_dir)
+    assert_same_as_straight(run_dir, straight)
+
+
 RANDOM_STATE = {
     "performer": ["attention=performer", "attention.redraw_interval=2"],
     "random_feature": ["attention=random_feature"],  # new frequencies at every step

@@ -107,3 +107,25 @@ def test_patch_embedding_is_its_convolution(patch_size: int) -> None:
     theirs = torch.autograd.grad(reference, (images, embedding.proj.weight), grad)
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_drop_path_rises_to_its_rate_and_drops_whole_branches_in_training_only() -> None:
+    """Stochastic depth (Huang et al. 2016): block i drops its residual branches with rate
+    drop_path * i / (depth - 1), per sample, in training; in evaluation the model is the same
+    function as without it, and in training each sample draws its own."""
+    torch.manual_seed(0)
+    model = VisionTransformer(softmax, patch_size=8, embed_dim=32, depth=3, heads=4, drop_path=0.5)
+    rates = [getattr(block.drop_path, "p", 0.0) for block in model.blocks]
+    assert rates == [0.0, 0.25, 0.5]
+    plain = VisionTransformer(softmax, patch_size=8, embed_dim=32, depth=3, heads=4)
+    plain.load_state_dict(model.state_dict())
+    images = torch.randn(64, 3, 32, 32)
+    model.eval()
+    plain.eval()
+    torch.testing.assert_close(model(images), plain(images))
+    model.train()
+    plain.train()
+    torch.testing.assert_close(plain(images), plain(images))  # no dropout: deterministic
+    first, second = model(images), model(images)
+    differs = (first - second).abs().amax(dim=1) > 1e-6  # per sample: its own draws
+    assert 0 < int(differs.sum()) < 64

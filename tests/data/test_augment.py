@@ -1,0 +1,84 @@
+"""MixUp, CutMix and RandAugment as the data module applies them (:mod:`vitattn.data.augment`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitattn.data.augment import mix_transform
+from vitattn.data.cifar10 import CIFAR10DataModule
+
+
+def batch(size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(size, 3, 32, 32, generator=generator)
+    return images, torch.arange(size) % 10
+
+
+def test_mixup_is_one_convex_combination_of_images_and_of_labels() -> None:
+    """MixUp (Zhang et al. 2018): every image is lam * x_i + (1 - lam) * x_j with its partner j
+    of the shifted batch, and its soft label the same combination of one-hot labels."""
+    images, labels = batch()
+    torch.manual_seed(1)
+    mixed, soft = mix_transform(1.0, 0.0, 10)(images, labels)  # type: ignore[misc]
+    partner = images.roll(1, dims=0)
+    lam = float(soft[0, labels[0]])
+    assert 0.0 < lam < 1.0
+    torch.testing.assert_close(mixed, lam * images + (1 - lam) * partner)
+    one_hot = F.one_hot(labels, 10).float()
+    torch.testing.assert_close(soft, lam * one_hot + (1 - lam) * one_hot.roll(1, dims=0))
+
+
+def test_cutmix_pastes_one_box_and_weighs_labels_by_its_area() -> None:
+    """CutMix (Yun et al. 2019): pixels inside one box come from the partner image, the rest are
+    the image's own, and the partner's label weight is the box's share of the image."""
+    images, labels = batch()
+    torch.manual_seed(3)
+    mixed, soft = mix_transform(0.0, 1.0, 10)(images, labels)  # type: ignore[misc]
+    partner = images.roll(1, dims=0)
+    from_partner = (mixed == partner) & (mixed != images)
+    box = from_partner[0, 0]
+    assert box.any() and (from_partner == box).all()  # the same box in every image and channel
+    rows, cols = box.any(dim=1).nonzero(), box.any(dim=0).nonzero()
+    height, width = int(rows.max() - rows.min() + 1), int(cols.max() - cols.min() + 1)
+    assert int(box.sum()) == height * width  # a rectangle
+    own = mixed[:, :, ~box]
+    torch.testing.assert_close(own, images[:, :, ~box])
+    share = height * width / (32 * 32)
+    assert float(soft[0, labels.roll(1)[0]]) == pytest.approx(share, abs=1e-6)
+
+
+def test_training_batches_are_mixed_and_evaluation_batches_are_not(data_dir: Path) -> None:
+    datamodule = CIFAR10DataModule(data_dir, batch_size=16, mixup_alpha=1.0, augment_seed=0)
+    images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    labels = torch.arange(16) % 10
+
+    class Trainer:
+        training = True
+
+    datamodule.trainer = Trainer()  # type: ignore[assignment]
+    _, soft = datamodule.on_after_batch_transfer((images, labels), 0)
+    assert soft.shape == (16, 10) and torch.allclose(soft.sum(dim=1), torch.ones(16))
+    assert not torch.equal(soft, F.one_hot(labels, 10).float())
+    Trainer.training = False
+    _, hard = datamodule.on_after_batch_transfer((images, labels), 0)
+    assert torch.equal(hard, labels)
+
+
+def test_randaugment_changes_images_reproducibly(data_dir: Path) -> None:
+    """RandAugment (Cubuk et al. 2020) after crop and flip changes most images; crop and flip
+    draw from the data module's generator, RandAugment from torch's (which seed_everything
+    seeds): the same seeds give the same images."""
+    images = torch.randint(0, 256, (32, 3, 32, 32), dtype=torch.uint8)
+
+    def augmented(ops: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        return CIFAR10DataModule(data_dir, augment_seed=5, randaugment_ops=ops).augment(images)
+
+    plain, first, second = augmented(0), augmented(2), augmented(2)
+    assert torch.equal(first, second)
+    changed = (first != plain).flatten(1).any(dim=1)
+    assert changed.float().mean() > 0.5

@@ -1,0 +1,65 @@
+"""The scripts of ``scripts/`` that the README and docs name, run at test size."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BIN, read_csv, run_cli
+from vitattn.utils.config import PROJECT_ROOT
+
+SCRIPTS = PROJECT_ROOT / "scripts"
+
+
+@pytest.mark.slow
+def test_reproduce_report_sweeps_the_report_preset_and_draws_its_figure(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``scripts/reproduce_report.sh``: ``experiment=report`` per attention (here two, tiny, on a
+    CPU), then the figure and table of ``plot_curves.py`` in the sweep's folder."""
+    sweep = tmp_path / "report"
+    tiny = [
+        "trainer.accelerator=cpu",  # the preset's trainer is trainer=gpu
+        "trainer.precision=32-true",
+        "model.embed_dim=32",
+        "model.depth=1",
+        "model.heads=2",
+        "data.batch_size=16",
+        "data.eval_batch_size=32",
+        "trainer.max_epochs=null",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "+trainer.limit_val_batches=1",
+        "test=false",
+        "callbacks.progress_bar.refresh_rate=0",
+    ]
+    env = {
+        "ATTENTIONS": "softmax,linear",
+        "SWEEP_DIR": str(sweep),
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    run_cli(str(SCRIPTS / "reproduce_report.sh"), *tiny, data_dir=data_dir, env=env)
+    rows = read_csv(sweep / "summary.csv")
+    assert sorted(row["attention"] for row in rows) == ["linear", "softmax"]
+    assert {row["status"] for row in rows} == {"completed"}
+    assert all(row["model"] == "vit_pixel" for row in rows)  # the report's 1024-token model
+    for figure in ("val_acc_vs_step.png", "train_loss_vs_step.png"):
+        assert (sweep / figure).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_sparse_family_prints_a_row_per_kernel_and_length(data_dir: Path) -> None:
+    args = ["--seq-lens", "64", "128", "--attentions", "softmax", "local", "--repeats", "1"]
+    result = run_cli("python", str(SCRIPTS / "bench_sparse_family.py"), *args, data_dir=data_dir)
+    rows = [
+        line.split()
+        for line in result.stdout.splitlines()
+        if line.split()[:1] in (["softmax"], ["local"])
+    ]
+    assert sorted((row[0], row[1]) for row in rows) == [
+        ("local", "128"),
+        ("local", "64"),
+        ("softmax", "128"),
+        ("softmax", "64"),
+    ]
