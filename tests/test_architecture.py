@@ -23,8 +23,8 @@ ENTRY_POINTS = {
     "vitattn.check.app",
 }
 """The console scripts' modules: they use the package; nothing uses them."""
-ALLOWED_TO_IMPORT_AN_ENTRY_POINT = {"vitattn.bench.__main__"}
-"""``python -m vitattn.bench`` runs the bench's entry point."""
+ALLOWED_TO_IMPORT_AN_ENTRY_POINT = {"vitattn.bench.__main__", "vitattn.check.__main__"}
+"""``python -m vitattn.bench`` and ``python -m vitattn.check`` run those entry points."""
 
 ROOMS = {
     "vitattn.utils": set(),

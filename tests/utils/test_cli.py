@@ -203,3 +203,13 @@ def test_trainer_gpu_picks_bf16_where_the_gpu_has_it(
     assert cfg.trainer.precision == precision
     user = compose_config("train", ["trainer=gpu", "trainer.precision=32-true"], Path("/x"))
     assert user.trainer.precision == "32-true"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package", ["vitattn.bench", "vitattn.check"])
+def test_python_dash_m_runs_the_same_app(package: str, data_dir: Path) -> None:
+    """``python -m vitattn.bench`` / ``python -m vitattn.check``, for a machine whose PATH lacks
+    the console scripts: the same app and help."""
+    program = f"vitattn-{package.split('.')[1]}"
+    by_module = run_cli("python", "-m", package, "--help", data_dir=data_dir).stdout
+    assert by_module == run_cli(program, "--help", data_dir=data_dir).stdout

@@ -1,0 +1,5 @@
+"""``python -m vitattn.check`` = ``vitattn-check``."""
+
+from vitattn.check.app import main
+
+main()
