@@ -321,3 +321,19 @@ class ComputeDtypeProbe(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         Path(self.path).write_text(json.dumps(self.seen))
+
+
+class CountTestImages(L.Callback):
+    """Write to ``<path>.rank<k>`` how many test images this process evaluated."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.images = 0
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
+    ) -> None:
+        self.images += len(batch[1])
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(f"{self.path}.rank{trainer.global_rank}").write_text(str(self.images))

@@ -106,17 +106,33 @@ def test_optuna_search_runs_two_trials_in_a_sqlite_study(tmp_path: Path, data_di
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
+    counts = tmp_path / "test_images"
     run_cli(
         "vitattn-train",
         "trainer=ddp",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
         *FEW_STEPS,
+        "+callbacks.count._target_=tests.helpers.CountTestImages",
+        f"+callbacks.count.path={counts}",
         f"hydra.run.dir={run_dir}",
         data_dir=data_dir,
     )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == 8 and metrics["val/acc"] is not None
+    # Each process tested its own half of the 1017 test images (one padded), and the accuracy
+    # logged is over all of them: one process evaluating the same checkpoint finds the same.
+    per_rank = [int(counts.with_name(f"test_images.rank{rank}").read_text()) for rank in (0, 1)]
+    assert per_rank == [509, 509]
+    run_cli(
+        "vitattn-eval",
+        f"ckpt_path={metrics['ckpt_path']}",
+        "trainer=cpu",
+        f"hydra.run.dir={tmp_path / 'eval'}",
+        data_dir=data_dir,
+    )
+    single = json.loads((tmp_path / "eval" / "metrics.json").read_text())["test/acc"]
+    assert abs(single - metrics["test/acc"]) <= 1 / 1017
     # One TensorBoard log, written by rank 0 only (its process id in the file names).
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == [
         ".hydra",
