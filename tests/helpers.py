@@ -90,13 +90,24 @@ def compose_config(name: str, overrides: list[str], output_dir: Path) -> DictCon
     return cfg
 
 
-def train_tiny(run_dir: Path, data_dir: Path, *overrides: str) -> dict[str, Any]:
-    """``vitattn-train``'s task on the tiny settings (and ``overrides``), in this process."""
+def train_with(run_dir: Path, data_dir: Path, *overrides: str) -> dict[str, Any]:
+    """``vitattn-train``'s task with ``overrides`` on the data in ``data_dir``, in this process.
+    Hydra's global state is cleared before and after, so module and session fixtures (which run
+    outside the per-test clean-up) may call it too."""
+    from hydra.core.global_hydra import GlobalHydra
+
     from vitattn.train import train
 
-    return train(
-        compose_config("train", [*TINY, f"paths.data_dir={data_dir}", *overrides], run_dir)
-    )
+    GlobalHydra.instance().clear()
+    try:
+        return train(compose_config("train", [f"paths.data_dir={data_dir}", *overrides], run_dir))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def train_tiny(run_dir: Path, data_dir: Path, *overrides: str) -> dict[str, Any]:
+    """``vitattn-train``'s task on the tiny settings (and ``overrides``), in this process."""
+    return train_with(run_dir, data_dir, *TINY, *overrides)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import QUIET_CPU, TINY, compose_config, steps
+from tests.helpers import QUIET_CPU, compose_config, steps, train_tiny
 from vitattn.loading import load_classifier
 from vitattn.lora.adapters import DEFAULT_TARGETS
 from vitattn.lora.module import LoRAClassifier
@@ -37,13 +37,8 @@ FINETUNE = [
 @pytest.fixture(scope="module")
 def base_ckpt(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """A tiny model trained on the unshifted subset, once for the whole module."""
-    from vitattn.train import train
-
     run_dir = tmp_path_factory.mktemp("base")
-    cfg = compose_config(
-        "train", [*TINY, f"paths.data_dir={data_dir}", "seed=0", *BASE_STEPS], run_dir
-    )
-    train(cfg)
+    train_tiny(run_dir, data_dir, "seed=0", *BASE_STEPS)
     return run_dir / "checkpoints" / "last.ckpt"
 
 

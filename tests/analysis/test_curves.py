@@ -44,8 +44,9 @@ def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path
         assert row["status"] == "completed"
         assert 0.0 <= float(row["best_val_acc"]) <= 1.0 and float(row["test_acc"]) >= 0.0
         assert float(row["best_val_acc"]) >= float(row["final_val_acc"])
-        assert int(row["params"]) > 0 and float(row["images_per_sec"]) > 0
-        assert (sweep / row["run"] / "metrics.json").is_file()  # relative to the sweep
+        run = json.loads((sweep / row["run"] / "metrics.json").read_text())  # relative to the sweep
+        assert int(row["params"]) == run["params"] > 0
+        assert float(row["images_per_sec"]) == pytest.approx(run["train/images_per_sec"], rel=1e-3)
         assert row["label"] == f"attention={row['attention']}"
     assert json.loads(rows["linear"]["knobs"]) == {"eps": 1e-6}
 

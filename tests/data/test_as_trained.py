@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import QUIET_CPU, compose_config, steps
+from tests.helpers import QUIET_CPU, compose_config, steps, train_with
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.utils.errors import ConfigError
@@ -30,14 +30,8 @@ LRA_TINY = [
 
 @pytest.fixture(scope="module")
 def lra_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    from hydra.core.global_hydra import GlobalHydra
-
-    from vitattn.train import train
-
-    GlobalHydra.instance().clear()
     run_dir = tmp_path_factory.mktemp("lra")
-    train(compose_config("train", [*LRA_TINY, f"paths.data_dir={data_dir}"], run_dir))
-    GlobalHydra.instance().clear()
+    train_with(run_dir, data_dir, *LRA_TINY)
     return run_dir
 
 
