@@ -14,7 +14,7 @@ from vitattn.attention.bigbird import BigBirdAttention
 from vitattn.attention.local import LocalAttention
 from vitattn.attention.reformer import ReformerAttention, lsh_buckets
 from vitattn.attention.softmax import SoftmaxAttention
-from vitattn.attention.sparse import SparseAttention, summary_offsets
+from vitattn.attention.sparse import SparseAttention
 from vitattn.bench.memory import LargestTensor
 from vitattn.utils.errors import ConfigError
 
@@ -132,18 +132,25 @@ def test_local_global_tokens_default_to_the_class_token() -> None:
 
 
 def bigbird_mask(kernel: BigBirdAttention, n: int) -> torch.Tensor:
-    """(heads, n, n) from the kernel's key-block table, built token by token."""
-    block = (torch.arange(n) + kernel.padding) // kernel.block
-    g = kernel.global_blocks
-    allowed = torch.zeros(kernel.heads, n, n, dtype=torch.bool)
-    allowed[:, block < g, :] = True
-    allowed[:, :, block < g] = True
+    """(heads, n, n) from BigBird's definition (Zaheer et al. 2020, ITC), token by token: tokens
+    of the global blocks see and are seen by every token; every other query block sees the
+    ``window_blocks`` blocks centred on it and the random blocks the layer drew. The kernel lends
+    only those random draws (the last ``num_random`` slots of its table), checked here to be
+    neither global nor sliding."""
+    block = (torch.arange(n) + kernel.padding) // kernel.block  # front padding
+    g, radius = kernel.global_blocks, kernel.window_blocks // 2
+    query_block, key_block = block[:, None], block[None, :]
+    allowed = (query_block < g) | (key_block < g) | ((query_block - key_block).abs() <= radius)
+    allowed = allowed.expand(kernel.heads, n, n).clone()
+    draws = min(kernel.num_random, kernel.blocks - g)
+    if draws == 0:
+        return allowed
     for h in range(kernel.heads):
-        for query_block, key_blocks in enumerate(kernel.key_blocks[h].tolist(), start=g):
-            for key_block in key_blocks:
-                if key_block >= 0:
-                    rows = block == query_block
-                    allowed[h, rows[:, None] & (block == key_block)[None, :]] = True
+        picks = kernel.key_blocks[h, :, -draws:].tolist()
+        for query, drawn in enumerate(picks, start=g):
+            for key in (pick for pick in drawn if pick >= 0):
+                assert key >= g and abs(key - query) > radius, (query, key)
+                allowed[h, (block == query)[:, None] & (block == key)[None, :]] = True
     return allowed
 
 
@@ -219,7 +226,10 @@ def sparse_mask(kernel: SparseAttention, n: int) -> torch.Tensor:
     def second(head: int) -> torch.Tensor:
         if kernel.pattern == "strided":
             return column[:, None] == column[None, :]
-        summaries = torch.isin(column, summary_offsets(stride, kernel.summary, head))
+        # Child et al. 2019, "fixed": the last c positions of each row are summaries, and each
+        # head takes its own c of them: head i the c ending i * c before the row's end (wrapping).
+        start = stride - (head + 1) * kernel.summary
+        summaries = (column - start) % stride < kernel.summary
         return summaries[None, :].expand(n, n)
 
     masks = []

@@ -22,12 +22,14 @@ keeps every feature positive; everything runs in fp32. Where the shift is taken 
   maxima of the whole exponents, so the largest feature is 1 and ``eps`` is negligible: unbiased
   up to eps, with more variance.
 
-``impl="chunked"`` (the default) computes the same function without ever holding the (n x m)
+``impl="chunked"`` computes the same function without ever holding the (n x m)
 feature matrices: it walks the sequence in chunks, folds the keys into phi(K)^T [V, 1] with an
 online maximum (as FlashAttention does for softmax), and recomputes each chunk's features in the
 backward pass. Element-wise work then stays in cache and no large tensor is allocated, which on a
 CPU is most of eager FAVOR+'s time; memory saved for backward is O(n d) instead of O(n m).
-``impl="autograd"`` is the plain reference written with autograd.
+``impl="autograd"`` is the plain reference written with autograd. ``impl="auto"`` (the default)
+takes the chunked kernel on a CPU and, on a GPU, the faster of the two for each shape, timed on
+the first call (:mod:`vitattn.attention.common.autotune`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import autotune, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.tiling import (
     GPU_TILE_MEMORY,
@@ -51,7 +53,7 @@ from vitattn.attention.common.tiling import (
     with_column,
 )
 
-IMPLEMENTATIONS = ("chunked", "autograd")
+IMPLEMENTATIONS = ("auto", "chunked", "autograd")
 STABILIZERS = ("authors", "unbiased")
 
 
@@ -299,8 +301,9 @@ class PerformerAttention(AttentionKernel):
         stabilizer: where the exponentials are shifted (see the module docstring): ``authors``
             (the FAVOR+ reference code's numerics: eps weighs more, lower variance, a bias) or
             ``unbiased`` (the whole exponent's maximum: eps negligible, more variance).
-        impl: ``chunked`` (memory-efficient, hand-written backward) or ``autograd`` (the plain
-            reference); both compute the same function.
+        impl: ``chunked`` (memory-efficient, hand-written backward), ``autograd`` (the plain
+            reference; both compute the same function) or ``auto``: chunked on a CPU, the faster
+            of the two per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
         tile_memory: on a GPU, the share of its free memory for one tile of features
             (``tiling.GPU_TILE_MEMORY``).
     """
@@ -315,7 +318,7 @@ class PerformerAttention(AttentionKernel):
         redraw_interval: int = 1000,
         eps: float = 1e-4,
         stabilizer: str = "unbiased",
-        impl: str = "chunked",
+        impl: str = "auto",
         tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
@@ -357,28 +360,41 @@ class PerformerAttention(AttentionKernel):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.maybe_redraw(q.device)
+        dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
-            scale = self.head_dim**-0.25
-            projection = self.projection.float()
-            if self.impl == "chunked":
-                out = chunked_favor_attention(
-                    q.float(),
-                    k.float(),
-                    v.float(),
-                    projection,
-                    scale=scale,
-                    eps=self.eps,
-                    budget=tile_budget(q.device, self.tile_memory, "performer"),
-                    stabilizer=self.stabilizer,
-                )
-                return out.to(v.dtype)
-            settings = {"eps": self.eps, "stabilizer": self.stabilizer}
-            phi_q = positive_features(q.float() * scale, projection, is_query=True, **settings)
-            phi_k = positive_features(k.float() * scale, projection, is_query=False, **settings)
-            key_values = phi_k.transpose(-2, -1) @ v.float()  # (batch, heads, m, d)
-            normaliser = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (batch, heads, n, 1)
-            out = (phi_q @ key_values) / normaliser
-        return out.to(v.dtype)
+            q, k, v = q.float(), k.float(), v.float()
+            implementations = {"chunked": self.chunked, "autograd": self.autograd}
+            impl = self.impl
+            if impl == "auto":
+                impl = autotune.choose(
+                    "performer", implementations, q, k, v, default="chunked",
+                    shape=(self.num_features,),
+                )  # fmt: skip
+            out = implementations[impl](q, k, v)
+        return out.to(dtype)
+
+    def chunked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=chunked`` on fp32 q, k, v."""
+        return chunked_favor_attention(
+            q,
+            k,
+            v,
+            self.projection.float(),
+            scale=self.head_dim**-0.25,
+            eps=self.eps,
+            budget=tile_budget(q.device, self.tile_memory, "performer"),
+            stabilizer=self.stabilizer,
+        )
+
+    def autograd(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=autograd`` on fp32 q, k, v."""
+        scale, projection = self.head_dim**-0.25, self.projection.float()
+        settings = {"eps": self.eps, "stabilizer": self.stabilizer}
+        phi_q = positive_features(q * scale, projection, is_query=True, **settings)
+        phi_k = positive_features(k * scale, projection, is_query=False, **settings)
+        key_values = phi_k.transpose(-2, -1) @ v  # (batch, heads, m, d)
+        normaliser = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (batch, heads, n, 1)
+        return (phi_q @ key_values) / normaliser
 
     def extra_repr(self) -> str:
         return (

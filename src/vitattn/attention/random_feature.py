@@ -21,20 +21,21 @@ learns). It runs the same kernel, on sigma q / |q| and
 sigma k / |k| with frequencies of unit variance, so sigma learns through the inputs' gradient.
 RFA's gating is for causal decoding and is not used here.
 
-``impl="chunked"`` (the default) computes the same function tile by tile
+``impl="chunked"`` computes the same function tile by tile
 (:mod:`vitattn.attention.common.tiling`) with a hand-written backward that recomputes each tile's
 features, so the (n x 2D) feature matrices are never held; ``impl="autograd"`` is the reference.
+``impl="auto"`` (the default) takes the chunked kernel on a CPU and, on a GPU, the faster of the
+two for each shape, timed on the first call (:mod:`vitattn.attention.common.autotune`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import autotune, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.tiling import (
     GPU_TILE_MEMORY,
@@ -48,7 +49,7 @@ from vitattn.attention.common.tiling import (
     with_column,
 )
 
-IMPLEMENTATIONS = ("chunked", "autograd")
+IMPLEMENTATIONS = ("auto", "chunked", "autograd")
 
 
 def fourier_features(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -271,8 +272,9 @@ class RandomFeatureAttention(AttentionKernel):
         eps: relative floor of the normaliser. An estimate of a positive sum from sin/cos features
             can come out near zero or negative at small D; the normaliser is clamped to at least
             ``eps`` times its largest possible value, sum_j g_j, so it stays positive and finite.
-        impl: ``chunked`` (tiles, hand-written backward, O(n d) memory) or ``autograd`` (the
-            plain reference); both compute the same function.
+        impl: ``chunked`` (tiles, hand-written backward, O(n d) memory), ``autograd`` (the
+            plain reference; both compute the same function) or ``auto``: chunked on a CPU, the
+            faster of the two per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
         tile_memory: on a GPU, the share of its free memory that one tile of sin/cos
             features may take (``tiling.GPU_TILE_MEMORY``).
 
@@ -290,7 +292,7 @@ class RandomFeatureAttention(AttentionKernel):
         normalize: bool = True,
         redraw: bool = True,
         eps: float = 1e-3,
-        impl: str = "chunked",
+        impl: str = "auto",
         tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
@@ -344,14 +346,26 @@ class RandomFeatureAttention(AttentionKernel):
             q, k = q.float(), k.float()
             if self.normalize:
                 q, k = self.normalized(q, scale), self.normalized(k, scale)
+            frequencies = self.frequencies.float()
             settings = {"scale": scale, "sigma": self.frequency_std, "eps": self.eps}
-            if self.impl == "chunked":
-                budget = tile_budget(q.device, self.tile_memory, "random_feature")
-                implementation = functools.partial(chunked_random_feature_attention, budget=budget)
-            else:
-                implementation = random_feature_attention
-            out = implementation(q, k, v.float(), self.frequencies.float(), **settings)
+            implementations = {
+                "chunked": lambda *x: chunked_random_feature_attention(
+                    *x, frequencies, budget=self.tile_budget(q.device), **settings
+                ),
+                "autograd": lambda *x: random_feature_attention(*x, frequencies, **settings),
+            }
+            impl = self.impl
+            if impl == "auto":
+                impl = autotune.choose(
+                    "random_feature", implementations, q, k, v.float(), default="chunked",
+                    shape=(self.num_features,),
+                )  # fmt: skip
+            out = implementations[impl](q, k, v.float())
         return out.to(v.dtype)
+
+    def tile_budget(self, device: torch.device) -> int:
+        """Elements of one tile of the chunked kernel on ``device``."""
+        return tile_budget(device, self.tile_memory, "random_feature")
 
     def extra_repr(self) -> str:
         return (

@@ -4,7 +4,8 @@ scaling runner (:class:`vitattn.bench.scaling.Runner`) with its guard: a size pr
 than ``kernels.max_call_seconds`` is skipped, and an out-of-memory error ends an attention's
 sweep. Per attention: the crossover n (from which it beats softmax at every larger measured n)
 and the largest n it ran. ``kernels.variants`` adds other settings of a mechanism (by default the
-plain autograd versions of the tiled feature maps, to see which implementation a GPU prefers).
+plain autograd versions of the tiled feature maps; the mechanisms' own rows run ``impl=auto``,
+whose choice per shape, with both times, is in the log).
 """
 
 from __future__ import annotations
