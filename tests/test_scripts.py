@@ -63,3 +63,21 @@ def test_bench_sparse_family_prints_a_row_per_kernel_and_length(data_dir: Path) 
         ("softmax", "128"),
         ("softmax", "64"),
     ]
+
+
+@pytest.mark.slow
+def test_plant_defects_reports_the_test_that_catches_a_defect(data_dir: Path) -> None:
+    script = str(SCRIPTS / "plant_defects.py")
+    linear = PROJECT_ROOT / "src" / "vitattn" / "attention" / "linear.py"
+    before = linear.read_bytes()
+    tests = ["--tests", "tests/attention/test_linear_family.py"]
+    caught = run_cli("python", script, "--only", "key mean", *tests, data_dir=data_dir)
+    [row] = [line for line in caught.stdout.splitlines() if line.startswith("| linear")]
+    assert "test_linear_family.py::test_linear_equals_explicit_formula" in row
+    # A defect the chosen tests cannot see is reported as missed, with exit status 1.
+    missed = run_cli(
+        "python", script, "--only", "efficient", "--tests", "tests/attention/test_registry.py",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    assert missed.returncode == 1 and "| MISSED |" in missed.stdout
+    assert linear.read_bytes() == before  # planted in a copy, never in the working tree
