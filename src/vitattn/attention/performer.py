@@ -368,7 +368,7 @@ class PerformerAttention(AttentionKernel):
             if impl == "auto":
                 impl = autotune.choose(
                     "performer", implementations, q, k, v, default="chunked",
-                    shape=(self.num_features,),
+                    settings=(self.num_features, self.stabilizer, self.tile_memory),
                 )  # fmt: skip
             out = implementations[impl](q, k, v)
         return out.to(dtype)

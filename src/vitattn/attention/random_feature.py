@@ -358,7 +358,7 @@ class RandomFeatureAttention(AttentionKernel):
             if impl == "auto":
                 impl = autotune.choose(
                     "random_feature", implementations, q, k, v.float(), default="chunked",
-                    shape=(self.num_features,),
+                    settings=(self.num_features, self.tile_memory),
                 )  # fmt: skip
             out = implementations[impl](q, k, v.float())
         return out.to(v.dtype)

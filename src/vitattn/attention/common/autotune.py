@@ -40,16 +40,17 @@ def choose(
     v: torch.Tensor,
     *,
     default: str,
-    shape: tuple[int, ...] = (),
+    settings: tuple[object, ...] = (),
 ) -> str:
     """The name of the implementation ``auto`` runs for these inputs: ``default`` off the
     :data:`TIMED_DEVICES` or while compiling, else the fastest of ``implementations`` (each a
-    function of q, k, v) for this mechanism, device, input shape (plus ``shape``: sizes of the
-    mechanism's own, such as its feature count) and whether gradients are on, timed once."""
+    function of q, k, v) for this mechanism, device, input shape, ``settings`` (the mechanism's
+    own that change its cost, such as its feature count) and whether gradients are on, timed
+    once."""
     if q.device.type not in TIMED_DEVICES or torch.compiler.is_compiling():
         return default
     training = torch.is_grad_enabled()
-    key = (owner, str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), shape, training)
+    key = (owner, str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), settings, training)
     if key not in _chosen:
         times = {
             name: fastest_call(run, q, k, v, training) for name, run in implementations.items()
