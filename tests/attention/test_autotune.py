@@ -117,3 +117,33 @@ def test_timed_auto_runs_the_chosen_implementation_with_gradients(timed_cpu, ker
     assert torch.equal(out, expected)
     for got, want in zip((q, k, v), inputs, strict=True):
         assert torch.equal(got.grad, want.grad)
+
+
+def test_untimed_keeps_a_measured_choice_and_times_nothing_new(timed_cpu) -> None:
+    slow, fast = Counted(0.01), Counted(0.0)
+    implementations = {"chunked": slow, "autograd": fast}
+    autotune.choose("x", implementations, *qkv(), default="chunked")
+    calls = slow.calls
+    with autotune.untimed():
+        assert autotune.choose("x", implementations, *qkv(), default="chunked") == "autograd"
+        assert autotune.choose("x", implementations, *qkv(n=48), default="chunked") == "chunked"
+    assert slow.calls == calls  # nothing timed inside
+    assert autotune.choose("x", implementations, *qkv(n=48), default="chunked") == "autograd"
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_flop_counts_see_one_call_not_the_timing(timed_cpu, kernel_class) -> None:
+    from vitattn.models.flops import count_gflop
+
+    torch.manual_seed(0)
+    auto = kernel_class(seq_len=32, heads=2, head_dim=16)
+    chunked = kernel_class(seq_len=32, heads=2, head_dim=16, impl="chunked")
+    chunked.load_state_dict(auto.state_dict())
+    counts = []
+    for kernel in (auto, chunked):
+        q, k, v = qkv(grad=True)
+        counts.append(
+            count_gflop(lambda kernel=kernel, q=q, k=k, v=v: kernel(q, k, v).sum().backward())
+        )
+    assert counts[0] == counts[1] > 0
+    assert not autotune._chosen  # nothing was timed, so nothing was chosen

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitattn.attention.common import autotune
+
 log = logging.getLogger(__name__)
 
 
@@ -56,7 +58,7 @@ def count_gflop(call: Callable[[], Any]) -> float | None:
 
     try:
         counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
-        with counter:
+        with counter, autotune.untimed():  # count the call, not impl=auto's timing of it
             call()
         return counter.get_total_flops() / 1e9
     except Exception as error:  # a kernel the counter cannot trace: the run goes on without it

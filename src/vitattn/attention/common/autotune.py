@@ -9,15 +9,18 @@ GPU, the sizes and the free memory, so ``auto`` does what cuDNN's benchmark mode
 convolutions: the first call with a new shape times each implementation (forward, and backward
 where gradients are on) on copies of the inputs, keeps the faster for that shape, and logs the
 choice and the times once. An implementation that runs out of memory loses. Under
-``torch.compile`` nothing is timed: the compiled graph gets the chunked kernel.
+``torch.compile`` nothing is timed: the compiled graph gets the chunked kernel. Inside
+:func:`untimed` (counting FLOPs, say, which would count the timing calls too) nothing is timed
+either: a shape already measured gets its choice, a new one the default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -30,6 +33,7 @@ REPEATS = 3
 Implementation = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 _chosen: dict[tuple, str] = {}
+_untimed = 0
 
 
 def choose(
@@ -51,6 +55,8 @@ def choose(
         return default
     training = torch.is_grad_enabled()
     key = (owner, str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), settings, training)
+    if _untimed:
+        return _chosen.get(key, default)
     if key not in _chosen:
         times = {
             name: fastest_call(run, q, k, v, training) for name, run in implementations.items()
@@ -108,6 +114,18 @@ def synchronize(device: torch.device) -> None:
     """Wait for ``device``'s queued work (a CUDA device; a CPU runs each call to its end)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def untimed() -> Iterator[None]:
+    """Within this block ``auto`` times nothing: a shape already measured keeps its choice, a new
+    one takes the default (for counting the FLOPs or memory of one call, not of the timing's)."""
+    global _untimed
+    _untimed += 1
+    try:
+        yield
+    finally:
+        _untimed -= 1
 
 
 def forget() -> None:
