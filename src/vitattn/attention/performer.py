@@ -364,13 +364,10 @@ class PerformerAttention(AttentionKernel):
         with torch.autocast(device_type=q.device.type, enabled=False):
             q, k, v = q.float(), k.float(), v.float()
             implementations = {"chunked": self.chunked, "autograd": self.autograd}
-            impl = self.impl
-            if impl == "auto":
-                impl = autotune.choose(
-                    "performer", implementations, q, k, v, default="chunked",
-                    settings=(self.num_features, self.stabilizer, self.tile_memory),
-                )  # fmt: skip
-            out = implementations[impl](q, k, v)
+            out = autotune.run(
+                self.impl, "performer", implementations, q, k, v, default="chunked",
+                settings=(self.num_features, self.stabilizer, self.tile_memory),
+            )  # fmt: skip
         return out.to(dtype)
 
     def chunked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

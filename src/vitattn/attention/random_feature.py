@@ -343,7 +343,8 @@ class RandomFeatureAttention(AttentionKernel):
             self.frequencies = self.draw_frequencies(q.device)
         with torch.autocast(device_type=q.device.type, enabled=False):
             scale = self.head_dim**-0.25
-            q, k = q.float(), k.float()
+            dtype = v.dtype
+            q, k, v = q.float(), k.float(), v.float()
             if self.normalize:
                 q, k = self.normalized(q, scale), self.normalized(k, scale)
             frequencies = self.frequencies.float()
@@ -354,14 +355,11 @@ class RandomFeatureAttention(AttentionKernel):
                 ),
                 "autograd": lambda *x: random_feature_attention(*x, frequencies, **settings),
             }
-            impl = self.impl
-            if impl == "auto":
-                impl = autotune.choose(
-                    "random_feature", implementations, q, k, v.float(), default="chunked",
-                    settings=(self.num_features, self.tile_memory),
-                )  # fmt: skip
-            out = implementations[impl](q, k, v.float())
-        return out.to(v.dtype)
+            out = autotune.run(
+                self.impl, "random_feature", implementations, q, k, v, default="chunked",
+                settings=(self.num_features, self.tile_memory),
+            )  # fmt: skip
+        return out.to(dtype)
 
     def tile_budget(self, device: torch.device) -> int:
         """Elements of one tile of the chunked kernel on ``device``."""

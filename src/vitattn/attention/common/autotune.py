@@ -36,6 +36,23 @@ _chosen: dict[tuple, str] = {}
 _untimed = 0
 
 
+def run(
+    impl: str,
+    owner: str,
+    implementations: Mapping[str, Implementation],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    default: str,
+    settings: tuple[object, ...] = (),
+) -> torch.Tensor:
+    """``implementations[impl](q, k, v)``, with ``impl="auto"`` resolved by :func:`choose`."""
+    if impl == "auto":
+        impl = choose(owner, implementations, q, k, v, default=default, settings=settings)
+    return implementations[impl](q, k, v)
+
+
 def choose(
     owner: str,
     implementations: Mapping[str, Implementation],
