@@ -116,6 +116,22 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table in ``text``: its rows (header first, the ``---`` rule left out) as
+    lists of stripped cells."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not all(set(cell) <= set("-: ") for cell in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
 def run_cli(
     program: str,
     *args: str,

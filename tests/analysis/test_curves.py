@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from tests.helpers import FEW_STEPS, read_csv, run_cli, run_sweep
+from tests.helpers import FEW_STEPS, markdown_tables, read_csv, run_cli, run_sweep
 from vitattn.analysis.curves import (
     Run,
     describe,
@@ -192,10 +192,11 @@ def test_summary_has_a_seed_column_and_runs_relative_to_one_folder(
     runs = [row["run"] for row in result["rows"]]
     assert runs == ["a/0", "a/1", "b/attention=softmax,seed=3"]
     assert [row["seed"] for row in read_csv(tmp_path / "out" / "summary.csv")] == ["1", "2", "3"]
-    table = (tmp_path / "out" / "summary.md").read_text().splitlines()
-    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    settings, table = markdown_tables((tmp_path / "out" / "summary.md").read_text())
+    expected = [["setting", "n"], ["attention=linear", "2"], ["attention=softmax", "1"]]
+    assert [row[:2] for row in settings] == expected
+    header, cells = table[0], table[1:]
     assert header[:4] == ["run", "status", "label", "seed"]
-    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
     assert [row[0] for row in cells] == runs and [row[3] for row in cells] == ["1", "2", "3"]
     assert cells[0][4:7] == ["12554", "0.5000", "0.5000"]  # numbers rounded as before
 
@@ -211,8 +212,10 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
     assert names == [
         "summary.csv",
         "summary.md",
+        "settings.csv",
         "val_acc_vs_step.png",
         "train_loss_vs_step.png",
+        "frontier.png",
         "attention_maps.png",
     ]
     assert len(result["rows"]) == 3

@@ -30,6 +30,16 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from vitattn.analysis.events import read_scalars
+from vitattn.analysis.frontier import plot_frontier
+from vitattn.analysis.grouping import (
+    Setting,
+    choose_baseline,
+    compare_with,
+    group_settings,
+    load_warning,
+    setting_record,
+    settings_table_rows,
+)
 from vitattn.analysis.maps import plot_attention_maps
 from vitattn.utils.results import markdown_table, write_csv
 
@@ -53,6 +63,12 @@ SUMMARY_COLUMNS = (
     "images_per_sec",
     "seconds",
     "peak_memory_gb",
+    "gflop_per_image",
+    "test_images",
+    "degenerate",
+    "load_avg_start",
+    "load_avg_end",
+    "cpu_count",
     "error",
 )
 SEED_KEY = "seed"
@@ -267,8 +283,25 @@ def summary_row(run: Run, root: Path) -> dict[str, Any]:
         "images_per_sec": metrics.get("train/images_per_sec"),
         "seconds": metrics.get("seconds"),
         "peak_memory_gb": metrics.get("peak_memory_gb"),
+        "gflop_per_image": metrics.get("gflop_per_image"),
+        "test_images": tested_images(metrics),
+        "degenerate": metrics.get("degenerate"),
+        "load_avg_start": metrics.get("load_avg_start"),
+        "load_avg_end": metrics.get("load_avg_end"),
+        "cpu_count": metrics.get("cpu_count"),
         "error": metrics.get("error"),
     }
+
+
+def tested_images(metrics: dict[str, Any]) -> int | None:
+    """How many images the run was tested on: the sum of its confusion matrix."""
+    matrix = metrics.get("test/confusion_matrix")
+    if not isinstance(matrix, list) or not matrix:
+        return None
+    try:
+        return int(sum(sum(row) for row in matrix)) or None
+    except TypeError:
+        return None
 
 
 def mean_curve(
@@ -398,17 +431,45 @@ SHOWN_COLUMNS += ("test_acc", "images_per_sec", "seconds", "error")
 """The columns of ``summary.md`` (``summary.csv`` has all of :data:`SUMMARY_COLUMNS`)."""
 
 
-def write_summary(rows: Sequence[dict[str, Any]], out_dir: Path) -> None:
+SETTINGS_INTRO = (
+    "Settings: runs that differ only by seed, grouped. Each figure is the mean \N{PLUS-MINUS SIGN} "
+    "std [95% interval, Student's t] over completed runs; for one run, test/acc shows the 95% "
+    "binomial interval of its test set. \N{GREEK CAPITAL LETTER DELTA}: difference from the "
+    "baseline [95% interval, Welch]; the verdict is on test/acc."
+)
+
+
+def write_summary(
+    rows: Sequence[dict[str, Any]],
+    out_dir: Path,
+    settings: Sequence[Setting] = (),
+    baseline: Setting | None = None,
+) -> None:
+    """``summary.csv`` (one row per run, every column), ``settings.csv`` (one row per setting,
+    every number) and ``summary.md``: the settings table, then one row per run."""
     write_csv(out_dir / "summary.csv", rows, SUMMARY_COLUMNS)
     shown = [{c: _cell(row[c]) for c in SHOWN_COLUMNS} for row in rows]
-    table = markdown_table(shown, {c: c for c in SHOWN_COLUMNS})
-    (out_dir / "summary.md").write_text(table + "\n")
+    runs_table = markdown_table(shown, {c: c for c in SHOWN_COLUMNS})
+    if not settings:
+        (out_dir / "summary.md").write_text(runs_table + "\n")
+        return
+    records = [setting_record(setting) for setting in settings]
+    write_csv(out_dir / "settings.csv", records, list(records[0]))
+    table_rows, headers = settings_table_rows(settings, baseline)
+    text = f"{SETTINGS_INTRO}\n\n{markdown_table(table_rows, headers)}\n\nRuns:\n\n{runs_table}\n"
+    (out_dir / "summary.md").write_text(text)
 
 
-def summarize(paths: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:
+def summarize(
+    paths: Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    baseline: str | None = None,
+) -> dict[str, Any]:
     """Figures and tables for the runs under ``paths``, written to ``out_dir`` (default: the
-    first path). A run directory that cannot be read is left out with a warning. Returns the
-    rows and the files written (``summary.csv`` and ``summary.md`` first)."""
+    first path). A run directory that cannot be read is left out with a warning. ``baseline``
+    names the setting the others are compared with (:func:`grouping.choose_baseline`). Returns
+    the rows, the settings, warnings for the reader, and the files written (``summary.csv`` and
+    ``summary.md`` first)."""
     if not paths:
         raise ValueError("give at least one run or multirun directory")
     run_dirs = find_runs(paths)
@@ -427,8 +488,15 @@ def summarize(paths: Sequence[str | Path], out_dir: str | Path | None = None) ->
     root = common_root([run.path for run in runs])
     label_runs(runs, root)
     rows = [summary_row(run, root) for run in runs]
-    write_summary(rows, out)
-    written = [out / "summary.csv", out / "summary.md"]
+    settings = group_settings(rows)
+    by_name = {row["run"]: run for row, run in zip(rows, runs, strict=True)}
+    chosen, baseline_warning = choose_baseline(
+        settings, baseline, lambda row, key: by_name[row["run"]].setting(key)
+    )
+    compare_with(settings, chosen)
+    write_summary(rows, out, settings, chosen)
+    written = [out / "summary.csv", out / "summary.md", out / "settings.csv"]
+    warnings = [w for w in (baseline_warning, load_warning(rows)) if w]
     shared = describe(runs)
     for tag, ylabel, name, markers in (
         ("val/acc", "validation accuracy", "val_acc_vs_step.png", True),
@@ -437,18 +505,26 @@ def summarize(paths: Sequence[str | Path], out_dir: str | Path | None = None) ->
         title = ylabel[0].upper() + ylabel[1:] + (f" \N{EM DASH} {shared}" if shared else "")
         if plot_metric(runs, tag, ylabel, out / name, title, markers):
             written.append(out / name)
+    if plot_frontier(
+        settings,
+        out / "frontier.png",
+        "Accuracy against cost" + (f" \N{EM DASH} {shared}" if shared else ""),
+    ):
+        written.append(out / "frontier.png")
     # the maps name their own step: that of the checkpoint they were drawn with
     shared = describe(runs, steps=False)
     maps_title = "Attention rollout" + (f" \N{EM DASH} {shared}" if shared else "")
     entries = list(zip(map_labels(runs, root), (run.path for run in runs), strict=True))
     if plot_attention_maps(entries, out / "attention_maps.png", maps_title):
         written.append(out / "attention_maps.png")
-    return {"rows": rows, "files": written}
+    return {"rows": rows, "settings": settings, "warnings": warnings, "files": written}
 
 
 def report(result: dict[str, Any]) -> str:
-    """What a summary prints: the Markdown table, the files written, the runs not completed."""
+    """What a summary prints: the Markdown tables, the warnings, the files written, the runs not
+    completed."""
     lines = [Path(result["files"][1]).read_text().rstrip("\n")]
+    lines += result.get("warnings", [])
     lines += [f"wrote {path}" for path in result["files"]]
     failed = [row["run"] for row in result["rows"] if row["status"] != "completed"]
     if failed:
@@ -467,9 +543,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("dirs", nargs="+", help="run or multirun directories")
     parser.add_argument("--out", help="where to write (default: the first directory)")
+    parser.add_argument(
+        "--baseline",
+        help="the setting the others are compared with: key=value pairs ('attention=softmax') "
+        "or a value ('softmax'); default: attention=softmax when the runs have it",
+    )
     args = parser.parse_args(argv)
     try:
-        result = summarize(args.dirs, args.out)
+        result = summarize(args.dirs, args.out, args.baseline)
     except (FileNotFoundError, ValueError) as error:
         parser.exit(1, f"plot_curves.py: error: {error}\n")
     print(report(result))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +29,14 @@ class SweepSummary(Callback):
 
     def __init__(self) -> None:
         self._pending: Path | None = None
+        self._baseline: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             self._pending = Path(str(config.hydra.sweep.dir))
         except Exception:  # no sweep directory to name: on_multirun_end will say so
             return
+        self._baseline = baseline_of(config)
         atexit.register(self._at_exit)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -45,24 +47,30 @@ class SweepSummary(Callback):
         except Exception as error:
             log.warning("no sweep summary: no sweep directory (%s)", error)
             return
-        summarize_sweep(sweep_dir)
+        summarize_sweep(sweep_dir, baseline_of(config))
 
     def _at_exit(self) -> None:
         sweep_dir, self._pending = self._pending, None
         # a Ctrl-C during the summary means the user wants out, not a table
         if sweep_dir is not None:
             with contextlib.suppress(KeyboardInterrupt):
-                summarize_sweep(sweep_dir)
+                summarize_sweep(sweep_dir, self._baseline)
 
 
-def summarize_sweep(sweep_dir: Path) -> bool:
-    """Write the summary of ``sweep_dir`` and print it; on any error, log a warning and return
-    ``False`` instead of raising."""
+def baseline_of(config: DictConfig) -> str | None:
+    """``summary.baseline`` of the sweep's config: the setting the others are compared with."""
+    value = OmegaConf.select(config, "summary.baseline", default=None)
+    return None if value is None else str(value)
+
+
+def summarize_sweep(sweep_dir: Path, baseline: str | None = None) -> bool:
+    """Write the summary of ``sweep_dir`` (compared with ``baseline``) and print it; on any error,
+    log a warning and return ``False`` instead of raising."""
     try:
         # Imported here: matplotlib and TensorBoard are needed only once a sweep is over.
         from vitattn.analysis.curves import report, summarize
 
-        text = report(summarize([sweep_dir]))
+        text = report(summarize([sweep_dir], baseline=baseline))
     except Exception as error:  # the sweep has run whatever happens here
         log.warning(
             "no summary of %s: %s: %s (try: python scripts/plot_curves.py %s)",

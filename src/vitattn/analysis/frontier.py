@@ -1,0 +1,184 @@
+"""``frontier.png``: a sweep's accuracy against its cost, the Long Range Arena paper's
+accuracy-speed-memory figure (Tay et al. 2021, figure 3) for the settings of one sweep.
+
+Two panels share the accuracy axis: steady training images/s (more is better) and GFLOP per image
+(less is better). Each setting is one point at its mean accuracy with its 95% interval as an
+error bar (Student's t over seeds; the binomial interval of the test set for one run), labelled
+by what differs, with marker area proportional to peak memory where it was measured (on a GPU).
+The Pareto-optimal settings of each panel, those no other setting beats on both axes, are joined
+by a line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vitattn.analysis.grouping import Setting
+from vitattn.analysis.uncertainty import Estimate
+
+PANELS = (
+    ("images_per_sec", "steady training images/s (more is better)", True),
+    ("gflop_per_image", "GFLOP per image (less is better)", False),
+)
+"""Cost axes: the summary key, its label, and whether a larger value is better."""
+
+MARKER_AREA = (40.0, 600.0)
+"""Smallest and largest marker area (points squared) for the least and most peak memory."""
+
+
+def accuracy_of(setting: Setting) -> tuple[str, Estimate | None]:
+    """The accuracy a setting is placed at: test/acc, else best val/acc."""
+    for key, name in (("test_acc", "test accuracy"), ("best_val_acc", "best validation accuracy")):
+        estimate = setting.estimates.get(key)
+        if estimate is not None:
+            return name, estimate
+    return "", None
+
+
+def pareto_front(points: Sequence[tuple[float, float]], more_is_better: bool) -> list[int]:
+    """Indices of the points no other point dominates (accuracy ``y`` higher is better; cost
+    ``x`` higher is better when ``more_is_better``), sorted by ``x``."""
+    sign = 1.0 if more_is_better else -1.0
+
+    def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        at_least = sign * a[0] >= sign * b[0] and a[1] >= b[1]
+        return at_least and (sign * a[0] > sign * b[0] or a[1] > b[1])
+
+    front = [
+        i for i, p in enumerate(points) if not any(dominates(q, p) for q in points if q is not p)
+    ]
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def marker_areas(memories: Sequence[float | None]) -> list[float]:
+    """Marker areas proportional to peak memory (scaled into :data:`MARKER_AREA`); the middle
+    size for every point when no memory was measured."""
+    measured = [m for m in memories if m]
+    if not measured:
+        return [sum(MARKER_AREA) / 4] * len(memories)
+    largest = max(measured)
+    small, big = MARKER_AREA
+    return [max(small, big * m / largest) if m else small for m in memories]
+
+
+def point_names(labels: Sequence[str]) -> tuple[dict[str, str], str]:
+    """What each point is called, and what the names are values of: the settings' values alone
+    (``linear``) when every label is one ``key=value`` of the same key, else the labels."""
+    keys = {label.partition("=")[0] for label in labels}
+    single = all("=" in label and ", " not in label for label in labels)
+    if single and len(keys) == 1:
+        return {label: label.partition("=")[2] for label in labels}, keys.pop()
+    return {label: label for label in labels}, ""
+
+
+def _short(label: str, width: int = 28) -> str:
+    return label if len(label) <= width else label[: width - 1] + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> bool:
+    """Write the frontier of ``settings`` to ``path``; ``False`` (nothing written) when no
+    setting has both an accuracy and a cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for key, xlabel, more in PANELS:
+        placed: list[tuple[Setting, float, Estimate]] = []
+        for setting in settings:
+            cost, (_, accuracy) = setting.estimates.get(key), accuracy_of(setting)
+            if cost is not None and accuracy is not None and cost.mean > 0:
+                placed.append((setting, cost.mean, accuracy))
+        if placed:
+            panels.append((key, xlabel, more, placed))
+    if not panels:
+        return False
+    accuracy_name = next((name for s in settings if (name := accuracy_of(s)[0])), "accuracy")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color_of = {s.label: colors[i % len(colors)] for i, s in enumerate(settings)}
+    names, key_name = point_names([s.label for s in settings])
+    memory = {
+        s.label: (e.mean if (e := s.estimates.get("peak_memory_gb")) else None) for s in settings
+    }
+    figure, axes_list = plt.subplots(
+        1, len(panels), figsize=(6.0 * len(panels), 5.0), layout="constrained", squeeze=False
+    )
+    for axes, (_, xlabel, more, placed) in zip(axes_list[0], panels, strict=True):
+        _draw_panel(axes, xlabel, more, placed, color_of, names, memory)
+        axes.set_ylabel(accuracy_name)
+    measured = any(memory.values())
+    size_note = (
+        "marker area: peak memory" if measured else "marker size: peak memory not measured (CPU)"
+    )
+    points = f"points: {key_name}; " if key_name else ""
+    caption = f"{points}mean with 95% interval; dashed line: Pareto frontier; {size_note}"
+    figure.suptitle((title + "\n" if title else "") + caption, fontsize=10)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _draw_panel(
+    axes: Any,
+    xlabel: str,
+    more_is_better: bool,
+    placed: Sequence[tuple[Setting, float, Estimate]],
+    color_of: dict[str, str],
+    names: dict[str, str],
+    memory: dict[str, float | None],
+) -> None:
+    areas = marker_areas([memory[s.label] for s, _, _ in placed])
+    # neighbours along x take turns above and below their point, so their labels don't collide
+    rank = {id(p): i for i, p in enumerate(sorted(placed, key=lambda p: p[1]))}
+    for entry, area in zip(placed, areas, strict=True):
+        setting, x, accuracy = entry
+        color = color_of[setting.label]
+        if accuracy.low is not None and accuracy.high is not None:
+            axes.errorbar(
+                x,
+                accuracy.mean,
+                yerr=[[accuracy.mean - accuracy.low], [accuracy.high - accuracy.mean]],
+                color=color,
+                capsize=3,
+                linewidth=1.2,
+                zorder=2,
+            )
+        axes.scatter(x, accuracy.mean, s=area, color=color, alpha=0.75, edgecolor="black", zorder=3)
+        n = f" (n={accuracy.n})" if accuracy.n > 1 else " (1 run)"
+        axes.annotate(
+            _short(names[setting.label]) + n,
+            (x, accuracy.mean),
+            xytext=(7, 5) if rank[id(entry)] % 2 == 0 else (7, -13),
+            textcoords="offset points",
+            fontsize=8,
+        )
+    points = [(x, accuracy.mean) for _, x, accuracy in placed]
+    front = pareto_front(points, more_is_better)
+    if len(front) > 1:
+        axes.plot(
+            [points[i][0] for i in front],
+            [points[i][1] for i in front],
+            color="grey",
+            linestyle="--",
+            linewidth=1,
+            zorder=1,
+        )
+    xs = [x for x, _ in points]
+    if min(xs) > 0 and max(xs) / min(xs) > 20:
+        axes.set_xscale("log")
+    _pad(axes, xs)
+    axes.set_xlabel(xlabel)
+    axes.grid(alpha=0.3)
+
+
+def _pad(axes: Any, xs: Sequence[float]) -> None:
+    """Room on the right for the last point's label."""
+    low, high = axes.get_xlim()
+    if axes.get_xscale() == "log":
+        axes.set_xlim(low, high * 10 ** (0.25 * math.log10(max(high / low, 10))))
+    else:
+        axes.set_xlim(low, high + 0.25 * (high - low if high > low else max(xs)))

@@ -1,0 +1,140 @@
+"""How sure a sweep's numbers are: a mean over seeds with its Student's t interval, the binomial
+interval of one run's test accuracy, the difference between two settings with Welch's interval,
+and the verdict it supports. The distributions are scipy.stats'; nothing here is a hand-written
+quantile.
+
+A *setting* is a group of runs that differ only by their seed. With two or more seeds the spread
+between seeds is the uncertainty (it includes the initialisation, the data order and the
+augmentation). With one seed there is no spread to measure; the finite test set still bounds
+what one run's test accuracy says about the accuracy on all images, so that interval is shown
+instead and one run never looks exact.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.95
+
+BETTER = "better"
+WORSE = "worse"
+NO_DIFFERENCE = "no detectable difference"
+ONE_SEED = "one seed: no conclusion"
+BASELINE = "baseline"
+NO_DATA = "no data"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its ``confidence`` interval; ``std`` is the sample standard deviation
+    (``ddof=1``). ``interval`` names where ``low`` and ``high`` come from: ``t`` (Student's t
+    over seeds), ``binomial`` (Clopper-Pearson over test images, one run) or ``""`` (none)."""
+
+    n: int
+    mean: float
+    std: float | None = None
+    low: float | None = None
+    high: float | None = None
+    interval: str = ""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``mean(a) - mean(b)`` with Welch's ``confidence`` interval and degrees of freedom."""
+
+    delta: float
+    low: float | None
+    high: float | None
+    df: float | None
+
+
+def finite(values: Sequence[float | None]) -> list[float]:
+    """The values that are numbers (``None`` and NaN left out)."""
+    return [float(v) for v in values if v is not None and not math.isnan(float(v))]
+
+
+def mean_interval(
+    values: Sequence[float | None], confidence: float = CONFIDENCE
+) -> Estimate | None:
+    """The mean of ``values`` with Student's t interval (``None`` if there is no value). With one
+    value, no std and no interval; with identical values, an interval of zero width."""
+    from scipy import stats
+
+    data = finite(values)
+    if not data:
+        return None
+    n, mean = len(data), statistics.mean(data)  # exact: three 0.1s average to 0.1
+    if n == 1:
+        return Estimate(1, mean)
+    std = statistics.stdev(data)  # exact arithmetic: identical values give 0, not 1e-17
+    if std == 0:
+        return Estimate(n, mean, 0.0, mean, mean, "t")
+    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=std / math.sqrt(n))
+    return Estimate(n, mean, std, float(low), float(high), "t")
+
+
+def binomial_interval(
+    accuracy: float, trials: int, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Clopper-Pearson interval of an accuracy measured on ``trials`` images (the count of
+    correct images is ``accuracy * trials``, rounded)."""
+    from scipy import stats
+
+    if trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
+    correct = min(trials, max(0, round(accuracy * trials)))
+    interval = stats.binomtest(correct, trials).proportion_ci(confidence, method="exact")
+    return float(interval.low), float(interval.high)
+
+
+def accuracy_estimate(
+    accuracies: Sequence[float | None],
+    trials: int | None,
+    confidence: float = CONFIDENCE,
+) -> Estimate | None:
+    """:func:`mean_interval` of test accuracies; for a single run evaluated on ``trials``
+    images, its binomial interval instead."""
+    estimate = mean_interval(accuracies, confidence)
+    if estimate is None or estimate.n > 1 or not trials:
+        return estimate
+    low, high = binomial_interval(estimate.mean, trials, confidence)
+    return Estimate(1, estimate.mean, None, low, high, "binomial")
+
+
+def welch_difference(
+    a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
+) -> Difference | None:
+    """``mean(a) - mean(b)`` and Welch's interval (unequal variances,
+    Welch-Satterthwaite degrees of freedom); no interval unless both have two values or more.
+    ``None`` if either has none."""
+    from scipy import stats
+
+    x, y = finite(a), finite(b)
+    if not x or not y:
+        return None
+    delta = statistics.mean(x) - statistics.mean(y)
+    if len(x) < 2 or len(y) < 2:
+        return Difference(delta, None, None, None)
+    if max(x) == min(x) and max(y) == min(y):  # no spread: the difference is what it is
+        return Difference(delta, delta, delta, None)
+    result = stats.ttest_ind(x, y, equal_var=False)
+    interval = result.confidence_interval(confidence)
+    return Difference(delta, float(interval.low), float(interval.high), float(result.df))
+
+
+def verdict(difference: Difference | None) -> str:
+    """``better`` or ``worse`` when the interval excludes zero, ``no detectable difference``
+    when it holds zero, ``one seed: no conclusion`` when there is no interval, ``no data`` when
+    there is no difference to judge."""
+    if difference is None:
+        return NO_DATA
+    if difference.low is None or difference.high is None:
+        return ONE_SEED
+    if difference.low > 0:
+        return BETTER
+    if difference.high < 0:
+        return WORSE
+    return NO_DIFFERENCE

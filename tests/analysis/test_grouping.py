@@ -1,0 +1,197 @@
+"""The settings table a sweep summary opens with: seeds grouped, the verdict against a baseline,
+the load warning, exact-by-construction notes, and ``frontier.png``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.helpers import markdown_tables, read_csv
+from vitattn.analysis.curves import main, report, summarize
+from vitattn.analysis.frontier import pareto_front, point_names
+from vitattn.analysis.uncertainty import binomial_interval, mean_interval
+
+TEST_ACC = {"softmax": (0.50, 0.52, 0.54), "linear": (0.40, 0.41, 0.42), "performer": (0.49, 0.55)}
+SPEED = {"softmax": 900.0, "linear": 2500.0, "performer": 1500.0}
+GFLOP = {"softmax": 0.20, "linear": 0.15, "performer": 0.18}
+
+
+@pytest.fixture
+def seeded_sweep(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    """Three attentions with three, three and two seeds: softmax ahead of linear by far,
+    performer within softmax's spread."""
+    sweep = tmp_path / "sweep"
+    for attention, accuracies in TEST_ACC.items():
+        for seed, accuracy in enumerate(accuracies, start=1):
+            make_run(
+                sweep / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                val_acc=[(99, accuracy - 0.1), (199, accuracy)],
+                maps=False,
+                metrics={
+                    "test/acc": accuracy,
+                    "train/images_per_sec": SPEED[attention] + seed,
+                    "gflop_per_image": GFLOP[attention],
+                    "test/confusion_matrix": [[500, 17], [0, 500]],
+                },
+            )
+    return sweep
+
+
+def settings_table(sweep: Path) -> dict[str, dict[str, str]]:
+    table = markdown_tables((sweep / "summary.md").read_text())[0]
+    header = table[0]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in table[1:]}
+
+
+def test_seeds_are_grouped_with_mean_std_and_t_interval(seeded_sweep: Path) -> None:
+    result = summarize([seeded_sweep])
+    table = settings_table(seeded_sweep)
+    assert list(table) == ["attention=linear", "attention=performer", "attention=softmax"]
+    assert table["attention=softmax"]["n"] == "3" and table["attention=performer"]["n"] == "2"
+    estimate = mean_interval(TEST_ACC["softmax"])
+    assert estimate is not None and estimate.low is not None and estimate.high is not None
+    expected = f"0.520 ± 0.020 [{estimate.low:.3f}, {estimate.high:.3f}]"
+    assert table["attention=softmax"]["test/acc"] == expected
+    assert table["attention=linear"]["GFLOP/image"] == "0.15"  # no spread: no interval
+    records = {row["setting"]: row for row in read_csv(seeded_sweep / "settings.csv")}
+    assert float(records["attention=softmax"]["test_acc_mean"]) == pytest.approx(0.52)
+    assert float(records["attention=softmax"]["test_acc_low"]) == pytest.approx(estimate.low)
+    assert float(records["attention=linear"]["images_per_sec_mean"]) == pytest.approx(2502.0)
+    # the per-run table stays below, one row per run
+    assert len(markdown_tables((seeded_sweep / "summary.md").read_text())[1]) == 1 + 8
+    assert (seeded_sweep / "summary.md").read_text().strip() in report(result)
+
+
+def test_verdicts_against_softmax_by_default(seeded_sweep: Path) -> None:
+    summarize([seeded_sweep])
+    table = settings_table(seeded_sweep)
+    column = "vs attention=softmax"
+    assert {name: row[column] for name, row in table.items()} == {
+        "attention=linear": "worse",
+        "attention=performer": "no detectable difference",
+        "attention=softmax": "baseline",
+    }
+    assert table["attention=linear"]["Δ test/acc"].startswith("-0.110 [")
+    assert table["attention=softmax"]["Δ test/acc"] == ""
+
+
+def test_a_baseline_named_by_value_or_by_pairs(seeded_sweep: Path) -> None:
+    summarize([seeded_sweep], baseline="linear")
+    table = settings_table(seeded_sweep)
+    assert table["attention=softmax"]["vs attention=linear"] == "better"
+    summarize([seeded_sweep], baseline="attention=performer")
+    assert settings_table(seeded_sweep)["attention=performer"]["vs attention=performer"] == (
+        "baseline"
+    )
+
+
+def test_a_baseline_that_names_no_setting_is_one_warning_line(seeded_sweep: Path) -> None:
+    result = summarize([seeded_sweep], baseline="attention=flash")
+    assert len(result["warnings"]) == 1
+    warning = result["warnings"][0]
+    assert "summary.baseline='attention=flash' matches no setting" in warning
+    assert "attention=linear" in warning and "\n" not in warning
+    header = markdown_tables((seeded_sweep / "summary.md").read_text())[0][0]
+    assert not any(name.startswith("vs ") for name in header)
+
+
+def test_one_seed_shows_the_binomial_interval_and_no_conclusion(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    sweep = tmp_path / "sweep"
+    for attention, accuracy in (("softmax", 0.5), ("linear", 0.52)):
+        make_run(
+            sweep / f"attention={attention}",
+            [f"attention={attention}"],
+            maps=False,
+            metrics={"test/acc": accuracy, "test/confusion_matrix": [[1000, 17]]},
+        )
+    summarize([sweep])
+    row = settings_table(sweep)["attention=linear"]
+    low, high = binomial_interval(0.52, 1017)
+    assert row["test/acc"] == f"0.520 [{low:.3f}, {high:.3f}]"
+    assert row["vs attention=softmax"] == "one seed: no conclusion"
+    assert row["Δ test/acc"] == "+0.020"
+
+
+def test_no_baseline_without_softmax_and_a_single_setting_has_no_verdict(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    sweep = tmp_path / "sweep"
+    for seed in (1, 2):
+        make_run(sweep / f"seed={seed}", ["attention=softmax", f"seed={seed}"], maps=False)
+    summarize([sweep])
+    table = markdown_tables((sweep / "summary.md").read_text())[0]
+    assert len(table) == 2 and table[1][1] == "2"
+    assert not any(header.startswith("vs ") for header in table[0])
+
+
+def test_load_above_the_cpu_count_is_one_warning_line(
+    seeded_sweep: Path, make_run: Callable[..., Path]
+) -> None:
+    assert summarize([seeded_sweep])["warnings"] == []
+    make_run(
+        seeded_sweep / "attention=linear,seed=4",
+        ["attention=linear", "seed=4"],
+        maps=False,
+        metrics={"load_avg_start": 1.0, "load_avg_end": 3.5, "cpu_count": 2},
+    )
+    warnings = summarize([seeded_sweep])["warnings"]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "up to 3.5 on 2 CPUs" in warnings[0] and "attention=linear,seed=4" in warnings[0]
+
+
+def test_an_exact_by_construction_run_and_unfinished_runs_are_noted(
+    seeded_sweep: Path, make_run: Callable[..., Path]
+) -> None:
+    reason = "landmarks 64 >= 64 tokens"
+    make_run(
+        seeded_sweep / "attention=softmax,seed=9",
+        ["attention=softmax", "seed=9"],
+        maps=False,
+        metrics={"status": "failed", "degenerate": reason},
+    )
+    summarize([seeded_sweep])
+    row = settings_table(seeded_sweep)["attention=softmax"]
+    assert row["n"] == "3"  # a failed run counts in no statistic
+    assert row["notes"] == f"1 of 4 runs not completed; exact: {reason}"
+
+
+def test_frontier_png_is_drawn_and_not_blank(seeded_sweep: Path) -> None:
+    result = summarize([seeded_sweep])
+    path = seeded_sweep / "frontier.png"
+    assert path in result["files"]
+    pixels = np.asarray(Image.open(path).convert("L"), dtype=float)
+    assert pixels.shape[1] > 1000 and pixels.std() > 10  # two panels with something drawn
+
+
+def test_pareto_front() -> None:
+    points = [(900.0, 0.52), (1500.0, 0.52), (2500.0, 0.41), (1000.0, 0.40)]
+    assert pareto_front(points, more_is_better=True) == [1, 2]
+    costs = [(0.20, 0.52), (0.18, 0.52), (0.15, 0.41), (0.19, 0.40)]
+    assert pareto_front(costs, more_is_better=False) == [2, 1]
+
+
+def test_points_are_named_by_what_differs() -> None:
+    names, key = point_names(["attention=linear", "attention=softmax"])
+    assert names == {"attention=linear": "linear", "attention=softmax": "softmax"}
+    assert key == "attention"
+    names, key = point_names(
+        ["attention=linear, model.depth=2", "attention=softmax, model.depth=4"]
+    )
+    assert (
+        key == "" and names["attention=linear, model.depth=2"] == "attention=linear, model.depth=2"
+    )
+
+
+def test_plot_curves_takes_a_baseline(
+    seeded_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(seeded_sweep), "--baseline", "performer"]) == 0
+    printed = capsys.readouterr().out
+    assert "vs attention=performer" in printed and "wrote " in printed

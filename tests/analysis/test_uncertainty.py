@@ -1,0 +1,107 @@
+"""The sweep summary's statistics against values worked out by hand (t quantiles from the
+table, Welch's degrees of freedom from its formula, Clopper-Pearson's closed forms at the ends),
+and the verdicts on constructed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vitattn.analysis.uncertainty import (
+    BETTER,
+    NO_DATA,
+    NO_DIFFERENCE,
+    ONE_SEED,
+    WORSE,
+    accuracy_estimate,
+    binomial_interval,
+    mean_interval,
+    verdict,
+    welch_difference,
+)
+
+T_975_DF2 = 4.302653  # Student's t, 97.5% quantile, 2 degrees of freedom (printed tables)
+T_975_DF4 = 2.776445
+
+
+def test_mean_std_and_t_interval_of_three_seeds() -> None:
+    estimate = mean_interval([0.50, 0.52, 0.54])
+    assert estimate is not None and estimate.n == 3 and estimate.interval == "t"
+    assert estimate.mean == pytest.approx(0.52)
+    assert estimate.std == pytest.approx(0.02)  # sqrt((0.02^2 + 0 + 0.02^2) / 2)
+    half = T_975_DF2 * 0.02 / math.sqrt(3)
+    assert (estimate.low, estimate.high) == pytest.approx((0.52 - half, 0.52 + half), abs=1e-6)
+
+
+def test_one_value_has_no_spread_and_no_interval() -> None:
+    estimate = mean_interval([0.5, None, float("nan")])
+    assert estimate is not None and (estimate.n, estimate.mean) == (1, 0.5)
+    assert estimate.std is None and estimate.low is None and estimate.high is None
+    assert mean_interval([]) is None and mean_interval([None]) is None
+
+
+def test_identical_values_have_an_interval_of_zero_width() -> None:
+    estimate = mean_interval([0.1, 0.1, 0.1])
+    assert estimate is not None and estimate.std == 0.0 and estimate.low == estimate.high == 0.1
+
+
+def test_clopper_pearson_at_the_ends_is_the_closed_form() -> None:
+    # k = n: lower = (alpha/2)^(1/n); k = 0: upper = 1 - (alpha/2)^(1/n)
+    assert binomial_interval(1.0, 10) == pytest.approx((0.025**0.1, 1.0), abs=1e-9)
+    assert binomial_interval(0.0, 10) == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-9)
+
+
+def test_binomial_interval_of_a_test_set_of_1017_images() -> None:
+    low, high = binomial_interval(0.5, 1017)
+    wald = 1.959964 * math.sqrt(0.5 * 0.5 / 1017)  # the normal approximation, about 3.1 points
+    assert low < 0.5 < high and (high - low) / 2 == pytest.approx(wald, abs=0.002)
+    with pytest.raises(ValueError, match="trials"):
+        binomial_interval(0.5, 0)
+
+
+def test_one_run_shows_its_test_sets_interval_and_seeds_their_t_interval() -> None:
+    one = accuracy_estimate([0.5], trials=1017)
+    assert one is not None and one.interval == "binomial" and one.std is None
+    assert (one.low, one.high) == pytest.approx(binomial_interval(0.5, 1017))
+    assert accuracy_estimate([0.5], trials=None).interval == ""  # type: ignore[union-attr]
+    seeds = accuracy_estimate([0.50, 0.52, 0.54], trials=1017)
+    assert seeds is not None and seeds.interval == "t"
+
+
+def test_welch_with_equal_sizes_and_variances_has_2n_minus_2_degrees_of_freedom() -> None:
+    difference = welch_difference([0.50, 0.52, 0.54], [0.44, 0.46, 0.48])
+    assert difference is not None and difference.delta == pytest.approx(0.06)
+    assert difference.df == pytest.approx(4.0)
+    half = T_975_DF4 * math.sqrt(0.02**2 / 3 + 0.02**2 / 3)
+    assert (difference.low, difference.high) == pytest.approx((0.06 - half, 0.06 + half), abs=1e-6)
+    assert verdict(difference) == BETTER
+
+
+def test_welch_satterthwaite_degrees_of_freedom_with_unequal_sizes() -> None:
+    # variances 0.0004 (n=3) and 0.0008 (n=2): (a + b)^2 / (a^2/2 + b^2/1) with a = 0.0004/3,
+    # b = 0.0004 gives 32/19
+    difference = welch_difference([0.50, 0.52, 0.54], [0.40, 0.44])
+    assert difference is not None and difference.df == pytest.approx(32 / 19)
+    assert difference.delta == pytest.approx(0.10)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([0.50], [0.40, 0.41, 0.42], ONE_SEED),
+        ([0.50, 0.51], [0.40], ONE_SEED),
+        ([0.50, 0.60, 0.40], [0.52, 0.42, 0.62], NO_DIFFERENCE),  # overlapping spreads
+        ([0.40, 0.41, 0.42], [0.60, 0.61, 0.62], WORSE),
+        ([0.60, 0.61, 0.62], [0.40, 0.41, 0.42], BETTER),
+        ([], [0.40, 0.41], NO_DATA),
+    ],
+)
+def test_verdicts(a: list[float], b: list[float], expected: str) -> None:
+    assert verdict(welch_difference(a, b)) == expected
+
+
+def test_a_gap_of_two_points_between_single_runs_is_no_conclusion() -> None:
+    difference = welch_difference([0.52], [0.50])
+    assert difference is not None and difference.delta == pytest.approx(0.02)
+    assert difference.low is None and verdict(difference) == ONE_SEED
