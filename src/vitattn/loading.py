@@ -52,9 +52,11 @@ def load_classifier(ckpt_path: str | Path) -> Any:
 def holds_adapters(path: Path) -> bool:
     """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
     hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
-    from vitattn.utils.checkpoints import read_checkpoint
+    from vitattn.utils.checkpoints import UnsafeCheckpointError, read_checkpoint
 
     try:
         return "lora" in (read_checkpoint(path).get("hyper_parameters") or {})
+    except UnsafeCheckpointError:
+        raise
     except Exception:
         return False

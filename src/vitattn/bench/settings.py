@@ -30,6 +30,7 @@ from vitattn.bench.kernels import (
     resolve_attentions,
     split_variant,
 )
+from vitattn.utils.checkpoints import read_checkpoint
 from vitattn.utils.cli import composition_message, overrides_of
 from vitattn.utils.config import group_options
 from vitattn.utils.errors import ConfigError
@@ -373,6 +374,7 @@ def require_checkpoint(path: str | None, mode: Mode) -> str:
         )
     if not Path(str(path)).expanduser().is_file():
         raise ConfigError(f"ckpt_path={path} is not a file; pass a .ckpt saved by vitattn-train")
+    read_checkpoint(str(path))  # refuses, before anything runs, a file that may carry code
     return str(path)
 
 

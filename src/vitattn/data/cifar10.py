@@ -76,13 +76,36 @@ class EpochBatchSampler(BatchSampler):
             self.sampler.generator.manual_seed(self.seed + epoch)
 
 
+ARRAY_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    }
+)
+"""What a CIFAR-10 batch file may ask the unpickler to build: numpy arrays (under numpy 1's and
+numpy 2's module names). Anything else could run code, and is refused."""
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """An unpickler for the official batch files that builds dictionaries, lists, strings,
+    numbers and numpy arrays, and refuses every other global."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in ARRAY_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it asks to run {module}.{name}, so it may carry code")
+
+
 def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``."""
+    """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``,
+    with :class:`BatchUnpickler`: a file that asks for more than arrays is refused unread."""
     if not path.is_file():
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
         with path.open("rb") as handle:
-            entry = pickle.load(handle, encoding="latin1")
+            entry = BatchUnpickler(handle, encoding="latin1").load()
         data = np.asarray(entry["data"], dtype=np.uint8)
         labels = np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64)
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (data.shape[0],):

@@ -1,8 +1,20 @@
-"""Checkpoints of a run: reading one cheaply, checking it fits a model, testing the best one."""
+"""Checkpoints of a run: reading one safely and cheaply, checking it fits a model, testing the
+best one.
+
+A checkpoint is a pickle, and unpickling can run any code its author put in it. Every checkpoint
+is therefore read with torch's ``weights_only`` unpickler, which builds tensors, plain
+containers and numbers and nothing else; Lightning's own loading (``trainer.fit(ckpt_path=...)``,
+``load_from_checkpoint``) uses the same unpickler by default. Checkpoints of earlier vitattn
+versions hold their hyper-parameters as OmegaConf containers: exactly those types
+(:data:`CONFIG_TYPES`) are allowed too, process-wide, so Lightning reads them as well.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +26,76 @@ from vitattn.utils.hparams import flatten
 log = logging.getLogger(__name__)
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint dictionary at ``path`` on the CPU, its tensors memory-mapped (not read in
-    until used), so looking up its hyperparameters costs little even for a large checkpoint."""
+class UnsafeCheckpointError(ConfigError):
+    """A checkpoint needs more than tensors and plain containers to load: it was not loaded."""
+
+
+def config_types() -> list[Any]:
+    """What an OmegaConf container is pickled as: its classes, nodes and metadata, and the plain
+    types its metadata names (``object_type=dict``, ``key_type=typing.Any``). None of them runs
+    code when unpickled."""
+    import collections
+    import typing
+
+    from omegaconf import DictConfig, ListConfig, base, nodes
+
+    node_types = [
+        nodes.AnyNode,
+        nodes.StringNode,
+        nodes.IntegerNode,
+        nodes.FloatNode,
+        nodes.BooleanNode,
+        nodes.BytesNode,
+        nodes.PathNode,
+    ]
+    return [
+        DictConfig,
+        ListConfig,
+        base.ContainerMetadata,
+        base.Metadata,
+        *node_types,
+        typing.Any,
+        dict,
+        list,
+        int,
+        float,
+        str,
+        bool,
+        collections.defaultdict,
+    ]
+
+
+@functools.cache
+def allow_config_types() -> None:
+    """Let torch's ``weights_only`` unpickler build :func:`config_types` (once per process)."""
     import torch
 
-    return torch.load(Path(path).expanduser(), map_location="cpu", mmap=True, weights_only=False)
+    torch.serialization.add_safe_globals(config_types())
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint dictionary at ``path`` on the CPU, its tensors memory-mapped (not read in
+    until used), so looking up its hyperparameters costs little even for a large checkpoint.
+    Read with the ``weights_only`` unpickler: a file that needs anything else raises
+    :class:`UnsafeCheckpointError` and runs none of its code."""
+    import torch
+
+    allow_config_types()
+    path = Path(path).expanduser()
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+
+
+def unsafe_reason(path: Path, error: BaseException) -> str:
+    """One line: what the file wanted to build, and that it was not loaded."""
+    wanted = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"it asks to run {wanted.group(1)}" if wanted else "it holds more than weights"
+    return (
+        f"{path} was not loaded: {what}, so it may carry code; vitattn reads only checkpoints "
+        "of tensors and plain settings (as vitattn-train writes them)"
+    )
 
 
 def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
@@ -27,6 +103,8 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     configured ``module.hparams.net``)."""
     try:
         stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
+    except UnsafeCheckpointError:
+        raise
     except FileNotFoundError as error:
         raise ConfigError(f"ckpt_path={ckpt_path} is not a file") from error
     except Exception as error:

@@ -166,6 +166,25 @@ def signature_of(target: Callable[..., Any]) -> tuple[dict[str, Any], set[str], 
     return hints, names, variadic
 
 
+def check_target_policy(path: str, target_name: str) -> None:
+    """Refuse in one line a ``_target_`` that Hydra's target policy blocks (``os.system``,
+    ``subprocess.run``, ...: callables that would let a config run commands or change files),
+    asking ``instantiate`` for a partial of it, which checks the policy and calls nothing."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        instantiate({"_target_": target_name, "_partial_": True})
+    except InstantiationException as error:
+        if "blocklisted" not in str(error):
+            return  # not importable: check_types names that
+        raise ConfigError(
+            f"{path}._target_={target_name} is refused by Hydra's target policy: a config may "
+            "not name code that runs commands or changes files (check the command line, or the "
+            "run's .hydra/overrides.yaml when resuming)"
+        ) from None
+
+
 def check_types(cfg: DictConfig) -> None:
     """Every setting of every ``_target_`` node exists in its target's signature and fits its
     type hint; otherwise one :class:`ConfigError` naming the setting and what is valid."""
@@ -173,6 +192,7 @@ def check_types(cfg: DictConfig) -> None:
 
     for path, node in target_nodes(cfg):
         target_name = str(node._get_node("_target_")._value())
+        check_target_policy(path, target_name)
         try:
             target = get_object(target_name)
         except Exception as error:
