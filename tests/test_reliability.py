@@ -155,3 +155,19 @@ def test_output_directory_that_cannot_be_written(
         "not a directory; choose another location"
     )
     assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.slow
+def test_a_failed_continuation_of_a_completed_run_keeps_its_results(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_cli("vitattn-train", *TINY, *steps(4, 2), f"hydra.run.dir={tmp_path}", data_dir=data_dir)
+    finished = (tmp_path / "metrics.json").read_bytes()
+    assert json.loads(finished)["status"] == "completed"
+    crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=6"]
+    continuation = ["resume=true", f"hydra.run.dir={tmp_path}", "trainer.max_steps=8", *crash]
+    said = refused("vitattn-train", *continuation, data_dir=data_dir)
+    assert said.startswith("unexpected RuntimeError: boom at step 6")
+    assert (tmp_path / "metrics.json").read_bytes() == finished
+    attempts = json.loads((tmp_path / "failed_attempts.json").read_text())
+    assert [a["error"] for a in attempts] == ["RuntimeError: boom at step 6"]

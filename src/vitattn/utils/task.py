@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,13 +186,35 @@ def unexpected(error: BaseException, logs: list[Path]) -> str:
     return f"unexpected {type(error).__name__}: {first}{where}"
 
 
+ATTEMPTS_FILE = "failed_attempts.json"
+"""Beside a completed run's ``metrics.json``: the continuations of it that failed."""
+
+
 def record_failure(path: Path, error: BaseException) -> None:
     """Write ``{"status": "failed", "error": ...}`` to ``path`` (a ``metrics.json`` already
-    there is an earlier invocation's: an interrupted run that this one continued)."""
+    there is an earlier invocation's: an interrupted run that this one continued). A completed
+    run's ``metrics.json`` is never replaced: a continuation of it that fails is added to
+    :data:`ATTEMPTS_FILE` beside it, and its results stand."""
     message = str(error) if isinstance(error, VitattnError) else f"{type(error).__name__}: {error}"
+    failure = {"status": "failed", "error": message}
     with contextlib.suppress(OSError):  # an unwritable directory must not hide the real error
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_metrics(path, {"status": "failed", "error": message})
+        if completed(path):
+            attempts = path.parent / ATTEMPTS_FILE
+            earlier = json.loads(attempts.read_text()) if attempts.is_file() else []
+            failure["at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            write_json(attempts, [*(earlier if isinstance(earlier, list) else []), failure])
+            log.info("%s kept: its run had completed; this failure is in %s", path, attempts)
+            return
+        write_metrics(path, failure)
+
+
+def completed(metrics_path: Path) -> bool:
+    """Whether ``metrics_path`` records a completed run."""
+    try:
+        return json.loads(metrics_path.read_text()).get("status") == "completed"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
