@@ -262,6 +262,21 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
+class PauseAfterStep(L.Callback):
+    """Sleep ``seconds`` after every training step from ``step`` on: a run that stays busy
+    long enough for another process to meet it."""
+
+    def __init__(self, step: int, seconds: float = 1.0) -> None:
+        self.step = step
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step >= self.step:
+            import time
+
+            time.sleep(self.seconds)
+
+
 class CrashAtStep(L.Callback):
     """Raise an unexpected ``RuntimeError`` at global step ``step`` (a bug in the middle of a
     run)."""

@@ -10,7 +10,8 @@ reads; a full disk leaves one too, and the temporary file stays in ``/tmp``.
 fsyncs it, and renames it over the checkpoint with ``os.replace``, which is atomic within one
 directory: until the new file is complete the previous one stays valid. Any write error
 removes the partial file and ends the run in one line (:class:`CheckpointWriteError`) that says
-the previous checkpoint is intact.
+the previous checkpoint is intact; a full disk is named as such also when torch's writer reports
+it as a ``RuntimeError`` without an errno (:func:`vitattn.utils.disk.disk_full`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import IO, Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from vitattn.utils.disk import disk_full, space_left
 from vitattn.utils.errors import TrainingError
 
 PARTIAL_SUFFIX = ".partial"
@@ -66,13 +68,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 os.fsync(handle.fileno())
             os.replace(partial, target)
             _fsync_directory(target.parent)
-        except OSError as error:
+        except (OSError, RuntimeError) as error:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
-            kept = f"the previous {target.name} is intact" if target.is_file() else "none was kept"
-            reason = error.strerror or str(error)
+            full = disk_full(error, target.parent)
+            if not full and not isinstance(error, OSError):
+                raise  # torch's writer failed for another reason: not ours to explain
+            kept = (
+                f"the previous {target.name} is intact"
+                if target.is_file()
+                else f"there was no earlier {target.name}"
+            )
+            reason = "No space left on device" if full else (error.strerror or str(error))
+            space = f", {space_left(target.parent)}" if full else ""
             raise CheckpointWriteError(
-                f"could not write checkpoint {target} ({reason}); {kept}; free space in "
+                f"could not write checkpoint {target} ({reason}{space}); {kept}; free space in "
                 f"{target.parent} (or set hydra.run.dir elsewhere) and resume"
             ) from error
         except BaseException:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
 from vitattn.utils.errors import ConfigError, VitattnError, fail
+from vitattn.utils.run_lock import hold_run_directory
 from vitattn.utils.task import remember_run_directory
 
 Validator = Callable[[DictConfig], Any]
@@ -60,7 +61,15 @@ def console_main(
     except VitattnError as error:
         fail(program, error)
         sys.exit(1)
+    informational = any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments)
     remember_run_directory(explicit_run_dir(arguments))
+    try:
+        for directory in [explicit_run_dir(arguments), explicit_sweep_dir(arguments)]:
+            if directory is not None and not informational:
+                hold_run_directory(directory, program)
+    except VitattnError as error:
+        fail(program, error)
+        sys.exit(1)
     sys.argv = [sys.argv[0], *name_jobs_by_what_differs(arguments)]
     hydra_main()
 
@@ -119,6 +128,15 @@ def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
         return None
     given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
     value = given.get("hydra.run.dir")
+    return Path(value) if value and "${" not in value else None
+
+
+def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
+    """``hydra.sweep.dir`` of a sweep when given as a plain path, else ``None``."""
+    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return None
+    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
+    value = given.get("hydra.sweep.dir")
     return Path(value) if value and "${" not in value else None
 
 

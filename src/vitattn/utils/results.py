@@ -8,9 +8,11 @@ scalars, and NaN or infinity becomes an empty cell (CSV) or ``null`` (JSON).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,18 @@ def to_plain(content: Any) -> Any:
 
 
 def write_json(path: Path, content: Any) -> None:
-    """``content`` as indented JSON; values that JSON cannot hold are written as strings."""
-    path.write_text(json.dumps(to_plain(content), indent=2, default=str) + "\n")
+    """``content`` as indented JSON; values that JSON cannot hold are written as strings. Written
+    whole or not at all (a partial file renamed over ``path``): a full disk leaves the previous
+    file, or none, never an empty or truncated one."""
+    text = json.dumps(to_plain(content), indent=2, default=str) + "\n"
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
 
 
 def write_csv(

@@ -21,8 +21,15 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
+from vitattn.utils.disk import disk_full, full_disk_message, quiet_full_disk_in_threads
 from vitattn.utils.errors import TrainingError, VitattnError, fail
 from vitattn.utils.results import write_json
+from vitattn.utils.run_lock import (
+    RunDirectoryInUseError,
+    free_reserve,
+    hold_run_directory,
+    release_run_directory,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,6 +123,18 @@ def remove_unstarted_run(output_dir: Path) -> None:
         output_dir.rmdir()
 
 
+def full_disk(error: BaseException) -> TrainingError | None:
+    """A write that failed on a full disk (whatever raised it), as the one line that says so."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    output_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not disk_full(error, output_dir):
+        return None
+    return TrainingError(full_disk_message(output_dir))
+
+
 def user_error(error: BaseException) -> VitattnError | None:
     """The :class:`VitattnError` behind ``error``, also when Hydra's ``instantiate`` wrapped it."""
     seen: BaseException | None = error
@@ -141,10 +160,22 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    quiet_full_disk_in_threads()
+    job_dir = None
+    if HydraConfig.initialized():
+        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        try:
+            hold_run_directory(Path(HydraConfig.get().runtime.output_dir), program)
+        except RunDirectoryInUseError as error:  # another process's directory: write nothing
+            fail(program, error)
+            if multirun:
+                raise error from None
+            sys.exit(1)
+        job_dir = Path(HydraConfig.get().runtime.output_dir) if multirun else None
     try:
         return task(cfg)
     except Exception as raised:
-        error = user_error(raised)
+        error = user_error(raised) or full_disk(raised)
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             output_dir = Path(HydraConfig.get().runtime.output_dir)
             record_failure(output_dir / "metrics.json", error or raised)
@@ -165,6 +196,9 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
             else:
                 remove_unstarted_run(output_dir)
         sys.exit(1)
+    finally:
+        if job_dir is not None:  # the next job of the sweep may run in this process
+            release_run_directory(job_dir)
 
 
 def log_traceback(error: BaseException) -> list[Path]:
@@ -199,6 +233,7 @@ def record_failure(path: Path, error: BaseException) -> None:
     failure = {"status": "failed", "error": message}
     with contextlib.suppress(OSError):  # an unwritable directory must not hide the real error
         path.parent.mkdir(parents=True, exist_ok=True)
+        free_reserve(path.parent)  # the run is over: its reserve is room for this record
         if completed(path):
             attempts = path.parent / ATTEMPTS_FILE
             earlier = json.loads(attempts.read_text()) if attempts.is_file() else []

@@ -1,0 +1,124 @@
+"""A full disk, recognised whatever the writer raises, and a log file that goes quiet on one.
+
+Python's own writes raise ``OSError(ENOSPC)``; torch's checkpoint writer turns that into a
+``RuntimeError`` (``[enforce fail at inline_container.cc] ... unexpected pos``) that carries no
+errno. :func:`disk_full` recognises both: the errno anywhere in the exception's chain, or a
+``RuntimeError`` of a writer with (almost) no space left where it wrote. And a log file on the
+full disk must not print ``--- Logging error ---`` with a traceback for every line logged after:
+:class:`QuietOnFullDiskFileHandler` stops writing its file instead (the console keeps logging);
+nor may TensorBoard's writer thread print one (:func:`quiet_full_disk_in_threads`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+NEARLY_NOTHING = 1 << 20
+"""Below this many free bytes, a write that failed without an errno failed for want of space."""
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (its nearest existing parent)."""
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def disk_full(error: BaseException, path: Path) -> bool:
+    """Whether ``error``, raised while writing under ``path``, means the disk is full."""
+    chain = _chain(error)
+    if any(isinstance(e, OSError) and e.errno in FULL for e in chain):
+        return True
+    if any(isinstance(e, RuntimeError | OSError) for e in chain):
+        free = free_bytes(path)
+        return free is not None and free < NEARLY_NOTHING
+    return False
+
+
+def space_left(path: Path) -> str:
+    """``"12 KiB free"`` on ``path``'s filesystem, for a message."""
+    free = free_bytes(path)
+    if free is None:
+        return "free space unknown"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if free >= size:
+            return f"{free / size:.1f} {unit} free"
+    return f"{free} bytes free"
+
+
+def full_disk_message(path: Path) -> str:
+    """The one line for a run that stopped on a full disk."""
+    return (
+        f"no space left on the device of {path} ({space_left(path)}); the checkpoints written "
+        "before are intact; free space (or set hydra.run.dir elsewhere) and resume"
+    )
+
+
+def quiet_full_disk_in_threads() -> None:
+    """Say nothing when a background writer (TensorBoard's event-file thread) dies of a full
+    disk: the main thread meets the same error at its next write and reports it in one line.
+    Every other exception in a thread is reported as before."""
+    previous = threading.excepthook
+    if getattr(previous, "quiet_on_full_disk", False):
+        return
+
+    def hook(args: Any) -> None:
+        if isinstance(args.exc_value, OSError) and args.exc_value.errno in FULL:
+            return
+        previous(args)
+
+    hook.quiet_on_full_disk = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+class QuietOnFullDiskFileHandler(logging.FileHandler):
+    """A ``logging.FileHandler`` that stops writing its file when the disk is full, instead of
+    printing a traceback for each record it can no longer write."""
+
+    stopped = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.stopped:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError) and error.errno in FULL:
+            self.stopped = True
+            return
+        super().handleError(record)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as error:
+            if error.errno not in FULL:
+                raise
+            self.stopped = True
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as error:
+            if error.errno not in FULL:
+                raise

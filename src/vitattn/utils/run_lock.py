@@ -1,0 +1,101 @@
+"""One process per run directory: a lock held while a command writes a run directory.
+
+Two processes writing one run directory (a second ``resume=true`` into a run that is still
+training, a fine-tune into it) would interleave checkpoints, TensorBoard events and
+``metrics.json``. A command therefore holds ``<run>/.vitattn.lock`` (``filelock``: an ``flock``
+the kernel drops when the holder dies, so a lock left by a killed process blocks nothing) from
+before Hydra writes until it exits, and records who holds it in ``<run>/.vitattn.lock.json``
+(PID, start time, command) for the one line that refuses the next. While it holds the
+directory it also keeps a little space there (:data:`RESERVE_FILE`) for the last word of a run
+that fills the disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vitattn.utils.errors import VitattnError
+
+LOCK_FILE = ".vitattn.lock"
+HOLDER_FILE = ".vitattn.lock.json"
+RESERVE_FILE = ".vitattn.reserve"
+RESERVE_BYTES = 64 << 10
+"""Space set aside while a run holds its directory, given back when the disk fills up so that
+``metrics.json`` can still say how the run ended; removed when the run ends."""
+
+
+class RunDirectoryInUseError(VitattnError):
+    """Another live process holds the run directory's lock."""
+
+
+_held: dict[Path, Any] = {}
+"""The locks this process holds, by run directory: a second request for one of them (the job of
+a sweep whose directory the command already holds) is granted at once."""
+
+
+def hold_run_directory(run_dir: Path, program: str) -> None:
+    """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
+    in one line, naming the holder, when another live process has it."""
+    from filelock import FileLock, Timeout
+
+    path = run_dir.expanduser().absolute()
+    if path in _held:
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunDirectoryInUseError(in_use_message(path)) from None
+    _held[path] = lock
+    holder = {
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "program": program,
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+    (path / HOLDER_FILE).write_text(json.dumps(holder) + "\n")
+    try:
+        (path / RESERVE_FILE).write_bytes(bytes(RESERVE_BYTES))
+    except OSError:  # already full: nothing to set aside
+        free_reserve(path)
+    if len(_held) == 1:
+        atexit.register(release_all)
+
+
+def in_use_message(path: Path) -> str:
+    """The refusal: the directory, and the holder's PID and start time where recorded."""
+    try:
+        holder = json.loads((path / HOLDER_FILE).read_text())
+        who = f"{holder['program']} (PID {holder['pid']}, started {holder['started']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        who = "another process"
+    return (
+        f"{path} is in use by {who}: one process per run directory; wait for it to end or stop "
+        "it (a killed process leaves no lock behind)"
+    )
+
+
+def free_reserve(run_dir: Path) -> None:
+    """Give the space set aside in ``run_dir`` back to the filesystem."""
+    (run_dir.expanduser().absolute() / RESERVE_FILE).unlink(missing_ok=True)
+
+
+def release_run_directory(run_dir: Path) -> None:
+    """Give ``run_dir``'s lock back (a sweep's job when it ends); its files stay, unlocked."""
+    path = run_dir.expanduser().absolute()
+    lock = _held.pop(path, None)
+    if lock is not None:
+        free_reserve(path)
+        lock.release()
+
+
+def release_all() -> None:
+    for path in list(_held):
+        release_run_directory(path)

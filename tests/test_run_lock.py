@@ -1,0 +1,63 @@
+"""One process per run directory: a second process is refused in one line naming the holder,
+and a lock left by a killed process blocks nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BIN, PROJECT_ROOT, TINY, refused, run_cli, steps
+from vitattn.utils.run_lock import HOLDER_FILE
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.is_file():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run = tmp_path / "run"
+    pause = ["+callbacks.pause._target_=tests.helpers.PauseAfterStep", "+callbacks.pause.step=5"]
+    environment = {
+        **os.environ,
+        "VITATTN_DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    holder = subprocess.Popen(
+        [str(BIN / "vitattn-train"), *TINY, *steps(40, 5), *pause, f"hydra.run.dir={run}"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, killed as a whole below
+    )
+    try:
+        wait_for(run / "checkpoints" / "last.ckpt", holder)
+        recorded = json.loads((run / HOLDER_FILE).read_text())
+        assert recorded["pid"] == holder.pid
+        for second in (["resume=true"], [*TINY, *steps(4, 2)]):
+            said = refused("vitattn-train", *second, f"hydra.run.dir={run}", data_dir=data_dir)
+            assert f"{run} is in use by vitattn-train (PID {holder.pid}, started " in said
+        assert holder.poll() is None  # the holder trains on, undisturbed
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.communicate()
+    assert holder.returncode == -signal.SIGKILL
+    unpaused = "+callbacks.pause.seconds=0"
+    run_cli("vitattn-train", "resume=true", unpaused, f"hydra.run.dir={run}", data_dir=data_dir)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["steps"] == 40
+    assert json.loads((run / HOLDER_FILE).read_text())["pid"] != holder.pid
