@@ -7,7 +7,16 @@ import math
 
 import torch
 
-from vitattn.insight import colour_map, overlay, query_rows, rollout, row_entropy, to_grid
+from vitattn.insight import (
+    colour_map,
+    entropy_gap,
+    layer_scalars,
+    overlay,
+    query_rows,
+    rollout,
+    row_entropy,
+    to_grid,
+)
 
 
 def test_rollout_is_the_product_of_the_residual_mixed_layers() -> None:
@@ -41,3 +50,21 @@ def test_maps_are_scaled_to_their_peak_and_nan_draws_as_no_attention() -> None:
     lut = colour_map()
     blank = overlay(images, torch.zeros(1, 4, 4), lut)
     assert torch.equal(overlay(images, torch.full((1, 4, 4), float("nan")), lut), blank)
+
+
+def test_entropy_gap_is_zero_for_uniform_rows_and_one_for_one_hot_rows() -> None:
+    assert abs(entropy_gap(torch.full((2, 8, 8), 1 / 8))) < 1e-12
+    assert entropy_gap(torch.eye(8)) == 1.0
+    # Near-uniform rows: an entropy a hair below log(64), a gap well above zero.
+    rows = torch.full((64, 64), 1.0) + 0.05 * torch.eye(64)
+    assert 1e-6 < entropy_gap(rows) < 1e-3
+
+
+def test_per_layer_curves_only_with_more_than_one_layer() -> None:
+    assert layer_scalars("fidelity", [0.25]) == {"val/fidelity": 0.25}
+    assert layer_scalars("fidelity", [0.25, 0.75]) == {
+        "val/fidelity": 0.5,
+        "val/fidelity/layer_0": 0.25,
+        "val/fidelity/layer_1": 0.75,
+    }
+    assert layer_scalars("entropy_gap", []) == {}

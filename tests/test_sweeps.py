@@ -138,7 +138,6 @@ def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
         ".hydra",
         "attention",
         "checkpoints",
-        "hparams",
     ]
     events = list(run_dir.glob("events.out.tfevents.*"))
     assert events and len({name.name.split(".")[-2] for name in events}) == 1

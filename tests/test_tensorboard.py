@@ -1,21 +1,25 @@
-"""TensorBoard as a researcher reads it after a sweep (issue 18): runs named by what differs,
-the step count users see everywhere, curated HPARAMS with the results of ``metrics.json``,
-attention maps and fidelity at validation, a confusion matrix at test. Event files are read
-with TensorBoard's own ``EventAccumulator``."""
+"""TensorBoard as a researcher reads it after a sweep (issues 18 and 28): runs named by what
+differs, one run per job, the step count users see everywhere, curated HPARAMS whose trials are
+the runs and whose metrics are the results of ``metrics.json``, attention maps and fidelity at
+validation, a confusion matrix and the worst mistakes at test. Event files are read with
+TensorBoard's own ``EventAccumulator`` and ``EventMultiplexer``, the HPARAMS view through the
+hparams plugin's own request handlers."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins.hparams import api_pb2
 
 from tests.helpers import FEW_STEPS, run_sweep
-from vitattn.logger import RESULTS, summary_tag
+from vitattn.logger import COMPARED_FIRST, RESULTS, merge_equal_learning_rates, summary_tag
 
 CURATED = {
     "attention",
@@ -28,7 +32,6 @@ CURATED = {
     "model/tokens",
     "model/mlp_dim",
     "params",
-    "gflop_per_image",
     "optimizer",
     "optimizer/lr",
     "optimizer/weight_decay",
@@ -45,12 +48,54 @@ def events(run_dir: Path) -> EventAccumulator:
     return accumulator
 
 
-def hparams_of(run_dir: Path) -> tuple[dict[str, Any], list[str], str]:
-    """The run's HPARAMS session (names and values), the metrics TensorBoard finds for it (the
-    scalars of its run, ``<run>/hparams``), and the status it ended with."""
-    accumulator = events(run_dir / "hparams")
-    content = accumulator.PluginTagToContent("hparams")
-    assert "_hparams_/experiment" not in content  # TensorBoard builds the table from sessions
+SHOWN_AT_FIRST = 5
+"""Settings and metrics the HPARAMS view ticks when it opens (its frontend: the first five
+settings, those marked ``differs`` first, and the first five metrics)."""
+
+
+def hparams_view(logdir: Path) -> tuple[list[str], Any, list[Any]]:
+    """What TensorBoard serves for ``--logdir logdir``: the run names, and the HPARAMS view's
+    experiment and session groups, from the hparams plugin's own request handlers."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context, get_experiment, list_session_groups
+
+    multiplexer = EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    provider = MultiplexerDataProvider(multiplexer, str(logdir))
+    plugin_context = backend_context.Context(
+        base_plugin.TBContext(logdir=str(logdir), multiplexer=multiplexer, data_provider=provider)
+    )
+    request = context.RequestContext()
+    experiment = get_experiment.Handler(
+        request, plugin_context, "", api_pb2.GetExperimentRequest(hparams_limit=1000)
+    ).run()
+    groups = list_session_groups.Handler(
+        request,
+        plugin_context,
+        "",
+        api_pb2.ListSessionGroupsRequest(
+            allowed_statuses=[
+                api_pb2.STATUS_UNKNOWN,
+                api_pb2.STATUS_SUCCESS,
+                api_pb2.STATUS_RUNNING,
+            ],
+            start_index=0,
+            slice_size=100,
+        ),
+    ).run()
+    return sorted(multiplexer.Runs()), experiment, list(groups.session_groups)
+
+
+def hparams_of(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """The run's HPARAMS session as written in its own folder (names and values) and the status
+    it ended with."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = events(run_dir).PluginTagToContent("hparams")
     session = plugin_data_pb2.HParamsPluginData.FromString(
         content["_hparams_/session_start_info"]
     ).session_start_info
@@ -61,8 +106,7 @@ def hparams_of(run_dir: Path) -> tuple[dict[str, Any], list[str], str]:
         key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
         for key, value in session.hparams.items()
     }
-    status = api_pb2.Status.Name(end.status)
-    return values, sorted(accumulator.Tags()["scalars"]), status
+    return values, api_pb2.Status.Name(end.status)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +129,7 @@ def test_runs_are_named_by_the_attention_and_hold_their_own_events(sweep: Path) 
     for job in jobs:
         assert list((sweep / job).glob("events.out.tfevents.*"))  # no tensorboard/ folder
         assert not (sweep / job / "tensorboard").exists()
+        assert not (sweep / job / "hparams").exists()  # the HPARAMS session is the run's own
 
 
 @pytest.mark.slow
@@ -99,21 +144,21 @@ def test_curves_count_steps_done_and_hide_epoch_and_test(sweep: Path) -> None:
 
 
 @pytest.mark.slow
-def test_validation_logs_fidelity_entropy_and_attention_maps(sweep: Path) -> None:
+def test_validation_logs_fidelity_entropy_gap_and_attention_maps(sweep: Path) -> None:
     fidelity = {}
     for attention in ("softmax", "linear"):
         accumulator = events(sweep / f"attention={attention}")
         tags = accumulator.Tags()
-        assert {"val/fidelity", "val/fidelity/layer_0", "val/entropy/layer_0"} <= set(
-            tags["scalars"]
-        )
-        assert {"val/attention/layer_0", "val/attention/rollout"} <= set(tags["images"])
-        maps = accumulator.Images("val/attention/layer_0")
+        assert {"val/fidelity", "val/entropy_gap"} <= set(tags["scalars"])
+        # One layer: its curve is the mean, not drawn twice.
+        assert not [t for t in tags["scalars"] if "/layer_" in t]
+        assert {"~attention/layer_0", "~attention/rollout"} <= set(tags["images"])
+        maps = accumulator.Images("~attention/layer_0")
         assert [m.step for m in maps] == [4, 8]
         assert maps[0].width == 8 * 64 + 9 * 2 and maps[0].height == 4 * 64 + 5 * 2
         fidelity[attention] = [e.value for e in accumulator.Scalars("val/fidelity")]
-        entropy = accumulator.Scalars("val/entropy/layer_0")[-1].value
-        assert 0 < entropy <= np.log(64) + 1e-4  # 64 tokens: log(64) for uniform attention
+        gap = accumulator.Scalars("val/entropy_gap")[-1].value
+        assert 0 <= gap < 1  # 0: uniform rows, 1: each row on one token
         saved = np.load(sweep / f"attention={attention}" / "attention" / "maps.npz")
         assert saved["images"].shape == (8, 64, 64, 3) and saved["layers"].shape == (1, 8, 64, 64)
         assert int(saved["step"]) == 8 and str(saved["attention"]) == attention
@@ -122,39 +167,89 @@ def test_validation_logs_fidelity_entropy_and_attention_maps(sweep: Path) -> Non
 
 
 @pytest.mark.slow
+def test_time_series_groups_open_on_their_curves_without_duplicates(sweep: Path) -> None:
+    """TensorBoard's TIME SERIES groups cards by the tag's first part, in name order, twelve to a
+    page: ``val/acc`` and ``val/loss`` on the ``val`` group's first page, the images in a group
+    after it, one learning-rate curve for parameter groups that share it."""
+    tags = events(sweep / "attention=linear").Tags()
+    cards = sorted(tags["scalars"] + tags["images"])
+    val = [tag for tag in cards if tag.split("/")[0] == "val"]
+    assert {"val/acc", "val/loss"} <= set(val[:12])
+    assert [t for t in tags["images"] if not t.startswith(("~attention/", "~summary/"))] == []
+    learning_rates = [tag for tag in tags["scalars"] if tag.startswith("train/lr")]
+    assert learning_rates == ["train/lr"]
+
+
+def test_learning_rates_merge_only_when_equal() -> None:
+    same = {"train/lr/decay": 0.1, "train/lr/no_decay": 0.1, "train/loss": 2.0}
+    assert merge_equal_learning_rates(same) == {"train/lr": 0.1, "train/loss": 2.0}
+    differing = {"train/lr/decay": 0.1, "train/lr/no_decay": 0.2}
+    assert merge_equal_learning_rates(differing) == differing
+
+
+@pytest.mark.slow
 def test_hparams_are_curated_and_show_the_results_of_metrics_json(sweep: Path) -> None:
     run = sweep / "attention=linear"
-    hparams, metric_tags, status = hparams_of(run)
+    hparams, status = hparams_of(run)
     knobs = {key for key in hparams if key.startswith("attention/")}
-    assert set(hparams) - knobs == CURATED
+    assert set(hparams) - knobs == CURATED  # GFLOP/image is a result, not a setting
     assert knobs == {"attention/eps"}  # linear attention's one knob
     assert hparams["attention"] == "linear" and hparams["seed"] == 3
     assert not [k for k in hparams if "_target_" in k or "dir" in k or "url" in k]
-    # The session's metrics are the results alone, not the curves of the run.
-    metrics = json.loads((run / "metrics.json").read_text())
-    shown = [key for key in RESULTS if metrics.get(key) is not None]
-    assert metric_tags == sorted(summary_tag(key) for key in shown)
-    # TensorBoard shows the first five metrics by tag: the accuracies, then speed and time.
-    assert metric_tags[:5] == [
-        "~summary/acc_best_val",
-        "~summary/acc_final_val",
-        "~summary/acc_test",
-        "~summary/images_per_sec",
-        "~summary/seconds",
-    ]
     assert status == "STATUS_SUCCESS"
-    results = events(run / "hparams")
-    for key in shown:
-        (logged,) = results.Scalars(summary_tag(key))
+    metrics = json.loads((run / "metrics.json").read_text())
+    results = events(run)
+    for key in RESULTS:
+        if metrics.get(key) is None:
+            assert summary_tag(key, RESULTS) not in results.Tags()["scalars"], key
+            continue
+        (logged,) = results.Scalars(summary_tag(key, RESULTS))
         assert logged.value == pytest.approx(metrics[key], rel=1e-6), key
         assert logged.step == 8
-    curves = events(run)
-    assert metrics["val/acc_best"] == pytest.approx(max(e.value for e in curves.Scalars("val/acc")))
-    assert "~summary/acc_best_val" not in curves.Tags()["scalars"]
+    assert metrics["val/acc_best"] == pytest.approx(
+        max(e.value for e in results.Scalars("val/acc"))
+    )
+
+
+@pytest.mark.slow
+def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics(
+    sweep: Path,
+) -> None:
+    """What the HPARAMS view shows, from the plugin's own handlers on the sweep's directory."""
+    runs, experiment, groups = hparams_view(sweep)
+    assert runs == ["attention=linear", "attention=softmax"]  # one run per job, no `/hparams`
+    assert sorted(group.name for group in groups) == runs  # the Trial ID is the run's name
+    assert [len(group.sessions) for group in groups] == [1, 1]
+    # The metrics are the results alone, in RESULTS' order, with short headers.
+    metric_tags = [info.name.tag for info in experiment.metric_infos]
+    assert metric_tags == [summary_tag(key, RESULTS) for key in RESULTS]
+    assert [info.display_name for info in experiment.metric_infos[:4]] == [
+        "best val acc",
+        "test acc",
+        "images/s",
+        "GFLOP/image",
+    ]
+    assert all(len(word) <= 12 for i in experiment.metric_infos for word in i.display_name.split())
+    # The settings it ticks at first, and the metrics, are there for every trial: the
+    # parallel-coordinates view draws a line per run when it opens.
+    hparam_names = [info.name for info in experiment.hparam_infos]
+    assert hparam_names[:SHOWN_AT_FIRST] == sorted(COMPARED_FIRST)
+    assert "gflop_per_image" not in hparam_names
+    assert {"attention/eps", "attention/landmarks", "attention/conv_kernel"} <= set(hparam_names)
+    shown_metrics = {tag for tag in metric_tags[:SHOWN_AT_FIRST]}
+    for group in groups:
+        assert set(COMPARED_FIRST) <= set(group.hparams), group.name
+        assert shown_metrics <= {m.name.tag for m in group.metric_values}, group.name
+    by_name = {group.name: group for group in groups}
+    metrics = json.loads((sweep / "attention=softmax" / "metrics.json").read_text())
+    test_acc = {m.name.tag: m.value for m in by_name["attention=softmax"].metric_values}
+    assert test_acc["~summary/acc_test"] == pytest.approx(metrics["test/acc"], rel=1e-6)
 
 
 @pytest.mark.slow
 def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) -> None:
+    from PIL import Image
+
     run = sweep / "attention=softmax"
     metrics = json.loads((run / "metrics.json").read_text())
     matrix = np.array(metrics["test/confusion_matrix"])
@@ -164,8 +259,32 @@ def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) 
     assert list(per_class)[:2] == ["airplane", "automobile"] and len(per_class) == 10
     assert (run / "confusion_matrix.png").is_file()
     assert (run / "most_confident_errors.png").is_file()
-    images = events(run).Tags()["images"]
-    assert {"~summary/confusion_matrix", "~summary/most_confident_errors"} <= set(images)
+    accumulator = events(run)
+    assert {"~summary/confusion_matrix", "~summary/most_confident_errors"} <= set(
+        accumulator.Tags()["images"]
+    )
+    # The grid as TensorBoard shows it: the pictures, not black squares on a white page.
+    (grid,) = accumulator.Images("~summary/most_confident_errors")
+    pixels = np.asarray(Image.open(io.BytesIO(grid.encoded_image_string)).convert("RGB"))
+    drawn = pixels[(pixels < 245).any(axis=-1)]  # all but the white background
+    assert len(drawn) > 0.2 * pixels.shape[0] * pixels.shape[1]
+    assert drawn.mean() > 60  # CIFAR-10's mean intensity is about 120; the black grid read 1
+
+
+def test_mistakes_are_shown_as_the_images_before_normalisation(data_dir: Path) -> None:
+    from vitattn.confusion import displayable, error_title
+    from vitattn.data.cifar10 import CIFAR10DataModule
+
+    raw = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    raw[0] = 255  # normalised, a white image reaches 2.1: no pixel range tells the two apart
+    datamodule = CIFAR10DataModule(data_dir=data_dir, download=False)
+    normalised = datamodule.on_after_batch_transfer(raw, 0)
+    assert normalised.max() > 1.5
+    assert (displayable(normalised, datamodule).int() - raw.int()).abs().max() <= 1
+    plain = CIFAR10DataModule(data_dir=data_dir, download=False, normalize=False)
+    dark = torch.ones(1, 3, 2, 2, dtype=torch.uint8)  # raw intensities below 1.5
+    assert torch.equal(displayable(plain.on_after_batch_transfer(dark, 0), plain), dark)
+    assert error_title("cat", "ship", 0.17) == "cat → ship 17%"
 
 
 @pytest.mark.slow

@@ -97,10 +97,12 @@ class ConfusionReport(L.Callback):
 
 
 def displayable(images: torch.Tensor, datamodule: Any) -> torch.Tensor:
-    """A batch as the model saw it, back to uint8 ``(N, C, H, W)`` on the CPU for display."""
+    """A batch as the model saw it, back to uint8 ``(N, C, H, W)`` on the CPU for display. The
+    data module's ``normalize`` setting says whether to undo its normalisation: the pixel values
+    cannot (normalised CIFAR-10 reaches 2.1, raw intensities may all be below 2)."""
     images = images.detach().float().cpu()
-    if images.max() > 1.5 or not getattr(datamodule, "hparams", {}).get("normalize", True):
-        return images.clamp(0, 255).to(torch.uint8)  # raw intensities
+    if not getattr(datamodule, "hparams", {}).get("normalize", True):
+        return images.round().clamp(0, 255).to(torch.uint8)  # raw intensities
     mean = datamodule.mean.view(1, -1, 1, 1).cpu()
     std = datamodule.std.view(1, -1, 1, 1).cpu()
     return (images * std + mean).mul(255).round().clamp(0, 255).to(torch.uint8)
@@ -147,13 +149,19 @@ def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list
 
     columns = min(8, len(worst))
     rows = -(-len(worst) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(1.6 * columns, 1.9 * rows), squeeze=False)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(1.9 * columns, 2.1 * rows), squeeze=False, layout="constrained"
+    )
     for axis in axes.flat:
         axis.axis("off")
     for axis, (confidence, image, true, predicted) in zip(axes.flat, worst, strict=False):
         picture = image.permute(1, 2, 0).numpy()
         axis.imshow(picture.squeeze(-1) if picture.shape[-1] == 1 else picture, cmap="gray")
-        axis.set_title(f"{names[true]}\n→ {names[predicted]} {confidence:.0%}", fontsize=7)
+        axis.set_title(error_title(names[true], names[predicted], confidence), fontsize=7)
     figure.suptitle("Most confident test mistakes (true → predicted, confidence)", fontsize=9)
-    figure.tight_layout()
     return figure
+
+
+def error_title(true: Any, predicted: Any, confidence: float) -> str:
+    """A mistake's title: ``cat → dog 97%`` (the true class, the prediction, its probability)."""
+    return f"{true} → {predicted} {confidence:.0%}"

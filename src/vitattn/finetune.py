@@ -122,7 +122,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     hparams = finetuning_hyperparameters(
         cfg, data_cfg, module.hparams.net, module.hparams.lora, attention, counts
     )
-    log_hyperparameters(trainer.loggers, hparams)
+    log_hyperparameters(trainer.loggers, hparams, FINETUNING_RESULTS)
     shift = datamodule.hparams.get("shift", "none")
     log.info(
         "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "

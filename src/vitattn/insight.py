@@ -4,19 +4,25 @@ At every ``every_n_validations``-th validation, on a fixed set of validation ima
 seeded, for every run, so runs compare), :class:`AttentionInsight` captures each layer's q, k, v
 and logs:
 
-* ``val/attention/layer_<i>`` (an image): the images in the first row; below each, the
+* ``~attention/layer_<i>`` (an image): the images in the first row; below each, the
   attention of three query tokens (rows: the centre patch, the top-left corner and the pooled
   token: the class token, or for mean pooling the mean over all queries) averaged over heads,
   overlaid on the image;
-* ``val/attention/rollout`` (the images, and below them): attention rollout through all
+* ``~attention/rollout`` (the images, and below them): attention rollout through all
   layers (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", ACL 2020: the product
   of the layers' head-averaged matrices with the residual added, 0.5 A + 0.5 I) for the pooled
   token;
-* ``val/fidelity/layer_<i>`` and ``val/fidelity``: the relative error of the mechanism's output
-  against exact softmax attention on the same q, k, v, |out - softmax| / |softmax| (0 for
-  softmax itself): how far each approximation is from the attention it replaces, as it trains;
-* ``val/entropy/layer_<i>``: the mean entropy (nats) of the attention rows, log(n) for uniform
-  attention.
+* ``val/fidelity``: the relative error of the mechanism's output against exact softmax
+  attention on the same q, k, v, |out - softmax| / |softmax| (0 for softmax itself), the mean
+  over layers: how far each approximation is from the attention it replaces, as it trains;
+* ``val/entropy_gap``: how far the attention rows are from uniform, 1 - H / log(n) for the mean
+  row entropy H (nats) over n keys: 0 for uniform attention, 1 for attention on one token
+  (Shannon's redundancy). Near-uniform rows have an entropy a hair below log(n), which an axis
+  showing three digits cannot tell apart; their gap it shows.
+
+With more than one layer, each also comes per layer (``val/fidelity/layer_<i>``,
+``val/entropy_gap/layer_<i>``). The images sit in a tag group of their own that sorts after
+``val``, so TensorBoard's ``val`` group opens on its curves.
 
 The matrices come from :func:`vitattn.attention.common.probe.implied_matrix` (every mechanism is
 linear in V), so no mechanism needs code of its own. The latest maps are also saved as
@@ -108,11 +114,33 @@ def query_rows(matrix: torch.Tensor, offset: int, pool: str) -> torch.Tensor:
     return torch.stack([matrix[centre], matrix[offset], pooled])
 
 
+IMAGE_GROUP = "~attention"
+"""Tag group of the attention images: after ``train`` and ``val``, before ``~summary``."""
+
+
 def row_entropy(matrix: torch.Tensor) -> float:
     """Mean entropy (nats) of the rows of ``(..., n, n)`` attention weights."""
     weights = matrix.double().clamp_min(0)
     weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-300)
     return float(-(weights * weights.clamp_min(1e-300).log()).sum(dim=-1).mean())
+
+
+def entropy_gap(matrix: torch.Tensor) -> float:
+    """``1 - H / log(n)`` for the mean entropy H of the rows of ``(..., n, n)`` attention weights:
+    0 for uniform rows, 1 for one-hot rows."""
+    keys = matrix.shape[-1]
+    return 1.0 - row_entropy(matrix) / math.log(keys) if keys > 1 else 0.0
+
+
+def layer_scalars(name: str, values: list[float]) -> dict[str, float]:
+    """``val/<name>``, the mean over layers, and with more than one layer each layer's value as
+    ``val/<name>/layer_<i>``."""
+    if not values:
+        return {}
+    scalars = {f"val/{name}": float(np.mean(values))}
+    if len(values) > 1:
+        scalars.update({f"val/{name}/layer_{i}": value for i, value in enumerate(values)})
+    return scalars
 
 
 def add_png(writer: Any, tag: str, image: torch.Tensor, step: int) -> None:
@@ -201,24 +229,24 @@ class AttentionInsight(L.Callback):
         try:
             layers = capture_qkv(net, images)
             kernels = [layer.kernel for layer in attention_layers(net)]
-            scalars: dict[str, float] = {}
+            fidelity: list[float] = []
+            gaps: list[float] = []
             matrices: list[torch.Tensor] = []  # head-averaged, (images, n, n)
-            for index, (kernel, (q, k, v)) in enumerate(zip(kernels, layers, strict=True)):
+            for kernel, (q, k, v) in zip(kernels, layers, strict=True):
                 out = kernel(q, k, v)
                 exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
-                scalars[f"val/fidelity/layer_{index}"] = relative_error(out, exact)
+                fidelity.append(relative_error(out, exact))
                 matrix, _ = implied_matrix(kernel, q, k, v, out)
                 if matrix is not None:
-                    scalars[f"val/entropy/layer_{index}"] = row_entropy(matrix)
+                    gaps.append(entropy_gap(matrix))
                     matrices.append(matrix.float().mean(dim=1).cpu())
         finally:
             net.train(was_training)
-        fidelities = [v for k, v in scalars.items() if k.startswith("val/fidelity/")]
-        scalars["val/fidelity"] = float(np.mean(fidelities))
+        scalars = {**layer_scalars("fidelity", fidelity), **layer_scalars("entropy_gap", gaps)}
         return {"scalars": scalars, "matrices": matrices, "raw": raw.cpu()}
 
     def publish(self, trainer: L.Trainer, figures: dict[str, Any]) -> None:
-        """Overlays to TensorBoard (``val/attention/...``) and ``attention/maps.npz``."""
+        """Overlays to TensorBoard (``~attention/...``) and ``attention/maps.npz``."""
         matrices, raw = figures["matrices"], figures["raw"]
         if not matrices or len(matrices) != len(attention_layers(trainer.lightning_module.net)):
             return
@@ -241,12 +269,12 @@ class AttentionInsight(L.Callback):
             ]
             # Rows: the images, then the maps of the centre, corner and pooled queries.
             panel = torch.stack(cells, dim=0).flatten(0, 1)
-            grids[f"val/attention/layer_{index}"] = make_grid(panel, nrow=len(raw))
+            grids[f"{IMAGE_GROUP}/layer_{index}"] = make_grid(panel, nrow=len(raw))
         per_image = zip(*matrices, strict=True)  # each image's matrices, first layer first
         flows = torch.stack([query_rows(rollout(list(m)), offset, pool)[2] for m in per_image])
         flow_maps = to_grid(flows, offset, size)
         pairs = torch.stack([as_rgb(shown), overlay(shown, flow_maps, self._lut)]).flatten(0, 1)
-        grids["val/attention/rollout"] = make_grid(pairs, nrow=len(raw))
+        grids[f"{IMAGE_GROUP}/rollout"] = make_grid(pairs, nrow=len(raw))
         for writer in summary_writers(trainer.loggers):
             for tag, grid in grids.items():
                 add_png(writer, tag, grid, trainer.global_step)

@@ -1,7 +1,7 @@
 """TensorBoard as a researcher reads it after a sweep: one run per directory, named by it, the
 curves first, the results in the HPARAMS view.
 
-:class:`RunTensorBoard` is Lightning's ``TensorBoardLogger`` with four differences:
+:class:`RunTensorBoard` is Lightning's ``TensorBoardLogger`` with five differences:
 
 * the event files go straight into the run directory, so TensorBoard names each run by its
   directory (``train/multiruns/<stamp>/attention=linear,seed=1``), with no ``/tensorboard``
@@ -12,56 +12,86 @@ curves first, the results in the HPARAMS view.
 * no ``epoch`` curve and no ``test/`` dots: the test figures are one value per run, shown in the
   HPARAMS view and in ``metrics.json`` (:func:`log_results`), not as lone points in front of the
   training curves (TensorBoard orders groups of tags alphabetically);
+* one ``train/lr`` curve where the optimizer's parameter groups share their learning rate
+  (Lightning's ``LearningRateMonitor`` draws one per group: ``train/lr/decay``,
+  ``train/lr/no_decay``);
 * a custom-scalars layout that puts ``train/loss`` and ``val/loss`` in one chart and the
   per-layer fidelity curves in another.
 
-The HPARAMS view lists the curated settings of :mod:`vitattn.utils.hparams` next to the run's
-results (:data:`RESULTS`, written once at the end under ``~summary/``, a group that sorts after
-``train`` and ``val``). Both go to ``<run>/hparams``, a run of their own: TensorBoard takes the
-metrics of a session from the scalars of its run, so the session's metrics are then the results
-alone. No experiment summary is written: TensorBoard then builds the table from the sessions of
-all runs, with a column for every setting any run has, and shows first the settings that differ
-between runs (in a sweep over ``model.heads``, the heads).
+The HPARAMS view (:func:`log_hyperparameters`, :func:`log_results`) lives in the run itself, so
+TensorBoard lists one run per job. Each run writes
+
+* its *session*, with an empty group name: TensorBoard then names the trial by its run (the
+  Trial ID is the run's directory, not a hash of its settings);
+* an *experiment summary* (``hparams_config``): without one TensorBoard takes every scalar of a
+  session's run as a metric (every curve). With it, the metrics are the results alone
+  (:data:`RESULTS`, written once at the end under ``~summary/``, a group that sorts after
+  ``train`` and ``val``), in that order, with short display names; TensorBoard shows the first
+  five. Its settings are this run's and every attention knob of ``configs/attention``, the same
+  columns for every run (TensorBoard reads the summary of one run, any). TensorBoard shows five
+  settings at first, those marked as differing (then by name): :data:`COMPARED_FIRST`, which
+  every run has, so the parallel-coordinates view draws a line per run when it opens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitattn.utils.hparams import flatten
+from vitattn.utils.hparams import attention_knob_defaults, flatten
 
 SUMMARY_GROUP = "~summary"
 """Tag group of the results written once per run; ``~`` sorts it after the training curves."""
 
 RESULTS = {
     "val/acc_best": "acc_best_val",
-    "val/acc": "acc_final_val",
     "test/acc": "acc_test",
     "train/images_per_sec": "images_per_sec",
-    "peak_memory_gb": "peak_memory_gb",
+    "gflop_per_image": "gflop_per_image",
     "seconds": "seconds",
+    "peak_memory_gb": "peak_memory_gb",
+    "val/acc": "acc_final_val",
 }
 """``metrics.json`` keys shown as results in the HPARAMS view, and their tags there (under
-``~summary/``). TensorBoard orders a session's metrics by tag and shows the first five: these
-tags put best, final and test accuracy, then speed, first. (GFLOP/image is a setting there.)"""
+``~summary/``), in the view's order: TensorBoard shows the first five, which every training run
+has (peak memory is measured on a GPU only)."""
 
 FINETUNING_RESULTS = {
-    **RESULTS,
+    "val/acc_best": "acc_best_val",
+    "test/acc": "acc_test",
     "test/acc_base": "acc_test_base",
+    "train/images_per_sec": "images_per_sec",
+    "seconds": "seconds",
     "test/acc_merged": "acc_test_merged",
+    "peak_memory_gb": "peak_memory_gb",
+    "val/acc": "acc_final_val",
 }
 """A fine-tuning run's results: also the base model's and the merged model's test accuracy."""
 
-HPARAMS_RUN = "hparams"
-"""The folder of a run directory holding its HPARAMS session and results. A run of its own, so
-that the HPARAMS view's metrics are the results alone, not every curve of the run (TensorBoard
-takes a session's metrics from the scalars of its run and the runs below it)."""
+DISPLAY_NAMES = {
+    "acc_best_val": "best val acc",
+    "acc_final_val": "final val acc",
+    "acc_test": "test acc",
+    "acc_test_base": "base test acc",
+    "acc_test_merged": "merged test acc",
+    "images_per_sec": "images/s",
+    "gflop_per_image": "GFLOP/image",
+    "peak_memory_gb": "peak GB",
+    "model/tokens": "tokens",
+    "model/mlp_dim": "MLP dim",
+    "optimizer/lr": "lr",
+    "data/batch_size": "batch size",
+    "trainer/precision": "precision",
+    "params/trainable": "trainable params",
+}
+"""Column headers of the HPARAMS view, short enough not to wrap inside a word. Other columns
+show their last part (``attention/conv_kernel``: ``conv kernel``)."""
+
+COMPARED_FIRST = ("attention", "model/tokens", "optimizer/lr", "params", "seed")
+"""The settings the HPARAMS view shows when it opens: every run has them."""
 
 DROPPED_PREFIXES = ("test/",)
 DROPPED_KEYS = ("epoch",)
@@ -70,11 +100,15 @@ LAYOUT = {
     "vitattn": {
         "loss": ["Multiline", ["train/loss", "val/loss"]],
         "accuracy": ["Multiline", ["train/acc", "val/acc"]],
-        "fidelity": ["Multiline", [r"val/fidelity/.*"]],
-        "entropy": ["Multiline", [r"val/entropy/.*"]],
+        "fidelity": ["Multiline", [r"val/fidelity(/.*)?"]],
+        "entropy gap": ["Multiline", [r"val/entropy_gap(/.*)?"]],
     }
 }
 """The CUSTOM SCALARS tab: curves that belong in one chart."""
+
+
+LEARNING_RATE = "train/lr"
+"""The learning-rate curves' tag: ``LearningRateMonitor`` logs ``train/lr/<parameter group>``."""
 
 
 def summary_tag(key: str, results: Mapping[str, str] = FINETUNING_RESULTS) -> str:
@@ -115,8 +149,20 @@ class RunTensorBoard(TensorBoardLogger):
             for key, value in metrics.items()
             if key not in DROPPED_KEYS and not key.startswith(DROPPED_PREFIXES)
         }
+        kept = merge_equal_learning_rates(kept)
         if kept:
             super().log_metrics(kept, None if step is None else step + self.step_offset)
+
+
+def merge_equal_learning_rates(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``train/lr/<group>`` values all equal (groups that differ by weight decay alone) as one
+    ``train/lr``; differing ones are kept per group."""
+    groups = [key for key in metrics if key.startswith(f"{LEARNING_RATE}/")]
+    if len(groups) < 2 or len({float(metrics[key]) for key in groups}) > 1:
+        return dict(metrics)
+    merged = {key: value for key, value in metrics.items() if key not in groups}
+    merged[LEARNING_RATE] = metrics[groups[0]]
+    return merged
 
 
 def summary_writers(loggers: Iterable[Any]) -> Iterator[Any]:
@@ -131,52 +177,101 @@ def summary_writers(loggers: Iterable[Any]) -> Iterator[Any]:
             yield logger.experiment
 
 
+def hparams_summary(tag: str, content: Any) -> Any:
+    """A summary of the HPARAMS plugin's ``content`` (``HParamsPluginData``) under ``tag``: what
+    ``tensorboard.plugins.hparams.summary_v2`` builds, without TensorFlow."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata
+
+    value = Summary.Value(
+        tag=tag, metadata=metadata.create_summary_metadata(content), tensor=metadata.NULL_TENSOR
+    )
+    return Summary(value=[value])
+
+
 def session_end() -> Any:
-    """The summary that ends an HPARAMS session with status "Success" (what
-    ``tensorboard.plugins.hparams.summary.session_end_pb`` builds, without TensorFlow)."""
-    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    """The summary that ends an HPARAMS session with status "Success"."""
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-    content = plugin_data_pb2.HParamsPluginData(
-        session_end_info=plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS),
-        version=metadata.PLUGIN_DATA_VERSION,
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
+    return hparams_summary(
+        metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)
     )
-    plugin = SummaryMetadata.PluginData(
-        plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString()
-    )
-    return Summary(
-        value=[
-            Summary.Value(
-                tag=metadata.SESSION_END_INFO_TAG, metadata=SummaryMetadata(plugin_data=plugin)
+
+
+def display_name(name: str) -> str:
+    """A column's header in the HPARAMS view: :data:`DISPLAY_NAMES`, else its last part."""
+    return DISPLAY_NAMES.get(name, name.rsplit("/", 1)[-1].replace("_", " "))
+
+
+def hparam_type(value: Any) -> int:
+    """The HPARAMS data type of a setting's value (``None`` is written as the string "null")."""
+    from tensorboard.plugins.hparams import api_pb2
+
+    if isinstance(value, bool):
+        return api_pb2.DATA_TYPE_BOOL
+    if isinstance(value, int | float):
+        return api_pb2.DATA_TYPE_FLOAT64
+    return api_pb2.DATA_TYPE_STRING
+
+
+def experiment_summary(columns: Mapping[str, Any], results: Mapping[str, str]) -> Any:
+    """The HPARAMS view's layout (what ``hparams_config_pb`` builds, with display names and the
+    ``differs`` mark that orders the settings): a column per setting of ``columns`` (name to an
+    example value, for its type), :data:`COMPARED_FIRST` marked as differing so that they come
+    first, and the ``results`` as metrics, in their order."""
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    experiment = api_pb2.Experiment(
+        hparam_infos=[
+            api_pb2.HParamInfo(
+                name=name,
+                display_name=display_name(name),
+                type=hparam_type(value),
+                differs=name in COMPARED_FIRST,
             )
-        ]
+            for name, value in columns.items()
+        ],
+        metric_infos=[
+            api_pb2.MetricInfo(
+                name=api_pb2.MetricName(tag=summary_tag(key, results)),
+                display_name=display_name(tag),
+            )
+            for key, tag in results.items()
+        ],
+    )
+    return hparams_summary(
+        metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)
     )
 
 
-@contextmanager
-def results_writer(logger: TensorBoardLogger) -> Iterator[Any]:
-    """A ``SummaryWriter`` of ``<log dir>/hparams`` (:data:`HPARAMS_RUN`), closed on leaving:
-    the session is written at the start and the results at the end of a run, a file each."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(Path(logger.log_dir) / HPARAMS_RUN))
-    try:
-        yield writer
-    finally:
-        writer.close()
+def run_writer(logger: TensorBoardLogger) -> Any:
+    """The ``SummaryWriter`` of the run's curves. The session and the results go into the same
+    event file as the curves: TensorBoard follows only the newest event file of a run while it
+    is written (unless started with ``--reload_multifile``), so a second file would freeze the
+    curves of a live run."""
+    return logger.experiment
 
 
-def log_hyperparameters(loggers: Iterable[Any], hparams: Mapping[str, Any]) -> None:
+def log_hyperparameters(
+    loggers: Iterable[Any], hparams: Mapping[str, Any], results: Mapping[str, str] = RESULTS
+) -> None:
     """Record the flat ``hparams`` with every logger; for TensorBoard, as the HPARAMS view's
-    session of this run, in ``<run>/hparams`` (:data:`HPARAMS_RUN`)."""
+    session of this run, named by the run, with the view's layout (:func:`experiment_summary`:
+    these settings, every attention knob, the ``results`` as metrics)."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
     flat = {key: ("null" if value is None else value) for key, value in flatten(hparams).items()}
+    # Every run declares the knob columns alike, typed by the configs' defaults.
+    columns = {**flat, **attention_knob_defaults()}
     for logger in loggers:
         logger.log_hyperparams(flat)  # TensorBoard: kept for hparams.yaml, no summary written
         if isinstance(logger, TensorBoardLogger) and rank_zero_only.rank == 0:
-            with results_writer(logger) as writer:
-                writer._get_file_writer().add_summary(hp.hparams_pb(flat))
+            file_writer = run_writer(logger)._get_file_writer()
+            file_writer.add_summary(experiment_summary(columns, results))
+            # An empty trial id: TensorBoard names the session's group by its run.
+            file_writer.add_summary(hp.hparams_pb(flat, trial_id=""))
+            file_writer.flush()
 
 
 def log_results(
@@ -186,13 +281,14 @@ def log_results(
     results: Mapping[str, str] = RESULTS,
 ) -> None:
     """Write the run's ``results`` (values of ``metrics.json``) once, where the HPARAMS view
-    reads them (:data:`HPARAMS_RUN`, under :data:`SUMMARY_GROUP`), and end its session."""
+    reads them (the run's scalars under :data:`SUMMARY_GROUP`), and end its session."""
     for logger in loggers:
         if not isinstance(logger, TensorBoardLogger) or rank_zero_only.rank != 0:
             continue
-        with results_writer(logger) as writer:
-            for key in results:
-                value = metrics.get(key)
-                if value is not None:
-                    writer.add_scalar(summary_tag(key, results), float(value), step)
-            writer._get_file_writer().add_summary(session_end(), step)
+        writer = run_writer(logger)
+        for key in results:
+            value = metrics.get(key)
+            if value is not None:
+                writer.add_scalar(summary_tag(key, results), float(value), step)
+        writer._get_file_writer().add_summary(session_end(), step)
+        writer.flush()

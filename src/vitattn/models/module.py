@@ -146,7 +146,8 @@ class ViTClassifier(L.LightningModule):
             if not param.requires_grad:
                 continue
             (no_decay if param.ndim <= 1 or name in skip else decay).append(param)
-        # The names label the learning-rate curves: train/lr/decay and train/lr/no_decay.
+        # The names label the learning-rate curves (train/lr/decay, train/lr/no_decay; one
+        # train/lr while they are equal: vitattn.logger.merge_equal_learning_rates).
         return [
             {"params": decay, "name": "decay"},
             {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},

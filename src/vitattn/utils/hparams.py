@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from vitattn.utils.config import CONFIG_DIR
 
 
 def flatten(tree: Mapping[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
@@ -33,6 +36,20 @@ def attention_knobs(attention: Mapping[str, Any] | None) -> dict[str, Any]:
     return {f"attention/{k}": v for k, v in (attention or {}).items() if not str(k).startswith("_")}
 
 
+def attention_knob_defaults(config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
+    """``attention/<knob>`` for every knob of every ``configs/attention`` option, with a default
+    value (the first that is not ``None``): the knob columns of the HPARAMS view, the same for
+    every run."""
+    knobs: dict[str, Any] = {}
+    for path in sorted((config_dir / "attention").glob("*.yaml")):
+        config = OmegaConf.to_container(OmegaConf.load(path))
+        assert isinstance(config, dict)
+        for name, value in attention_knobs(config).items():
+            if knobs.get(name) is None:
+                knobs[name] = value
+    return knobs
+
+
 def model_size(net: Mapping[str, Any]) -> dict[str, Any]:
     """``model/<size>`` of a network config: width, depth, heads, patch, pooling, tokens, MLP."""
     image, patch = int(net.get("image_size", 32)), int(net.get("patch_size", 1))
@@ -43,14 +60,11 @@ def model_size(net: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def training_hyperparameters(
-    cfg: DictConfig,
-    choices: Mapping[str, str | None],
-    params: int,
-    gflop_per_image: float | None = None,
+    cfg: DictConfig, choices: Mapping[str, str | None], params: int
 ) -> dict[str, Any]:
     """What the HPARAMS view compares a training run by: the attention and its knobs, the model's
-    size, parameters and GFLOP per image, learning rate, batch size, seed and precision (no
-    ``_target_``, paths or URLs)."""
+    size and parameters, learning rate, batch size, seed and precision (no ``_target_``, paths or
+    URLs; GFLOP per image is a result)."""
     net = OmegaConf.to_container(cfg.model, resolve=True)
     assert isinstance(net, dict)
     return {
@@ -59,7 +73,6 @@ def training_hyperparameters(
         "model": choices.get("model"),
         **model_size(net),
         "params": params,
-        "gflop_per_image": None if gflop_per_image is None else round(gflop_per_image, 3),
         "optimizer": choices.get("optimizer"),
         "optimizer/lr": cfg.optimizer.get("lr"),
         "optimizer/weight_decay": cfg.optimizer.get("weight_decay"),
