@@ -199,8 +199,7 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_keeps_the_previou
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     said = last_line(result)
     assert said.startswith(
-        f"vitattn-train: error: could not write checkpoint {checkpoint} (No space left on "
-        "device, "
+        f"vitattn-train: error: could not write checkpoint {checkpoint} (No space left on device, "
     )
     assert " free); the previous last.ckpt is intact" in said
     assert "Traceback" not in result.stderr

@@ -41,6 +41,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.utils.hparams import training_hyperparameters
     from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
     from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.utils.sweep_continuation import continue_interrupted_job
     from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
@@ -56,6 +57,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    continue_interrupted_job(cfg)  # an interrupted job of a re-run sweep: from its last.ckpt
     resume_step = None
     if cfg.get("ckpt_path"):
         check_checkpoint_matches(cfg.ckpt_path, module.hparams.net)
@@ -69,7 +71,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
     gflop = gflop_per_image(module.net, example)
     choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
-    hparams = training_hyperparameters(cfg, choices, params, gflop)
+    hparams = training_hyperparameters(cfg, choices, params)
     log_hyperparameters(trainer.loggers, hparams)
     log.info(
         "attention=%s, %d parameters, precision %s on %s, run directory %s",
@@ -85,7 +87,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     metrics.update(
         {
             "params": params,
-            "gflop_per_image": hparams["gflop_per_image"],
+            "gflop_per_image": None if gflop is None else round(gflop, 3),
             "attention": choices["attention"],
             "model": choices["model"],
             "ckpt_path": tested,

@@ -42,6 +42,7 @@ from vitattn.analysis.grouping import (
 )
 from vitattn.analysis.maps import plot_attention_maps
 from vitattn.utils.results import markdown_table, write_csv
+from vitattn.utils.sweep_continuation import ATTEMPTS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -177,7 +178,11 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
         if (path / ".hydra" / "config.yaml").is_file():
             found.append(path)
             continue
-        found.extend(p.parent.parent for p in path.rglob(".hydra/config.yaml"))
+        found.extend(
+            p.parent.parent
+            for p in path.rglob(".hydra/config.yaml")
+            if ATTEMPTS not in p.relative_to(path).parts  # failed attempts set aside
+        )
     return sorted(dict.fromkeys(found), key=_natural_key)
 
 

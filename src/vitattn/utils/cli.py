@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
 from vitattn.utils.errors import ConfigError, VitattnError, fail
 from vitattn.utils.run_lock import hold_run_directory
+from vitattn.utils.sweep_continuation import check_continuation, set_failed_jobs_aside
 from vitattn.utils.task import remember_run_directory
 
 Validator = Callable[[DictConfig], Any]
@@ -63,14 +64,22 @@ def console_main(
         sys.exit(1)
     informational = any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments)
     remember_run_directory(explicit_run_dir(arguments))
+    named = name_jobs_by_what_differs(arguments)
+    sweep_dir = explicit_sweep_dir(arguments)
+    continuing = sweep_dir is not None and not informational and basic_sweep(arguments)
     try:
-        for directory in [explicit_run_dir(arguments), explicit_sweep_dir(arguments)]:
+        if continuing:
+            check_continuation(config_name, overrides_of(named), sweep_dir)
+        for directory in [explicit_run_dir(arguments), sweep_dir]:
             if directory is not None and not informational:
                 hold_run_directory(directory, program)
+        if continuing:
+            for attempt in set_failed_jobs_aside(overrides_of(named), sweep_dir):
+                print(f"{program}: a failed attempt is kept in {attempt}", file=sys.stderr)
     except VitattnError as error:
         fail(program, error)
         sys.exit(1)
-    sys.argv = [sys.argv[0], *name_jobs_by_what_differs(arguments)]
+    sys.argv = [sys.argv[0], *named]
     hydra_main()
 
 
@@ -129,6 +138,12 @@ def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
     given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
     value = given.get("hydra.run.dir")
     return Path(value) if value and "${" not in value else None
+
+
+def basic_sweep(arguments: Sequence[str]) -> bool:
+    """Whether a sweep runs with Hydra's basic sweeper (not a search such as Optuna's)."""
+    keys = [arg.split("=", 1)[0].lstrip("+~") for arg in overrides_of(arguments)]
+    return not any(key in ("hparams_search", "hydra/sweeper") for key in keys)
 
 
 def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:

@@ -25,11 +25,14 @@ from vitattn.utils.disk import disk_full, full_disk_message, quiet_full_disk_in_
 from vitattn.utils.errors import TrainingError, VitattnError, fail
 from vitattn.utils.results import write_json
 from vitattn.utils.run_lock import (
+    HOLDER_FILE,
+    LOCK_FILE,
     RunDirectoryInUseError,
     free_reserve,
     hold_run_directory,
     release_run_directory,
 )
+from vitattn.utils.sweep_continuation import kept_metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,6 +40,7 @@ T = TypeVar("T")
 
 HYDRA_WRITES = (".hydra",)
 """What Hydra writes into a run directory before the task runs, besides ``*.log`` files."""
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 
 
 @dataclass
@@ -73,11 +77,13 @@ def remember_run_directory(run_dir: Path | None) -> None:
 
 
 def _hydra_entries(path: Path) -> list[Path]:
+    """What a command writes into a run directory before its task runs: Hydra's ``.hydra/``
+    and log files, and the run directory's lock (:mod:`vitattn.utils.run_lock`)."""
     return [
         entry
         for entry in path.iterdir()
         if (entry.name in HYDRA_WRITES and entry.is_dir())
-        or (entry.suffix == ".log" and entry.is_file())
+        or (entry.is_file() and (entry.suffix == ".log" or entry.name in LOCK_FILES))
     ]
 
 
@@ -164,6 +170,10 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
     job_dir = None
     if HydraConfig.initialized():
         multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        kept = kept_metrics(Path(HydraConfig.get().runtime.output_dir), multirun)
+        if kept is not None:  # a re-run sweep's job that completed before: its files stay
+            log.info("%s completed before: kept", HydraConfig.get().runtime.output_dir)
+            return kept  # type: ignore[return-value]
         try:
             hold_run_directory(Path(HydraConfig.get().runtime.output_dir), program)
         except RunDirectoryInUseError as error:  # another process's directory: write nothing

@@ -1,0 +1,224 @@
+"""Re-running a sweep into its directory continues it.
+
+Hydra cannot continue a multirun (its issue #3328): the same command starts every job afresh.
+vitattn's sweeps name each job's directory by what differs (``attention=linear,seed=1``), so a
+re-run with ``hydra.sweep.dir=<the sweep>`` and the same overrides meets its own jobs again, and
+each job is dealt with by what its directory says (:func:`job_state`):
+
+* **completed** (``metrics.json`` says so): kept byte for byte and not trained again. Hydra
+  writes ``.hydra/`` and the job's log before the task runs, so the job's ``hydra.output_subdir``
+  and log file are resolved here (:func:`output_subdir`, :func:`log_file`) to nothing for such a
+  job, and the task returns the recorded metrics (:func:`kept_metrics`);
+* **interrupted** (a ``checkpoints/last.ckpt`` and no completed ``metrics.json``: stopped by a
+  signal, or killed): resumed from ``last.ckpt`` exactly as ``resume=true`` resumes a run
+  (:func:`checkpoint_to_resume`);
+* **failed**, or cut before its first checkpoint: set aside in
+  ``<sweep>/.attempts/<job>/<n>/`` (kept, not deleted) and run again;
+* never started: run.
+
+Before anything runs, every job directory that exists is checked against the config the command
+would give that job now; one that differs is refused in one line (:func:`check_continuation`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from vitattn.utils.config import job_directory_name
+from vitattn.utils.errors import ConfigError
+
+ATTEMPTS = ".attempts"
+"""Folder of a sweep directory where failed or cut attempts of its jobs are kept."""
+
+IGNORED_KEYS = ("summary",)
+"""Settings a re-run may change without changing what its jobs compute."""
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+log = logging.getLogger(__name__)
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return metrics if isinstance(metrics, dict) else {}
+
+
+def job_state(run_dir: Path) -> str:
+    """``completed``, ``interrupted`` (resumable from ``last.ckpt``), ``failed``, ``cut``
+    (files but no checkpoint and no result) or ``new``."""
+    status = read_metrics(run_dir).get("status")
+    if status == "completed":
+        return "completed"
+    if status == "failed":
+        return "failed"
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return "interrupted"
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        return "cut"
+    return "new"
+
+
+def _kept(output_dir: str, mode: Any) -> bool:
+    return str(mode).endswith("MULTIRUN") and job_state(Path(output_dir)) == "completed"
+
+
+def output_subdir(output_dir: str, mode: Any) -> str | None:
+    """``hydra.output_subdir``: ``.hydra``, or nothing for a completed job of a re-run sweep."""
+    return None if _kept(output_dir, mode) else ".hydra"
+
+
+def log_file(output_dir: str, task_name: str, mode: Any) -> str:
+    """The job's log file, or ``os.devnull`` for a completed job of a re-run sweep."""
+    return os.devnull if _kept(output_dir, mode) else str(Path(output_dir) / f"{task_name}.log")
+
+
+def kept_metrics(run_dir: Path, multirun: bool) -> dict[str, Any] | None:
+    """The recorded metrics of a completed sweep job, which is not run again."""
+    if multirun and job_state(run_dir) == "completed":
+        return read_metrics(run_dir)
+    return None
+
+
+def checkpoint_to_resume(run_dir: Path, multirun: bool) -> Path | None:
+    """``last.ckpt`` of an interrupted sweep job, to continue it from."""
+    if multirun and job_state(run_dir) == "interrupted":
+        return run_dir / "checkpoints" / "last.ckpt"
+    return None
+
+
+def continue_interrupted_job(cfg: Any) -> None:
+    """Point ``cfg.ckpt_path`` at ``last.ckpt`` when ``cfg`` is an interrupted job of a re-run
+    sweep, so that it resumes as ``resume=true`` would resume it."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    if not HydraConfig.initialized() or cfg.get("ckpt_path"):
+        return
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    checkpoint = checkpoint_to_resume(Path(HydraConfig.get().runtime.output_dir), multirun)
+    if checkpoint is not None:
+        with open_dict(cfg):
+            cfg.ckpt_path = str(checkpoint)
+        log.info("continuing the interrupted job from %s", checkpoint)
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job of a sweep as the basic sweeper will launch it: its directory and overrides."""
+
+    directory: Path
+    overrides: list[str]
+
+
+def planned_jobs(overrides: Sequence[str], sweep_dir: Path) -> list[PlannedJob]:
+    """The jobs Hydra's basic sweeper makes of ``overrides`` (the command line, with vitattn's
+    ``override_dirname.exclude_keys``), in its order, with the directory each job gets."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    given = parser.parse_overrides(list(overrides))
+    exclude: list[str] = []
+    for override in given:
+        if override.key_or_group == "hydra.job.config.override_dirname.exclude_keys":
+            exclude = [str(key) for key in override.value()]
+    [batch] = BasicSweeper.split_arguments(given, None)
+    jobs = []
+    for number, job in enumerate(batch):
+        task = [o for o in parser.parse_overrides(job) if not _is_hydra(o.key_or_group)]
+        dirname = get_overrides_dirname(task, exclude, item_sep=",", kv_sep="=")
+        name = job_directory_name(dirname, number, BASIC_SWEEPER)
+        jobs.append(PlannedJob(sweep_dir / name, [o.input_line for o in task]))
+    return jobs
+
+
+def _is_hydra(key: str) -> bool:
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def stored_config(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    stored = yaml.safe_load(path.read_text())
+    return stored if isinstance(stored, dict) else None
+
+
+def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
+    """The first key (dotted) whose value differs, as ``key=old (now new)``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            found = first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    if old != new:
+        return f"{prefix.rstrip('.')}={old} (now {new})"
+    return None
+
+
+def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Path) -> None:
+    """Refuse in one line a re-run whose ``overrides`` (the command line's) would give an
+    existing job of ``sweep_dir`` other settings than it ran with. Reads only."""
+    from hydra import compose, initialize_config_dir
+
+    from vitattn.utils.config import CONFIG_DIR
+
+    if not sweep_dir.is_dir():
+        return
+    jobs = planned_jobs(overrides, sweep_dir)
+    existing = [job for job in jobs if stored_config(job.directory) is not None]
+    for job in existing:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            composed = compose(config_name, overrides=job.overrides)
+        now = OmegaConf.to_container(composed, resolve=False)
+        before = stored_config(job.directory)
+        assert isinstance(now, dict) and before is not None
+        for key in IGNORED_KEYS:
+            now.pop(key, None)
+            before.pop(key, None)
+        difference = first_difference(before, now)
+        if difference is not None:
+            raise ConfigError(
+                f"hydra.sweep.dir={sweep_dir} holds {job.directory.name}, run with other "
+                f"settings: {difference}; re-run it with the command that made it, or give a "
+                "new hydra.sweep.dir"
+            )
+
+
+def set_failed_jobs_aside(overrides: Sequence[str], sweep_dir: Path) -> list[Path]:
+    """Move the directories of the sweep's failed and cut jobs aside (:func:`set_aside`), so
+    that they run again; where they went."""
+    if not sweep_dir.is_dir():
+        return []
+    jobs = planned_jobs(overrides, sweep_dir)
+    return [set_aside(j.directory) for j in jobs if job_state(j.directory) in ("failed", "cut")]
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move a failed or cut job's directory to ``<sweep>/.attempts/<job>/<n>``; its path."""
+    folder = run_dir.parent / ATTEMPTS / run_dir.name
+    folder.mkdir(parents=True, exist_ok=True)
+    number = 1 + max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=0)
+    target = folder / str(number)
+    shutil.move(str(run_dir), str(target))
+    return target
+
+
+OmegaConf.register_new_resolver("vitattn_output_subdir", output_subdir, replace=True)
+OmegaConf.register_new_resolver("vitattn_log_file", log_file, replace=True)

@@ -1,0 +1,153 @@
+"""A sweep re-run into its directory continues it: completed jobs kept byte for byte, an
+interrupted job resumed exactly, failed ones set aside and run again, jobs never started run;
+a job directory made with other settings is refused in one line before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import (
+    BIN,
+    PROJECT_ROOT,
+    TINY,
+    markdown_tables,
+    refused,
+    run_cli,
+    steps,
+    tree_digest,
+)
+from vitattn.analysis.events import read_scalars
+from vitattn.utils.sweep_continuation import (
+    ATTEMPTS,
+    job_state,
+    planned_jobs,
+    set_aside,
+)
+
+PAUSE = [
+    "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
+    "+callbacks.pause.step=12",
+    "+callbacks.pause.seconds=0.3",
+]
+SETTINGS = [*TINY, *steps(30, 10), *PAUSE]
+
+
+def sweep_command(sweep: Path) -> list[str]:
+    return ["-m", "seed=1,2,3", *SETTINGS, f"hydra.sweep.dir={sweep}"]
+
+
+def kill_during(sweep: Path, job: str, data_dir: Path) -> None:
+    """Start the sweep and SIGKILL its whole process group once ``job`` saved a checkpoint."""
+    environment = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "PYTHONPATH": str(PROJECT_ROOT)}
+    process = subprocess.Popen(
+        [str(BIN / "vitattn-train"), *sweep_command(sweep)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while not (sweep / job / "checkpoints" / "last.ckpt").is_file():
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the job never saved a checkpoint"
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the paused steps after the checkpoint at step 10
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    assert process.returncode == -signal.SIGKILL
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return torch.load(checkpoint, weights_only=True, map_location="cpu")["state_dict"]
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "sweep"
+    kill_during(sweep, "seed=2", data_dir)
+    assert job_state(sweep / "seed=1") == "completed"
+    assert job_state(sweep / "seed=2") == "interrupted" and not (sweep / "seed=3").exists()
+    first = tree_digest(sweep / "seed=1")
+
+    result = run_cli("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
+
+    assert tree_digest(sweep / "seed=1") == first  # kept byte for byte, not trained again
+    losses = read_scalars(sweep / "seed=2")["train/loss"]  # as TensorBoard reads the run
+    assert [step for step, _ in losses] == list(range(1, 31))  # each step once
+    straight = tmp_path / "straight"
+    run_cli("vitattn-train", "seed=2", *SETTINGS, f"hydra.run.dir={straight}", data_dir=data_dir)
+    expected = weights(straight / "checkpoints" / "last.ckpt")
+    resumed = weights(sweep / "seed=2" / "checkpoints" / "last.ckpt")
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[name], resumed[name]) for name in expected)
+    assert losses == read_scalars(straight)["train/loss"]
+    assert job_state(sweep / "seed=3") == "completed"
+    assert result.stdout.count("Sweep summary") == 1
+    settings, runs = markdown_tables((sweep / "summary.md").read_text())
+    assert [row[1] for row in settings[1:]] == ["3"]  # one setting, its three seeds
+    assert [row[0] for row in runs[1:]] == ["seed=1", "seed=2", "seed=3"]
+
+    # the same sweep with another setting is refused before anything runs
+    before = tree_digest(sweep)
+    other = [arg.replace("model.depth=1", "model.depth=2") for arg in sweep_command(sweep)]
+    said = refused("vitattn-train", *other, data_dir=data_dir)
+    assert said.startswith(f"hydra.sweep.dir={sweep} holds seed=1, run with other settings: ")
+    assert "model.depth=1 (now 2)" in said
+    assert tree_digest(sweep) == before
+
+    # a failed job is set aside, kept whole, and run again
+    metrics = sweep / "seed=3" / "metrics.json"
+    metrics.write_text(json.dumps({"status": "failed", "error": "RuntimeError: boom"}))
+    failed = tree_digest(sweep / "seed=3")
+    result = run_cli("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
+    attempt = sweep / ATTEMPTS / "seed=3" / "1"
+    assert f"a failed attempt is kept in {attempt}" in result.stderr
+    assert tree_digest(attempt) == failed
+    assert job_state(sweep / "seed=3") == "completed" and tree_digest(sweep / "seed=1") == first
+    runs = markdown_tables((sweep / "summary.md").read_text())[1]
+    assert [row[0] for row in runs[1:]] == ["seed=1", "seed=2", "seed=3"]  # attempts left out
+
+
+def test_the_jobs_are_named_as_hydra_names_them(tmp_path: Path) -> None:
+    exclude = "hydra.job.config.override_dirname.exclude_keys=[trainer.max_steps]"
+    jobs = planned_jobs(
+        ["attention=softmax,linear", "seed=1,2", "trainer.max_steps=5", exclude], tmp_path
+    )
+    assert [job.directory.name for job in jobs] == [
+        "attention=softmax,seed=1",
+        "attention=softmax,seed=2",
+        "attention=linear,seed=1",
+        "attention=linear,seed=2",
+    ]
+    assert jobs[0].overrides == ["attention=softmax", "seed=1", "trainer.max_steps=5"]
+
+
+def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> None:
+    job = tmp_path / "sweep" / "seed=1"
+    assert job_state(job) == "new"
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "train.log").write_text("started\n")
+    assert job_state(job) == "cut"
+    (job / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert job_state(job) == "interrupted"
+    (job / "metrics.json").write_text(json.dumps({"status": "failed", "error": "boom"}))
+    assert job_state(job) == "failed"
+    digest = tree_digest(job)
+    first = set_aside(job)
+    assert first == tmp_path / "sweep" / ATTEMPTS / "seed=1" / "1" and not job.exists()
+    assert tree_digest(first) == digest
+    job.mkdir()
+    assert set_aside(job).name == "2"
+    (job.mkdir(), (job / "metrics.json").write_text(json.dumps({"status": "completed"})))
+    assert job_state(job) == "completed"
