@@ -151,3 +151,63 @@ def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> No
     assert set_aside(job).name == "2"
     (job.mkdir(), (job / "metrics.json").write_text(json.dumps({"status": "completed"})))
     assert job_state(job) == "completed"
+
+
+def optuna_command(sweep: Path) -> list[str]:
+    return [
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.sampler.n_startup_trials=4",
+        *TINY,
+        *steps(6, 3),
+        "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
+        "+callbacks.pause.step=1",
+        "+callbacks.pause.seconds=0.4",
+        f"hydra.sweep.dir={sweep}",
+    ]
+
+
+def trial_states(database: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(database) as study:
+        return [row[0] for row in study.execute("select state from trials order by number")]
+
+
+@pytest.mark.slow
+def test_an_optuna_search_cut_after_two_trials_continues_to_four(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    sweep = tmp_path / "search"
+    environment = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "PYTHONPATH": str(PROJECT_ROOT)}
+    process = subprocess.Popen(
+        [str(BIN / "vitattn-train"), *optuna_command(sweep)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while not any(p.name.startswith("2_") for p in sweep.glob("*")):
+            assert process.poll() is None, process.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the third trial never started"
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    first = {p.name: tree_digest(p) for p in sweep.iterdir() if p.name[:2] in ("0_", "1_")}
+    assert len(first) == 2 and trial_states(sweep / "optuna.db")[:2] == ["COMPLETE"] * 2
+
+    run_cli("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
+
+    assert {name: tree_digest(sweep / name) for name in first} == first  # not written again
+    assert (
+        trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "FAIL"] + ["COMPLETE"] * 2
+    )  # the cut trial failed, two more to make four
+    numbers = sorted(int(p.name.split("_", 1)[0]) for p in sweep.iterdir() if p.name[0].isdigit())
+    assert numbers == [0, 1, 2, 3, 4]  # numbered on: no directory written over
+    for name in (p.name for p in sweep.iterdir() if p.name[:2] in ("3_", "4_")):
+        assert job_state(sweep / name) == "completed"

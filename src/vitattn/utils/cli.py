@@ -147,9 +147,10 @@ def basic_sweep(arguments: Sequence[str]) -> bool:
 
 
 def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
-    """``hydra.sweep.dir`` of a sweep when given as a plain path, else ``None``."""
-    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
-        return None
+    """``hydra.sweep.dir`` of a sweep (``-m``, or a search) when given as a plain path, else
+    ``None``."""
+    if not any(arg in MULTIRUN_FLAGS for arg in arguments) and basic_sweep(arguments):
+        return None  # a single run
     given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
     value = given.get("hydra.sweep.dir")
     return Path(value) if value and "${" not in value else None

@@ -1,0 +1,1 @@
+"""vitattn's Hydra plugins (Hydra finds plugins in the ``hydra_plugins`` namespace only)."""
