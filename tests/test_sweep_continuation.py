@@ -211,3 +211,52 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_four(
     assert numbers == [0, 1, 2, 3, 4]  # numbered on: no directory written over
     for name in (p.name for p in sweep.iterdir() if p.name[:2] in ("3_", "4_")):
         assert job_state(sweep / name) == "completed"
+
+
+@pytest.mark.slow
+def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    # A fake scontrol records the requeue; SLURM_JOB_ID makes the job a SLURM job.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    scontrol.chmod(0o755)
+    sweep = tmp_path / "sweep"
+    command = ["-m", "seed=7", *SETTINGS, f"hydra.sweep.dir={sweep}"]
+    environment = {
+        **os.environ,
+        "VITATTN_DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+    }
+    job = sweep / "0"  # a one-job sweep: nothing differs, the job is numbered
+    process = subprocess.Popen(
+        [str(BIN / "vitattn-train"), *command],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (job / "checkpoints" / "last.ckpt").is_file():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the paused steps after step 10
+    process.send_signal(signal.SIGUSR2)  # submitit's pre-emption warning
+    _, stderr = process.communicate(timeout=120)
+    assert "SIGUSR2: pre-empted; saving checkpoints/last.ckpt after this step" in stderr
+    assert calls.read_text().split() == ["requeue", "4242"]  # the requeue, observed
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted"
+    stopped = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert 10 < stopped < 30 and stopped == metrics["steps"]  # saved at its step, not step 10
+
+    run_cli("vitattn-train", *command, data_dir=data_dir)  # the requeued job runs again
+    losses = read_scalars(job)["train/loss"]
+    assert [step for step, _ in losses] == list(range(1, 31))
+    assert job_state(job) == "completed"
