@@ -41,6 +41,7 @@ from vitattn.analysis.grouping import (
     settings_table_rows,
 )
 from vitattn.analysis.maps import plot_attention_maps
+from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.utils.results import markdown_table, write_csv
 from vitattn.utils.sweep_continuation import ATTEMPTS
 
@@ -472,9 +473,11 @@ def summarize(
 ) -> dict[str, Any]:
     """Figures and tables for the runs under ``paths``, written to ``out_dir`` (default: the
     first path). A run directory that cannot be read is left out with a warning. ``baseline``
-    names the setting the others are compared with (:func:`grouping.choose_baseline`). Returns
-    the rows, the settings, warnings for the reader, and the files written (``summary.csv`` and
-    ``summary.md`` first)."""
+    names the setting the others are compared with (:func:`grouping.choose_baseline`). A sweep
+    summarized in place also gains a TensorBoard run per setting of two or more completed seeds,
+    their mean with its band (:func:`vitattn.analysis.seed_runs.write_seed_runs`). Returns the
+    rows, the settings, warnings for the reader, the files written (``summary.csv`` and
+    ``summary.md`` first) and the seed runs."""
     if not paths:
         raise ValueError("give at least one run or multirun directory")
     run_dirs = find_runs(paths)
@@ -516,13 +519,26 @@ def summarize(
         "Accuracy against cost" + (f" \N{EM DASH} {shared}" if shared else ""),
     ):
         written.append(out / "frontier.png")
+    seed_runs: list[Path] = []
+    if len(paths) == 1 and out.resolve() == Path(paths[0]).resolve():  # a sweep, in place
+        runs_of = {s.label: [by_name[row["run"]].path for row in s.completed] for s in settings}
+        try:
+            seed_runs = write_seed_runs(out, runs_of)
+        except ValueError as error:
+            warnings.append(f"no TensorBoard runs of seed means: {error}")
     # the maps name their own step: that of the checkpoint they were drawn with
     shared = describe(runs, steps=False)
     maps_title = "Attention rollout" + (f" \N{EM DASH} {shared}" if shared else "")
     entries = list(zip(map_labels(runs, root), (run.path for run in runs), strict=True))
     if plot_attention_maps(entries, out / "attention_maps.png", maps_title):
         written.append(out / "attention_maps.png")
-    return {"rows": rows, "settings": settings, "warnings": warnings, "files": written}
+    return {
+        "rows": rows,
+        "settings": settings,
+        "warnings": warnings,
+        "files": written,
+        "seed_runs": seed_runs,
+    }
 
 
 def report(result: dict[str, Any]) -> str:
@@ -531,6 +547,10 @@ def report(result: dict[str, Any]) -> str:
     lines = [Path(result["files"][1]).read_text().rstrip("\n")]
     lines += result.get("warnings", [])
     lines += [f"wrote {path}" for path in result["files"]]
+    lines += [
+        f"wrote {path} (TensorBoard: the mean of its seeds with a 95% band)"
+        for path in result.get("seed_runs", [])
+    ]
     failed = [row["run"] for row in result["rows"] if row["status"] != "completed"]
     if failed:
         lines.append(f"not completed: {', '.join(failed)}")

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 
-def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """All scalars of a run as ``{tag: [(step, value), ...]}`` sorted by step.
+def read_scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
+    """All scalars of a run as ``{tag: [(step, wall_time, value), ...]}`` sorted by step.
 
     Reads the event files under ``<run_dir>/tensorboard`` (or ``run_dir`` itself if it has no
     such folder) as TensorBoard does: one accumulator over the whole folder, in the order the
@@ -29,6 +29,17 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     finally:
         tensorboard_log.setLevel(level)
     return {
-        tag: sorted((event.step, event.value) for event in accumulator.Scalars(tag))
+        tag: sorted(
+            (event.step, event.wall_time, event.value) for event in accumulator.Scalars(tag)
+        )
         for tag in accumulator.Tags()["scalars"]
+    }
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """All scalars of a run as ``{tag: [(step, value), ...]}`` sorted by step, read as
+    :func:`read_scalar_events` reads them."""
+    return {
+        tag: sorted((step, value) for step, _, value in events)
+        for tag, events in read_scalar_events(run_dir).items()
     }

@@ -1,0 +1,219 @@
+"""Seeds as one curve in TensorBoard: for each setting of a sweep run with two or more seeds, an
+aggregate run beside the per-seed runs, named for the setting (``attention=linear (3 seeds)``),
+holding the per-step mean of its seeds and the 95% interval of that mean, and a custom-scalars
+margin chart per metric that draws every setting's mean with its band.
+
+What TensorBoard shows, and why the tags are what they are:
+
+* ``val/acc`` (every reduced tag) of an aggregate run *is* the mean over its seeds, at the steps
+  all of them logged; in SCALARS and TIME SERIES it overlays the seeds' own ``val/acc``.
+* The band is in a group of its own, :data:`BAND_GROUP` (``~seeds/val/acc/mean``, ``.../lower``,
+  ``.../upper``), which sorts after ``train`` and ``val`` and so adds no card to theirs. The
+  margin chart needs this copy of the mean: TensorBoard draws a margin series for every run that
+  has its tags and flags, in red, a run that has some of them but not all ("lacks data for
+  tags"), which a per-seed run would be if the series' value were ``val/acc``; a run with none of
+  the three is left out in silence.
+* The layout (category :data:`CATEGORY`) has one margin chart per metric with one series. A
+  margin series names tags, not runs, so it is drawn once per aggregate run: one curve with its
+  band per setting. Every aggregate run carries the same layout; TensorBoard merges the layouts
+  of all runs by category title and drops identical charts, so the training runs' own layout
+  stays and this one is shown once.
+* No HPARAMS session: an aggregate run holds scalars and the layout only, so the HPARAMS view
+  still lists one row per job.
+
+The band is the 95% Student's t interval of the mean at each step, ``mean ± t(0.975, n - 1) ·
+s / sqrt(n)`` with ``s`` the standard deviation over seeds (``ddof=1``), as in the settings table
+(:mod:`vitattn.analysis.uncertainty`). Two seeds give a wide band (t = 12.7): they say little.
+
+Each aggregate folder holds a marker file, :data:`MARKER`; rewriting a sweep's aggregates removes
+every marked folder of the sweep and only those. tensorboard-reducer would read and average the
+runs too, but it writes one run per reduction (``-mean``, ``-std``), has no t interval and needs
+pandas; the runs are read here by the project's reader (TensorBoard's ``EventAccumulator``) and
+written by torch's ``SummaryWriter``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitattn.analysis.events import read_scalar_events
+from vitattn.analysis.uncertainty import CONFIDENCE
+
+TAGS = ("val/acc", "val/loss", "train/loss")
+"""The curves reduced by default."""
+
+BAND_GROUP = "~seeds"
+"""Tag group of the margin charts' mean and bounds; ``~`` sorts it after ``train`` and ``val``."""
+
+CATEGORY = "seeds: mean with its 95% interval"
+"""Title of the custom-scalars category of the margin charts."""
+
+MARKER = ".vitattn-seed-run.json"
+"""The file that marks a folder as an aggregate run written here (it says what it reduces)."""
+
+MAX_NAME_BYTES = 255
+"""The longest folder name most file systems take."""
+
+Events = Mapping[str, Sequence[tuple[int, float, float]]]
+"""A run's scalars as :func:`vitattn.analysis.events.read_scalar_events` reads them."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """One tag over seeds at the steps they share: mean, the bounds of its interval, and the mean
+    wall time (so TensorBoard's relative-time axis reads the seeds' mean elapsed time)."""
+
+    steps: np.ndarray
+    wall_times: np.ndarray
+    mean: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+def band_tags(tag: str) -> tuple[str, str, str]:
+    """The margin chart's value, lower and upper tags for ``tag``."""
+    return tuple(f"{BAND_GROUP}/{tag}/{part}" for part in ("mean", "lower", "upper"))
+
+
+def chart_title(tag: str) -> str:
+    """The margin chart's title for ``tag``: what the line and the band are."""
+    return f"{tag}: mean of seeds, 95% t interval"
+
+
+def layout(tags: Sequence[str] = TAGS) -> dict[str, dict[str, list]]:
+    """The custom-scalars layout of the aggregate runs (``SummaryWriter.add_custom_scalars``'s
+    form): one margin chart per tag."""
+    return {CATEGORY: {chart_title(tag): ["Margin", list(band_tags(tag))] for tag in tags}}
+
+
+def run_name(label: str, seeds: int) -> str:
+    """The aggregate run's folder: ``<label> (<seeds> seeds)``, path separators in the label
+    replaced by ``_``; a label too long for a folder name is cut and told apart by a hash."""
+    safe = label.replace("/", "_").replace("\\", "_").replace("\0", "_")
+    suffix = f" ({seeds} seeds)"
+    if len((safe + suffix).encode()) <= MAX_NAME_BYTES:
+        return safe + suffix
+    digest = hashlib.sha1(label.encode()).hexdigest()[:8]
+    tail = f"… {digest}{suffix}"
+    room = MAX_NAME_BYTES - len(tail.encode())
+    return safe.encode()[:room].decode(errors="ignore") + tail
+
+
+def reduce_tag(runs: Sequence[Events], tag: str, confidence: float = CONFIDENCE) -> Band | None:
+    """``tag``'s mean over ``runs`` (two or more) with its Student's t interval, at the steps
+    every run logged; ``None`` if they share none. A step logged twice counts with its last
+    value; a NaN in any seed makes that step's mean and bounds NaN."""
+    from scipy import stats
+
+    if len(runs) < 2:
+        return None
+    points = [{step: (wall, value) for step, wall, value in run.get(tag, ())} for run in runs]
+    steps = sorted(set.intersection(*(set(p) for p in points)))
+    if not steps:
+        return None
+    walls = np.array([[p[step][0] for step in steps] for p in points])
+    values = np.array([[p[step][1] for step in steps] for p in points])
+    mean = values.mean(axis=0)
+    half = stats.t.ppf(0.5 + confidence / 2, len(runs) - 1) * values.std(axis=0, ddof=1)
+    half /= np.sqrt(len(runs))
+    return Band(np.array(steps), walls.mean(axis=0), mean, mean - half, mean + half)
+
+
+def is_seed_run(path: Path) -> bool:
+    """Whether ``path`` is an aggregate run written by :func:`write_seed_runs`."""
+    return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
+
+
+def remove_seed_runs(sweep_dir: Path) -> None:
+    """Remove every aggregate run directly in ``sweep_dir`` (marked folders only)."""
+    for child in sweep_dir.iterdir():
+        if is_seed_run(child):
+            shutil.rmtree(child)
+
+
+def write_seed_run(
+    folder: Path, label: str, runs: Sequence[Path], events: Sequence[Events], tags: Sequence[str]
+) -> Path:
+    """One aggregate run at ``folder``: the marker first (a folder left half written is still
+    recognised and replaced next time), then each tag's mean and band, then the layout."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder.mkdir()
+    record = {
+        "label": label,
+        "runs": [_relative(run, folder.parent) for run in runs],
+        "tags": list(tags),
+        "band": f"Student's t {CONFIDENCE:.0%} interval of the mean",
+    }
+    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    writer = SummaryWriter(log_dir=str(folder))
+    try:
+        for tag in tags:
+            band = reduce_tag(events, tag)
+            if band is None:
+                continue
+            mean_tag, lower_tag, upper_tag = band_tags(tag)
+            for i, step in enumerate(band.steps.tolist()):
+                wall = float(band.wall_times[i])
+                writer.add_scalar(tag, float(band.mean[i]), step, walltime=wall)
+                writer.add_scalar(mean_tag, float(band.mean[i]), step, walltime=wall)
+                writer.add_scalar(lower_tag, float(band.lower[i]), step, walltime=wall)
+                writer.add_scalar(upper_tag, float(band.upper[i]), step, walltime=wall)
+        writer.add_custom_scalars(layout(tags))
+    finally:
+        writer.close()
+    return folder
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def write_seed_runs(
+    sweep_dir: Path, groups: Mapping[str, Sequence[Path]], tags: Sequence[str] = TAGS
+) -> list[Path]:
+    """Write one aggregate run into ``sweep_dir`` per setting of ``groups`` (a setting's label,
+    as the sweep summary labels it, to its runs' directories, one per seed) that has two or more
+    runs with any of ``tags``; see the module's docstring for what it holds. The aggregate runs
+    of an earlier call are replaced: a setting left with fewer than two seeds loses its folder.
+    Returns the folders written, in the order of ``groups``.
+
+    Raises:
+        ValueError: ``sweep_dir`` is not a directory, two settings would share a folder, or a
+            folder that is not an aggregate run has an aggregate's name.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ValueError(f"no sweep directory at {sweep_dir}")
+    planned: dict[str, tuple[str, list[Path], list[Events]]] = {}
+    for label, runs in groups.items():
+        read = [(Path(run), read_scalar_events(run)) for run in runs]
+        kept = [(run, events) for run, events in read if any(tag in events for tag in tags)]
+        if len(kept) < 2:
+            continue
+        name = run_name(label, len(kept))
+        if name in planned:
+            raise ValueError(
+                f"settings {planned[name][0]!r} and {label!r} would share the run {name!r}"
+            )
+        planned[name] = (label, [run for run, _ in kept], [events for _, events in kept])
+    for name in planned:
+        if (sweep_dir / name).exists() and not is_seed_run(sweep_dir / name):
+            raise ValueError(
+                f"{sweep_dir / name} exists and is not an aggregate of seeds: move it to write one"
+            )
+    remove_seed_runs(sweep_dir)
+    return [
+        write_seed_run(sweep_dir / name, label, runs, events, tags)
+        for name, (label, runs, events) in planned.items()
+    ]
