@@ -81,6 +81,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer.strategy.root_device,
         output_dir,
     )
+    degenerate = warn_if_exact(module.net, choices["attention"])
 
     remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write
     metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
@@ -90,6 +91,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "gflop_per_image": None if gflop is None else round(gflop, 3),
             "attention": choices["attention"],
             "model": choices["model"],
+            "degenerate": degenerate,
             "ckpt_path": tested,
             "status": "completed",
         }
@@ -99,6 +101,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log_results(trainer.loggers, metrics, trainer.global_step)
         log.info("%s", result_line(metrics, output_dir))
     return metrics
+
+
+def warn_if_exact(net: Any, attention: str | None) -> str | None:
+    """Log one warning when the model's attention is exact by construction at its settings
+    (the comparison with softmax would measure no approximation); return the reason or None."""
+    from vitattn.attention import exact_by_construction
+
+    reason = exact_by_construction(net)
+    if reason:
+        log.warning(
+            "attention=%s is exact by construction here: %s; compared with softmax it measures "
+            "no approximation (lower its budget: docs/attention.md)",
+            attention,
+            reason,
+        )
+    return reason
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

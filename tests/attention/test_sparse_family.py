@@ -464,7 +464,7 @@ def test_block_groups_give_the_same_output_and_gradients(make, monkeypatch) -> N
         (BigBirdAttention, 64, {"block": 100}, r"attention\.block=100 .*<= 64"),
         (BigBirdAttention, 64, {"window_blocks": 2}, r"attention\.window_blocks=2 .*odd"),
         (BigBirdAttention, 64, {"num_random": -1}, r"attention\.num_random=-1 "),
-        (BigBirdAttention, 65, {"global_blocks": 6}, r"attention\.global_blocks=6 .*5 blocks"),
+        (BigBirdAttention, 65, {"block": 16, "global_blocks": 6}, r"global_blocks=6 .*5 blocks"),
         (SparseAttention, 64, {"pattern": "diagonal"}, r"attention\.pattern='diagonal' "),
         (SparseAttention, 64, {"stride": 0}, r"attention\.stride=0 "),
         (SparseAttention, 64, {"stride": 65}, r"attention\.stride=65 .*<= 64"),

@@ -10,7 +10,12 @@ import importlib
 import pkgutil
 from typing import Any
 
-from vitattn.attention.common.base import ATTENTIONS, AttentionKernel, register_attention
+from vitattn.attention.common.base import (
+    ATTENTIONS,
+    AttentionKernel,
+    exact_by_construction,
+    register_attention,
+)
 from vitattn.attention.common.multihead import MultiHeadAttention
 
 for _module in pkgutil.iter_modules(__path__):
@@ -32,6 +37,7 @@ __all__ = [
     "ATTENTIONS",
     "AttentionKernel",
     "MultiHeadAttention",
+    "exact_by_construction",
     "register_attention",
     "registered_name",
 ]

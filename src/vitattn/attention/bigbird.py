@@ -66,10 +66,12 @@ class BigBirdAttention(AttentionKernel):
     """BigBird block-sparse attention, O(n b d).
 
     Args:
-        block: tokens per block. The sequence is zero-padded *at the front* to a multiple of
-            ``block`` (padding is never attended to), so that a class token (``model.pool=cls``,
-            token 0) ends the first block and the patch grid starts on a block boundary. Must not
-            exceed ``seq_len``.
+        block: tokens per block; ``None`` takes ``min(16, seq_len // 16)``: 16 wherever there
+            are 256 tokens or more, and at least 16 blocks, so that a query's default 7 blocks
+            never reach them all (which would be exact softmax attention). The sequence is
+            zero-padded *at the front* to a multiple of ``block`` (padding is never attended
+            to), so that a class token (``model.pool=cls``, token 0) ends the first block and
+            the patch grid starts on a block boundary. Must not exceed ``seq_len``.
         window_blocks: odd number of sliding blocks, centred on the query's block (3 in the
             paper).
         num_random: random key blocks per query block, drawn per head among the blocks that are
@@ -90,13 +92,15 @@ class BigBirdAttention(AttentionKernel):
         seq_len: int,
         heads: int,
         head_dim: int,
-        block: int = 16,
+        block: int | None = None,
         window_blocks: int = 3,
         num_random: int = 3,
         global_blocks: int = 1,
         tile_memory: float = GPU_TILE_MEMORY,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        if block is None:
+            block = min(16, max(1, self.seq_len // 16))
         self.block = knobs.integer(
             "block", block, 1, self.seq_len, f" (the {self.seq_len} tokens of this model)"
         )
@@ -180,6 +184,16 @@ class BigBirdAttention(AttentionKernel):
                 for start in range(0, query_blocks, per_group)
             )
         return torch.cat(outputs, dim=2)[:, :, pad:]
+
+    def exact_because(self) -> str | None:
+        reached = (self.key_blocks >= 0).sum(dim=-1)  # distinct key blocks per query block
+        if not bool((reached == self.blocks).all()):
+            return None
+        return (
+            f"block {self.block} makes {self.blocks} blocks of the {self.seq_len} tokens and every "
+            f"query block reaches all of them ({self.global_blocks} global, "
+            f"{self.window_blocks} sliding, {self.num_random} random): this is softmax attention"
+        )
 
     def extra_repr(self) -> str:
         return (

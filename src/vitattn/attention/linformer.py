@@ -78,6 +78,14 @@ class LinformerAttention(AttentionKernel):
         values = value_projection.to(v.dtype) @ v
         return F.scaled_dot_product_attention(q, keys, values)
 
+    def exact_because(self) -> str | None:
+        if self.k < self.seq_len:
+            return None
+        return (
+            f"k {self.k} >= {self.seq_len} tokens: no compression (E, F are square "
+            f"{self.k} x {self.seq_len} mixings of the tokens; with E = F = I this is softmax)"
+        )
+
     def _load_from_state_dict(
         self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
     ) -> None:

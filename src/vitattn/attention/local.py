@@ -207,6 +207,19 @@ class LocalAttention(AttentionKernel):
             out = torch.cat([out_global, out], dim=2)
         return out
 
+    def exact_because(self) -> str | None:
+        n, g = self.seq_len, self.global_tokens
+        side = grid_side(n)
+        if g >= n - 1:
+            covers = f"global_tokens {g} of {n} tokens"
+        elif self.window_shape == "1d" and self.window >= n:
+            covers = f"window {self.window} >= {n} tokens"
+        elif self.window_shape == "2d" and self.window >= side:
+            covers = f"window {self.window} >= the {side}x{side} grid's side"
+        else:
+            return None
+        return f"{covers}: every query sees every key, so this is softmax attention"
+
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, window={self.window}, window_shape={self.window_shape}, "

@@ -62,8 +62,10 @@ class NystromAttention(AttentionKernel):
     """Nyström approximation of softmax attention with ``landmarks`` landmarks, O(n m d).
 
     Args:
-        landmarks: m, the number of segment-mean landmarks (the report's 64); 1 <= m <= seq_len.
-            With m = seq_len and the exact pseudoinverse this is exact softmax attention.
+        landmarks: m, the number of segment-mean landmarks; 1 <= m <= seq_len. ``None`` takes
+            ``min(64, seq_len // 4)``: the paper's and the founding report's 64 wherever there
+            are 256 tokens or more, and never every token (m = seq_len with the exact
+            pseudoinverse is exact softmax attention: no approximation left to compare).
         pinv: ``iterative`` (the paper's) or ``exact`` (``torch.linalg.pinv``).
         pinv_iters: iterations of the iterative pseudoinverse (the paper uses 6).
         conv_kernel: size of the depthwise convolution over V added to the output (the paper's
@@ -79,12 +81,14 @@ class NystromAttention(AttentionKernel):
         seq_len: int,
         heads: int,
         head_dim: int,
-        landmarks: int = 64,
+        landmarks: int | None = None,
         pinv: str = "iterative",
         pinv_iters: int = 6,
         conv_kernel: int = 0,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        if landmarks is None:
+            landmarks = min(64, max(1, self.seq_len // 4))
         landmarks = knobs.integer("landmarks", landmarks)
         if landmarks > self.seq_len:
             raise ConfigError(
@@ -128,6 +132,15 @@ class NystromAttention(AttentionKernel):
             if self.conv is not None:
                 out = out + self.conv(values)
         return out.to(v.dtype)
+
+    def exact_because(self) -> str | None:
+        if self.landmarks < self.seq_len:
+            return None
+        conv = " plus a convolution over V" if self.conv_kernel else ""
+        return (
+            f"landmarks {self.landmarks} >= {self.seq_len} tokens: every token is a landmark, so "
+            f"this is softmax attention{conv} (to the pseudoinverse's accuracy)"
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -56,7 +56,9 @@ class ReformerAttention(AttentionKernel):
         hashes: hashing rounds; more rounds miss fewer similar pairs, at ``hashes`` times the cost.
         chunk: tokens per chunk of the sorted sequence (capped at the token count); the sequence
             is padded at the end to a multiple of it (padding sorts last and is never attended
-            to). With one chunk the attention is exact shared-QK softmax.
+            to). With one or two chunks the attention is exact shared-QK softmax. ``None`` takes
+            ``min(64, seq_len // 4)``: the paper's 64 wherever there are 256 tokens or more,
+            and at least 4 chunks, so that LSH always decides.
 
     The kernel uses ``q`` as the shared query/key vector and ignores ``k`` (the paper's shared-QK
     Transformer), so ``k`` gets no gradient. Rotations are redrawn from torch's generator at every
@@ -77,9 +79,11 @@ class ReformerAttention(AttentionKernel):
         head_dim: int,
         buckets: int | None = None,
         hashes: int = 2,
-        chunk: int = 64,
+        chunk: int | None = None,
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
+        if chunk is None:
+            chunk = min(64, max(1, self.seq_len // 4))
         self.chunk = knobs.integer("chunk", chunk, 1)
         self.hashes = knobs.integer("hashes", hashes, 1)
         if buckets is None:
@@ -184,6 +188,16 @@ class ReformerAttention(AttentionKernel):
         if chunks > 1:
             slot = torch.cat([slot, slot.roll(1, dims=0)], dim=-1)
         return bias.masked_fill_((slot >= tokens).unsqueeze(1), MASKED)
+
+    def exact_because(self) -> str | None:
+        chunks = math.ceil(self.seq_len / min(self.chunk, self.seq_len))
+        if chunks > 2:
+            return None
+        if chunks == 1:
+            covers = f"chunk {self.chunk} >= {self.seq_len} tokens: one chunk holds every token"
+        else:
+            covers = f"chunk {self.chunk} makes 2 chunks of {self.seq_len} tokens, each sees both"
+        return f"{covers}, so LSH drops no pair: this is full shared-QK attention"
 
     def extra_repr(self) -> str:
         return (

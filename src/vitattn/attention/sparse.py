@@ -206,6 +206,18 @@ class SparseAttention(AttentionKernel):
         w_row, w_sum = softmax_parts([row_scores, sum_scores + sum_bias])
         return (w_row @ vr).reshape(b, h, n, d) + (w_sum @ vs[:, :, None]).reshape(b, h, n, d)
 
+    def exact_because(self) -> str | None:
+        one_row = self.stride >= self.seq_len  # A(1), the row, is every token
+        # A(2) is every token: one column (strided), or every token a summary (fixed).
+        other = self.stride == 1 if self.pattern == "strided" else self.summary == self.stride
+        if not ((one_row or other) if self.merged else (one_row and other)):
+            return None
+        summary = f", summary {self.summary}" if self.pattern == "fixed" else ""
+        return (
+            f"pattern {self.pattern}, stride {self.stride}{summary} on {self.seq_len} tokens: "
+            "every head reaches every token, so this is softmax attention"
+        )
+
     def extra_repr(self) -> str:
         summary = f", summary={self.summary}" if self.pattern == "fixed" else ""
         return (

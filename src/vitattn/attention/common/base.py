@@ -66,5 +66,23 @@ class AttentionKernel(nn.Module):
         """Attend: ``(batch, heads, tokens, head_dim)`` three times in, the same shape out."""
         raise NotImplementedError
 
+    def exact_because(self) -> str | None:
+        """Why this kernel, at its ``seq_len`` and knobs, computes exactly what full attention
+        computes (its approximation does nothing here), or ``None`` when it approximates.
+
+        A comparison of such a run with softmax compares softmax with itself, at the cost of the
+        mechanism: training warns and ``metrics.json`` records the reason as ``degenerate``.
+        Mechanisms with a budget that can cover the whole sequence override this.
+        """
+        return None
+
     def extra_repr(self) -> str:
         return f"seq_len={self.seq_len}, heads={self.heads}, head_dim={self.head_dim}"
+
+
+def exact_by_construction(model: nn.Module) -> str | None:
+    """Why every attention kernel in ``model`` is exact by construction (the first kernel's
+    :meth:`AttentionKernel.exact_because`), or ``None`` if any of them approximates or there is
+    none: one reason for a whole model, however many layers."""
+    reasons = [m.exact_because() for m in model.modules() if isinstance(m, AttentionKernel)]
+    return reasons[0] if reasons and all(reasons) else None
