@@ -49,6 +49,10 @@ def events(run_dir: Path) -> EventAccumulator:
 
 
 SHOWN_AT_FIRST = 5
+
+JOBS = [f"attention={a},seed={s}" for a in ("linear", "softmax") for s in (3, 4)]
+LINEAR, SOFTMAX = "attention=linear,seed=3", "attention=softmax,seed=3"
+SEED_MEANS = ["attention=linear (2 seeds)", "attention=softmax (2 seeds)"]
 """Settings and metrics the HPARAMS view ticks when it opens (its frontend: the first five
 settings, those marked ``differs`` first, and the first five metrics)."""
 
@@ -111,9 +115,11 @@ def hparams_of(run_dir: Path) -> tuple[dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, str]:
-    """A 2-job sweep: its directory and what it printed."""
+    """A sweep of 2 attentions x 2 seeds: its directory and what it printed."""
     folder = tmp_path_factory.mktemp("tensorboard") / "sweep"
-    result = run_sweep(folder, *FEW_STEPS, "attention=softmax,linear", "seed=3", data_dir=data_dir)
+    result = run_sweep(
+        folder, *FEW_STEPS, "attention=softmax,linear", "seed=3,4", data_dir=data_dir
+    )
     return folder, result.stdout + result.stderr
 
 
@@ -124,8 +130,8 @@ def sweep(swept: tuple[Path, str]) -> Path:
 
 @pytest.mark.slow
 def test_runs_are_named_by_the_attention_and_hold_their_own_events(sweep: Path) -> None:
-    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert jobs == ["attention=linear", "attention=softmax"]  # seed=3 is the same for both
+    jobs = sorted(p.name for p in sweep.iterdir() if (p / ".hydra").is_dir())
+    assert jobs == JOBS
     for job in jobs:
         assert list((sweep / job).glob("events.out.tfevents.*"))  # no tensorboard/ folder
         assert not (sweep / job / "tensorboard").exists()
@@ -134,12 +140,12 @@ def test_runs_are_named_by_the_attention_and_hold_their_own_events(sweep: Path) 
 
 @pytest.mark.slow
 def test_curves_count_steps_done_and_hide_epoch_and_test(sweep: Path) -> None:
-    scalars = events(sweep / "attention=linear").Tags()["scalars"]
+    scalars = events(sweep / LINEAR).Tags()["scalars"]
     assert "epoch" not in scalars and not [t for t in scalars if t.startswith("test/")]
-    accumulator = events(sweep / "attention=linear")
+    accumulator = events(sweep / LINEAR)
     assert [e.step for e in accumulator.Scalars("train/loss")] == list(range(1, 9))
     assert [e.step for e in accumulator.Scalars("val/acc")] == [4, 8]  # as the checkpoints
-    best = [p.name for p in (sweep / "attention=linear/checkpoints").glob("step*.ckpt")]
+    best = [p.name for p in (sweep / LINEAR / "checkpoints").glob("step*.ckpt")]
     assert len(best) == 1 and int(best[0][4:10]) in (4, 8)  # step000004-... or step000008-...
 
 
@@ -147,7 +153,7 @@ def test_curves_count_steps_done_and_hide_epoch_and_test(sweep: Path) -> None:
 def test_validation_logs_fidelity_entropy_gap_and_attention_maps(sweep: Path) -> None:
     fidelity = {}
     for attention in ("softmax", "linear"):
-        accumulator = events(sweep / f"attention={attention}")
+        accumulator = events(sweep / f"attention={attention},seed=3")
         tags = accumulator.Tags()
         assert {"val/fidelity", "val/entropy_gap"} <= set(tags["scalars"])
         # One layer: its curve is the mean, not drawn twice.
@@ -159,7 +165,7 @@ def test_validation_logs_fidelity_entropy_gap_and_attention_maps(sweep: Path) ->
         fidelity[attention] = [e.value for e in accumulator.Scalars("val/fidelity")]
         gap = accumulator.Scalars("val/entropy_gap")[-1].value
         assert 0 <= gap < 1  # 0: uniform rows, 1: each row on one token
-        saved = np.load(sweep / f"attention={attention}" / "attention" / "maps.npz")
+        saved = np.load(sweep / f"attention={attention},seed=3" / "attention" / "maps.npz")
         assert saved["images"].shape == (8, 64, 64, 3) and saved["layers"].shape == (1, 8, 64, 64)
         assert int(saved["step"]) == 8 and str(saved["attention"]) == attention
     assert max(fidelity["softmax"]) < 1e-5  # softmax is its own reference
@@ -171,7 +177,7 @@ def test_time_series_groups_open_on_their_curves_without_duplicates(sweep: Path)
     """TensorBoard's TIME SERIES groups cards by the tag's first part, in name order, twelve to a
     page: ``val/acc`` and ``val/loss`` on the ``val`` group's first page, the images in a group
     after it, one learning-rate curve for parameter groups that share it."""
-    tags = events(sweep / "attention=linear").Tags()
+    tags = events(sweep / LINEAR).Tags()
     cards = sorted(tags["scalars"] + tags["images"])
     val = [tag for tag in cards if tag.split("/")[0] == "val"]
     assert {"val/acc", "val/loss"} <= set(val[:12])
@@ -189,7 +195,7 @@ def test_learning_rates_merge_only_when_equal() -> None:
 
 @pytest.mark.slow
 def test_hparams_are_curated_and_show_the_results_of_metrics_json(sweep: Path) -> None:
-    run = sweep / "attention=linear"
+    run = sweep / LINEAR
     hparams, status = hparams_of(run)
     knobs = {key for key in hparams if key.startswith("attention/")}
     assert set(hparams) - knobs == CURATED  # GFLOP/image is a result, not a setting
@@ -217,9 +223,9 @@ def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics
 ) -> None:
     """What the HPARAMS view shows, from the plugin's own handlers on the sweep's directory."""
     runs, experiment, groups = hparams_view(sweep)
-    assert runs == ["attention=linear", "attention=softmax"]  # one run per job, no `/hparams`
-    assert sorted(group.name for group in groups) == runs  # the Trial ID is the run's name
-    assert [len(group.sessions) for group in groups] == [1, 1]
+    assert runs == sorted([*JOBS, *SEED_MEANS])  # a run per job (no `/hparams`), and the means
+    assert sorted(group.name for group in groups) == JOBS  # the Trial ID is the run's name
+    assert [len(group.sessions) for group in groups] == [1] * 4  # the means have no session
     # The metrics are the results alone, in RESULTS' order, with short headers.
     metric_tags = [info.name.tag for info in experiment.metric_infos]
     assert metric_tags == [summary_tag(key, RESULTS) for key in RESULTS]
@@ -241,8 +247,8 @@ def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics
         assert set(COMPARED_FIRST) <= set(group.hparams), group.name
         assert shown_metrics <= {m.name.tag for m in group.metric_values}, group.name
     by_name = {group.name: group for group in groups}
-    metrics = json.loads((sweep / "attention=softmax" / "metrics.json").read_text())
-    test_acc = {m.name.tag: m.value for m in by_name["attention=softmax"].metric_values}
+    metrics = json.loads((sweep / SOFTMAX / "metrics.json").read_text())
+    test_acc = {m.name.tag: m.value for m in by_name[SOFTMAX].metric_values}
     assert test_acc["~summary/acc_test"] == pytest.approx(metrics["test/acc"], rel=1e-6)
 
 
@@ -250,7 +256,7 @@ def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics
 def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) -> None:
     from PIL import Image
 
-    run = sweep / "attention=softmax"
+    run = sweep / SOFTMAX
     metrics = json.loads((run / "metrics.json").read_text())
     matrix = np.array(metrics["test/confusion_matrix"])
     assert matrix.shape == (10, 10) and matrix.sum() == 1017  # the test images of the subset
@@ -293,11 +299,11 @@ def test_each_run_ends_with_one_line_and_the_sweep_with_its_summary(
 ) -> None:
     sweep, output = swept
     for attention in ("softmax", "linear"):
-        metrics = json.loads((sweep / f"attention={attention}" / "metrics.json").read_text())
+        metrics = json.loads((sweep / f"attention={attention},seed=3" / "metrics.json").read_text())
         line = (
             f"attention={attention}: best val/acc {metrics['val/acc_best']:.2%}, "
             f"test/acc {metrics['test/acc']:.2%}, {metrics['seconds']:.0f} s; "
-            f"{sweep / f'attention={attention}'}"
+            f"{sweep / f'attention={attention},seed=3'}"
         )
         assert line in output
     assert "Test metric" not in output  # no 17-digit test table
@@ -305,6 +311,72 @@ def test_each_run_ends_with_one_line_and_the_sweep_with_its_summary(
     table = (sweep / "summary.md").read_text()
     assert "attention=linear" in table and "attention=softmax" in table
     assert f"Sweep summary ({sweep})" in output and table.splitlines()[0] in output
+
+
+@pytest.mark.slow
+def test_the_sweep_answers_with_settings_verdicts_a_frontier_and_seed_means(
+    swept: tuple[Path, str],
+) -> None:
+    """2 attentions x 2 seeds: the settings table with its verdict column, frontier.png, and in
+    TensorBoard one run of seed means per setting that the margin charts draw."""
+    from PIL import Image
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.context import RequestContext
+
+    from tests.helpers import markdown_tables
+    from vitattn.analysis.seed_runs import band_tags
+
+    sweep, output = swept
+    settings = markdown_tables((sweep / "summary.md").read_text())[0]
+    header, rows = (
+        settings[0],
+        {row[0]: dict(zip(settings[0], row, strict=True)) for row in settings[1:]},
+    )
+    assert list(rows) == ["attention=linear", "attention=softmax"]
+    assert [rows[s]["n"] for s in rows] == ["2", "2"]
+    assert "vs attention=softmax" in header  # softmax is the default baseline
+    assert rows["attention=softmax"]["vs attention=softmax"] == "baseline"
+    assert rows["attention=linear"]["vs attention=softmax"] in (
+        "better",
+        "worse",
+        "no detectable difference",
+    )
+    assert rows["attention=linear"]["test/acc"].count("[") == 1  # mean ± std [interval]
+    pixels = np.asarray(Image.open(sweep / "frontier.png").convert("L"), dtype=float)
+    assert pixels.std() > 10
+    for name in SEED_MEANS:
+        assert f"wrote {sweep / name}" in output
+    multiplexer = EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(sweep))
+    multiplexer.Reload()
+    for attention, name in zip(("linear", "softmax"), SEED_MEANS, strict=True):
+        seeds = [
+            {
+                e.step: e.value
+                for e in events(sweep / f"attention={attention},seed={s}").Scalars("val/acc")
+            }
+            for s in (3, 4)
+        ]
+        mean = {e.step: e.value for e in events(sweep / name).Scalars("val/acc")}
+        assert sorted(mean) == [4, 8]
+        for step, value in mean.items():
+            assert value == pytest.approx((seeds[0][step] + seeds[1][step]) / 2, rel=1e-6)
+    # the margin charts, as the custom-scalars plugin merges the runs' layouts
+    from tests.analysis.test_seed_runs import custom_scalars
+
+    layout = json.loads(custom_scalars(multiplexer, sweep).layout_impl(RequestContext(), ""))
+    margins = [
+        (series["value"], series["lower"], series["upper"])
+        for category in layout["category"]
+        for chart in category["chart"]
+        for series in chart.get("margin", {}).get("series", [])
+    ]
+    assert band_tags("val/acc") in margins
+    assert set(SEED_MEANS) <= set(multiplexer.Runs())
+    for name in SEED_MEANS:
+        assert set(band_tags("val/acc")) <= set(events(sweep / name).Tags()["scalars"])
+    for job in JOBS:
+        assert not set(band_tags("val/acc")) & set(events(sweep / job).Tags()["scalars"])
 
 
 def test_only_real_tensorboard_writers_on_rank_zero_get_images(tmp_path, monkeypatch) -> None:
