@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -24,36 +25,70 @@ from vitattn.utils.errors import TrainingError
 log = logging.getLogger(__name__)
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average (``os.getloadavg()[0]``) to 2 decimals; ``None`` where
+    the system has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 class ImagesPerSecond(L.Callback):
-    """Log ``train/images_per_sec`` every step, averaged over a window of recent steps.
+    """The training speed of steady steps: ``train/images_per_sec`` in TensorBoard, and the fit's
+    median (``median``, over ``steady_steps`` steps) for ``metrics.json``.
 
-    A step's time runs from the end of the previous training step to the end of this one, so
-    it includes fetching and augmenting the batch; time spent in validation is left out. The
-    first ``warmup_steps`` steps (allocator, kernel selection, compilation) are not counted.
-    No device synchronisation is added: over a window the queue of GPU work evens out.
+    A step's interval runs from the end of the previous training step to the end of this one, so
+    it holds fetching, moving and augmenting its batch, the step itself and its logging. Only
+    steady steps count: not the first ``warmup_steps`` of a fit (allocator, kernel selection,
+    compilation), and not a step whose interval holds anything but training: a validation (with
+    the attention probe, and the checkpoints written after it), a checkpoint written at any other
+    time, or the start of an epoch (a new data iterator, the previous epoch's end). Such an
+    interval is dropped whole, whichever callback ran when, as Lightning runs validation between
+    one step's ``on_train_batch_end`` and the next step.
 
-    ``overall`` is images over seconds of all counted steps, the figure for ``metrics.json``.
+    Each steady step's rate is its images over its seconds. TensorBoard gets, at steady steps
+    from the ``window``-th on, the median of the last ``window`` rates (Lightning repeats the last
+    value at the steps in between); ``metrics.json`` gets the median over all of them. A few slow
+    steps (a busy moment of the machine, a garbage collection) move neither, so the curve has no
+    spikes. No device synchronisation is added: once the launch queue is full the host is paced
+    by the device, and the median passes over the short steps that follow a host read of a
+    device value.
     """
 
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
         super().__init__()
-        self.window = window
+        self.window = max(1, int(window))
         self.warmup_steps = warmup_steps
-        self._recent: deque[tuple[int, float]] = deque(maxlen=window)
+        self.rates: list[float] = []
+        self.load_avg_start: float | None = None
+        self._recent: deque[float] = deque(maxlen=self.window)
         self._last_end: float | None = None
         self._steps_seen = 0
-        self.images = 0
-        self.seconds = 0.0
+        self._dirty = False
 
     @property
-    def overall(self) -> float | None:
-        return self.images / self.seconds if self.seconds > 0 else None
+    def median(self) -> float | None:
+        """The median images/s over the fit's steady steps; ``None`` without any."""
+        return statistics.median(self.rates) if self.rates else None
 
-    def _restart_clock(self, *_: Any) -> None:
-        self._last_end = time.perf_counter()
+    @property
+    def steady_steps(self) -> int:
+        """How many steps ``median`` is over."""
+        return len(self.rates)
 
-    on_train_epoch_start = _restart_clock
-    on_validation_end = _restart_clock
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.rates, self._last_end, self._steps_seen, self._dirty = [], None, 0, False
+        self._recent.clear()
+        self.load_avg_start = load_average()
+
+    def _not_training(self, *_: Any) -> None:
+        self._dirty = True
+
+    on_validation_start = _not_training
+    on_test_start = _not_training
+    on_save_checkpoint = _not_training
+    on_train_epoch_start = _not_training
 
     def on_train_batch_end(
         self,
@@ -65,15 +100,16 @@ class ImagesPerSecond(L.Callback):
     ) -> None:
         now = time.perf_counter()
         last, self._last_end = self._last_end, now
+        dirty, self._dirty = self._dirty, False
         self._steps_seen += 1
-        if last is None or self._steps_seen <= self.warmup_steps:
+        if last is None or dirty or self._steps_seen <= self.warmup_steps or now <= last:
             return
-        size = len(batch[1]) * trainer.world_size
-        self._recent.append((size, now - last))
-        self.images += size
-        self.seconds += now - last
-        rate = sum(s for s, _ in self._recent) / sum(t for _, t in self._recent)
-        pl_module.log("train/images_per_sec", rate, on_step=True, on_epoch=False)
+        rate = len(batch[1]) * trainer.world_size / (now - last)
+        self.rates.append(rate)
+        self._recent.append(rate)
+        if len(self._recent) == self.window:
+            median = statistics.median(self._recent)
+            pl_module.log("train/images_per_sec", median, on_step=True, on_epoch=False)
 
 
 class ValidateAtEnd(L.Callback):

@@ -4,6 +4,7 @@ reports of every run are gathered in one place."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -14,7 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond
+from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond, load_average
 from vitattn.confusion import ConfusionReport
 from vitattn.insight import AttentionInsight
 from vitattn.utils.checkpoints import run_test_on_best
@@ -23,13 +24,19 @@ from vitattn.utils.task import write_metrics
 
 def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
     """What ``metrics.json`` reports of a finished ``fit``: the best ``val/acc``, the last
-    training loss, the run's images/s (:class:`ImagesPerSecond`'s ``overall``), steps, epochs,
-    seconds, what :class:`AttentionInsight` cost, and on a GPU the peak of allocated memory."""
+    training loss, the run's steady images/s (:class:`ImagesPerSecond`'s median, over
+    ``steady_steps`` steps), the machine's 1-minute load average at the fit's start and end with
+    its ``cpu_count`` (a load above it makes speeds incomparable), steps, epochs, seconds, what
+    :class:`AttentionInsight` cost, and on a GPU the peak of allocated memory."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     summary: dict[str, Any] = {
         "val/acc_best": best_validation_accuracy(trainer),
         "train/loss": trainer.callback_metrics.get("train/loss"),
-        "train/images_per_sec": throughput.overall if throughput is not None else None,
+        "train/images_per_sec": throughput.median if throughput is not None else None,
+        "steady_steps": throughput.steady_steps if throughput is not None else None,
+        "load_avg_start": throughput.load_avg_start if throughput is not None else None,
+        "load_avg_end": load_average(),
+        "cpu_count": os.cpu_count(),
         "steps": trainer.global_step,
         "epochs": trainer.current_epoch,
         "seconds": round(seconds, 2),
