@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,11 +45,12 @@ def sweep_command(sweep: Path) -> list[str]:
     return ["-m", "seed=1,2,3", *SETTINGS, f"hydra.sweep.dir={sweep}"]
 
 
-def kill_during(sweep: Path, job: str, data_dir: Path) -> None:
-    """Start the sweep and SIGKILL its whole process group once ``job`` saved a checkpoint."""
+def kill_when(command: list[str], ready: Callable[[], bool], data_dir: Path) -> None:
+    """Run ``vitattn-train command`` in a process group of its own and SIGKILL the whole group a
+    second after ``ready()`` holds."""
     environment = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "PYTHONPATH": str(PROJECT_ROOT)}
     process = subprocess.Popen(
-        [str(BIN / "vitattn-train"), *sweep_command(sweep)],
+        [str(BIN / "vitattn-train"), *command],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -57,15 +59,21 @@ def kill_during(sweep: Path, job: str, data_dir: Path) -> None:
     )
     deadline = time.monotonic() + 300
     try:
-        while not (sweep / job / "checkpoints" / "last.ckpt").is_file():
+        while not ready():
             assert process.poll() is None, process.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the job never saved a checkpoint"
+            assert time.monotonic() < deadline, "the moment to kill never came"
             time.sleep(0.2)
-        time.sleep(1.0)  # into the paused steps after the checkpoint at step 10
+        time.sleep(1.0)  # into the paused steps that follow
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
     assert process.returncode == -signal.SIGKILL
+
+
+def kill_during(sweep: Path, job: str, data_dir: Path) -> None:
+    """Start the sweep and SIGKILL its whole process group once ``job`` saved a checkpoint."""
+    checkpoint = sweep / job / "checkpoints" / "last.ckpt"
+    kill_when(sweep_command(sweep), checkpoint.is_file, data_dir)
 
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -179,25 +187,11 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_four(
     tmp_path: Path, data_dir: Path
 ) -> None:
     sweep = tmp_path / "search"
-    environment = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "PYTHONPATH": str(PROJECT_ROOT)}
-    process = subprocess.Popen(
-        [str(BIN / "vitattn-train"), *optuna_command(sweep)],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 300
-    try:
-        while not any(p.name.startswith("2_") for p in sweep.glob("*")):
-            assert process.poll() is None, process.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the third trial never started"
-            time.sleep(0.2)
-        time.sleep(1.0)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+
+    def third_trial_started() -> bool:
+        return any(p.name.startswith("2_") for p in sweep.glob("*"))
+
+    kill_when(optuna_command(sweep), third_trial_started, data_dir)
     first = {p.name: tree_digest(p) for p in sweep.iterdir() if p.name[:2] in ("0_", "1_")}
     assert len(first) == 2 and trial_states(sweep / "optuna.db")[:2] == ["COMPLETE"] * 2
 
