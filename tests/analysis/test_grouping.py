@@ -135,6 +135,11 @@ def test_load_above_the_cpu_count_is_one_warning_line(
     seeded_sweep: Path, make_run: Callable[..., Path]
 ) -> None:
     assert summarize([seeded_sweep])["warnings"] == []
+    quiet = {"load_avg_start": 2.1, "load_avg_end": 2.2, "cpu_count": 2}  # the run's own threads
+    make_run(
+        seeded_sweep / "attention=linear,seed=5", ["attention=linear", "seed=5"], metrics=quiet
+    )
+    assert summarize([seeded_sweep])["warnings"] == []
     make_run(
         seeded_sweep / "attention=linear,seed=4",
         ["attention=linear", "seed=4"],

@@ -229,14 +229,20 @@ def settings_table_rows(
     return rows, headers
 
 
+LOAD_MARGIN = 0.5
+"""How far the load average may exceed the CPU count before a run's speed counts as disturbed: a
+training process keeps about one runnable thread per core, so a quiet machine running it reads
+about its CPU count (2.0 to 2.2 on 2 cores), and another busy process adds one or more."""
+
+
 def load_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """One line when a run's load average (at its start or end) exceeded its machine's CPU
-    count: speeds measured then are not comparable with each other."""
+    count (by more than :data:`LOAD_MARGIN`): speeds measured then are not comparable."""
     busy = []
     for row in rows:
         cpus = row.get("cpu_count")
         loads = [v for v in (row.get("load_avg_start"), row.get("load_avg_end")) if v is not None]
-        if cpus and loads and max(loads) > cpus:
+        if cpus and loads and max(loads) > cpus + LOAD_MARGIN:
             busy.append((max(loads), cpus, row["run"]))
     if not busy:
         return None
