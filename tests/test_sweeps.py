@@ -41,7 +41,7 @@ def test_failed_jobs_are_recorded_and_the_others_finish(tmp_path: Path, data_dir
     assert "train/loss became NaN or infinite by step" in result.stderr
     # The sweep repeats values: its jobs are numbered so that no two share a directory.
     jobs = [f"{n}_+callbacks.nan.step={step}" for n, step in enumerate([2, 1000, 2, 1000])]
-    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == jobs
+    assert sorted(p.name for p in sweep.iterdir() if (p / ".hydra").is_dir()) == jobs
     statuses = [json.loads((sweep / job / "metrics.json").read_text())["status"] for job in jobs]
     assert statuses == ["failed", "completed", "failed", "completed"]
     for job in jobs[1::2]:

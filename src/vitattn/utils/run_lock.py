@@ -45,8 +45,8 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     from filelock import FileLock, Timeout
 
     path = run_dir.expanduser().absolute()
-    if path in _held:
-        return
+    if path in _held or os.environ.get("LOCAL_RANK", "0") != "0":
+        return  # a DDP worker Lightning started: its rank-zero process holds the directory
     path.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path / LOCK_FILE), timeout=0)
     try:
