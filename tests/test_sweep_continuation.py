@@ -45,25 +45,40 @@ def sweep_command(sweep: Path) -> list[str]:
     return ["-m", "seed=1,2,3", *SETTINGS, f"hydra.sweep.dir={sweep}"]
 
 
-def kill_when(command: list[str], ready: Callable[[], bool], data_dir: Path) -> None:
-    """Run ``vitattn-train command`` in a process group of its own and SIGKILL the whole group a
-    second after ``ready()`` holds."""
-    environment = {**os.environ, "VITATTN_DATA_DIR": str(data_dir), "PYTHONPATH": str(PROJECT_ROOT)}
-    process = subprocess.Popen(
+def start_training(command: list[str], data_dir: Path, **environment: str) -> subprocess.Popen:
+    """``vitattn-train command`` in a process group of its own, ``environment`` added to ours."""
+    return subprocess.Popen(
         [str(BIN / "vitattn-train"), *command],
-        env=environment,
+        env={
+            **os.environ,
+            "VITATTN_DATA_DIR": str(data_dir),
+            "PYTHONPATH": str(PROJECT_ROOT),
+            **environment,
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
+
+
+def wait_until(ready: Callable[[], bool], process: subprocess.Popen) -> None:
+    """Poll ``ready()`` while ``process`` runs, then give it a second more (into the paused
+    steps that follow)."""
     deadline = time.monotonic() + 300
+    while not ready():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the moment never came"
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
+def kill_when(command: list[str], ready: Callable[[], bool], data_dir: Path) -> None:
+    """Run ``vitattn-train command`` and SIGKILL its whole process group a second after
+    ``ready()`` holds."""
+    process = start_training(command, data_dir)
     try:
-        while not ready():
-            assert process.poll() is None, process.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the moment to kill never came"
-            time.sleep(0.2)
-        time.sleep(1.0)  # into the paused steps that follow
+        wait_until(ready, process)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
@@ -220,27 +235,10 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     scontrol.chmod(0o755)
     sweep = tmp_path / "sweep"
     command = ["-m", "seed=7", *SETTINGS, f"hydra.sweep.dir={sweep}"]
-    environment = {
-        **os.environ,
-        "VITATTN_DATA_DIR": str(data_dir),
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "SLURM_JOB_ID": "4242",
-    }
     job = sweep / "0"  # a one-job sweep: nothing differs, the job is numbered
-    process = subprocess.Popen(
-        [str(BIN / "vitattn-train"), *command],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 300
-    while not (job / "checkpoints" / "last.ckpt").is_file():
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    time.sleep(1.0)  # into the paused steps after step 10
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    process = start_training(command, data_dir, PATH=path, SLURM_JOB_ID="4242")
+    wait_until((job / "checkpoints" / "last.ckpt").is_file, process)  # into steps after 10
     process.send_signal(signal.SIGUSR2)  # submitit's pre-emption warning
     _, stderr = process.communicate(timeout=120)
     assert "SIGUSR2: pre-empted; saving checkpoints/last.ckpt after this step" in stderr
