@@ -213,7 +213,7 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_and_keeps_the_previou
 def test_resuming_a_finished_run_changes_nothing(straight: Path, data_dir: Path) -> None:
     before = tree_digest(straight)
     said = refused("vitattn-train", "resume=true", f"hydra.run.dir={straight}", data_dir=data_dir)
-    assert said.startswith("ckpt_path=")
+    assert said.startswith(f"resume=true: the run in {straight} is complete")
     assert "is complete, it finished at step 40 (trainer.max_steps=40)" in said
     assert tree_digest(straight) == before
 

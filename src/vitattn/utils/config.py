@@ -4,6 +4,7 @@ job directory names), and what a composed config chose."""
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,11 +20,35 @@ def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
     return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
 
 
+def default_parts(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The options of ``group`` that its ``default`` option composes (``callbacks/default.yaml``
+    lists one file per callback): parts of a choice rather than choices of their own."""
+    default = config_dir / group / "default.yaml"
+    if not default.is_file():
+        return []
+    listed = OmegaConf.load(default).get("defaults") or []
+    options = set(group_options(group, config_dir))
+    return sorted(str(entry) for entry in listed if isinstance(entry, str) and entry in options)
+
+
 def groups_help(*groups: str) -> str:
     """``group: option, option, ...`` lines for a command's ``--help``, read from the config
-    tree so a new option shows up without editing the help text."""
+    tree so a new option shows up without editing the help text. A group whose ``default``
+    composes several of its files (``callbacks``) shows those as parts of ``default``, each
+    one dropped with ``~group.part``."""
     width = max(len(group) for group in groups)
-    return "\n".join(f"  {group:<{width}}  {', '.join(group_options(group))}" for group in groups)
+    lines = []
+    for group in groups:
+        parts = default_parts(group)
+        choices = [option for option in group_options(group) if option not in parts]
+        lines.append(f"  {group:<{width}}  {', '.join(choices)}")
+        if parts:
+            described = f"default is {', '.join(parts)}; drop one with ~{group}.<name>"
+            indent = " " * (width + 4)
+            lines.extend(
+                textwrap.wrap(described, 100, initial_indent=indent, subsequent_indent=indent)
+            )
+    return "\n".join(lines)
 
 
 MAX_NAME = 120

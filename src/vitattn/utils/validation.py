@@ -368,8 +368,9 @@ def check_resume(cfg: DictConfig) -> None:
     run_dir = Path(str(ckpt_path)).expanduser().parent.parent
     reason = finished_run(run_dir / "metrics.json", cfg.trainer)
     if reason is not None:
+        asked = "resume=true" if cfg.get("resume") else f"ckpt_path={ckpt_path}"
         raise ConfigError(
-            f"ckpt_path={ckpt_path}: the run in {run_dir} is complete, {reason}; nothing to "
+            f"{asked}: the run in {run_dir} is complete, {reason}; nothing to "
             "resume and its results are kept. To train longer, raise trainer.max_steps or "
             "trainer.max_epochs"
         )
