@@ -27,9 +27,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.fitting import test_report
+    from vitattn.fitting import instantiate_trainer, test_report
     from vitattn.loading import checkpoint_file, load_classifier
-    from vitattn.utils.instantiators import instantiate_list
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.task import write_metrics
 
@@ -40,11 +39,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("test")
 
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer,
-        callbacks=instantiate_list(cfg.get("callbacks")),
-        logger=instantiate_list(cfg.get("logger")),
-    )
+    trainer = instantiate_trainer(cfg)
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics: dict[str, Any] = {
         k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")

@@ -38,6 +38,67 @@ log = logging.getLogger(__name__)
 MERGED_CHECKPOINT = "merged.ckpt"
 
 
+def finetune(cfg: DictConfig) -> dict[str, Any]:
+    """Fine-tune, test the base and the result on the shifted test set; return the metrics."""
+    import lightning as L
+
+    from vitattn.data.as_trained import as_trained
+    from vitattn.fitting import (
+        fit_and_test,
+        instantiate_trainer,
+        prepare_for_fit,
+        seed_and_precision,
+        writes_results,
+    )
+    from vitattn.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
+    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.utils.task import write_metrics
+
+    tidy_lightning_output()
+    output_dir = Path(cfg.paths.output_dir)
+    # Everything that can reject the configuration or the data runs before anything is written.
+    settings, merge = lora_settings(cfg)
+    base = load_base(cfg.get("ckpt_path"))
+    seed_and_precision(cfg)
+    # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
+    # this run's own setting.
+    data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
+    module = adapted_module(cfg, base, settings)
+    prepare_for_fit(module, datamodule)
+    trainer = instantiate_trainer(cfg)
+    figures = run_figures(cfg, module, datamodule, settings)
+    log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module), FINETUNING_RESULTS)
+    log_start(figures, output_dir)
+
+    base_acc = score(cfg, base, datamodule)
+    log.info("base model on the %s test set: test/acc_base=%.4f", figures["data/shift"], base_acc)
+    del base
+    # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
+    metrics, tested = fit_and_test("vitattn-finetune", trainer, module, datamodule, cfg, False)
+    metrics["test/acc_base"] = base_acc
+    writes = writes_results(trainer, cfg)
+    merged = save_merged(cfg, module, datamodule, trainer, metrics) if merge and writes else None
+    metrics.update(
+        {**figures, "test_ckpt_path": tested, "merged_ckpt_path": merged, "status": "completed"}
+    )
+    if writes:
+        write_metrics(output_dir / "metrics.json", metrics)
+        log_results(trainer.loggers, metrics, trainer.global_step, FINETUNING_RESULTS)
+        log.info("%s", result_line(metrics, output_dir))
+    return metrics
+
+
+def lora_settings(cfg: DictConfig) -> tuple[Any, bool]:
+    """The ``lora`` node as :class:`~vitattn.lora.adapters.LoRASettings` (one line for a wrong
+    one), and whether to save the merged checkpoint (``lora.merge``)."""
+    from vitattn.lora.adapters import LoRASettings
+
+    lora_cfg = OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
+    assert isinstance(lora_cfg, dict)
+    return LoRASettings.from_mapping(lora_cfg), bool(lora_cfg.get("merge", True))
+
+
 def load_base(ckpt_path: Any) -> Any:
     """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong."""
     from vitattn.loading import load_classifier
@@ -56,49 +117,12 @@ def load_base(ckpt_path: Any) -> Any:
     return base
 
 
-def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
-    """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set, logged nowhere."""
-    from vitattn.utils.instantiators import quiet_trainer
+def adapted_module(cfg: DictConfig, base: Any, settings: Any) -> Any:
+    """The :class:`LoRAClassifier` to train: the base's network with adapters as ``settings``
+    say and the base's weights; the optimisation (and label smoothing, unless ``null``) from
+    this run's config."""
+    from vitattn.lora.module import LoRAClassifier
 
-    results = quiet_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
-    return float(results[0]["test/acc"])
-
-
-def finetune(cfg: DictConfig) -> dict[str, Any]:
-    """Fine-tune, test the base and the result on the shifted test set; return the metrics."""
-    import lightning as L
-    import torch
-
-    from vitattn.attention import registered_name
-    from vitattn.data.as_trained import as_trained
-    from vitattn.fitting import fit_and_test
-    from vitattn.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
-    from vitattn.lora.adapters import LoRASettings
-    from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
-    from vitattn.utils.hparams import finetuning_hyperparameters
-    from vitattn.utils.instantiators import instantiate_list
-    from vitattn.utils.lightning_output import tidy_lightning_output
-    from vitattn.utils.task import write_metrics
-
-    tidy_lightning_output()
-    output_dir = Path(cfg.paths.output_dir)
-    # Everything that can reject the configuration or the data runs before anything is written.
-    lora_cfg = OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
-    merge = bool(lora_cfg.get("merge", True))
-    settings = LoRASettings.from_mapping(lora_cfg)
-    base = load_base(cfg.get("ckpt_path"))
-    if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("matmul_precision"):
-        torch.set_float32_matmul_precision(cfg.matmul_precision)
-    # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
-    # this run's own setting.
-    data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-
-    # The network comes from the checkpoint; the optimisation from this run's config.
     scheduler = cfg.get("scheduler")
     label_smoothing = cfg.get("label_smoothing")
     if label_smoothing is None:
@@ -111,81 +135,91 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         num_classes=base.hparams.num_classes,
         lora=settings.as_dict(),
     )
-    module.check_data(datamodule)
     module.load_base_weights(base.net.state_dict())
-    counts = module.parameter_counts()
-    attention = registered_name(module.hparams.net.get("attention"))
+    return module
 
-    callbacks = instantiate_list(cfg.get("callbacks"))
-    loggers = instantiate_list(cfg.get("logger"))
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-    hparams = finetuning_hyperparameters(
-        cfg, data_cfg, module.hparams.net, module.hparams.lora, attention, counts
-    )
-    log_hyperparameters(trainer.loggers, hparams, FINETUNING_RESULTS)
-    shift = datamodule.hparams.get("shift", "none")
+
+def run_figures(cfg: DictConfig, module: Any, datamodule: Any, settings: Any) -> dict[str, Any]:
+    """What ``metrics.json`` says of the fine-tune's setup: the parameters (all, trainable, in
+    adapters), the adapters' settings, the data's shift, the attention and the base checkpoint."""
+    from vitattn.attention import registered_name
+
+    counts = module.parameter_counts()
+    return {
+        "params": counts.total,
+        "params/trainable": counts.trainable,
+        "params/lora": counts.lora,
+        "lora/rank": settings.rank,
+        "lora/alpha": settings.alpha,
+        "lora/target_modules": str(settings.as_dict()["target_modules"]),
+        "lora/train_head": settings.train_head,
+        "data/shift": datamodule.hparams.get("shift", "none"),
+        "attention": registered_name(module.hparams.net.get("attention")),
+        "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
+    }
+
+
+def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> dict[str, Any]:
+    """What the HPARAMS view compares this fine-tune by."""
+    from vitattn.attention import registered_name
+    from vitattn.utils.hparams import finetuning_hyperparameters
+
+    net = module.hparams.net
+    attention = registered_name(net.get("attention"))
+    counts = module.parameter_counts()
+    return finetuning_hyperparameters(cfg, data_cfg, net, module.hparams.lora, attention, counts)
+
+
+def log_start(figures: dict[str, Any], output_dir: Path) -> None:
+    """The line a fine-tune starts with: rank, shift, parameters trainable, where."""
     log.info(
         "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "
         "run directory %s",
-        settings.rank,
-        shift,
-        counts.trainable,
-        counts.total,
-        counts.lora,
+        figures["lora/rank"],
+        figures["data/shift"],
+        figures["params/trainable"],
+        figures["params"],
+        figures["params/lora"],
         output_dir,
     )
 
-    base_acc = score(cfg, base, datamodule)
-    log.info("base model on the %s test set: test/acc_base=%.4f", shift, base_acc)
-    del base
 
-    # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
-    metrics, tested = fit_and_test("vitattn-finetune", trainer, module, datamodule, cfg, False)
-    metrics["test/acc_base"] = base_acc
+def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
+    """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set, logged nowhere."""
+    from vitattn.utils.instantiators import quiet_trainer
 
-    writes = trainer.is_global_zero and not cfg.trainer.get("fast_dev_run")
-    merged_path = None
-    if merge and writes:
-        merged = module.merged_classifier()
-        merged_path = save_plain_checkpoint(
-            merged,
-            output_dir / "checkpoints" / MERGED_CHECKPOINT,
-            trainer.global_step,
-            data_settings=dict(datamodule.hparams),
-        )
-        metrics["test/acc_merged"] = score(cfg, merged, datamodule)
-        log.info("wrote %s (test/acc_merged=%.4f)", merged_path, metrics["test/acc_merged"])
+    results = quiet_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
+    return float(results[0]["test/acc"])
 
-    metrics.update(
-        {
-            "params": counts.total,
-            "params/trainable": counts.trainable,
-            "params/lora": counts.lora,
-            "lora/rank": settings.rank,
-            "lora/alpha": settings.alpha,
-            "lora/target_modules": str(settings.as_dict()["target_modules"]),
-            "lora/train_head": settings.train_head,
-            "data/shift": shift,
-            "attention": attention,
-            "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
-            "test_ckpt_path": tested,
-            "merged_ckpt_path": str(merged_path) if merged_path else None,
-            "status": "completed",
-        }
+
+def save_merged(
+    cfg: DictConfig, module: Any, datamodule: Any, trainer: Any, metrics: dict[str, Any]
+) -> str:
+    """Fold the adapters into the weights and save the result as ``checkpoints/merged.ckpt``, a
+    plain checkpoint with the data settings, for ``vitattn-eval``; its test accuracy goes into
+    ``metrics`` as ``test/acc_merged``. Returns the checkpoint's path."""
+    from vitattn.lora.module import save_plain_checkpoint
+
+    merged = module.merged_classifier()
+    path = save_plain_checkpoint(
+        merged,
+        Path(cfg.paths.output_dir) / "checkpoints" / MERGED_CHECKPOINT,
+        trainer.global_step,
+        data_settings=dict(datamodule.hparams),
     )
-    if writes:
-        write_metrics(output_dir / "metrics.json", metrics)
-        log_results(trainer.loggers, metrics, trainer.global_step, FINETUNING_RESULTS)
-        log.info(
-            "attention=%s, lora.rank=%d on data.shift=%s: test/acc %.2f%% (base %.2f%%); %s",
-            attention,
-            settings.rank,
-            shift,
-            100 * float(metrics.get("test/acc") or float("nan")),
-            100 * base_acc,
-            output_dir,
-        )
-    return metrics
+    metrics["test/acc_merged"] = score(cfg, merged, datamodule)
+    log.info("wrote %s (test/acc_merged=%.4f)", path, metrics["test/acc_merged"])
+    return str(path)
+
+
+def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
+    """The line a fine-tune ends with: attention, rank, shift, test accuracy against the base's."""
+    test_acc = float(metrics.get("test/acc") or float("nan"))
+    return (
+        f"attention={metrics['attention']}, lora.rank={metrics['lora/rank']} on "
+        f"data.shift={metrics['data/shift']}: test/acc {100 * test_acc:.2f}% "
+        f"(base {100 * metrics['test/acc_base']:.2f}%); {output_dir}"
+    )
 
 
 def validate(cfg: DictConfig) -> None:
@@ -195,13 +229,11 @@ def validate(cfg: DictConfig) -> None:
     from omegaconf import open_dict
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.lora.adapters import LoRASettings, require_peft
+    from vitattn.lora.adapters import require_peft
     from vitattn.utils.validation import check_buildable, check_types
 
     require_peft()
-    LoRASettings.from_mapping(
-        OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
-    )
+    lora_settings(cfg)
     path = cfg.get("ckpt_path")
     if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():
         with open_dict(cfg):

@@ -1,4 +1,5 @@
-"""Fitting as every command does it: a fit that a signal stops ends with ``"status":
+"""Fitting as every command does it: the steps before a fit (seeding, reading the data, the
+trainer with the run's callbacks and loggers), a fit that a signal stops ends with ``"status":
 "interrupted"`` and one line, the best checkpoint is tested, and the figures ``metrics.json``
 reports of every run are gathered in one place."""
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+import hydra
 import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -19,7 +21,39 @@ from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond, load_avera
 from vitattn.confusion import ConfusionReport
 from vitattn.insight import AttentionInsight
 from vitattn.utils.checkpoints import run_test_on_best
+from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
 from vitattn.utils.task import write_metrics
+
+
+def seed_and_precision(cfg: Any) -> None:
+    """Seed Python, numpy and torch with ``cfg.seed`` where it is given, and set torch's float32
+    matmul precision to ``cfg.matmul_precision`` where that is."""
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+
+def prepare_for_fit(module: Any, datamodule: Any) -> None:
+    """Refuse in one line data that ``module``'s network cannot read, then read the data
+    (downloading it where it is missing) and split it."""
+    module.check_data(datamodule)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+
+def instantiate_trainer(cfg: Any, resume_step: int | None = None) -> L.Trainer:
+    """The configured trainer with the run's callbacks and loggers; a run resuming from a
+    checkpoint of ``resume_step`` gets loggers that drop what a killed run logged after it."""
+    callbacks = instantiate_list(cfg.get("callbacks"))
+    loggers = instantiate_loggers(cfg.get("logger"), resume_step)
+    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+
+def writes_results(trainer: L.Trainer, cfg: Any) -> bool:
+    """Whether this process writes the run's results: the rank-zero process of a run that is not
+    a ``fast_dev_run``."""
+    return bool(trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"))
 
 
 def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:

@@ -28,79 +28,79 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
-    import torch
 
-    from vitattn.fitting import fit_and_test, result_line
-    from vitattn.logger import log_hyperparameters, log_results
-    from vitattn.models.flops import gflop_per_image
-    from vitattn.utils.checkpoint_io import remove_partial_checkpoints
-    from vitattn.utils.checkpoints import (
-        check_checkpoint_matches,
-        read_checkpoint,
+    from vitattn.fitting import (
+        fit_and_test,
+        instantiate_trainer,
+        prepare_for_fit,
+        result_line,
+        seed_and_precision,
+        writes_results,
     )
+    from vitattn.logger import log_hyperparameters, log_results
+    from vitattn.utils.checkpoint_io import remove_partial_checkpoints
     from vitattn.utils.hparams import training_hyperparameters
-    from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
     from vitattn.utils.lightning_output import tidy_lightning_output
     from vitattn.utils.sweep_continuation import continue_interrupted_job
     from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
-    if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("matmul_precision"):
-        torch.set_float32_matmul_precision(cfg.matmul_precision)
-
+    seed_and_precision(cfg)
     # Everything that can reject the configuration or the data runs before anything is written.
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: L.LightningModule = hydra.utils.instantiate(cfg.module)
-    module.check_data(datamodule)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    prepare_for_fit(module, datamodule)
     continue_interrupted_job(cfg)  # an interrupted job of a re-run sweep: from its last.ckpt
-    resume_step = None
-    if cfg.get("ckpt_path"):
-        check_checkpoint_matches(cfg.ckpt_path, module.hparams.net)
-        resume_step = int(read_checkpoint(cfg.ckpt_path)["global_step"])
+    trainer = instantiate_trainer(cfg, resume_step=resumed_step(cfg, module))
 
-    callbacks = instantiate_list(cfg.get("callbacks"))
-    loggers = instantiate_loggers(cfg.get("logger"), resume_step)
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-
-    params = sum(p.numel() for p in module.parameters())
-    example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
-    gflop = gflop_per_image(module.net, example)
     choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
-    hparams = training_hyperparameters(cfg, choices, params)
-    log_hyperparameters(trainer.loggers, hparams)
+    figures = model_figures(module, datamodule, choices)
+    log_hyperparameters(trainer.loggers, training_hyperparameters(cfg, choices, figures["params"]))
     log.info(
         "attention=%s, %d parameters, precision %s on %s, run directory %s",
         choices["attention"],
-        params,
+        figures["params"],
         trainer.precision,
         trainer.strategy.root_device,
         output_dir,
     )
-    degenerate = warn_if_exact(module.net, choices["attention"])
+    figures["degenerate"] = warn_if_exact(module.net, choices["attention"])
 
     remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write
     metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
-    metrics.update(
-        {
-            "params": params,
-            "gflop_per_image": None if gflop is None else round(gflop, 3),
-            "attention": choices["attention"],
-            "model": choices["model"],
-            "degenerate": degenerate,
-            "ckpt_path": tested,
-            "status": "completed",
-        }
-    )
-    if trainer.is_global_zero and not cfg.trainer.get("fast_dev_run"):
+    metrics.update({**figures, "ckpt_path": tested, "status": "completed"})
+    if writes_results(trainer, cfg):
         write_metrics(output_dir / "metrics.json", metrics)
         log_results(trainer.loggers, metrics, trainer.global_step)
         log.info("%s", result_line(metrics, output_dir))
     return metrics
+
+
+def resumed_step(cfg: DictConfig, module: Any) -> int | None:
+    """The step of the checkpoint ``cfg.ckpt_path`` the run continues from, once it is known to
+    hold ``module``'s network; ``None`` for a run that starts afresh."""
+    from vitattn.utils.checkpoints import check_checkpoint_matches, read_checkpoint
+
+    if not cfg.get("ckpt_path"):
+        return None
+    check_checkpoint_matches(cfg.ckpt_path, module.hparams.net)
+    return int(read_checkpoint(cfg.ckpt_path)["global_step"])
+
+
+def model_figures(module: Any, datamodule: Any, choices: dict[str, str | None]) -> dict[str, Any]:
+    """What ``metrics.json`` says of the model: its parameters, GFLOP per image (forward and
+    backward, on an image as the data module prepares it), its attention and model options."""
+    from vitattn.models.flops import gflop_per_image
+
+    example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
+    gflop = gflop_per_image(module.net, example)
+    return {
+        "params": sum(p.numel() for p in module.parameters()),
+        "gflop_per_image": None if gflop is None else round(gflop, 3),
+        "attention": choices["attention"],
+        "model": choices["model"],
+    }
 
 
 def warn_if_exact(net: Any, attention: str | None) -> str | None:

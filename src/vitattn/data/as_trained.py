@@ -11,7 +11,6 @@ back. A value given on the command line (``data.shift=invert``) is used as given
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from lightning import LightningDataModule
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.data.cifar10 import CIFAR10DataModule
+from vitattn.data.settings import DataSettings
 from vitattn.utils.checkpoints import read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -49,8 +48,7 @@ def as_trained(
     if not unset:
         return data_cfg
     saved = saved_data_settings(ckpt_path)
-    defaults = inspect.signature(CIFAR10DataModule).parameters
-    chosen = {name: saved.get(name, defaults[name].default) for name in unset}
+    chosen = {name: saved.get(name, DataSettings.default(name)) for name in unset}
     if saved:
         log.info(
             "data settings as the checkpoint was trained: %s",

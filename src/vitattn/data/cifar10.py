@@ -32,7 +32,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as v2F
 
 from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
-from vitattn.data.shifts import SHIFTS, apply_shift
+from vitattn.data.settings import URL, DataSettings
+from vitattn.data.shifts import apply_shift
 from vitattn.utils.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
-URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)
@@ -234,128 +234,23 @@ def usable_local_archive(path: Path, md5: str | None) -> Path | None:
 class CIFAR10DataModule(L.LightningDataModule):
     """CIFAR-10 with a seeded validation split carved from the training set.
 
-    Args:
-        data_dir: directory that holds (or will receive) ``cifar-10-batches-py/``.
-        batch_size: training batch size.
-        eval_batch_size: batch size of validation and test.
-        val_fraction: share of the training images held out for validation.
-        split_seed: seed of the train/validation split (fixed, so runs compare on equal data).
-        crop_padding: padding of the random crop (0 turns it off).
-        hflip: random horizontal flips.
-        randaugment_ops: RandAugment (Cubuk et al. 2020, torchvision.transforms.v2) with this many
-            operations per image; 0 turns it off.
-        randaugment_magnitude: RandAugment's magnitude (0..30).
-        randaugment_group: images that share one draw of RandAugment's operations. torchvision
-            applies one draw to a whole batch tensor; drawing per group of this many images keeps
-            the augmentation varied without a Python loop over single images.
-        mixup_alpha: MixUp (Zhang et al. 2018) Beta parameter; 0 turns it off.
-        cutmix_alpha: CutMix (Yun et al. 2019) Beta parameter; 0 turns it off. With both on, each
-            batch gets one of the two at random. Either makes the training labels soft,
-            ``(batch, classes)`` probabilities.
-        grayscale: convert the images to one luma channel (ITU-R 601), as in Long Range Arena's
-            Image task.
-        normalize: scale to zero mean and unit variance per channel; ``False`` passes the raw
-            uint8 pixels on (for ``model.embedding=intensity``).
-        shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
-            ``rotate``, ``invert`` or ``none``; applied to training, validation and test batches
-            alike, on the device, before augmentation and normalisation.
-        augment_seed: seed of the augmentation generator; ``None`` draws it from torch's global
-            RNG, which ``seed_everything`` has seeded.
-        download: download the archive if ``cifar-10-batches-py/`` is missing.
-        url: where to download from (a mirror may be given).
-        download_timeout: seconds the download may wait for the server (to connect, or for the
-            next data) before it fails.
-        num_workers: DataLoader workers; 0 is right here, batches are slices of a tensor.
-        pin_memory: pin host memory for faster copies to a GPU.
+    Takes the keyword arguments of :class:`~vitattn.data.settings.DataSettings` (the keys of
+    ``configs/data/cifar10.yaml``), checks them there, and keeps them as ``settings``; its
+    hyperparameters, saved in every checkpoint, are the same flat keys.
     """
 
-    def __init__(
-        self,
-        data_dir: str | Path,
-        batch_size: int = 128,
-        eval_batch_size: int = 500,
-        val_fraction: float = 0.1,
-        split_seed: int = 0,
-        crop_padding: int = 4,
-        hflip: bool = True,
-        randaugment_ops: int = 0,
-        randaugment_magnitude: int = 9,
-        randaugment_group: int = 16,
-        mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0,
-        grayscale: bool = False,
-        normalize: bool = True,
-        shift: str = "none",
-        augment_seed: int | None = None,
-        download: bool = True,
-        url: str = URL,
-        download_timeout: float = 60.0,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-    ) -> None:
+    def __init__(self, data_dir: str | Path, **settings: Any) -> None:
         super().__init__()
-        for setting, value in (
-            ("grayscale", grayscale),
-            ("normalize", normalize),
-            ("hflip", hflip),
-        ):
-            if not isinstance(value, bool):
-                raise ConfigError(f"data.{setting}={value} is not valid; choose true or false")
-        if batch_size < 1 or eval_batch_size < 1:
-            raise ConfigError(
-                f"data.batch_size={batch_size} and data.eval_batch_size={eval_batch_size} "
-                "must be positive integers"
-            )
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(
-                f"data.val_fraction={val_fraction} is not valid; choose 0 < value < 1"
-            )
-        if crop_padding < 0:
-            raise ConfigError(f"data.crop_padding={crop_padding} is not valid; choose >= 0")
-        for setting, value in (("randaugment_ops", randaugment_ops), ("mixup_alpha", mixup_alpha)):
-            if value < 0:
-                raise ConfigError(f"data.{setting}={value} is not valid; choose >= 0 (0 = off)")
-        if cutmix_alpha < 0:
-            raise ConfigError(
-                f"data.cutmix_alpha={cutmix_alpha} is not valid; choose >= 0 (0 = off)"
-            )
-        if (mixup_alpha or cutmix_alpha) and not normalize:
-            raise ConfigError(
-                "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true"
-            )
-        if not 0 <= randaugment_magnitude <= 30:
-            raise ConfigError(
-                f"data.randaugment_magnitude={randaugment_magnitude} is not valid; choose 0..30"
-            )
-        if randaugment_group < 1:
-            raise ConfigError(
-                f"data.randaugment_group={randaugment_group} is not valid; choose >= 1"
-            )
-        if isinstance(download_timeout, bool) or not (
-            isinstance(download_timeout, int | float) and download_timeout > 0
-        ):
-            raise ConfigError(
-                f"data.download_timeout={download_timeout} is not valid; choose a positive "
-                "number of seconds"
-            )
-        if shift not in SHIFTS:
-            raise ConfigError(f"data.shift={shift!r} is not valid; choose one of {SHIFTS}")
-        cpus = os.cpu_count() or 1
-        if not 0 <= num_workers <= cpus:  # each worker is a copy of this process, kept alive
-            raise ConfigError(
-                f"data.num_workers={num_workers} is not valid; choose 0..{cpus} (this machine's "
-                "CPUs; 0 is fastest here: batches are slices of a tensor)"
-            )
-        self.save_hyperparameters(logger=False)
+        self.settings = DataSettings.of(data_dir=data_dir, **settings)
+        self.save_hyperparameters(self.settings.as_hparams(), logger=False)
         self.data_dir = Path(data_dir).expanduser()
         self.mean = torch.tensor(MEAN)
         self.std = torch.tensor(STD)
-        self.randaugment = (
-            v2.RandAugment(num_ops=randaugment_ops, magnitude=randaugment_magnitude)
-            if randaugment_ops
-            else None
+        ops, magnitude = self.settings.randaugment_ops, self.settings.randaugment_magnitude
+        self.randaugment = v2.RandAugment(num_ops=ops, magnitude=magnitude) if ops else None
+        self.mix = mix_transform(
+            self.settings.mixup_alpha, self.settings.cutmix_alpha, len(CLASSES)
         )
-        self.mix = mix_transform(mixup_alpha, cutmix_alpha, len(CLASSES))
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
         self.test_set: TensorDataset | None = None
@@ -380,17 +275,17 @@ class CIFAR10DataModule(L.LightningDataModule):
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """``(channels, height, width)`` of the images the model receives."""
-        return (1 if self.hparams.grayscale else 3, 32, 32)
+        return (1 if self.settings.grayscale else 3, 32, 32)
 
     def prepare_data(self) -> None:
         if self.folder.is_dir():
             return
-        if not self.hparams.download:
+        if not self.settings.download:
             raise DataError(
                 f"data.data_dir={self.data_dir} holds no {FOLDER}/ and data.download=false; "
                 f"put the official 'CIFAR-10 python version' folder {FOLDER}/ there"
             )
-        download_cifar10(self.data_dir, self.hparams.url, self.hparams.download_timeout)
+        download_cifar10(self.data_dir, self.settings.url, self.settings.download_timeout)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -399,18 +294,18 @@ class CIFAR10DataModule(L.LightningDataModule):
             raise DataError(f"data.data_dir={self.data_dir} holds no {FOLDER}/ (run prepare_data)")
         images, labels = read_split(self.folder, TRAIN_FILES)
         test_images, test_labels = read_split(self.folder, TEST_FILES)
-        if self.hparams.grayscale:
+        if self.settings.grayscale:
             images, test_images = v2F.rgb_to_grayscale(images), v2F.rgb_to_grayscale(test_images)
             luma = images.float().div(255)
             self.mean, self.std = luma.mean().reshape(1), luma.std().reshape(1)
-        num_val = max(1, round(self.hparams.val_fraction * len(labels)))
+        num_val = max(1, round(self.settings.val_fraction * len(labels)))
         if num_val >= len(labels):
             raise ConfigError(
-                f"data.val_fraction={self.hparams.val_fraction} leaves no training images "
+                f"data.val_fraction={self.settings.val_fraction} leaves no training images "
                 f"out of {len(labels)}"
             )
         order = torch.randperm(
-            len(labels), generator=torch.Generator().manual_seed(self.hparams.split_seed)
+            len(labels), generator=torch.Generator().manual_seed(self.settings.split_seed)
         )
         val_idx, train_idx = order[:num_val], order[num_val:]
         self.train_set = TensorDataset(images[train_idx], labels[train_idx])
@@ -452,24 +347,24 @@ class CIFAR10DataModule(L.LightningDataModule):
             # torch's global generator at every new iterator, which a resumed run would then
             # draw at other times than an uninterrupted one (random features draw from it too).
             generator=torch.Generator().manual_seed(self.shuffle_seed),
-            num_workers=self.hparams.num_workers,
-            pin_memory=self.hparams.pin_memory,
-            persistent_workers=self.hparams.num_workers > 0,
+            num_workers=self.settings.num_workers,
+            pin_memory=self.settings.pin_memory,
+            persistent_workers=self.settings.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:
-        if self.train_set is not None and len(self.train_set) < self.hparams.batch_size:
+        if self.train_set is not None and len(self.train_set) < self.settings.batch_size:
             raise ConfigError(
-                f"data.batch_size={self.hparams.batch_size} is larger than the "
+                f"data.batch_size={self.settings.batch_size} is larger than the "
                 f"{len(self.train_set)} training images; choose a smaller batch size"
             )
-        return self._loader(self.train_set, self.hparams.batch_size, train=True)
+        return self._loader(self.train_set, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, self.hparams.eval_batch_size, train=False)
+        return self._loader(self.val_set, self.settings.eval_batch_size, train=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, self.hparams.eval_batch_size, train=False)
+        return self._loader(self.test_set, self.settings.eval_batch_size, train=False)
 
     def generator(self, device: torch.device) -> torch.Generator:
         """The augmentation RNG on ``device``, created on first use and checkpointed."""
@@ -479,7 +374,7 @@ class CIFAR10DataModule(L.LightningDataModule):
                 self._generator.set_state(self._generator_state)
                 self._generator_state = None
             else:
-                seed = self.hparams.augment_seed
+                seed = self.settings.augment_seed
                 if seed is None:  # from torch's global generator, which seed_everything seeded
                     seed = int(torch.randint(0, 2**62, (1,)).item())
                 self._generator.manual_seed(seed)
@@ -488,11 +383,11 @@ class CIFAR10DataModule(L.LightningDataModule):
     def augment(self, images: torch.Tensor) -> torch.Tensor:
         """Random crop with padding and horizontal flip of a uint8 batch."""
         generator = self.generator(images.device)
-        images = random_crop(images, self.hparams.crop_padding, generator)
-        if self.hparams.hflip:
+        images = random_crop(images, self.settings.crop_padding, generator)
+        if self.settings.hflip:
             images = random_horizontal_flip(images, generator)
         if self.randaugment is not None:
-            group = self.hparams.randaugment_group
+            group = self.settings.randaugment_group
             images = torch.cat([self.randaugment(part) for part in images.split(group)])
         return images
 
@@ -502,16 +397,16 @@ class CIFAR10DataModule(L.LightningDataModule):
         at the start of a fit) are prepared as for evaluation: no augmentation, so no random
         numbers drawn that a resumed run would not draw."""
         if isinstance(batch, torch.Tensor):
-            images = apply_shift(batch, self.hparams.shift)
-            if self.hparams.normalize:
+            images = apply_shift(batch, self.settings.shift)
+            if self.settings.normalize:
                 images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
             return images
         images, labels = batch
-        images = apply_shift(images, self.hparams.shift)  # the data set's variant, for all stages
+        images = apply_shift(images, self.settings.shift)  # the data set's variant, for all stages
         training = self.trainer is not None and self.trainer.training
         if training:
             images = self.augment(images)
-        if self.hparams.normalize:
+        if self.settings.normalize:
             images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
         if training and self.mix is not None:
             images, labels = self.mix(images, labels)

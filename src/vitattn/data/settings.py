@@ -1,0 +1,164 @@
+"""The data module's settings (``configs/data/cifar10.yaml``), typed and checked in one place.
+
+Hydra builds :class:`~vitattn.data.cifar10.CIFAR10DataModule` with the ``data`` node's keys as
+keyword arguments; the module turns them into a frozen :class:`DataSettings`, whose
+``__post_init__`` refuses a wrong type (worded as :mod:`vitattn.utils.validation` words it for
+every other group) or a value out of range, each in one :class:`ConfigError` line. The module
+saves the same flat keys as its hyperparameters, so the data settings stored in any checkpoint,
+earlier ones included, build a module again (:mod:`vitattn.data.as_trained` reads them).
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from vitattn.data.shifts import SHIFTS
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.validation import describe, matches
+
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+"""The official archive of CIFAR-10's python version."""
+
+OFF = ">= 0 (0 = off)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings:
+    """What the CIFAR-10 data module reads, how it splits and augments it, and where from.
+
+    Attributes:
+        data_dir: directory that holds (or will receive) ``cifar-10-batches-py/``.
+        batch_size: training batch size.
+        eval_batch_size: batch size of validation and test.
+        val_fraction: share of the training images held out for validation.
+        split_seed: seed of the train/validation split (fixed, so runs compare on equal data).
+        crop_padding: padding of the random crop (0 turns it off).
+        hflip: random horizontal flips.
+        randaugment_ops: RandAugment (Cubuk et al. 2020, torchvision.transforms.v2) with this many
+            operations per image; 0 turns it off.
+        randaugment_magnitude: RandAugment's magnitude (0..30).
+        randaugment_group: images that share one draw of RandAugment's operations. torchvision
+            applies one draw to a whole batch tensor; drawing per group of this many images keeps
+            the augmentation varied without a Python loop over single images.
+        mixup_alpha: MixUp (Zhang et al. 2018) Beta parameter; 0 turns it off.
+        cutmix_alpha: CutMix (Yun et al. 2019) Beta parameter; 0 turns it off. With both on, each
+            batch gets one of the two at random. Either makes the training labels soft,
+            ``(batch, classes)`` probabilities.
+        grayscale: convert the images to one luma channel (ITU-R 601), as in Long Range Arena's
+            Image task.
+        normalize: scale to zero mean and unit variance per channel; ``False`` passes the raw
+            uint8 pixels on (for ``model.embedding=intensity``).
+        shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
+            ``rotate``, ``invert`` or ``none``; applied to training, validation and test batches
+            alike, on the device, before augmentation and normalisation.
+        augment_seed: seed of the augmentation generator; ``None`` draws it from torch's global
+            RNG, which ``seed_everything`` has seeded.
+        download: download the archive if ``cifar-10-batches-py/`` is missing.
+        url: where to download from (a mirror may be given).
+        download_timeout: seconds the download may wait for the server (to connect, or for the
+            next data) before it fails.
+        num_workers: DataLoader workers; 0 is right here, batches are slices of a tensor.
+        pin_memory: pin host memory for faster copies to a GPU.
+    """
+
+    data_dir: str | Path
+    batch_size: int = 128
+    eval_batch_size: int = 500
+    val_fraction: float = 0.1
+    split_seed: int = 0
+    crop_padding: int = 4
+    hflip: bool = True
+    randaugment_ops: int = 0
+    randaugment_magnitude: int = 9
+    randaugment_group: int = 16
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    grayscale: bool = False
+    normalize: bool = True
+    shift: str = "none"
+    augment_seed: int | None = None
+    download: bool = True
+    url: str = URL
+    download_timeout: float = 60.0
+    num_workers: int = 0
+    pin_memory: bool = False
+
+    @classmethod
+    def of(cls, **settings: Any) -> DataSettings:
+        """The settings from the ``data`` node's keys; one line for a key that is not one."""
+        names = sorted(spec.name for spec in fields(cls))
+        unknown = sorted(set(settings) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"data.{unknown[0]} is not a data setting; choose among: {', '.join(names)}"
+            )
+        return cls(**settings)
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The value of setting ``name`` when the config does not give one."""
+        return cls.__dataclass_fields__[name].default
+
+    def __post_init__(self) -> None:
+        for name, hint in HINTS.items():
+            value = getattr(self, name)
+            if name == "data_dir":  # a config gives text; Python callers may give a Path
+                fits, valid = isinstance(value, str | Path), "a directory"
+            else:
+                fits, valid = matches(value, hint), describe(hint)
+            if not fits:
+                raise ConfigError(f"data.{name}={shown(value)} is not valid; choose {valid}")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ConfigError(
+                f"data.batch_size={self.batch_size} and data.eval_batch_size="
+                f"{self.eval_batch_size} must be positive integers"
+            )
+        for name, refused, valid in self.ranges():
+            if refused:
+                raise ConfigError(
+                    f"data.{name}={shown(getattr(self, name))} is not valid; choose {valid}"
+                )
+        if (self.mixup_alpha or self.cutmix_alpha) and not self.normalize:
+            raise ConfigError(
+                "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true"
+            )
+
+    def ranges(self) -> list[tuple[str, bool, str]]:
+        """``(setting, refused, what is valid)`` for each setting with a range, in the order they
+        are checked (a NaN fails every comparison: ``not 0 < x`` refuses it, ``x < 0`` does not)."""
+        cpus = os.cpu_count() or 1  # each worker is a copy of this process, kept alive
+        return [
+            ("val_fraction", not 0.0 < self.val_fraction < 1.0, "0 < value < 1"),
+            ("crop_padding", self.crop_padding < 0, ">= 0"),
+            ("randaugment_ops", self.randaugment_ops < 0, OFF),
+            ("mixup_alpha", self.mixup_alpha < 0, OFF),
+            ("cutmix_alpha", self.cutmix_alpha < 0, OFF),
+            ("randaugment_magnitude", not 0 <= self.randaugment_magnitude <= 30, "0..30"),
+            ("randaugment_group", self.randaugment_group < 1, ">= 1"),
+            ("download_timeout", not self.download_timeout > 0, "a positive number of seconds"),
+            ("shift", self.shift not in SHIFTS, f"one of {SHIFTS}"),
+            (
+                "num_workers",
+                not 0 <= self.num_workers <= cpus,
+                f"0..{cpus} (this machine's CPUs; 0 is fastest here: batches are slices of a "
+                "tensor)",
+            ),
+        ]
+
+    def as_hparams(self) -> dict[str, Any]:
+        """The settings as the flat keyword arguments a checkpoint stores (the data module's
+        hyperparameters), from which a module is built again."""
+        return {spec.name: getattr(self, spec.name) for spec in fields(self)}
+
+
+HINTS: dict[str, Any] = typing.get_type_hints(DataSettings)
+"""Each setting's type, from its annotation."""
+
+
+def shown(value: Any) -> Any:
+    """A value as a one-line error shows it: text quoted, the rest as it prints."""
+    return repr(value) if isinstance(value, str) else value
