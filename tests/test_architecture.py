@@ -171,3 +171,30 @@ def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
         if room_of(name) == room
     }
     assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+ENTRY_POINT_FUNCTION_LINES = 60
+"""An entry point reads as a short task over helpers named for what they do."""
+
+
+def long_functions(path: Path, limit: int) -> list[str]:
+    """``name (lines)`` of every function in ``path`` longer than ``limit`` lines."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+def test_entry_points_are_short_functions(entry_point: str) -> None:
+    path = package_modules()[entry_point]
+    assert long_functions(path, ENTRY_POINT_FUNCTION_LINES) == []
+
+
+def test_a_long_function_is_found(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(ENTRY_POINT_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def task():\n{body}\n")
+    assert long_functions(tmp_path / "long.py", ENTRY_POINT_FUNCTION_LINES) == ["task (61 lines)"]
