@@ -152,7 +152,9 @@ def first_failure(defect: Defect, pytest_args: list[str]) -> tuple[str | None, f
         environment = {**os.environ, "PYTHONPATH": str(copy / "src")}
         start = time.perf_counter()
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_args],
+            # -n 0: one process, so -x stops at the first failure (pyproject asks for workers)
+            [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
+            + pytest_args,
             cwd=copy,
             env=environment,
             capture_output=True,

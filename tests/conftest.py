@@ -10,11 +10,36 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from tests.helpers import SHARED_DATA, TINY, compose_config
 from vitattn.utils.config import PROJECT_ROOT
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, share the CPU between the workers: each one (and the console scripts
+    it starts) gets its part of the cores, so that workers do not oversubscribe them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that share a module's training (a module-scoped fixture) run on one pytest-xdist
+    worker (``--dist loadgroup``), so that it trains once; the other tests spread freely."""
+    for item in items:
+        fixture_info = getattr(item, "_fixtureinfo", None)
+        if fixture_info is None:
+            continue
+        if any(
+            definitions[-1].scope in ("module", "class")
+            for definitions in fixture_info.name2fixturedefs.values()
+        ):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session")
