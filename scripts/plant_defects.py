@@ -84,6 +84,12 @@ DEFECTS = [
         "return (positions - window // 2 + 1).clamp(0, length - window)",
     ),
     Defect(
+        "local (flex): global keys left out of the mask",
+        "local.py",
+        "return (q_idx < g) | (kv_idx < g) | in_window(q_idx, kv_idx)",
+        "return (q_idx < g) | in_window(q_idx, kv_idx)",
+    ),
+    Defect(
         "bigbird: window one block wider",
         "bigbird.py",
         "radius = min(window_blocks // 2, blocks - 1)",
@@ -151,10 +157,10 @@ def first_failure(defect: Defect, pytest_args: list[str]) -> tuple[str | None, f
         plant(defect, copy)
         environment = {**os.environ, "PYTHONPATH": str(copy / "src")}
         start = time.perf_counter()
+        # -n 0: one process, so that -x stops at the first failure (pyproject asks for workers)
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
         result = subprocess.run(
-            # -n 0: one process, so -x stops at the first failure (pyproject asks for workers)
-            [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
-            + pytest_args,
+            [*command, *pytest_args],
             cwd=copy,
             env=environment,
             capture_output=True,

@@ -6,15 +6,19 @@ block attends to the ``window_blocks`` blocks around it, to ``num_random`` rando
 (drawn once per layer) and to the ``global_blocks`` global blocks; the global blocks attend to
 every token.
 
-Cost O(n b d) with b = (window_blocks + num_random + global_blocks) * block keys per query: each
-query block gathers its key blocks (an index per block, never an n x n mask).
+Cost O(n b d) with b = (window_blocks + num_random + global_blocks) * block keys per query. Two
+implementations of the same pattern (``impl``): ``gather``, where each query block gathers its key
+blocks (an index per block, never an n x n mask), and ``flex``, where the pattern, written once as
+:meth:`BigBirdAttention.mask_mod` with the layer's own random blocks, goes to PyTorch's
+FlexAttention (:mod:`~vitattn.attention.common.flex`: compiled, inference only on a CPU);
+``auto`` picks per device and shape.
 """
 
 from __future__ import annotations
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import flex, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.blocks import (
     MASKED,
@@ -83,7 +87,12 @@ class BigBirdAttention(AttentionKernel):
             attends to them (at most the number of blocks). ``global_blocks`` equal to the number
             of blocks, or enough random blocks to cover the rest, is exact softmax attention.
         tile_memory: on a GPU, the share of its free memory that the scores of one group of
-            query blocks may take (``tiling.GPU_TILE_MEMORY``).
+            query blocks may take (``tiling.GPU_TILE_MEMORY``); ``gather`` only.
+        impl: ``gather`` (each query block gathers its key blocks), ``flex`` (FlexAttention with
+            :meth:`mask_mod`, the same random blocks; without gradients only on a CPU) or
+            ``auto``: gather on a CPU and under ``torch.compile``, the faster of the two per
+            shape on a GPU, timed once (:mod:`~vitattn.attention.common.flex`). Both compute the
+            same function.
     """
 
     def __init__(
@@ -97,6 +106,7 @@ class BigBirdAttention(AttentionKernel):
         num_random: int = 3,
         global_blocks: int = 1,
         tile_memory: float = GPU_TILE_MEMORY,
+        impl: str = "auto",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         if block is None:
@@ -113,6 +123,7 @@ class BigBirdAttention(AttentionKernel):
             )
         self.num_random = knobs.integer("num_random", num_random, 0)
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
+        self.impl = knobs.one_of("impl", impl, flex.IMPLEMENTATIONS)
         self.padding = -self.seq_len % self.block
         self.blocks = (self.seq_len + self.padding) // self.block
         self.global_blocks = knobs.integer(
@@ -126,6 +137,41 @@ class BigBirdAttention(AttentionKernel):
             self.heads, self.blocks, self.window_blocks, self.num_random, self.global_blocks
         )
         self.register_buffer("key_blocks", table)
+        # Loading a checkpoint replaces the random blocks in place: part of the masks' key.
+        self._block_masks = flex.BlockMasks(self.mask_mod, self.heads, self._random_state)
+
+    def _random_state(self) -> tuple[int, int, str]:
+        table = self.key_blocks
+        return table.data_ptr(), table._version, str(table.device)
+
+    def random_blocks(self, device: torch.device) -> torch.Tensor:
+        """(heads, blocks, blocks) bool: the random key blocks each query block drew, read from
+        the layer's own table (``key_blocks``: global, sliding, then random slots)."""
+        radius = min(self.window_blocks // 2, self.blocks - 1)
+        picks = self.key_blocks[..., self.global_blocks + 2 * radius + 1 :].to(device)
+        drawn = torch.zeros(self.heads, self.blocks, self.blocks, dtype=torch.bool, device=device)
+        head, row, slot = (picks >= 0).nonzero(as_tuple=True)
+        drawn[head, row + self.global_blocks, picks[head, row, slot]] = True
+        return drawn
+
+    def mask_mod(self, tokens: int, device: torch.device) -> flex.MaskMod:
+        """The pattern as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)`` over the front-padded
+        sequence: a query block sees a key block if either is global, if they are at most
+        ``window_blocks // 2`` apart, or if it drew that block (:meth:`random_blocks`); padding
+        keys are never seen."""
+        size, pad, g = self.block, self.padding, self.global_blocks
+        radius = min(self.window_blocks // 2, self.blocks - 1)
+        drawn = self.random_blocks(device)
+
+        def mask_mod(
+            b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+        ) -> torch.Tensor:
+            q_block, kv_block = q_idx // size, kv_idx // size
+            sliding = (q_block - kv_block).abs() <= radius
+            chosen = (q_block < g) | (kv_block < g) | sliding | drawn[h, q_block, kv_block]
+            return chosen & (kv_idx >= pad)
+
+        return mask_mod
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         heads, tokens = q.shape[1:3]
@@ -135,7 +181,17 @@ class BigBirdAttention(AttentionKernel):
                 f"but got {tokens} tokens and {heads} heads; its random blocks are drawn for "
                 "the model's sizes"
             )
+        implementations = {"gather": self.gather, "flex": self.flex}
+        settings = (self.block, self.window_blocks, self.num_random, self.global_blocks)
+        return flex.run(self.impl, "bigbird", implementations, q, k, v, settings=settings)
+
+    def gather(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=gather``: each query block gathers its key blocks, in fp32."""
         return in_fp32(self._attend, q, k, v)
+
+    def flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=flex``: FlexAttention with :meth:`mask_mod`."""
+        return flex.attend(q, k, v, self._block_masks, scale=self.scale, pad=self.padding)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         batch, heads, _, dim = q.shape
@@ -199,5 +255,5 @@ class BigBirdAttention(AttentionKernel):
         return (
             f"{super().extra_repr()}, block={self.block}, window_blocks={self.window_blocks}, "
             f"num_random={self.num_random}, global_blocks={self.global_blocks}, "
-            f"tile_memory={self.tile_memory}"
+            f"tile_memory={self.tile_memory}, impl={self.impl}"
         )

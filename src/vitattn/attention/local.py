@@ -11,8 +11,11 @@ attention (Hassani et al., "Neighborhood Attention Transformer", CVPR 2023); Lon
 lets the window hang over the edge. With this convention a window covering the whole sequence
 (or grid) is exact softmax attention.
 
-Cost O(n w d): the queries are cut into blocks (1-D runs or 2-D tiles), each block gathers the
-contiguous keys its windows span, and slots outside a query's own window are masked.
+Cost O(n w d), two implementations of the same pattern (``impl``): ``gather`` cuts the queries
+into blocks (1-D runs or 2-D tiles), each block gathers the contiguous keys its windows span, and
+slots outside a query's own window are masked; ``flex`` hands the pattern, written once as
+:meth:`LocalAttention.mask_mod`, to PyTorch's FlexAttention (:mod:`~vitattn.attention.common.flex`:
+compiled, inference only on a CPU); ``auto`` picks per device and shape.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import flex, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.blocks import (
     MASKED,
@@ -94,7 +97,11 @@ class LocalAttention(AttentionKernel):
             attend to them. ``None`` takes the tokens in front of the largest square, i.e. the
             class token when ``model.pool=cls`` and none otherwise.
         tile_memory: on a GPU, the share of its free memory for the scores of one group of
-            query blocks (``tiling.GPU_TILE_MEMORY``).
+            query blocks (``tiling.GPU_TILE_MEMORY``); ``gather`` only.
+        impl: ``gather`` (blocks of queries gather their keys), ``flex`` (FlexAttention with
+            :meth:`mask_mod`; without gradients only on a CPU) or ``auto``: gather on a CPU and
+            under ``torch.compile``, the faster of the two per shape on a GPU, timed once
+            (:mod:`~vitattn.attention.common.flex`). Both compute the same function.
     """
 
     def __init__(
@@ -107,6 +114,7 @@ class LocalAttention(AttentionKernel):
         window_shape: str = "2d",
         global_tokens: int | None = None,
         tile_memory: float = GPU_TILE_MEMORY,
+        impl: str = "auto",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.window = knobs.integer("window", window, 1)
@@ -123,7 +131,9 @@ class LocalAttention(AttentionKernel):
                 f"{self.seq_len} tokens off the {side}x{side} grid of window_shape=2d; "
                 f"choose attention.global_tokens >= {extra} (or null)"
             )
+        self.impl = knobs.one_of("impl", impl, flex.IMPLEMENTATIONS)
         self._layouts: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
+        self._block_masks = flex.BlockMasks(self.mask_mod)
 
     def layout(self, tokens: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         """(query_index, key_index, bias, inverse) for ``tokens`` tokens, cached per device.
@@ -170,17 +180,65 @@ class LocalAttention(AttentionKernel):
             self._layouts[cache_key] = tuple(t.to(device) for t in (queries, keys, bias, inverse))
         return self._layouts[cache_key]
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return in_fp32(self._attend, q, k, v)
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        batch, heads, tokens, dim = q.shape
+    def mask_mod(self, tokens: int, device: torch.device) -> flex.MaskMod:
+        """The pattern for ``tokens`` tokens as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``:
+        a query sees a key if either is global, or the key lies in the query's window, with the
+        windows shifted inwards at the edges as :func:`_window_starts` does for ``gather``."""
         g = self.global_tokens
+        if self.window_shape == "1d":
+            window = min(self.window, tokens)
+
+            def in_window(q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+                start = _window_starts(q_idx, window, tokens)
+                return (kv_idx >= start) & (kv_idx < start + window)
+
+        else:
+            side = grid_side(tokens)
+            offset = tokens - side * side
+            window = min(self.window, side)
+
+            def in_window(q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+                # Cells of the grid; the tokens before it (offset of them) are global.
+                q_cell, kv_cell = q_idx - offset, kv_idx - offset
+                rows = _window_starts(q_cell // side, window, side)
+                columns = _window_starts(q_cell % side, window, side)
+                kv_row, kv_column = kv_cell // side, kv_cell % side
+                return (
+                    (kv_row >= rows)
+                    & (kv_row < rows + window)
+                    & (kv_column >= columns)
+                    & (kv_column < columns + window)
+                )
+
+        def mask_mod(
+            b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+        ) -> torch.Tensor:
+            return (q_idx < g) | (kv_idx < g) | in_window(q_idx, kv_idx)
+
+        return mask_mod
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        tokens, g = q.shape[2], self.global_tokens
         if self.window_shape == "2d" and tokens - grid_side(tokens) ** 2 > g:
             raise ConfigError(
                 f"attention=local (window_shape=2d, global_tokens={g}) got {tokens} tokens, "
                 "more than a square grid plus the global tokens"
             )
+        implementations = {"gather": self.gather, "flex": self.flex}
+        settings = (self.window, self.window_shape, g, self.tile_memory)
+        return flex.run(self.impl, "local", implementations, q, k, v, settings=settings)
+
+    def gather(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=gather``: blocks of queries and the keys they span, in fp32."""
+        return in_fp32(self._attend, q, k, v)
+
+    def flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=flex``: FlexAttention with :meth:`mask_mod`."""
+        return flex.attend(q, k, v, self._block_masks, scale=self.scale)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        batch, heads, tokens, dim = q.shape
+        g = self.global_tokens
         queries, keys, bias, inverse = self.layout(tokens, q.device)
         blocks, per_block = queries.shape
         span = keys.shape[1]
@@ -223,5 +281,6 @@ class LocalAttention(AttentionKernel):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, window={self.window}, window_shape={self.window_shape}, "
-            f"global_tokens={self.global_tokens}, tile_memory={self.tile_memory}"
+            f"global_tokens={self.global_tokens}, tile_memory={self.tile_memory}, "
+            f"impl={self.impl}"
         )

@@ -18,8 +18,14 @@ The two sets are combined as in the paper's Section 4.2: ``combine: heads`` spli
 between them (the first half A(1), the rest A(2); with one head, ``merged`` is used), ``merged``
 gives every head the union A(1) and A(2).
 
-Cost O(n sqrt(n) d) at the default l = sqrt(n): rows and columns are reshapes of the padded
-sequence, summaries a gather of (n / l) c keys.
+Cost O(n sqrt(n) d) at the default l = sqrt(n). Two implementations of the same pattern
+(``impl``): ``gather``, where rows and columns are reshapes of the padded sequence and summaries a
+gather of (n / l) c keys, and ``flex``, where the pattern, written once as
+:meth:`SparseAttention.mask_mod` (the heads' difference through its ``h``), goes to PyTorch's
+FlexAttention (:mod:`~vitattn.attention.common.flex`: compiled, inference only on a CPU). A
+block of B consecutive queries spans B columns, so FlexAttention visits about 2B / l of the key
+blocks for a column head (all of them while l <= 2B; B = 16 on a CPU) and computes the whole of
+each: n^2 2B / l scores instead of the gather's n^2 / l. ``auto`` picks per device and shape.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import math
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import flex, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.blocks import MASKED, in_fp32, pad_tokens, softmax_parts
 
@@ -58,6 +64,10 @@ class SparseAttention(AttentionKernel):
             ``summary = stride`` makes every token a summary.
         combine: ``heads`` (the first ceil(heads / 2) heads attend to the row, the others to the
             column or summaries) or ``merged`` (every head attends to the union).
+        impl: ``gather`` (reshapes and gathers), ``flex`` (FlexAttention with :meth:`mask_mod`;
+            without gradients only on a CPU) or ``auto``: gather on a CPU and under
+            ``torch.compile``, the faster of the two per shape on a GPU, timed once
+            (:mod:`~vitattn.attention.common.flex`). Both compute the same function.
 
     Exact limits: ``fixed`` with ``stride = summary = seq_len`` is softmax for every head;
     ``strided`` is softmax on the row heads with ``stride = seq_len`` and on the column heads with
@@ -74,6 +84,7 @@ class SparseAttention(AttentionKernel):
         stride: int | None = None,
         summary: int | None = None,
         combine: str = "heads",
+        impl: str = "auto",
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.pattern = knobs.one_of("pattern", pattern, PATTERNS)
@@ -89,9 +100,51 @@ class SparseAttention(AttentionKernel):
         self.combine = knobs.one_of("combine", combine, COMBINES)
         self.merged = self.combine == "merged" or self.heads == 1
         self.row_heads = self.heads if self.merged else math.ceil(self.heads / 2)
+        self.impl = knobs.one_of("impl", impl, flex.IMPLEMENTATIONS)
+        same_for_all_heads = self.merged and self.pattern == "strided"
+        self._block_masks = flex.BlockMasks(self.mask_mod, 1 if same_for_all_heads else self.heads)
+
+    def mask_mod(self, tokens: int, device: torch.device) -> flex.MaskMod:
+        """The pattern for ``tokens`` tokens as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``
+        over the front-padded sequence (position p in row p // l, column p % l): A(1), the
+        query's row; A(2), its column (``strided``) or the summaries of head i of A(2)'s heads,
+        the c columns ending i * c before a row's end (``fixed``, as :func:`summary_offsets`);
+        per head (``heads``: the first ``row_heads`` heads A(1), the others A(2)) or their union
+        (``merged``). Padding keys are never seen."""
+        stride = min(self.stride, tokens)
+        pad = -tokens % stride
+        summary, row_heads, merged = self.summary, self.row_heads, self.merged
+        strided = self.pattern == "strided"
+
+        def mask_mod(
+            b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+        ) -> torch.Tensor:
+            row = q_idx // stride == kv_idx // stride
+            if strided:
+                other = q_idx % stride == kv_idx % stride
+            else:
+                index = h if merged else h - row_heads  # the head's place among A(2)'s heads
+                start = stride - (index + 1) * summary
+                other = (kv_idx % stride - start) % stride < summary
+            allowed = row | other if merged else torch.where(h < row_heads, row, other)
+            return allowed & (kv_idx >= pad)
+
+        return mask_mod
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        implementations = {"gather": self.gather, "flex": self.flex}
+        settings = (self.pattern, self.stride, self.summary, self.combine)
+        return flex.run(self.impl, "sparse", implementations, q, k, v, settings=settings)
+
+    def gather(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=gather``: rows and columns as reshapes, summaries gathered, in fp32."""
         return in_fp32(self._attend, q, k, v)
+
+    def flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=flex``: FlexAttention with :meth:`mask_mod`."""
+        tokens = q.shape[2]
+        pad = -tokens % min(self.stride, tokens)
+        return flex.attend(q, k, v, self._block_masks, scale=self.scale, pad=pad)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         tokens = q.shape[2]
@@ -222,5 +275,5 @@ class SparseAttention(AttentionKernel):
         summary = f", summary={self.summary}" if self.pattern == "fixed" else ""
         return (
             f"{super().extra_repr()}, pattern={self.pattern}, stride={self.stride}{summary}, "
-            f"combine={self.combine}"
+            f"combine={self.combine}, impl={self.impl}"
         )
