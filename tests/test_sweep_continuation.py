@@ -35,10 +35,12 @@ from vitattn.utils.sweep_continuation import (
 
 PAUSE = [
     "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
-    "+callbacks.pause.step=12",
-    "+callbacks.pause.seconds=0.3",
+    "+callbacks.pause.step=8",
+    "+callbacks.pause.seconds=0.4",
 ]
-SETTINGS = [*TINY, *steps(30, 10), *PAUSE]
+STEPS = 16
+SETTINGS = [*TINY, *steps(STEPS, 8), *PAUSE]
+"""Checkpoints at steps 8 and 16, paused steps after the first: a kill lands in between."""
 
 
 def sweep_command(sweep: Path) -> list[str]:
@@ -107,7 +109,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
 
     assert tree_digest(sweep / "seed=1") == first  # kept byte for byte, not trained again
     losses = read_scalars(sweep / "seed=2")["train/loss"]  # as TensorBoard reads the run
-    assert [step for step, _ in losses] == list(range(1, 31))  # each step once
+    assert [step for step, _ in losses] == list(range(1, STEPS + 1))  # each step once
     straight = tmp_path / "straight"
     run_cli("vitattn-train", "seed=2", *SETTINGS, f"hydra.run.dir={straight}", data_dir=data_dir)
     expected = weights(straight / "checkpoints" / "last.ckpt")
@@ -238,7 +240,7 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     job = sweep / "0"  # a one-job sweep: nothing differs, the job is numbered
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
     process = start_training(command, data_dir, PATH=path, SLURM_JOB_ID="4242")
-    wait_until((job / "checkpoints" / "last.ckpt").is_file, process)  # into steps after 10
+    wait_until((job / "checkpoints" / "last.ckpt").is_file, process)  # into steps after 8
     process.send_signal(signal.SIGUSR2)  # submitit's pre-emption warning
     _, stderr = process.communicate(timeout=120)
     assert "SIGUSR2: pre-empted; saving checkpoints/last.ckpt after this step" in stderr
@@ -246,9 +248,9 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == "interrupted"
     stopped = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
-    assert 10 < stopped < 30 and stopped == metrics["steps"]  # saved at its step, not step 10
+    assert 8 < stopped < STEPS and stopped == metrics["steps"]  # saved at its step, not step 8
 
     run_cli("vitattn-train", *command, data_dir=data_dir)  # the requeued job runs again
     losses = read_scalars(job)["train/loss"]
-    assert [step for step, _ in losses] == list(range(1, 31))
+    assert [step for step, _ in losses] == list(range(1, STEPS + 1))
     assert job_state(job) == "completed"
