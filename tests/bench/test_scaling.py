@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,7 @@ def test_the_sweep_of_the_settings(tmp_path: Path) -> None:
     assert sweep.knobs == {"softmax": {"impl": "naive"}}
     assert sweep.guard.max_memory_bytes == half_the_memory()  # auto on a CPU
     assert (sweep.guard.max_call_seconds, sweep.guard.free_below) == (60, 1024)
+    assert (sweep.warmup, sweep.warmup_max, sweep.settle, sweep.steady_heap) == (0, 20, 0.1, True)
 
 
 @pytest.mark.slow
@@ -137,3 +139,37 @@ def test_a_huge_size_is_skipped_quickly_by_probes_that_stay_within_the_guard() -
     rows = Runner(sweep).run()
     assert time.monotonic() - started < 60
     assert rows[0].ok and rows[1].status.startswith("skipped: predicted")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: on a busy machine a second thread that is not scheduled stalls
+    every parallel operator, and that noise would swamp what is compared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_row_does_not_depend_on_the_attentions_measured_before_it() -> None:
+    """The same grid in two orders reports the same rows, and forward is never slower than
+    forward+backward. The fastest repeat is compared (load on a shared machine only ever adds
+    to a call), with a ratio generous enough for that noise.
+    """
+    timed = {"warmup": 2, "warmup_max": 20, "settle": 0.1, "repeats": 5, "steady_heap": True}
+    grid = {"seq_lens": [256], "head_dims": [32], **timed}  # calls shorter than a time slice
+    first, second = (
+        {(r.attention, r.seq_len): r for r in Runner(small_sweep(attentions=order, **grid)).run()}
+        for order in (["efficient", "linear"], ["linear", "efficient"])
+    )
+    assert first.keys() == second.keys()
+    for key, row in first.items():
+        other = second[key]
+        for name in ("fwd_min_ms", "fwd_bwd_min_ms"):
+            low, high = sorted((getattr(row, name), getattr(other, name)))
+            assert high < 2 * low, f"{key} {name}: {low:.3f} ms in one order, {high:.3f} in another"
+        for measured in (row, other):
+            assert measured.fwd_ms is not None and measured.fwd_bwd_ms is not None
+            assert measured.fwd_ms < measured.fwd_bwd_ms, f"{key}: forward slower than fwd+bwd"
+            assert measured.fwd_warmup is not None and 2 <= measured.fwd_warmup <= 20

@@ -31,6 +31,8 @@ BAD_INPUTS = [
     (["repeats=abc"], r"repeats=abc: Value 'abc' of type 'str' could not be converted to Integer"),
     (["repeats=0"], r"repeats=0 is not valid; choose an integer >= 1"),
     (["warmup=-1"], r"warmup=-1 is not valid; choose an integer >= 0"),
+    (["warmup=5", "warmup_max=3"], r"warmup_max=3 is not valid; choose an integer >= warmup=5"),
+    (["settle=0"], r"settle=0.0 is not valid; choose a positive number"),
     (["seq_lens=[0,64]"], r"seq_lens has 0, which is not valid"),
     (["head_dims=[]"], r"head_dims=\[\] is not valid; give a list such as \[256,1024\]"),
     (["guard.max_call_seconds=0"], r"guard.max_call_seconds=0.0 is not valid; choose a positive"),

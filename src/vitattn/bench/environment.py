@@ -40,6 +40,14 @@ def half_the_memory() -> float | None:
         return None
 
 
+def load_average() -> float | None:
+    """The system's load over the last minute (runnable processes), if the platform says."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
 def cpu_name() -> str:
     """The processor's model name (from ``/proc/cpuinfo`` on Linux), else the machine type."""
     try:

@@ -5,7 +5,9 @@ For every attention x head dimension x sequence length one :class:`Row`: forward
 gradients of q, k, v and of the kernel's parameters), and the memory of one forward+backward
 (:mod:`vitattn.bench.memory`). ``level=block`` measures a whole pre-norm transformer block
 (:class:`vitattn.models.vit.Block`, MLP included) on ``(batch, n, heads * head_dim)`` tokens
-instead of the bare kernel.
+instead of the bare kernel. Each timing warms up until two consecutive calls agree and, with
+``steady_heap``, runs on a heap whose thresholds do not move (:mod:`vitattn.bench.timing`), so a
+grid point's numbers do not depend on the grid points measured before it.
 
 A size that runs out of memory is recorded with status ``oom`` and larger sizes of that
 attention are skipped. Before a large size runs, the guard decides whether it may: first from
@@ -32,11 +34,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitattn.bench.environment import environment, half_the_memory
+from vitattn.bench.environment import environment, half_the_memory, load_average
 from vitattn.bench.kernels import attention_factory, build_kernel, failure_status, split_variant
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.settings import BenchSettings
-from vitattn.bench.timing import time_call
+from vitattn.bench.timing import steady_heap, time_call
 from vitattn.models.flops import count_gflop
 from vitattn.models.vit import Block
 
@@ -57,10 +59,13 @@ class Row:
     status: str = "ok"
     fwd_q25_ms: float | None = None  # quartiles and the fastest repeat
     fwd_q75_ms: float | None = None
+    fwd_min_ms: float | None = None
     fwd_bwd_q25_ms: float | None = None
     fwd_bwd_q75_ms: float | None = None
     fwd_bwd_min_ms: float | None = None
     repeats: int | None = None  # fewer than asked when guard.max_measure_seconds cut them
+    fwd_warmup: int | None = None  # unmeasured calls until the times settled
+    fwd_bwd_warmup: int | None = None
     saved_bytes: int | None = None
     peak_tensor_bytes: int | None = None
     memory_method: str | None = None
@@ -100,6 +105,9 @@ class Sweep:
     warmup: int
     repeats: int
     level: str = "kernel"
+    warmup_max: int | None = None  # None: exactly `warmup` calls (see vitattn.bench.timing)
+    settle: float = 0.1
+    steady_heap: bool = False
     mlp_ratio: float = 2.0
     knobs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -137,6 +145,9 @@ def sweep_of(settings: BenchSettings) -> Sweep:
         device=device,
         warmup=settings.warmup,
         repeats=settings.repeats,
+        warmup_max=settings.warmup_max,
+        settle=settings.settle,
+        steady_heap=settings.steady_heap,
         level=settings.level.value,
         mlp_ratio=settings.mlp_ratio,
         knobs=settings.knobs,
@@ -151,12 +162,21 @@ def run_scaling(settings: BenchSettings) -> ScalingRun:
     """``mode=scaling``: every grid point's row (logged as it comes) and the exponents."""
     sweep = sweep_of(settings)
     env = environment(sweep.device)
+    env["load_average"] = load = load_average()
+    if load is not None and load > (env["cpus"] or 1):
+        log.warning(
+            "the machine is busy (load %.1f on %s CPUs): timings include waiting for a CPU, "
+            "most with several threads; threads=1 suffers least",
+            load, env["cpus"],
+        )  # fmt: skip
     log.info(
         "%s level, %s on %s (%s, %d threads): %s x n=%s x d=%s",
         sweep.level, env["device"], env["device_name"], str(sweep.dtype).removeprefix("torch."),
         env["threads"], ",".join(sweep.attentions), sweep.seq_lens, sweep.head_dims,
     )  # fmt: skip
-    rows = Runner(sweep, on_row=log_row).run()
+    runner = Runner(sweep, on_row=log_row)
+    rows = runner.run()
+    env["steady_heap"] = runner.steady_heap
     return ScalingRun(sweep, rows, scaling_table(rows, sweep.reference), env)
 
 
@@ -234,6 +254,7 @@ class Runner:
         self.on_row = on_row
         self.memory_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
         self.time_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
+        self.steady_heap = False  # whether Sweep.steady_heap could be applied (glibc only)
 
     def new_row(self, attention: str, seq_len: int, head_dim: int) -> Row:
         sweep = self.sweep
@@ -249,6 +270,8 @@ class Runner:
         )
 
     def run(self) -> list[Row]:
+        if self.sweep.steady_heap:
+            self.steady_heap = steady_heap()
         rows: list[Row] = []
         for attention in self.sweep.attentions:
             for head_dim in self.sweep.head_dims:
@@ -356,6 +379,8 @@ class Runner:
                     warmup=sweep.warmup,
                     repeats=sweep.repeats,
                     max_seconds=sweep.guard.max_measure_seconds,
+                    warmup_max=sweep.warmup_max,
+                    settle=sweep.settle,
                 )
                 for call in (work.forward, work.forward_backward)
             )
@@ -368,9 +393,11 @@ class Runner:
             del work  # what this grid point allocated goes before the next one starts
             release(sweep.device)
         row.fwd_ms, row.fwd_q25_ms, row.fwd_q75_ms = fwd.median_ms, fwd.q25_ms, fwd.q75_ms
+        row.fwd_min_ms = fwd.min_ms
         row.fwd_bwd_ms, row.fwd_bwd_min_ms = fwd_bwd.median_ms, fwd_bwd.min_ms
         row.fwd_bwd_q25_ms, row.fwd_bwd_q75_ms = fwd_bwd.q25_ms, fwd_bwd.q75_ms
         row.repeats = min(fwd.repeats, fwd_bwd.repeats)
+        row.fwd_warmup, row.fwd_bwd_warmup = fwd.warmup, fwd_bwd.warmup
         row.saved_bytes, row.peak_tensor_bytes = memory.saved_bytes, memory.peak_tensor_bytes
         row.memory_bytes, row.memory_method = memory.memory_bytes, memory.method
         key = (attention, head_dim)

@@ -219,7 +219,10 @@ class BenchSettings(Checked):
     level: Level = MISSING
     mlp_ratio: float = positive()
     warmup: int = at_least(0)
+    warmup_max: int = at_least(0)  # >= warmup
+    settle: float = positive()
     repeats: int = at_least(1)
+    steady_heap: bool = MISSING
     threads: int | None = at_least(1)
     seed: int = MISSING
     reference: str | None = MISSING
@@ -238,6 +241,11 @@ class BenchSettings(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.warmup_max < self.warmup:
+            raise ConfigError(
+                f"warmup_max={self.warmup_max} is not valid; choose an integer >= "
+                f"warmup={self.warmup}"
+            )
         self.seq_lens = sizes("seq_lens", self.seq_lens)
         self.head_dims = sizes("head_dims", self.head_dims)
         self.device = str(resolve_device(self.device))

@@ -74,6 +74,7 @@ def scaling_text(
             "fwd+bwd IQR": "-"
             if r.fwd_bwd_q25_ms is None
             else f"{r.fwd_bwd_q25_ms:.3g}-{r.fwd_bwd_q75_ms:.3g}",
+            "warm-up": "-" if r.fwd_warmup is None else f"{r.fwd_warmup}, {r.fwd_bwd_warmup}",
             "fwd+bwd GFLOP": number(r.gflop),
             "memory MiB": mebibytes(r.memory_bytes),
             "saved MiB": mebibytes(r.saved_bytes),
