@@ -193,6 +193,58 @@ def refused(
     return line.removeprefix(f"{program}: error: ")
 
 
+def refused_in_process(
+    program: str,
+    *args: str,
+    data_dir: Path,
+    creates: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """:func:`refused`'s contract for a refusal that comes before the app starts (the command
+    line, the composed config, a resume's or a checkpoint's checks), met in this process: the
+    console script's ``main`` with ``sys.argv`` set, its stderr captured. Saves the start-up of
+    a Python process with torch, Lightning and Hydra; the process boundary itself (exit status,
+    no traceback from the interpreter) is what :func:`refused` tests. Fails if the app starts,
+    that is, if nothing refused the command line. Returns the message."""
+    import contextlib
+    import importlib
+    from importlib.metadata import entry_points
+
+    (entry_point,) = entry_points(group="console_scripts", name=program)
+    app = importlib.import_module(entry_point.module)
+    real_console_main = app.console_main
+
+    def console_main_without_the_app(*positional: Any, **named: Any) -> None:
+        def started() -> None:
+            raise AssertionError(f"{program} {' '.join(args)}: nothing refused it, the app started")
+
+        real_console_main(positional[0], started, *positional[2:], **named)
+
+    from vitattn.utils import run_lock, task
+
+    stderr = io.StringIO()
+    held_before = set(run_lock._held)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "console_main", console_main_without_the_app)
+        patch.setattr(sys, "argv", [program, *args])
+        patch.setattr(task, "_BEFORE", task._BEFORE)  # what the command remembered, forgotten
+        for name, value in {"VITATTN_DATA_DIR": str(data_dir), **(env or {})}.items():
+            patch.setenv(name, value)
+        try:
+            with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exited:
+                entry_point.load()()
+        finally:  # the locks a process would have dropped when it exited
+            for path in set(run_lock._held) - held_before:
+                run_lock.release_run_directory(path)
+    lines = stderr.getvalue().strip().splitlines()
+    assert exited.value.code == 1, stderr.getvalue()[-3000:]
+    assert "Traceback" not in stderr.getvalue(), stderr.getvalue()[-3000:]
+    assert lines and lines[-1].startswith(f"{program}: error: "), stderr.getvalue()[-3000:]
+    if creates is not None:
+        assert not creates.exists(), f"{creates} was created"
+    return lines[-1].removeprefix(f"{program}: error: ")
+
+
 def last_line(result: subprocess.CompletedProcess) -> str:
     """The last line a command printed on stderr (where a refusal's one line goes)."""
     lines = result.stderr.strip().splitlines()

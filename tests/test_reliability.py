@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, steps, train_tiny
+from tests.helpers import (
+    RUN_40,
+    TINY,
+    compose_config,
+    refused,
+    refused_in_process,
+    run_cli,
+    steps,
+    train_tiny,
+)
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.errors import ConfigError
 
@@ -93,7 +102,7 @@ def test_checkpoint_of_another_network_is_refused(tmp_path: Path, data_dir: Path
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
     checkpoint = run / "checkpoints" / "last.ckpt"
     args = [f"ckpt_path={checkpoint}", "attention=linear", f"hydra.run.dir={tmp_path / 'new'}"]
-    said = refused("vitattn-train", *args, data_dir=data_dir, creates=tmp_path / "new")
+    said = refused_in_process("vitattn-train", *args, data_dir=data_dir, creates=tmp_path / "new")
     assert said.startswith(
         f"ckpt_path={checkpoint} was trained with another network: "
         "model.attention._target_=vitattn.attention.softmax.SoftmaxAttention"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, PROJECT_ROOT, TINY, refused, run_cli, steps
+from tests.helpers import BIN, PROJECT_ROOT, TINY, refused_in_process, run_cli, steps
 from vitattn.utils.run_lock import HOLDER_FILE
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,9 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
         recorded = json.loads((run / HOLDER_FILE).read_text())
         assert recorded["pid"] == holder.pid
         for second in (["resume=true"], [*TINY, *steps(4, 2)]):
-            said = refused("vitattn-train", *second, f"hydra.run.dir={run}", data_dir=data_dir)
+            said = refused_in_process(
+                "vitattn-train", *second, f"hydra.run.dir={run}", data_dir=data_dir
+            )
             assert f"{run} is in use by vitattn-train (PID {holder.pid}, started " in said
         assert holder.poll() is None  # the holder trains on, undisturbed
     finally:

@@ -20,7 +20,7 @@ from tests.helpers import (
     PROJECT_ROOT,
     TINY,
     markdown_tables,
-    refused,
+    refused_in_process,
     run_cli,
     steps,
     tree_digest,
@@ -126,7 +126,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     # the same sweep with another setting is refused before anything runs
     before = tree_digest(sweep)
     other = [arg.replace("model.depth=1", "model.depth=2") for arg in sweep_command(sweep)]
-    said = refused("vitattn-train", *other, data_dir=data_dir)
+    said = refused_in_process("vitattn-train", *other, data_dir=data_dir)
     assert said.startswith(f"hydra.sweep.dir={sweep} holds seed=1, run with other settings: ")
     assert "model.depth=1 (now 2)" in said
     assert tree_digest(sweep) == before

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FEW_STEPS, TINY, read_csv, refused, run_cli, run_sweep
+from tests.helpers import FEW_STEPS, TINY, read_csv, refused_in_process, run_cli, run_sweep
 from vitattn.analysis.curves import summarize
 
 
@@ -59,7 +59,7 @@ def test_a_sweep_with_an_invalid_job_is_refused_before_any_job_runs(
 ) -> None:
     sweep = tmp_path / "sweep"
     jobs = ["-m", *FEW_STEPS, "model.heads=2,3", f"hydra.sweep.dir={sweep}"]  # 3 does not divide 32
-    assert refused("vitattn-train", *jobs, data_dir=data_dir, creates=sweep) == (
+    assert refused_in_process("vitattn-train", *jobs, data_dir=data_dir, creates=sweep) == (
         "model.embed_dim=32 is not divisible by model.heads=3; choose model.heads among the "
         "divisors of 32: [1, 2, 4, 8, 16, 32]"
     )

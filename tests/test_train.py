@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, refused, run_cli, steps, train_tiny
+from tests.helpers import TINY, refused, refused_in_process, run_cli, steps, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
@@ -133,10 +133,6 @@ BAD_INPUTS = [
         r"model.embed_dim=100 is not divisible by model.heads=8",
     ),
     (["model.patch_size=3"], r"model.patch_size=3 does not divide the image size 32"),
-    (
-        ["paths.data_dir=/nonexistent/cifar", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"],
-        r"data.data_dir=/nonexistent/cifar holds no cifar-10-batches-py/ .*put the official",
-    ),
     (["attention=linformer", "attention.k=100"], r"attention.k=100 is larger than the 64 tokens"),
     (["attention=nystrom", "attention.landmarks=65"], r"attention.landmarks=65 is more than"),
     (["attention=performer", "attention.num_features=0"], r"attention.num_features=0 is not valid"),
@@ -145,15 +141,29 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
 def test_bad_input_ends_in_one_line(
     overrides: list[str], message: str, tmp_path: Path, data_dir: Path
 ) -> None:
+    """Refused before the app starts: checked in this process (``refused`` below runs the
+    console script's own process, for a refusal from inside the app)."""
     run_dir = tmp_path / "run"
     args = [*overrides, "trainer=cpu", f"hydra.run.dir={run_dir}"]
-    said = refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
+    said = refused_in_process("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
     assert re.search(message, said), said
+
+
+@pytest.mark.slow
+def test_missing_data_that_cannot_be_downloaded_ends_in_one_line(tmp_path: Path, data_dir: Path):
+    """The data module's refusal, after the app started and tried the download: its own
+    process, which exits with status 1 and leaves no run directory."""
+    run_dir = tmp_path / "run"
+    nowhere = ["paths.data_dir=/nonexistent/cifar", "data.url=http://127.0.0.1:9/cifar.tar.gz"]
+    args = [*nowhere, "trainer=cpu", f"hydra.run.dir={run_dir}"]
+    said = refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
+    assert re.search(
+        r"data.data_dir=/nonexistent/cifar holds no cifar-10-batches-py/ .*put the official", said
+    ), said
 
 
 @pytest.mark.slow
@@ -172,33 +182,27 @@ def test_damaged_data_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
     assert not run_dir.exists()
 
 
-@pytest.mark.slow
 def test_existing_run_directory_is_not_emptied(tmp_path: Path, data_dir: Path) -> None:
     keep = tmp_path / "notes.txt"
     keep.write_text("mine")
-    result = run_cli(
-        "vitattn-train",
-        "model.patch_size=5",
-        f"hydra.run.dir={tmp_path}",
-        data_dir=data_dir,
-        check=False,
+    said = refused_in_process(
+        "vitattn-train", "model.patch_size=5", f"hydra.run.dir={tmp_path}", data_dir=data_dir
     )
-    assert result.returncode == 1
+    assert said.startswith("model.patch_size=5 does not divide")
     assert keep.read_text() == "mine"
     assert not (tmp_path / ".hydra").exists()
 
 
-@pytest.mark.slow
 def test_eval_rejects_a_missing_checkpoint(tmp_path: Path, data_dir: Path) -> None:
-    result = run_cli(
+    run_dir = tmp_path / "run"
+    said = refused_in_process(
         "vitattn-eval",
         f"ckpt_path={tmp_path}/none.ckpt",
-        f"hydra.run.dir={tmp_path}/run",
+        f"hydra.run.dir={run_dir}",
         data_dir=data_dir,
-        check=False,
+        creates=run_dir,
     )
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("vitattn-eval: error: ckpt_path=")
+    assert said.startswith(f"ckpt_path={tmp_path}/none.ckpt")
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import vitattn.check.numerics as numerics_module
-from tests.helpers import assert_one_line_refusal, compose_config, refused, run_cli
+from tests.helpers import assert_one_line_refusal, compose_config, refused_in_process, run_cli
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.settings import DType
 from vitattn.check.numerics import check_attention, relative_error, tolerance
@@ -170,7 +170,7 @@ def test_the_console_script_refuses_the_gpu_check_without_a_gpu(
 ) -> None:
     if not NO_GPU:
         pytest.skip("this machine has a GPU")
-    message = refused(
+    message = refused_in_process(
         "vitattn-check", f"hydra.run.dir={tmp_path / 'run'}", data_dir=data_dir,
         creates=tmp_path / "run",
     )  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import refused, run_cli
+from tests.helpers import refused_in_process, run_cli
 from vitattn.utils.cli import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
@@ -126,7 +126,7 @@ def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
 ) -> None:
     run_dir = tmp_path / "run"
     args = ["model.foo=1", f"hydra.run.dir={run_dir}"]
-    assert refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir) == (
+    assert refused_in_process("vitattn-train", *args, data_dir=data_dir, creates=run_dir) == (
         "Could not override 'model.foo'; To append to your config use +model.foo=1; Key 'foo' "
         "is not in struct"
     )
