@@ -28,18 +28,22 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a module's training (a module-scoped fixture) run on one pytest-xdist
-    worker (``--dist loadgroup``), so that it trains once; the other tests spread freely."""
+    worker (``--dist loadgroup``), so that it trains once: one group per module and set of such
+    fixtures. The other tests spread freely. ``tests/test_harness.py`` checks that it works."""
     for item in items:
         fixture_info = getattr(item, "_fixtureinfo", None)
         if fixture_info is None:
             continue
-        if any(
-            definitions[-1].scope in ("module", "class")
-            for definitions in fixture_info.name2fixturedefs.values()
-        ):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        shared = sorted(
+            name
+            for name, definitions in fixture_info.name2fixturedefs.items()
+            if definitions[-1].scope in ("module", "class")
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{'+'.join(shared)}"))
 
 
 @pytest.fixture(scope="session")

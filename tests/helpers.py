@@ -314,13 +314,19 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
-class PauseAfterStep(L.Callback):
-    """Sleep ``seconds`` after every training step from ``step`` on: a run that stays busy
-    long enough for another process to meet it."""
+PAUSE_SECONDS = "TESTS_PAUSE_SECONDS"
+"""The environment variable that sets :class:`PauseAfterStep`'s pause where its settings do not:
+the process a test kills pauses, a continuation with the same settings does not wait."""
 
-    def __init__(self, step: int, seconds: float = 1.0) -> None:
+
+class PauseAfterStep(L.Callback):
+    """Sleep ``seconds`` (by default ``$TESTS_PAUSE_SECONDS``, else not at all) after every
+    training step from ``step`` on: a run that stays busy long enough for another process to
+    meet it."""
+
+    def __init__(self, step: int, seconds: float | None = None) -> None:
         self.step = step
-        self.seconds = seconds
+        self.seconds = float(os.environ.get(PAUSE_SECONDS, "0")) if seconds is None else seconds
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step >= self.step:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, PROJECT_ROOT, TINY, refused_in_process, run_cli, steps
+from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, refused_in_process, run_cli, steps
 from vitattn.utils.run_lock import HOLDER_FILE
 
 pytestmark = pytest.mark.slow
@@ -35,6 +35,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
         **os.environ,
         "VITATTN_DATA_DIR": str(data_dir),
         "PYTHONPATH": str(PROJECT_ROOT),
+        PAUSE_SECONDS: "1",
     }
     holder = subprocess.Popen(
         [str(BIN / "vitattn-train"), *TINY, *steps(40, 5), *pause, f"hydra.run.dir={run}"],
@@ -58,8 +59,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
         os.killpg(holder.pid, signal.SIGKILL)
         holder.communicate()
     assert holder.returncode == -signal.SIGKILL
-    unpaused = "+callbacks.pause.seconds=0"
-    run_cli("vitattn-train", "resume=true", unpaused, f"hydra.run.dir={run}", data_dir=data_dir)
+    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={run}", data_dir=data_dir)  # no pause
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["steps"] == 40
     assert json.loads((run / HOLDER_FILE).read_text())["pid"] != holder.pid

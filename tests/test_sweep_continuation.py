@@ -17,12 +17,14 @@ import torch
 
 from tests.helpers import (
     BIN,
+    PAUSE_SECONDS,
     PROJECT_ROOT,
     TINY,
     markdown_tables,
     refused_in_process,
     run_cli,
     steps,
+    train_with,
     tree_digest,
 )
 from vitattn.analysis.events import read_scalars
@@ -33,14 +35,13 @@ from vitattn.utils.sweep_continuation import (
     set_aside,
 )
 
-PAUSE = [
-    "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
-    "+callbacks.pause.step=8",
-    "+callbacks.pause.seconds=0.4",
-]
+PAUSE = ["+callbacks.pause._target_=tests.helpers.PauseAfterStep", "+callbacks.pause.step=8"]
 STEPS = 16
 SETTINGS = [*TINY, *steps(STEPS, 8), *PAUSE]
-"""Checkpoints at steps 8 and 16, paused steps after the first: a kill lands in between."""
+"""Checkpoints at steps 8 and 16, and in a process started by :func:`start_training` paused
+steps after the first: a kill lands in between. Elsewhere the same settings do not pause."""
+
+PAUSED = {PAUSE_SECONDS: "0.4"}
 
 
 def sweep_command(sweep: Path) -> list[str]:
@@ -55,6 +56,7 @@ def start_training(command: list[str], data_dir: Path, **environment: str) -> su
             **os.environ,
             "VITATTN_DATA_DIR": str(data_dir),
             "PYTHONPATH": str(PROJECT_ROOT),
+            **PAUSED,
             **environment,
         },
         stdout=subprocess.DEVNULL,
@@ -111,7 +113,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     losses = read_scalars(sweep / "seed=2")["train/loss"]  # as TensorBoard reads the run
     assert [step for step, _ in losses] == list(range(1, STEPS + 1))  # each step once
     straight = tmp_path / "straight"
-    run_cli("vitattn-train", "seed=2", *SETTINGS, f"hydra.run.dir={straight}", data_dir=data_dir)
+    train_with(straight, data_dir, "seed=2", *SETTINGS)  # in this process, without pauses
     expected = weights(straight / "checkpoints" / "last.ckpt")
     resumed = weights(sweep / "seed=2" / "checkpoints" / "last.ckpt")
     assert expected.keys() == resumed.keys()
@@ -187,7 +189,6 @@ def optuna_command(sweep: Path) -> list[str]:
         *steps(6, 3),
         "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
         "+callbacks.pause.step=1",
-        "+callbacks.pause.seconds=0.4",
         f"hydra.sweep.dir={sweep}",
     ]
 
