@@ -31,19 +31,32 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a module's training (a module-scoped fixture) run on one pytest-xdist
-    worker (``--dist loadgroup``), so that it trains once: one group per module and set of such
-    fixtures. The other tests spread freely. ``tests/test_harness.py`` checks that it works."""
-    for item in items:
+    worker (``--dist loadgroup``), so that it trains once: tests sharing such a fixture, directly
+    or through another test, form one group. The other tests spread freely.
+    ``tests/test_harness.py`` checks that it works."""
+    owner: dict[str, str] = {}  # union-find over "module:fixture"
+
+    def find(name: str) -> str:
+        while owner.setdefault(name, name) != name:
+            name = owner[name]
+        return name
+
+    shared_by_item: dict[int, list[str]] = {}
+    for index, item in enumerate(items):
         fixture_info = getattr(item, "_fixtureinfo", None)
         if fixture_info is None:
             continue
         shared = sorted(
-            name
+            f"{item.module.__name__}:{name}"
             for name, definitions in fixture_info.name2fixturedefs.items()
             if definitions[-1].scope in ("module", "class")
         )
+        for name in shared[1:]:
+            owner[find(name)] = find(shared[0])
         if shared:
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{'+'.join(shared)}"))
+            shared_by_item[index] = shared
+    for index, shared in shared_by_item.items():
+        items[index].add_marker(pytest.mark.xdist_group(find(shared[0])))
 
 
 @pytest.fixture(scope="session")

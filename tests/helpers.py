@@ -167,6 +167,72 @@ def run_cli(
     return result
 
 
+WARNING = ("message", "category", "filename", "lineno", "line")
+
+
+def run_in_process(
+    program: str, *args: str, data_dir: Path, check: bool = True
+) -> subprocess.CompletedProcess:
+    """:func:`run_cli` in this process: the console script's ``main`` with ``sys.argv`` set, its
+    output captured, its exit status that of ``sys.exit`` (0 if it returns). For a run whose
+    files are what a test reads, where the process itself is not what it tests (signals, exit
+    statuses of a dying interpreter, the environment): it saves starting Python with torch,
+    Lightning and Hydra. What a command leaves in a process (the logging Hydra configured, run
+    directory locks, Hydra's global state) is undone afterwards."""
+    import contextlib
+    import logging
+    import warnings
+    from importlib.metadata import entry_points
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from vitattn.utils import run_lock, task
+
+    (entry_point,) = entry_points(group="console_scripts", name=program)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    held_before = set(run_lock._held)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    returncode: Any = 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", [program, *args])
+        patch.setattr(task, "_BEFORE", task._BEFORE)
+        patch.setenv("VITATTN_DATA_DIR", str(data_dir))
+        patch.setenv("HYDRA_FULL_ERROR", "0")
+        GlobalHydra.instance().clear()
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with (
+                contextlib.redirect_stdout(stdout),
+                contextlib.redirect_stderr(stderr),
+                warnings.catch_warnings(record=True) as caught,  # its filters end with it
+            ):
+                warnings.simplefilter("default")
+                entry_point.load()()
+        except SystemExit as exited:
+            returncode = exited.code if isinstance(exited.code, int) else 1
+        finally:
+            for handler in [h for h in root.handlers if h not in handlers]:
+                handler.close()
+            root.handlers[:] = handlers
+            root.setLevel(level)
+            for path in set(run_lock._held) - held_before:
+                run_lock.release_run_directory(path)
+            GlobalHydra.instance().clear()
+            HydraConfig.instance().cfg = None  # type: ignore[assignment]
+            for warning in caught:  # on stderr, where a process prints them
+                stderr.write(warnings.formatwarning(**{k: getattr(warning, k) for k in WARNING}))
+    result = subprocess.CompletedProcess(
+        [program, *args], returncode, stdout.getvalue(), stderr.getvalue()
+    )
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
 def run_sweep(sweep: Path, *overrides: str, data_dir: Path, check: bool = True) -> Any:
     """``vitattn-train -m`` with ``overrides``, its jobs in ``sweep``."""
     multirun = ["-m", *overrides, f"hydra.sweep.dir={sweep}"]

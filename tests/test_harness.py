@@ -30,3 +30,17 @@ def test_tests_sharing_a_module_fixture_run_on_one_worker(
         f"the module fixture was built by {builders}: pytest-xdist's --dist loadgroup did not "
         "keep this module's tests together (see the pytest pin in pyproject.toml)"
     )
+
+
+@pytest.fixture(scope="module")
+def another_shared_fixture() -> str:
+    return WORKER
+
+
+@pytest.mark.parametrize("test", range(3))
+def test_a_test_with_two_shared_fixtures_joins_the_group_of_each(
+    test: int, workers_that_built_it: Path, another_shared_fixture: str
+) -> None:
+    """Grouped by fixture set alone, these tests would form a group of their own, and the
+    fixture above would be built again on the worker that runs it."""
+    assert workers_that_built_it.read_text().split() == [WORKER] == [another_shared_fixture]

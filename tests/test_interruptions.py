@@ -18,6 +18,7 @@ from tests.helpers import (
     refused,
     refused_in_process,
     run_cli,
+    run_in_process,
     steps,
     train_with,
     tree_digest,
@@ -118,7 +119,7 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     assert metrics["steps"] == step
     assert metrics["val/acc"] is not None  # what the validations so far reached
 
-    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    run_in_process("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
     assert_same_as_straight(run_dir, straight)
 
 
@@ -130,7 +131,7 @@ def test_ckpt_path_alone_continues_the_run_in_its_own_directory(
     run_dir = tmp_path / "run"
     assert start(run_dir, *at_step("SigtermAtStep", 25), data_dir=data_dir).returncode == 143
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
-    run_cli("vitattn-train", f"ckpt_path={checkpoint}", data_dir=data_dir)
+    run_in_process("vitattn-train", f"ckpt_path={checkpoint}", data_dir=data_dir)
     assert_same_as_straight(run_dir, straight)
 
 
@@ -156,7 +157,7 @@ def test_mechanisms_with_random_state_resume_exactly(
     at_6 = [*run, *at_step("SigtermAtStep", 6), f"hydra.run.dir={stopped}"]
     assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == 143
     assert checkpoint_step(stopped) == 6
-    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={stopped}", data_dir=data_dir)
+    run_in_process("vitattn-train", "resume=true", f"hydra.run.dir={stopped}", data_dir=data_dir)
     assert_same_as_straight(stopped, straight, steps=12)
 
 
@@ -189,7 +190,7 @@ def test_a_kill_during_a_checkpoint_write_keeps_the_previous_one(
     assert max(step for step, _ in read_scalars(run_dir)["train/loss"]) >= 19
 
     resumed = ["resume=true", f"hydra.run.dir={run_dir}", ATOMIC]
-    run_cli("vitattn-train", *resumed, data_dir=data_dir)
+    run_in_process("vitattn-train", *resumed, data_dir=data_dir)
     assert not list((run_dir / "checkpoints").glob(".*.partial"))
     assert_same_as_straight(run_dir, straight)
 

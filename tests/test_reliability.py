@@ -16,6 +16,7 @@ from tests.helpers import (
     refused,
     refused_in_process,
     run_cli,
+    run_in_process,
     steps,
     train_tiny,
 )
@@ -96,7 +97,7 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_goes_to_the_log(
 @pytest.mark.slow
 def test_checkpoint_of_another_network_is_refused(tmp_path: Path, data_dir: Path) -> None:
     run = tmp_path / "softmax"
-    run_cli(
+    run_in_process(
         "vitattn-train", *TINY, "trainer.max_steps=2", f"hydra.run.dir={run}", data_dir=data_dir
     )
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -170,7 +171,9 @@ def test_output_directory_that_cannot_be_written(
 def test_a_failed_continuation_of_a_completed_run_keeps_its_results(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    run_cli("vitattn-train", *TINY, *steps(4, 2), f"hydra.run.dir={tmp_path}", data_dir=data_dir)
+    run_in_process(
+        "vitattn-train", *TINY, *steps(4, 2), f"hydra.run.dir={tmp_path}", data_dir=data_dir
+    )
     finished = (tmp_path / "metrics.json").read_bytes()
     assert json.loads(finished)["status"] == "completed"
     crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=6"]

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, refused, refused_in_process, run_cli, steps, train_tiny
+from tests.helpers import (
+    TINY,
+    refused,
+    refused_in_process,
+    run_cli,
+    run_in_process,
+    steps,
+    train_tiny,
+)
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
@@ -25,7 +33,9 @@ def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
         "+callbacks.final._target_=tests.helpers.SaveFinalWeights",
         f"+callbacks.final.path={final}",
     ]
-    run_cli("vitattn-train", *SHORT_RUN, *saver, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    run_in_process(
+        "vitattn-train", *SHORT_RUN, *saver, f"hydra.run.dir={run_dir}", data_dir=data_dir
+    )
     return run_dir
 
 
@@ -113,7 +123,7 @@ def test_last_checkpoint_holds_final_weights(short_run: Path) -> None:
 @pytest.mark.slow
 def test_eval_reproduces_test_accuracy(short_run: Path, tmp_path: Path, data_dir: Path) -> None:
     trained = json.loads((short_run / "metrics.json").read_text())
-    run_cli(
+    run_in_process(
         "vitattn-eval",
         f"ckpt_path={trained['ckpt_path']}",
         "trainer=cpu",
