@@ -167,18 +167,55 @@ def run_cli(
     return result
 
 
-WARNING = ("message", "category", "filename", "lineno", "line")
+class ExitHandlers:
+    """``atexit`` as a command run in this process sees it: what it registers runs when the
+    command ends (last registered first), as it would when its process exits, instead of when
+    the test session does."""
+
+    def __init__(self) -> None:
+        self.handlers: list[tuple[Any, tuple, dict]] = []
+
+    def register(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        self.handlers.append((function, args, kwargs))
+        return function
+
+    def unregister(self, function: Any) -> None:
+        self.handlers = [entry for entry in self.handlers if entry[0] != function]
+
+    def run(self) -> None:
+        for function, args, kwargs in reversed(self.handlers):
+            function(*args, **kwargs)
+        self.handlers = []
+
+
+def console_handlers() -> dict[Any, Any]:
+    """The logging handlers that write to a console stream (not a file), with that stream."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+    return {
+        handler: handler.stream
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+        for handler in logger.handlers
+        if type(handler) is logging.StreamHandler
+    }
+
+
+WARNING_FIELDS = ("message", "category", "filename", "lineno", "line")
 
 
 def run_in_process(
     program: str, *args: str, data_dir: Path, check: bool = True
 ) -> subprocess.CompletedProcess:
     """:func:`run_cli` in this process: the console script's ``main`` with ``sys.argv`` set, its
-    output captured, its exit status that of ``sys.exit`` (0 if it returns). For a run whose
-    files are what a test reads, where the process itself is not what it tests (signals, exit
-    statuses of a dying interpreter, the environment): it saves starting Python with torch,
-    Lightning and Hydra. What a command leaves in a process (the logging Hydra configured, run
-    directory locks, Hydra's global state) is undone afterwards."""
+    output and warnings captured, its exit status that of ``sys.exit`` (0 if it returns), what
+    it registered with ``atexit`` run when it ends. For a run whose files are what a test reads,
+    where the process itself is not what it tests (signals, the death of a process, what the
+    interpreter prints): it saves starting Python with torch, Lightning and Hydra. What a
+    command leaves in a process (the logging Hydra configured, run directory locks, Hydra's
+    global state) is undone afterwards."""
+    import atexit
     import contextlib
     import logging
     import warnings
@@ -194,35 +231,43 @@ def run_in_process(
     handlers, level = list(root.handlers), root.level
     held_before = set(run_lock._held)
     stdout, stderr = io.StringIO(), io.StringIO()
-    returncode: Any = 0
+    exit_handlers = ExitHandlers()
+    returncode = 0
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", [program, *args])
         patch.setattr(task, "_BEFORE", task._BEFORE)
+        patch.setattr(atexit, "register", exit_handlers.register)
+        patch.setattr(atexit, "unregister", exit_handlers.unregister)
         patch.setenv("VITATTN_DATA_DIR", str(data_dir))
         patch.setenv("HYDRA_FULL_ERROR", "0")
         GlobalHydra.instance().clear()
-        caught: list[warnings.WarningMessage] = []
-        try:
-            with (
-                contextlib.redirect_stdout(stdout),
-                contextlib.redirect_stderr(stderr),
-                warnings.catch_warnings(record=True) as caught,  # its filters end with it
-            ):
-                warnings.simplefilter("default")
+        streams = console_handlers()
+        for handler in streams:  # Lightning's, made when it was imported: to this stderr
+            handler.setStream(stderr)
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            warnings.catch_warnings(record=True) as caught,  # its filters end with it
+        ):
+            warnings.simplefilter("default")
+            try:
                 entry_point.load()()
-        except SystemExit as exited:
-            returncode = exited.code if isinstance(exited.code, int) else 1
-        finally:
-            for handler in [h for h in root.handlers if h not in handlers]:
-                handler.close()
-            root.handlers[:] = handlers
-            root.setLevel(level)
-            for path in set(run_lock._held) - held_before:
-                run_lock.release_run_directory(path)
-            GlobalHydra.instance().clear()
-            HydraConfig.instance().cfg = None  # type: ignore[assignment]
-            for warning in caught:  # on stderr, where a process prints them
-                stderr.write(warnings.formatwarning(**{k: getattr(warning, k) for k in WARNING}))
+            except SystemExit as exited:
+                returncode = exited.code if isinstance(exited.code, int) else 1
+            finally:
+                exit_handlers.run()
+                for handler in [h for h in root.handlers if h not in handlers]:
+                    handler.close()
+                root.handlers[:] = handlers
+                root.setLevel(level)
+                for path in set(run_lock._held) - held_before:
+                    run_lock.release_run_directory(path)
+                GlobalHydra.instance().clear()
+                HydraConfig.instance().cfg = None  # type: ignore[assignment]
+                for handler, stream in streams.items():
+                    handler.setStream(stream)
+        for warning in caught:  # on stderr, where a process prints them
+            stderr.write(warnings.formatwarning(*(getattr(warning, f) for f in WARNING_FIELDS)))
     result = subprocess.CompletedProcess(
         [program, *args], returncode, stdout.getvalue(), stderr.getvalue()
     )
@@ -233,10 +278,15 @@ def run_in_process(
     return result
 
 
-def run_sweep(sweep: Path, *overrides: str, data_dir: Path, check: bool = True) -> Any:
-    """``vitattn-train -m`` with ``overrides``, its jobs in ``sweep``."""
+def run_sweep(
+    sweep: Path, *overrides: str, data_dir: Path, check: bool = True, in_process: bool = True
+) -> Any:
+    """``vitattn-train -m`` with ``overrides``, its jobs in ``sweep``; in this process (Hydra's
+    basic launcher runs the jobs one after another in the command's process anyway) unless
+    ``in_process`` is false."""
     multirun = ["-m", *overrides, f"hydra.sweep.dir={sweep}"]
-    return run_cli("vitattn-train", *multirun, data_dir=data_dir, check=check)
+    run = run_in_process if in_process else run_cli
+    return run("vitattn-train", *multirun, data_dir=data_dir, check=check)
 
 
 def refused(

@@ -8,7 +8,7 @@ import hydra
 import pytest
 import torch
 
-from tests.helpers import TINY, compose_config, run_cli
+from tests.helpers import TINY, compose_config, run_in_process
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.errors import ConfigError
 
@@ -71,7 +71,7 @@ def test_lra_image_preset_composes_to_lra_numbers(tmp_path: Path) -> None:
 def test_presets_train_on_cpu(
     experiment: str, overrides: list[str], tmp_path: Path, data_dir: Path
 ) -> None:
-    result = run_cli(
+    result = run_in_process(
         "vitattn-train",
         f"experiment={experiment}",
         "trainer=cpu",

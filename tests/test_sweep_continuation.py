@@ -22,7 +22,7 @@ from tests.helpers import (
     TINY,
     markdown_tables,
     refused_in_process,
-    run_cli,
+    run_in_process,
     steps,
     train_with,
     tree_digest,
@@ -107,7 +107,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     assert job_state(sweep / "seed=2") == "interrupted" and not (sweep / "seed=3").exists()
     first = tree_digest(sweep / "seed=1")
 
-    result = run_cli("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
+    result = run_in_process("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
 
     assert tree_digest(sweep / "seed=1") == first  # kept byte for byte, not trained again
     losses = read_scalars(sweep / "seed=2")["train/loss"]  # as TensorBoard reads the run
@@ -137,7 +137,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     metrics = sweep / "seed=3" / "metrics.json"
     metrics.write_text(json.dumps({"status": "failed", "error": "RuntimeError: boom"}))
     failed = tree_digest(sweep / "seed=3")
-    result = run_cli("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
+    result = run_in_process("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
     attempt = sweep / ATTEMPTS / "seed=3" / "1"
     assert f"a failed attempt is kept in {attempt}" in result.stderr
     assert tree_digest(attempt) == failed
@@ -213,7 +213,7 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_four(
     first = {p.name: tree_digest(p) for p in sweep.iterdir() if p.name[:2] in ("0_", "1_")}
     assert len(first) == 2 and trial_states(sweep / "optuna.db")[:2] == ["COMPLETE"] * 2
 
-    run_cli("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
+    run_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
 
     assert {name: tree_digest(sweep / name) for name in first} == first  # not written again
     assert (
@@ -251,7 +251,7 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     stopped = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 8 < stopped < STEPS and stopped == metrics["steps"]  # saved at its step, not step 8
 
-    run_cli("vitattn-train", *command, data_dir=data_dir)  # the requeued job runs again
+    run_in_process("vitattn-train", *command, data_dir=data_dir)  # the requeued job runs again
     losses = read_scalars(job)["train/loss"]
     assert [step for step, _ in losses] == list(range(1, STEPS + 1))
     assert job_state(job) == "completed"

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FEW_STEPS, TINY, read_csv, refused_in_process, run_cli, run_sweep
+from tests.helpers import (
+    FEW_STEPS,
+    TINY,
+    read_csv,
+    refused_in_process,
+    run_cli,
+    run_in_process,
+    run_sweep,
+)
 from vitattn.analysis.curves import summarize
 
 
@@ -69,7 +77,8 @@ def test_a_sweep_with_an_invalid_job_is_refused_before_any_job_runs(
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     launcher = "hydra/launcher=local"
-    run_sweep(sweep, launcher, *FEW_STEPS, "attention=softmax,linear", data_dir=data_dir)
+    jobs = ["attention=softmax,linear"]  # submitit starts a process per job: so does the command
+    run_sweep(sweep, launcher, *FEW_STEPS, *jobs, data_dir=data_dir, in_process=False)
     for job in ("attention=softmax", "attention=linear"):
         assert json.loads((sweep / job / "metrics.json").read_text())["status"] == "completed"
     assert list((sweep / ".submitit").iterdir())  # the jobs went through submitit
@@ -78,7 +87,7 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: 
 @pytest.mark.slow
 def test_optuna_search_runs_two_trials_in_a_sqlite_study(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
-    result = run_cli(
+    result = run_in_process(
         "vitattn-train",
         "hparams_search=optuna",
         f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db",  # as the README suggests
@@ -124,7 +133,7 @@ def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     # logged is over all of them: one process evaluating the same checkpoint finds the same.
     per_rank = [int(counts.with_name(f"test_images.rank{rank}").read_text()) for rank in (0, 1)]
     assert per_rank == [509, 509]
-    run_cli(
+    run_in_process(
         "vitattn-eval",
         f"ckpt_path={metrics['ckpt_path']}",
         "trainer=cpu",

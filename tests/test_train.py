@@ -41,7 +41,7 @@ def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 
 @pytest.mark.slow
 def test_fast_dev_run(tmp_path: Path, data_dir: Path) -> None:
-    result = run_cli(
+    result = run_in_process(
         "vitattn-train", *TINY, "debug=fdr", f"hydra.run.dir={tmp_path}", data_dir=data_dir
     )
     output = result.stdout + result.stderr

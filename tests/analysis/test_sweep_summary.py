@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from tests.helpers import FEW_STEPS, compose_config, read_csv, run_cli, run_sweep
+from tests.helpers import FEW_STEPS, compose_config, read_csv, run_in_process, run_sweep
 from vitattn.analysis.sweep_summary import SweepSummary
 
 
@@ -83,7 +83,7 @@ def test_a_sweep_ends_with_its_summary_and_a_run_with_none(tmp_path: Path, data_
     assert (sweep / "val_acc_vs_step.png").is_file()
 
     run = tmp_path / "run"
-    single = run_cli("vitattn-train", *FEW_STEPS, f"hydra.run.dir={run}", data_dir=data_dir)
+    single = run_in_process("vitattn-train", *FEW_STEPS, f"hydra.run.dir={run}", data_dir=data_dir)
     assert "Sweep summary" not in single.stdout and not (run / "summary.md").exists()
 
 
@@ -93,7 +93,8 @@ def test_a_sweep_with_a_failed_job_still_ends_with_its_summary(
 ) -> None:
     sweep = tmp_path / "sweep"
     crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=2,100"]
-    result = run_sweep(sweep, *FEW_STEPS, *crash, data_dir=data_dir, check=False)
+    # its own process: the summary of a sweep that Hydra ends with an error is written at exit
+    result = run_sweep(sweep, *FEW_STEPS, *crash, data_dir=data_dir, check=False, in_process=False)
     assert result.returncode != 0
     assert result.stdout.count("Sweep summary") == 1
     statuses = sorted(row["status"] for row in read_csv(sweep / "summary.csv"))
