@@ -57,6 +57,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             shared_by_item[index] = shared
     for index, shared in shared_by_item.items():
         items[index].add_marker(pytest.mark.xdist_group(find(shared[0])))
+    slow_first(items)
+
+
+def slow_first(items: list[pytest.Item]) -> None:
+    """Order the modules by how many slow tests they hold, most first, and each module's slow
+    tests before its quick ones: the workers start with the long tests and end on short ones,
+    instead of one of them finishing a long test alone. A module's tests stay together, so that
+    a module fixture is built once also without pytest-xdist."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def slow(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is not None
+
+    ordered = sorted(modules.values(), key=lambda tests: -sum(map(slow, tests)))
+    items[:] = [item for tests in ordered for item in sorted(tests, key=lambda t: not slow(t))]
 
 
 @pytest.fixture(scope="session")

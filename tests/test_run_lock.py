@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, refused_in_process, run_cli, steps
+from tests.helpers import (
+    BIN,
+    PAUSE_SECONDS,
+    PROJECT_ROOT,
+    TINY,
+    refused_in_process,
+    run_in_process,
+    steps,
+)
 from vitattn.utils.run_lock import HOLDER_FILE
 
 pytestmark = pytest.mark.slow
@@ -59,7 +67,9 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
         os.killpg(holder.pid, signal.SIGKILL)
         holder.communicate()
     assert holder.returncode == -signal.SIGKILL
-    run_cli("vitattn-train", "resume=true", f"hydra.run.dir={run}", data_dir=data_dir)  # no pause
+    run_in_process(
+        "vitattn-train", "resume=true", f"hydra.run.dir={run}", data_dir=data_dir
+    )  # no pause
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["steps"] == 40
     assert json.loads((run / HOLDER_FILE).read_text())["pid"] != holder.pid

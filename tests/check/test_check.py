@@ -10,7 +10,12 @@ import torch
 from torch import nn
 
 import vitattn.check.numerics as numerics_module
-from tests.helpers import assert_one_line_refusal, compose_config, refused_in_process, run_cli
+from tests.helpers import (
+    assert_one_line_refusal,
+    compose_config,
+    refused_in_process,
+    run_in_process,
+)
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.settings import DType
 from vitattn.check.numerics import check_attention, relative_error, tolerance
@@ -135,7 +140,9 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     run_dir = tmp_path / "check"
     # No time guard: on a loaded machine it may skip n = 256, and this test is not about timing.
     no_guard = "kernels.max_call_seconds=null"
-    run_cli("vitattn-check", "device=cpu", no_guard, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    run_in_process(
+        "vitattn-check", "device=cpu", no_guard, f"hydra.run.dir={run_dir}", data_dir=data_dir
+    )
     for name in ("check.md", "check.json", "check_kernels.png"):
         assert (run_dir / name).stat().st_size > 0, name
     result = json.loads((run_dir / "check.json").read_text())
