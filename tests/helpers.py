@@ -167,123 +167,14 @@ def run_cli(
     return result
 
 
-class ExitHandlers:
-    """``atexit`` as a command run in this process sees it: what it registers runs when the
-    command ends (last registered first), as it would when its process exits, instead of when
-    the test session does."""
-
-    def __init__(self) -> None:
-        self.handlers: list[tuple[Any, tuple, dict]] = []
-
-    def register(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        self.handlers.append((function, args, kwargs))
-        return function
-
-    def unregister(self, function: Any) -> None:
-        self.handlers = [entry for entry in self.handlers if entry[0] != function]
-
-    def run(self) -> None:
-        for function, args, kwargs in reversed(self.handlers):
-            function(*args, **kwargs)
-        self.handlers = []
-
-
-def console_handlers() -> dict[Any, Any]:
-    """The logging handlers that write to a console stream (not a file), with that stream."""
-    import logging
-
-    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
-    return {
-        handler: handler.stream
-        for logger in loggers
-        if isinstance(logger, logging.Logger)
-        for handler in logger.handlers
-        if type(handler) is logging.StreamHandler
-    }
-
-
-WARNING_FIELDS = ("message", "category", "filename", "lineno", "line")
-
-
-def run_in_process(
-    program: str, *args: str, data_dir: Path, check: bool = True
-) -> subprocess.CompletedProcess:
-    """:func:`run_cli` in this process: the console script's ``main`` with ``sys.argv`` set, its
-    output and warnings captured, its exit status that of ``sys.exit`` (0 if it returns), what
-    it registered with ``atexit`` run when it ends. For a run whose files are what a test reads,
-    where the process itself is not what it tests (signals, the death of a process, what the
-    interpreter prints): it saves starting Python with torch, Lightning and Hydra. What a
-    command leaves in a process (the logging Hydra configured, run directory locks, Hydra's
-    global state) is undone afterwards."""
-    import atexit
-    import contextlib
-    import logging
-    import warnings
-    from importlib.metadata import entry_points
-
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from vitattn.utils import run_lock, task
-
-    (entry_point,) = entry_points(group="console_scripts", name=program)
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    held_before = set(run_lock._held)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    exit_handlers = ExitHandlers()
-    returncode = 0
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", [program, *args])
-        patch.setattr(task, "_BEFORE", task._BEFORE)
-        patch.setattr(atexit, "register", exit_handlers.register)
-        patch.setattr(atexit, "unregister", exit_handlers.unregister)
-        patch.setenv("VITATTN_DATA_DIR", str(data_dir))
-        patch.setenv("HYDRA_FULL_ERROR", "0")
-        GlobalHydra.instance().clear()
-        streams = console_handlers()
-        for handler in streams:  # Lightning's, made when it was imported: to this stderr
-            handler.setStream(stderr)
-        with (
-            contextlib.redirect_stdout(stdout),
-            contextlib.redirect_stderr(stderr),
-            warnings.catch_warnings(record=True) as caught,  # its filters end with it
-        ):
-            warnings.simplefilter("default")
-            try:
-                entry_point.load()()
-            except SystemExit as exited:
-                returncode = exited.code if isinstance(exited.code, int) else 1
-            finally:
-                exit_handlers.run()
-                for handler in [h for h in root.handlers if h not in handlers]:
-                    handler.close()
-                root.handlers[:] = handlers
-                root.setLevel(level)
-                for path in set(run_lock._held) - held_before:
-                    run_lock.release_run_directory(path)
-                GlobalHydra.instance().clear()
-                HydraConfig.instance().cfg = None  # type: ignore[assignment]
-                for handler, stream in streams.items():
-                    handler.setStream(stream)
-        for warning in caught:  # on stderr, where a process prints them
-            stderr.write(warnings.formatwarning(*(getattr(warning, f) for f in WARNING_FIELDS)))
-    result = subprocess.CompletedProcess(
-        [program, *args], returncode, stdout.getvalue(), stderr.getvalue()
-    )
-    if check and result.returncode != 0:
-        pytest.fail(
-            f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return result
-
-
 def run_sweep(
     sweep: Path, *overrides: str, data_dir: Path, check: bool = True, in_process: bool = True
 ) -> Any:
     """``vitattn-train -m`` with ``overrides``, its jobs in ``sweep``; in this process (Hydra's
     basic launcher runs the jobs one after another in the command's process anyway) unless
     ``in_process`` is false."""
+    from tests.in_process import run_in_process
+
     multirun = ["-m", *overrides, f"hydra.sweep.dir={sweep}"]
     run = run_in_process if in_process else run_cli
     return run("vitattn-train", *multirun, data_dir=data_dir, check=check)
@@ -307,58 +198,6 @@ def refused(
     if creates is not None:
         assert not creates.exists(), f"{creates} was created"
     return line.removeprefix(f"{program}: error: ")
-
-
-def refused_in_process(
-    program: str,
-    *args: str,
-    data_dir: Path,
-    creates: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> str:
-    """:func:`refused`'s contract for a refusal that comes before the app starts (the command
-    line, the composed config, a resume's or a checkpoint's checks), met in this process: the
-    console script's ``main`` with ``sys.argv`` set, its stderr captured. Saves the start-up of
-    a Python process with torch, Lightning and Hydra; the process boundary itself (exit status,
-    no traceback from the interpreter) is what :func:`refused` tests. Fails if the app starts,
-    that is, if nothing refused the command line. Returns the message."""
-    import contextlib
-    import importlib
-    from importlib.metadata import entry_points
-
-    (entry_point,) = entry_points(group="console_scripts", name=program)
-    app = importlib.import_module(entry_point.module)
-    real_console_main = app.console_main
-
-    def console_main_without_the_app(*positional: Any, **named: Any) -> None:
-        def started() -> None:
-            raise AssertionError(f"{program} {' '.join(args)}: nothing refused it, the app started")
-
-        real_console_main(positional[0], started, *positional[2:], **named)
-
-    from vitattn.utils import run_lock, task
-
-    stderr = io.StringIO()
-    held_before = set(run_lock._held)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(app, "console_main", console_main_without_the_app)
-        patch.setattr(sys, "argv", [program, *args])
-        patch.setattr(task, "_BEFORE", task._BEFORE)  # what the command remembered, forgotten
-        for name, value in {"VITATTN_DATA_DIR": str(data_dir), **(env or {})}.items():
-            patch.setenv(name, value)
-        try:
-            with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exited:
-                entry_point.load()()
-        finally:  # the locks a process would have dropped when it exited
-            for path in set(run_lock._held) - held_before:
-                run_lock.release_run_directory(path)
-    lines = stderr.getvalue().strip().splitlines()
-    assert exited.value.code == 1, stderr.getvalue()[-3000:]
-    assert "Traceback" not in stderr.getvalue(), stderr.getvalue()[-3000:]
-    assert lines and lines[-1].startswith(f"{program}: error: "), stderr.getvalue()[-3000:]
-    if creates is not None:
-        assert not creates.exists(), f"{creates} was created"
-    return lines[-1].removeprefix(f"{program}: error: ")
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:

@@ -8,7 +8,8 @@ import hydra
 import pytest
 import torch
 
-from tests.helpers import TINY, compose_config, run_in_process
+from tests.helpers import TINY, compose_config
+from tests.in_process import run_in_process
 from vitattn.models.vit import VisionTransformer
 from vitattn.utils.errors import ConfigError
 

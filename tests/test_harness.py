@@ -44,3 +44,37 @@ def test_a_test_with_two_shared_fixtures_joins_the_group_of_each(
     """Grouped by fixture set alone, these tests would form a group of their own, and the
     fixture above would be built again on the worker that runs it."""
     assert workers_that_built_it.read_text().split() == [WORKER] == [another_shared_fixture]
+
+
+def test_refused_in_process_fails_when_nothing_refuses(tmp_path: Path, data_dir: Path) -> None:
+    from tests.in_process import refused_in_process
+
+    with pytest.raises(AssertionError, match="nothing refused it, the app started"):
+        refused_in_process("vitattn-train", f"hydra.run.dir={tmp_path / 'run'}", data_dir=data_dir)
+
+
+@pytest.mark.slow
+def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
+    tmp_path: Path, data_dir: Path
+) -> None:
+
+    import lightning.pytorch  # noqa: F401  (its console handlers exist before the command)
+    from hydra.core.hydra_config import HydraConfig
+
+    from tests.helpers import TINY
+    from tests.in_process import console_handlers, logging_state, run_in_process
+    from vitattn.utils import run_lock
+
+    loggers, streams, locks = logging_state(), console_handlers(), dict(run_lock._held)
+    run_dir = tmp_path / "run"
+    result = run_in_process(
+        "vitattn-train", *TINY, "debug=fdr", f"hydra.run.dir={run_dir}", data_dir=data_dir
+    )
+    assert "fast_dev_run" in result.stderr + result.stdout  # Lightning's console output, caught
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    after = logging_state()
+    assert {logger: after[logger] for logger in loggers} == loggers
+    assert {handler: handler.stream for handler in streams} == streams
+    assert dict(run_lock._held) == locks
+    assert not HydraConfig.initialized()
+    assert not (run_dir / run_lock.RESERVE_FILE).exists()  # the lock's exit handler ran

@@ -11,18 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import (
-    RUN_40,
-    TINY,
-    last_line,
-    refused,
-    refused_in_process,
-    run_cli,
-    run_in_process,
-    steps,
-    train_with,
-    tree_digest,
-)
+from tests.helpers import RUN_40, TINY, last_line, refused, run_cli, steps, train_with, tree_digest
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.events import read_scalars
 
 pytestmark = pytest.mark.slow

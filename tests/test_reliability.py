@@ -9,17 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import (
-    RUN_40,
-    TINY,
-    compose_config,
-    refused,
-    refused_in_process,
-    run_cli,
-    run_in_process,
-    steps,
-    train_tiny,
-)
+from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, steps, train_tiny
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.errors import ConfigError
 

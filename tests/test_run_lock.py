@@ -12,15 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (
-    BIN,
-    PAUSE_SECONDS,
-    PROJECT_ROOT,
-    TINY,
-    refused_in_process,
-    run_in_process,
-    steps,
-)
+from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, steps
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.utils.run_lock import HOLDER_FILE
 
 pytestmark = pytest.mark.slow

@@ -21,12 +21,11 @@ from tests.helpers import (
     PROJECT_ROOT,
     TINY,
     markdown_tables,
-    refused_in_process,
-    run_in_process,
     steps,
     train_with,
     tree_digest,
 )
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.events import read_scalars
 from vitattn.utils.sweep_continuation import (
     ATTEMPTS,

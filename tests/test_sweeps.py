@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (
-    FEW_STEPS,
-    TINY,
-    read_csv,
-    refused_in_process,
-    run_cli,
-    run_in_process,
-    run_sweep,
-)
+from tests.helpers import FEW_STEPS, TINY, read_csv, run_cli, run_sweep
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.curves import summarize
 
 

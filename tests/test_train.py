@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import (
-    TINY,
-    refused,
-    refused_in_process,
-    run_cli,
-    run_in_process,
-    steps,
-    train_tiny,
-)
+from tests.helpers import TINY, refused, run_cli, steps, train_tiny
+from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 

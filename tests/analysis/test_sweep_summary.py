@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from tests.helpers import FEW_STEPS, compose_config, read_csv, run_in_process, run_sweep
+from tests.helpers import FEW_STEPS, compose_config, read_csv, run_sweep
+from tests.in_process import run_in_process
 from vitattn.analysis.sweep_summary import SweepSummary
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import refused_in_process, run_cli
+from tests.helpers import run_cli
+from tests.in_process import refused_in_process
 from vitattn.utils.cli import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
