@@ -1,5 +1,7 @@
-"""The test harness itself: tests that share a module's fixture share one pytest-xdist worker,
-so that the training behind such a fixture runs once per session, not once per worker."""
+"""The test harness itself: tests that share a module's fixture share one pytest-xdist worker
+(so that the training behind such a fixture runs once per session, not once per worker), and a
+console script run in the test's process (:mod:`tests.in_process`) refuses or leaves the
+process as it found it."""
 
 from __future__ import annotations
 
