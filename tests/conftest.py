@@ -57,7 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             shared_by_item[index] = shared
     for index, shared in shared_by_item.items():
         items[index].add_marker(pytest.mark.xdist_group(find(shared[0])))
-    slow_first(items)
+    if "PYTEST_XDIST_WORKER" in os.environ:  # in one process (-n 0, -x) quick tests come first
+        slow_first(items)
 
 
 def slow_first(items: list[pytest.Item]) -> None:
