@@ -65,7 +65,7 @@ def slow_first(items: list[pytest.Item]) -> None:
     """Order the modules by how many slow tests they hold, most first, and each module's slow
     tests before its quick ones: the workers start with the long tests and end on short ones,
     instead of one of them finishing a long test alone. A module's tests stay together, so that
-    a module fixture is built once also without pytest-xdist."""
+    a worker builds a module fixture once."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
