@@ -161,8 +161,10 @@ def exit_status(main: Callable[[], Any]) -> int:
     """Call a console script's ``main`` and return its exit status: ``sys.exit``'s, or 0."""
     try:
         main()
-    except SystemExit as exited:
-        return exited.code if isinstance(exited.code, int) else 1
+    except SystemExit as exited:  # as the interpreter maps it: None is 0, a message is 1
+        if exited.code is None or isinstance(exited.code, int):
+            return exited.code or 0
+        return 1
     return 0
 
 
