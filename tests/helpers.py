@@ -160,10 +160,14 @@ def run_cli(
         env=environment,
         timeout=timeout,
     )
-    if check and result.returncode != 0:
-        pytest.fail(
-            f"{program} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
+    return checked(result) if check else result
+
+
+def checked(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``result``, or the test failed with its output's tail where the command exited non-zero."""
+    if result.returncode != 0:
+        command = " ".join(result.args)
+        pytest.fail(f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
 
 
@@ -191,6 +195,14 @@ def refused(
     ``<program>: error: <message>``, and no ``creates`` (the run directory it would have made).
     Returns the message."""
     result = run_cli(program, *args, data_dir=data_dir, check=False, env=env)
+    return refusal_message(program, result, creates)
+
+
+def refusal_message(
+    program: str, result: subprocess.CompletedProcess, creates: Path | None = None
+) -> str:
+    """The message of a refusal, once ``result`` is one: exit status 1, no traceback, one last
+    line ``<program>: error: <message>``, and no ``creates``."""
     line = last_line(result)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
