@@ -14,7 +14,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from tests.helpers import SHARED_DATA, TINY, compose_config
+from tests.helpers import FEW_STEPS, SHARED_DATA, TINY, compose_config
 from vitattn.utils.config import PROJECT_ROOT
 
 
@@ -117,3 +117,15 @@ def _clean_hydra() -> Iterator[None]:
 @pytest.fixture
 def train_cfg(tmp_path: Path, data_dir: Path) -> DictConfig:
     return compose_config("train", [*TINY, f"paths.data_dir={data_dir}"], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A tiny run of ``vitattn-train`` through its console script (8 steps, complete): its
+    checkpoints, ``.hydra/`` and log, trained once for the module; tests plant things in a copy
+    of it (:func:`tests.helpers.copy_run`)."""
+    from tests.in_process import run_in_process
+
+    run = tmp_path_factory.mktemp("tiny_run") / "run"
+    run_in_process("vitattn-train", *FEW_STEPS, f"hydra.run.dir={run}", data_dir=data_dir)
+    return run

@@ -272,6 +272,17 @@ class FailingCheckpointIO(AtomicCheckpointIO):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+def copy_run(run: Path, target: Path) -> Path:
+    """A copy of the run directory ``run`` at ``target``, without its lock files (a copy is no
+    process's); ``target``."""
+    import shutil
+
+    shutil.copytree(run, target)
+    for lock in target.glob(".vitattn.lock*"):
+        lock.unlink()
+    return target
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """``{relative path: sha256}`` of every file under ``root``: equal digests, equal trees."""
     return {

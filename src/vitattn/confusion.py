@@ -20,6 +20,7 @@ import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from vitattn.logger import SUMMARY_GROUP, summary_writers
+from vitattn.utils.run_files import save_figure
 
 
 class ConfusionReport(L.Callback):
@@ -88,7 +89,7 @@ class ConfusionReport(L.Callback):
         for name, figure in figures.items():
             if figure is None:
                 continue
-            figure.savefig(run_dir / f"{name}.png", dpi=120, bbox_inches="tight")
+            save_figure(figure, run_dir / f"{name}.png", dpi=120, bbox_inches="tight")
             for writer in summary_writers(trainer.loggers):
                 writer.add_figure(f"{SUMMARY_GROUP}/{name}", figure, trainer.global_step)
             import matplotlib.pyplot as plt

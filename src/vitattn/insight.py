@@ -35,6 +35,7 @@ import io
 import logging
 import math
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from vitattn.attention.common.probe import (
     relative_error,
 )
 from vitattn.logger import summary_writers
+from vitattn.utils.run_files import write_with
 
 log = logging.getLogger(__name__)
 
@@ -293,11 +295,12 @@ class AttentionInsight(L.Callback):
         """``<run>/attention/maps.npz``: images, rollout and per-layer maps of the pooled token."""
         folder = run_dir / "attention"
         folder.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(
-            folder / "maps.npz",
+        maps = partial(
+            np.savez_compressed,
             images=raw.permute(0, 2, 3, 1).numpy().astype(np.uint8),
             rollout=flow.numpy().astype(np.float32),
             layers=layers.numpy().astype(np.float32),
             step=np.int64(trainer.global_step),
             attention=np.str_(type(attention_layers(trainer.lightning_module.net)[0].kernel).name),
         )
+        write_with(folder / "maps.npz", maps)

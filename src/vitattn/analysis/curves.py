@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from vitattn.analysis.events import read_scalars
 from vitattn.analysis.frontier import plot_frontier
 from vitattn.analysis.grouping import (
@@ -43,6 +41,13 @@ from vitattn.analysis.grouping import (
 from vitattn.analysis.maps import plot_attention_maps
 from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.utils.results import markdown_table, write_csv
+from vitattn.utils.run_files import (
+    UnreadableFileError,
+    read_json,
+    read_yaml,
+    save_figure,
+    write_text,
+)
 from vitattn.utils.sweep_continuation import ATTEMPTS
 
 if TYPE_CHECKING:
@@ -123,7 +128,8 @@ class Run:
         steps = self.metrics.get("steps")
         if steps is None:
             steps = (self.config.get("trainer") or {}).get("max_steps")
-        return int(steps) if isinstance(steps, int | float) and steps > 0 else None
+        finite = isinstance(steps, int | float) and math.isfinite(steps)
+        return int(steps) if finite and steps > 0 else None
 
     @property
     def status(self) -> str:
@@ -196,22 +202,21 @@ def _natural_key(path: Path) -> list[list[Any]]:
 
 
 def load_run(path: Path) -> Run:
+    """The run in ``path``; a file of it that cannot be read is one line
+    (:class:`vitattn.utils.run_files.UnreadableFileError`)."""
     hydra_dir = path / ".hydra"
-    config = yaml.safe_load((hydra_dir / "config.yaml").read_text()) or {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{hydra_dir / 'config.yaml'} is not a mapping")
-    overrides_file = hydra_dir / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    metrics_file = path / "metrics.json"
-    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-    scalars = read_scalars(path)
-    hydra_file = hydra_dir / "hydra.yaml"
-    hydra_config = yaml.safe_load(hydra_file.read_text()) if hydra_file.is_file() else {}
-    choices = ((hydra_config or {}).get("hydra") or {}).get("runtime", {}).get("choices") or {}
-    overrides = [str(o) for o in overrides or []]
-    return Run(
-        path, overrides, config, metrics, scalars, choices={k: str(v) for k, v in choices.items()}
-    )
+    config = read_yaml(hydra_dir / "config.yaml", dict)
+    overrides = [str(o) for o in _optional(hydra_dir / "overrides.yaml", read_yaml, list)]
+    metrics = _optional(path / "metrics.json", read_json, dict)
+    hydra = _optional(hydra_dir / "hydra.yaml", read_yaml, dict).get("hydra")
+    choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
+    choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
+    return Run(path, overrides, config, metrics, read_scalars(path), choices=choices)
+
+
+def _optional(path: Path, read: Any, expected: type) -> Any:
+    """``read(path, expected)``, or an empty ``expected`` where there is no such file."""
+    return read(path, expected) if path.exists() or path.is_symlink() else expected()
 
 
 def common_root(paths: Sequence[Path]) -> Path:
@@ -306,7 +311,7 @@ def tested_images(metrics: dict[str, Any]) -> int | None:
         return None
     try:
         return int(sum(sum(row) for row in matrix)) or None
-    except TypeError:
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -403,7 +408,7 @@ def plot_metric(
     figure = metric_figure(runs, tag, ylabel, title, markers)
     if figure is None:
         return False
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(figure, path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return True
 
@@ -457,13 +462,13 @@ def write_summary(
     shown = [{c: _cell(row[c]) for c in SHOWN_COLUMNS} for row in rows]
     runs_table = markdown_table(shown, {c: c for c in SHOWN_COLUMNS})
     if not settings:
-        (out_dir / "summary.md").write_text(runs_table + "\n")
+        write_text(out_dir / "summary.md", runs_table + "\n")
         return
     records = [setting_record(setting) for setting in settings]
     write_csv(out_dir / "settings.csv", records, list(records[0]))
     table_rows, headers = settings_table_rows(settings, baseline)
     text = f"{SETTINGS_INTRO}\n\n{markdown_table(table_rows, headers)}\n\nRuns:\n\n{runs_table}\n"
-    (out_dir / "summary.md").write_text(text)
+    write_text(out_dir / "summary.md", text)
 
 
 def summarize(
@@ -488,7 +493,10 @@ def summarize(
         try:
             runs.append(load_run(path))
         except Exception as error:  # one broken job must not hide the others
-            log.warning("skipping %s: %s: %s", path, type(error).__name__, error)
+            named = isinstance(error, UnreadableFileError)  # names its file and what is wrong
+            log.warning(
+                "skipping %s: %s", path, error if named else f"{type(error).__name__}: {error}"
+            )
     if not runs:
         raise FileNotFoundError(f"no readable run directories under {list(paths)}")
     out = Path(out_dir) if out_dir is not None else Path(paths[0])

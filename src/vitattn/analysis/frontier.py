@@ -18,6 +18,7 @@ from typing import Any
 
 from vitattn.analysis.grouping import Setting
 from vitattn.analysis.uncertainty import Estimate
+from vitattn.utils.run_files import save_figure
 
 PANELS = (
     ("images_per_sec", "steady training images/s (more is better)", True),
@@ -117,7 +118,7 @@ def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> b
     points = f"points: {key_name}; " if key_name else ""
     caption = f"{points}mean with 95% interval; dashed line: Pareto frontier; {size_note}"
     figure.suptitle((title + "\n" if title else "") + caption, fontsize=10)
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
     plt.close(figure)
     return True
 

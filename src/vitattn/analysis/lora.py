@@ -14,7 +14,6 @@ writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--ou
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -22,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vitattn.data.shifts import SHIFTS
 from vitattn.utils.results import markdown_table, write_csv
+from vitattn.utils.run_files import UnreadableFileError, read_json, read_yaml, write_text
 
 CSV_COLUMNS = (
     "rank",
@@ -58,7 +56,10 @@ class FinetuneRun:
     @property
     def rank(self) -> int | None:
         value = self._setting("lora/rank", "lora.rank")
-        return int(value) if value is not None else None
+        try:
+            return int(value) if value is not None else None
+        except (TypeError, ValueError):  # not a rank vitattn wrote: the run is left out
+            return None
 
     @property
     def shift(self) -> str | None:
@@ -82,14 +83,16 @@ def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
         for path in sorted(directory.rglob("metrics.json"), key=_natural_key):
             run_dir = path.parent
             try:
-                metrics = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as error:
-                metrics = {"status": "failed", "error": f"unreadable metrics.json: {error}"}
+                metrics = read_json(path, dict)
+            except UnreadableFileError as error:
+                metrics = {"status": "failed", "error": str(error)}
             overrides_file = run_dir / ".hydra" / "overrides.yaml"
-            overrides = (
-                yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-            )
-            runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides or []]))
+            try:
+                overrides = read_yaml(overrides_file, list) if overrides_file.exists() else []
+            except UnreadableFileError as error:
+                overrides = []
+                metrics = {"status": "failed", "error": str(error)}
+            runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides]))
     return runs
 
 
@@ -159,7 +162,7 @@ def _count(value: Any) -> str:
 def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()) -> str:
     """The table: ranks down, shifts across, test accuracy in percent; base row first."""
     if not rows:
-        return "no completed vitattn-finetune runs found\n"
+        return "\n".join(["no completed vitattn-finetune runs found", *failure_notes(runs)]) + "\n"
     shifts = _shift_order({row["shift"] for row in rows})
     by_cell = {(row["rank"], row["shift"]): row for row in rows}
     ranks = sorted({row["rank"] for row in rows})
@@ -199,13 +202,17 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
         notes.append(f"Base checkpoint: `{base_ckpts[0]}`.")
     elif len(base_ckpts) > 1:
         notes.append(f"Note: the runs fine-tuned {len(base_ckpts)} different base checkpoints.")
+    return "\n".join(lines + notes + failure_notes(runs)) + "\n"
+
+
+def failure_notes(runs: Sequence[FinetuneRun]) -> list[str]:
+    """A line per failed run (one whose ``metrics.json`` cannot be read among them): its error."""
     failed = [r for r in runs if not r.completed and r.metrics.get("status") == "failed"]
-    for run in failed:
-        notes.append(
-            f"Failed: {run.path.name} (rank={run.rank}, shift={run.shift}): "
-            f"{run.metrics.get('error', 'no error recorded')}"
-        )
-    return "\n".join(lines + notes) + "\n"
+    return [
+        f"Failed: {run.path.name} (rank={run.rank}, shift={run.shift}): "
+        f"{run.metrics.get('error', 'no error recorded')}"
+        for run in failed
+    ]
 
 
 def write_table(
@@ -219,7 +226,7 @@ def write_table(
     out_dir = Path(out) if out is not None else Path(directories[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out_dir / "lora_table.md", out_dir / "lora_table.csv"
-    md_path.write_text(markdown)
+    write_text(md_path, markdown)
     write_csv(csv_path, rows, CSV_COLUMNS)
     return markdown, md_path, csv_path
 

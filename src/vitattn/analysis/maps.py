@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vitattn.utils.run_files import save_figure
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -164,6 +166,6 @@ def plot_attention_maps(
     if not found:
         return False
     figure = maps_figure(found, title, max_images)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(figure, path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return True

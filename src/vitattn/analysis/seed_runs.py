@@ -45,6 +45,7 @@ import numpy as np
 
 from vitattn.analysis.events import read_scalar_events
 from vitattn.analysis.uncertainty import CONFIDENCE
+from vitattn.utils.run_files import write_text
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""
@@ -152,7 +153,7 @@ def write_seed_run(
         "tags": list(tags),
         "band": f"Student's t {CONFIDENCE:.0%} interval of the mean",
     }
-    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    write_text(folder / MARKER, json.dumps(record, indent=2) + "\n")
     writer = SummaryWriter(log_dir=str(folder))
     try:
         for tag in tags:

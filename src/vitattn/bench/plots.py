@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 from vitattn.bench.approx import ApproxRow
 from vitattn.bench.scaling import Row
 from vitattn.bench.spectrum import HeadSpectrum
+from vitattn.utils.run_files import save_figure
 
 LINESTYLES = ("-", "--", ":", "-.")
 MIB = 2**20
@@ -81,7 +82,7 @@ def _finish(figure: Any, axes: Sequence[Any], title: str, path: Path) -> None:
             list(labels.values()), list(labels), loc="center left", bbox_to_anchor=(1.0, 0.5)
         )
     figure.tight_layout()
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(figure, path, dpi=120, bbox_inches="tight")
     plt.close(figure)
 
 
@@ -155,7 +156,7 @@ def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
     plt.close(figure)
 
 
@@ -209,5 +210,5 @@ def plot_spectrum(spectra: Sequence[HeadSpectrum], energy: float, path: Path) ->
     figure.colorbar(image, ax=right)
     figure.suptitle("Singular values of softmax attention matrices on real images")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
     plt.close(figure)

@@ -17,6 +17,7 @@ from vitattn.bench.scaling import Row, ScalingRun
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.bench.train_speed import TrainRun
 from vitattn.utils.results import markdown_table, mebibytes, number, write_csv, write_json
+from vitattn.utils.run_files import write_text
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def results_json(output_dir: Path, mode: str, settings: dict[str, Any], **conten
 
 def show(output_dir: Path, name: str, text: str) -> None:
     """Write ``text`` to ``name`` in the run directory and print it."""
-    (output_dir / name).write_text(text + "\n")
+    write_text(output_dir / name, text + "\n")
     print(text, flush=True)
 
 

@@ -21,6 +21,7 @@ from vitattn.check.numerics import NumericsRow
 from vitattn.check.settings import CheckSettings
 from vitattn.check.training import TrainingRow
 from vitattn.utils.results import markdown_table, number, write_json
+from vitattn.utils.run_files import write_text
 
 
 def driver_version() -> str | None:
@@ -224,6 +225,6 @@ def write_check(
     if kernels is not None:
         plot_time(kernels.rows, output_dir / "check_kernels.png")
     text = check_text(settings, env, numerics, training, reference, kernels, found)
-    (output_dir / "check.md").write_text(text + "\n")
+    write_text(output_dir / "check.md", text + "\n")
     print(text, flush=True)
     return content

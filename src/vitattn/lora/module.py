@@ -17,6 +17,7 @@ from vitattn.lora.adapters import (
     merge,
 )
 from vitattn.models.module import ViTClassifier
+from vitattn.utils.run_files import write_with
 
 
 class LoRAClassifier(ViTClassifier):
@@ -86,5 +87,5 @@ def save_plain_checkpoint(
     }
     if data_settings is not None:
         checkpoint[L.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY] = data_settings
-    torch.save(checkpoint, path)
+    write_with(path, lambda handle: torch.save(checkpoint, handle))  # never through a link
     return path

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import shutil
 import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from vitattn.utils.run_files import UnsafeWriteError, open_for_append
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 NEARLY_NOTHING = 1 << 20
@@ -93,9 +96,19 @@ def quiet_full_disk_in_threads() -> None:
 
 class QuietOnFullDiskFileHandler(logging.FileHandler):
     """A ``logging.FileHandler`` that stops writing its file when the disk is full, instead of
-    printing a traceback for each record it can no longer write."""
+    printing a traceback for each record it can no longer write, and never opens its file
+    through a symbolic link: a link at ``train.log`` leaves it writing nothing, and the refusal
+    in :attr:`refused` for the task to end the run with (:func:`refused_log_file`)."""
 
     stopped = False
+    refused: UnsafeWriteError | None = None
+
+    def _open(self) -> Any:  # logging's name
+        try:
+            return open_for_append(Path(self.baseFilename), self.mode, self.encoding, self.errors)
+        except UnsafeWriteError as error:  # Hydra builds the handler: no one-line error there
+            self.refused, self.stopped = error, True
+            return open(os.devnull, "w")  # the stream it closes; it writes nothing
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.stopped:
@@ -122,3 +135,11 @@ class QuietOnFullDiskFileHandler(logging.FileHandler):
         except OSError as error:
             if error.errno not in FULL:
                 raise
+
+
+def refused_log_file() -> None:
+    """Raise the :class:`UnsafeWriteError` of a log file handler that met a symbolic link where
+    its file is (one Hydra configured after every check before it ran)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, QuietOnFullDiskFileHandler) and handler.refused is not None:
+            raise handler.refused

@@ -8,14 +8,14 @@ scalars, and NaN or infinity becomes an empty cell (CSV) or ``null`` (JSON).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from vitattn.utils.run_files import replacing, write_text
 
 
 def plain_value(value: Any) -> Any:
@@ -38,27 +38,21 @@ def to_plain(content: Any) -> Any:
 
 def write_json(path: Path, content: Any) -> None:
     """``content`` as indented JSON; values that JSON cannot hold are written as strings. Written
-    whole or not at all (a partial file renamed over ``path``): a full disk leaves the previous
-    file, or none, never an empty or truncated one."""
+    whole or not at all, never through a symbolic link (:func:`vitattn.utils.run_files.replacing`):
+    a full disk leaves the previous file, or none, never an empty or truncated one."""
     text = json.dumps(to_plain(content), indent=2, default=str) + "\n"
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(text)
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise
+    write_text(path, text)
 
 
 def write_csv(
     path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
 ) -> None:
     """One line per mapping. ``columns`` (default: every key, in first-seen order) sets the
-    header; keys outside it are left out, missing ones are empty cells."""
+    header; keys outside it are left out, missing ones are empty cells. Written whole or not at
+    all, never through a symbolic link."""
     if columns is None:
         columns = list(dict.fromkeys(key for row in rows for key in row))
-    with path.open("w", newline="") as handle:
+    with replacing(path, text=True, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:

@@ -21,6 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.utils.errors import VitattnError
+from vitattn.utils.run_files import (
+    UnreadableFileError,
+    one_line,
+    read_json,
+    refuse_link,
+    refuse_planted_links,
+    write_bytes,
+    write_text,
+)
 
 LOCK_FILE = ".vitattn.lock"
 HOLDER_FILE = ".vitattn.lock.json"
@@ -41,18 +50,25 @@ a sweep whose directory the command already holds) is granted at once."""
 
 def hold_run_directory(run_dir: Path, program: str) -> None:
     """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
-    in one line, naming the holder, when another live process has it."""
+    in one line, naming the holder, when another live process has it, and, before anything is
+    written, a directory with a symbolic link where a file is written through
+    (:func:`vitattn.utils.run_files.refuse_planted_links`: the lock itself, which ``filelock``
+    opens as it is, the log, ``.hydra/``, a temporary)."""
     from filelock import FileLock, Timeout
 
     path = run_dir.expanduser().absolute()
     if path in _held or os.environ.get("LOCAL_RANK", "0") != "0":
         return  # a DDP worker Lightning started: its rank-zero process holds the directory
     path.mkdir(parents=True, exist_ok=True)
+    refuse_planted_links(path)  # filelock, Hydra and the log open their files as they are
     lock = FileLock(str(path / LOCK_FILE), timeout=0)
     try:
         lock.acquire()
     except Timeout:
         raise RunDirectoryInUseError(in_use_message(path)) from None
+    except OSError:
+        refuse_link(path / LOCK_FILE)  # planted since: filelock's O_NOFOLLOW refused it
+        raise
     _held[path] = lock
     holder = {
         "pid": os.getpid(),
@@ -60,21 +76,32 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         "program": program,
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
-    (path / HOLDER_FILE).write_text(json.dumps(holder) + "\n")
     try:
-        (path / RESERVE_FILE).write_bytes(bytes(RESERVE_BYTES))
-    except OSError:  # already full: nothing to set aside
-        free_reserve(path)
+        write_text(path / HOLDER_FILE, json.dumps(holder) + "\n")
+        write_reserve(path)
+    except BaseException:
+        _held.pop(path, None)
+        lock.release()
+        raise
     if len(_held) == 1:
         atexit.register(release_all)
 
 
-def in_use_message(path: Path) -> str:
-    """The refusal: the directory, and the holder's PID and start time where recorded."""
+def write_reserve(path: Path) -> None:
+    """Set :data:`RESERVE_BYTES` aside in ``path`` (nothing where the disk is already full)."""
     try:
-        holder = json.loads((path / HOLDER_FILE).read_text())
-        who = f"{holder['program']} (PID {holder['pid']}, started {holder['started']})"
-    except (OSError, ValueError, KeyError, TypeError):
+        write_bytes(path / RESERVE_FILE, bytes(RESERVE_BYTES))
+    except OSError:  # already full: nothing to set aside
+        free_reserve(path)
+
+
+def in_use_message(path: Path) -> str:
+    """The refusal: the directory, and the holder's PID and start time where recorded (a holder
+    file that cannot be read, or holds something else, names no holder)."""
+    try:
+        holder = read_json(path / HOLDER_FILE, dict)
+        who = one_line(f"{holder['program']} (PID {holder['pid']}, started {holder['started']})")
+    except (UnreadableFileError, KeyError):
         who = "another process"
     return (
         f"{path} is in use by {who}: one process per run directory; wait for it to end or stop "

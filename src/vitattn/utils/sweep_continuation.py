@@ -22,20 +22,26 @@ would give that job now; one that differs is refused in one line (:func:`check_c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
 from vitattn.utils.config import job_directory_name
 from vitattn.utils.errors import ConfigError
+from vitattn.utils.run_files import (
+    UnreadableFileError,
+    UnsafeWriteError,
+    inside,
+    read_json,
+    read_yaml,
+    refuse_link,
+    refuse_planted_links,
+)
 
 ATTEMPTS = ".attempts"
 """Folder of a sweep directory where failed or cut attempts of its jobs are kept."""
@@ -49,11 +55,15 @@ log = logging.getLogger(__name__)
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
+    """``run_dir``'s ``metrics.json``; ``{}`` where there is none or it cannot be read (a
+    continuation refuses such a file first: :func:`check_job_files`)."""
+    path = run_dir / "metrics.json"
+    if not path.exists():
         return {}
-    return metrics if isinstance(metrics, dict) else {}
+    try:
+        return read_json(path, dict)
+    except UnreadableFileError:
+        return {}
 
 
 def job_state(run_dir: Path) -> str:
@@ -152,11 +162,12 @@ def _is_hydra(key: str) -> bool:
 
 
 def stored_config(run_dir: Path) -> dict[str, Any] | None:
+    """The config ``run_dir`` ran with (``.hydra/config.yaml``), or ``None`` where there is
+    none; one that cannot be read is one line (:class:`UnreadableFileError`)."""
     path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    stored = yaml.safe_load(path.read_text())
-    return stored if isinstance(stored, dict) else None
+    return read_yaml(path, dict)
 
 
 def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
@@ -182,6 +193,8 @@ def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Pa
     if not sweep_dir.is_dir():
         return
     jobs = planned_jobs(overrides, sweep_dir)
+    for job in jobs:
+        check_job_files(job.directory)
     existing = [job for job in jobs if stored_config(job.directory) is not None]
     for job in existing:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -201,23 +214,57 @@ def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Pa
             )
 
 
+def check_job_files(run_dir: Path) -> None:
+    """Refuse in one line a job directory of a sweep being continued that holds a symbolic link
+    where a file is written through (its log, ``.hydra/``, a temporary), whose place in
+    ``.attempts/`` is a link, or whose ``metrics.json`` cannot be read: reads only."""
+    sweep = run_dir.parent
+    for path in (sweep / ATTEMPTS, sweep / ATTEMPTS / run_dir.name):
+        refuse_link(path)
+    if not run_dir.is_dir():
+        return
+    refuse_planted_links(run_dir)
+    metrics = run_dir / "metrics.json"
+    if metrics.exists() or metrics.is_symlink():
+        read_json(metrics, dict)
+
+
 def set_failed_jobs_aside(overrides: Sequence[str], sweep_dir: Path) -> list[Path]:
     """Move the directories of the sweep's failed and cut jobs aside (:func:`set_aside`), so
     that they run again; where they went."""
     if not sweep_dir.is_dir():
         return []
     jobs = planned_jobs(overrides, sweep_dir)
-    return [set_aside(j.directory) for j in jobs if job_state(j.directory) in ("failed", "cut")]
+    failed = [job.directory for job in jobs if job_state(job.directory) in ("failed", "cut")]
+    return [set_aside(directory, sweep_dir) for directory in failed]
 
 
-def set_aside(run_dir: Path) -> Path:
-    """Move a failed or cut job's directory to ``<sweep>/.attempts/<job>/<n>``; its path."""
-    folder = run_dir.parent / ATTEMPTS / run_dir.name
+def set_aside(run_dir: Path, sweep_dir: Path | None = None) -> Path:
+    """Move a failed or cut job's directory to ``<sweep>/.attempts/<job>/<n>``; its path. The
+    move stays in the sweep (``sweep_dir``, by default the job's parent): a symbolic link at
+    ``.attempts`` or ``.attempts/<job>``, or a job or place that resolves outside the sweep, is
+    refused in one line (:class:`UnsafeWriteError`)."""
+    sweep = run_dir.parent if sweep_dir is None else sweep_dir
+    folder = sweep / ATTEMPTS / run_dir.name
+    for path in (folder.parent, folder):
+        refuse_link(path)
+    if not inside(run_dir.parent, sweep):
+        raise outside_the_sweep(run_dir, sweep)
     folder.mkdir(parents=True, exist_ok=True)
-    number = 1 + max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=0)
+    number = 1 + max((int(p.name) for p in folder.iterdir() if p.name.isdecimal()), default=0)
     target = folder / str(number)
-    shutil.move(str(run_dir), str(target))
+    if not inside(target, sweep / ATTEMPTS):  # a link planted since, or '..' in the name
+        raise outside_the_sweep(target, sweep)
+    os.rename(run_dir, target)  # in one sweep, one filesystem; never into an existing folder
     return target
+
+
+def outside_the_sweep(path: Path, sweep: Path) -> UnsafeWriteError:
+    """The one line refusing to set a job aside where ``path`` is not in ``sweep``."""
+    return UnsafeWriteError(
+        f"{path} is outside the sweep {sweep} once symbolic links and '..' are resolved; a "
+        "failed job is only set aside within its sweep: remove the link, or move the job away"
+    )
 
 
 OmegaConf.register_new_resolver("vitattn_output_subdir", output_subdir, replace=True)

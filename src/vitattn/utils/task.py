@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import shutil
 import sys
@@ -21,9 +20,20 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.utils.disk import disk_full, full_disk_message, quiet_full_disk_in_threads
+from vitattn.utils.disk import (
+    disk_full,
+    full_disk_message,
+    quiet_full_disk_in_threads,
+    refused_log_file,
+)
 from vitattn.utils.errors import TrainingError, VitattnError, fail
 from vitattn.utils.results import write_json
+from vitattn.utils.run_files import (
+    UnreadableFileError,
+    UnsafeWriteError,
+    read_json,
+    set_aside_unreadable,
+)
 from vitattn.utils.run_lock import (
     HOLDER_FILE,
     LOCK_FILE,
@@ -72,18 +82,22 @@ def remember_run_directory(run_dir: Path | None) -> None:
         return
     backup = Path(tempfile.mkdtemp(prefix="vitattn-run-before-"))
     atexit.register(shutil.rmtree, backup, ignore_errors=True)
-    _copy_entries(path, backup, _hydra_entries(path))
+    _copy_entries(path, backup, [e for e in _hydra_entries(path) if not e.is_symlink()])
     _BEFORE = RunDirectoryBefore(path, existed=True, backup=backup)
 
 
 def _hydra_entries(path: Path) -> list[Path]:
     """What a command writes into a run directory before its task runs: Hydra's ``.hydra/``
-    and log files, and the run directory's lock (:mod:`vitattn.utils.run_lock`)."""
+    and log files, and the run directory's lock (:mod:`vitattn.utils.run_lock`); a symbolic
+    link at such a name too (removed, never read or written through)."""
     return [
         entry
         for entry in path.iterdir()
-        if (entry.name in HYDRA_WRITES and entry.is_dir())
-        or (entry.is_file() and (entry.suffix == ".log" or entry.name in LOCK_FILES))
+        if (entry.name in HYDRA_WRITES and (entry.is_dir() or entry.is_symlink()))
+        or (
+            (entry.is_file() or entry.is_symlink())
+            and (entry.suffix == ".log" or entry.name in LOCK_FILES)
+        )
     ]
 
 
@@ -98,7 +112,7 @@ def _copy_entries(source: Path, target: Path, entries: list[Path] | None = None)
 
 def _remove_hydra_entries(output_dir: Path) -> None:
     for entry in _hydra_entries(output_dir):
-        if entry.is_dir():
+        if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
@@ -175,8 +189,9 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
             log.info("%s completed before: kept", HydraConfig.get().runtime.output_dir)
             return kept  # type: ignore[return-value]
         try:
+            refused_log_file()  # a link where Hydra opened the log: nothing went through it
             hold_run_directory(Path(HydraConfig.get().runtime.output_dir), program)
-        except RunDirectoryInUseError as error:  # another process's directory: write nothing
+        except (RunDirectoryInUseError, UnsafeWriteError) as error:  # write nothing
             fail(program, error)
             if multirun:
                 raise error from None
@@ -241,24 +256,43 @@ def record_failure(path: Path, error: BaseException) -> None:
     :data:`ATTEMPTS_FILE` beside it, and its results stand."""
     message = str(error) if isinstance(error, VitattnError) else f"{type(error).__name__}: {error}"
     failure = {"status": "failed", "error": message}
-    with contextlib.suppress(OSError):  # an unwritable directory must not hide the real error
+    try:  # an unwritable directory, or a planted link, must not hide the real error
         path.parent.mkdir(parents=True, exist_ok=True)
         free_reserve(path.parent)  # the run is over: its reserve is room for this record
         if completed(path):
             attempts = path.parent / ATTEMPTS_FILE
-            earlier = json.loads(attempts.read_text()) if attempts.is_file() else []
             failure["at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            write_json(attempts, [*(earlier if isinstance(earlier, list) else []), failure])
+            write_json(attempts, [*earlier_attempts(attempts), failure])
             log.info("%s kept: its run had completed; this failure is in %s", path, attempts)
             return
         write_metrics(path, failure)
+    except UnsafeWriteError as unsafe:
+        log.warning("this failure is not recorded: %s", unsafe)
+    except OSError:
+        pass
+
+
+def earlier_attempts(attempts: Path) -> list[Any]:
+    """The failures :data:`ATTEMPTS_FILE` records. One that cannot be read, or a link (what it
+    records is copied into the new record), is set aside (as
+    ``failed_attempts.json.unreadable-<n>``, with a warning) and the record starts afresh."""
+    if not attempts.is_file() and not attempts.is_symlink():
+        return []
+    try:
+        return read_json(attempts, list, follow_links=False)
+    except UnreadableFileError as error:
+        aside = set_aside_unreadable(attempts)
+        log.warning(
+            "%s: %s; kept as %s, and a new record begins", attempts, error.problem, aside.name
+        )
+        return []
 
 
 def completed(metrics_path: Path) -> bool:
-    """Whether ``metrics_path`` records a completed run."""
+    """Whether ``metrics_path`` records a completed run (one that cannot be read does not)."""
     try:
-        return json.loads(metrics_path.read_text()).get("status") == "completed"
-    except (OSError, ValueError, AttributeError):
+        return read_json(metrics_path, dict).get("status") == "completed"
+    except UnreadableFileError:
         return False
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import logging
 import types
 import typing
@@ -26,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vitattn.utils.errors import ConfigError, VitattnError
+from vitattn.utils.run_files import read_json, whole_number
 
 SKIPPED_NODES = ("hydra", "paths")
 """Nodes that are Hydra's or hold only locations: not settings of any object."""
@@ -338,16 +338,15 @@ def build_trainer(trainer_cfg: DictConfig) -> Any:
 
 def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
     """Why a run whose ``metrics.json`` is at ``metrics_path`` has nothing left to train under
-    ``trainer_cfg``, or ``None`` if resuming it would train."""
-    if not metrics_path.is_file():
+    ``trainer_cfg``, or ``None`` if resuming it would train. A ``metrics.json`` that cannot be
+    read, or whose steps or epochs are not counts, is one line (:class:`UnreadableFileError`)."""
+    if not metrics_path.exists() and not metrics_path.is_symlink():
         return None
-    try:
-        metrics = json.loads(metrics_path.read_text())
-    except (OSError, ValueError):
-        return None
+    metrics = read_json(metrics_path, dict)
     if metrics.get("status") != "completed":
         return None
-    steps, epochs = int(metrics.get("steps") or 0), int(metrics.get("epochs") or 0)
+    steps = whole_number(metrics, "steps", metrics_path)
+    epochs = whole_number(metrics, "epochs", metrics_path)
     max_steps, max_epochs = trainer_cfg.get("max_steps", -1), trainer_cfg.get("max_epochs")
     if isinstance(max_steps, int) and 0 < max_steps <= steps:
         return f"it finished at step {steps} (trainer.max_steps={max_steps})"

@@ -1,0 +1,314 @@
+"""A run's files, read and written safely: never through a symbolic link, and a malformed file
+is one line that names it.
+
+A run or sweep directory is data (``docs/runs.md``, "What vitattn trusts"): on a shared disk
+anyone who can write there can plant a symbolic link at a name vitattn writes, or leave a file
+that is not what vitattn wrote. So, here and only here:
+
+* a file is **written** whole to a temporary ``.<name>.partial`` beside it, created with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a link there is never followed), then renamed over the
+  target with ``os.replace`` (a link at the target is replaced, not written through)
+  (:func:`replacing`, :func:`write_text`, :func:`write_bytes`, :func:`write_with`). A link, or
+  anything but a regular file, at the temporary's name is refused in one line
+  (:class:`UnsafeWriteError`); a regular one is a killed process's leftover, removed;
+* a file that is **appended** to (the log) is opened with ``O_NOFOLLOW`` (:func:`open_for_append`);
+* the names Hydra and other libraries write *through* (the log file, ``.hydra/``, the lock) are
+  checked before a command starts (:func:`refuse_planted_links`);
+* a file that is **read** (:func:`read_json`, :func:`read_yaml`, :func:`whole_number`) gives one
+  line ``<path>: <what is wrong>`` when it is malformed (:class:`UnreadableFileError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from vitattn.utils.errors import ConfigError, TrainingError
+
+PARTIAL = ".partial"
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+MAX_READ = 64 << 20
+"""The largest run file read (``metrics.json``, ``.hydra/config.yaml``, ...): far more than any
+vitattn writes."""
+WRITTEN_THROUGH = ("multirun.yaml", "hparams.yaml")
+"""Files libraries write at the top of a run or sweep directory by opening them as they are
+(Hydra's ``multirun.yaml``, Lightning's ``hparams.yaml``); besides these, every name that starts
+with ``.`` (``.hydra``, ``.vitattn.lock``, ``.<name>.partial``, ``.attempts``),
+``events.out.tfevents.`` (TensorBoard's) or ``optuna.db`` (a search's study and its journal),
+and every ``*.log``."""
+
+
+ADVICE = "it is not as vitattn writes it: restore it or remove it"
+
+
+class UnsafeWriteError(TrainingError):
+    """A file vitattn writes is a symbolic link, or not a regular file: it is refused, and
+    nothing is written through it. A :class:`TrainingError`: a run that meets one keeps its
+    directory."""
+
+
+class UnreadableFileError(ConfigError):
+    """A run file that cannot be read, or does not hold what vitattn writes there: one line,
+    ``<path>: <problem>; <advice>``."""
+
+    def __init__(self, path: Path, problem: str, advice: str = ADVICE) -> None:
+        self.path, self.problem = path, one_line(problem)
+        super().__init__(f"{one_line(path)}: {self.problem}; {advice}")
+
+
+def one_line(text: object) -> str:
+    """``text`` with control characters escaped (a link's target may hold a line break)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def partial_path(path: Path) -> Path:
+    """Where ``path`` is written before it is complete: ``.<name>.partial`` beside it."""
+    return path.with_name(f".{path.name}{PARTIAL}")
+
+
+def unsafe(path: Path) -> UnsafeWriteError:
+    """The one line refusing ``path``: what is there, and that nothing went through it."""
+    if path.is_symlink():
+        what = f"a symbolic link (to {one_line(os.readlink(path))})"
+    else:
+        what = "not a regular file"
+    return UnsafeWriteError(
+        f"{one_line(path)} is {what}: vitattn writes its run files itself, never through a link, "
+        "and wrote nothing there: remove it and run again"
+    )
+
+
+def refuse_link(path: Path) -> None:
+    """Refuse in one line if ``path`` is a symbolic link."""
+    if path.is_symlink():
+        raise unsafe(path)
+
+
+def create_new(path: Path) -> int:
+    """A descriptor of a new, empty file at ``path``, opened for writing with ``O_EXCL`` and
+    ``O_NOFOLLOW``. A regular file already there (left by a killed process) is removed first; a
+    link or anything else is refused (:class:`UnsafeWriteError`)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+    try:
+        return os.open(path, flags, 0o666)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_file():
+            raise unsafe(path) from None
+        path.unlink()
+    try:
+        return os.open(path, flags, 0o666)
+    except FileExistsError:  # planted again in between
+        raise unsafe(path) from None
+
+
+@contextlib.contextmanager
+def replacing(
+    path: Path, *, text: bool = False, newline: str | None = None, fsync: bool = False
+) -> Iterator[IO[Any]]:
+    """A file object to write ``path``'s new content to. It goes to ``.<name>.partial`` (made
+    by :func:`create_new`), which replaces ``path`` when the block ends without an error (after
+    an ``fsync`` with ``fsync``); on an error it is removed and ``path`` stays as it was."""
+    partial = partial_path(path)
+    descriptor = create_new(partial)
+    try:
+        mode = "w" if text else "wb"
+        options = {"encoding": "utf-8", "newline": newline} if text else {}
+        with os.fdopen(descriptor, mode, **options) as handle:
+            yield handle
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, whole or not at all (:func:`replacing`)."""
+    with replacing(path, text=True) as handle:
+        handle.write(text)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, whole or not at all (:func:`replacing`)."""
+    with replacing(path) as handle:
+        handle.write(data)
+
+
+def write_with(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Let ``write`` (``figure.savefig``, ``np.savez_compressed``, ``torch.save``, with the
+    format given) write ``path`` through a binary file object, whole or not at all."""
+    with replacing(path) as handle:
+        write(handle)
+
+
+def save_figure(figure: Any, path: Path, **options: Any) -> None:
+    """``figure.savefig(path, **options)`` (a matplotlib figure) in the format of ``path``'s
+    suffix, written whole or not at all (:func:`write_with`)."""
+    kind = path.suffix.lstrip(".").lower() or "png"
+    write_with(path, lambda handle: figure.savefig(handle, format=kind, **options))
+
+
+def open_for_append(
+    path: Path, mode: str = "a", encoding: str | None = None, errors: str | None = None
+) -> IO[str]:
+    """``open(path, mode)`` for a log file (``"a"``, or ``"w"`` to start it afresh), never
+    through a symbolic link: a link at ``path`` is refused in one line."""
+    flags = os.O_WRONLY | os.O_CREAT | NOFOLLOW | CLOEXEC
+    flags |= os.O_TRUNC if "w" in mode else os.O_APPEND
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise unsafe(path) from None
+        raise
+    return os.fdopen(descriptor, "w" if "w" in mode else "a", encoding=encoding, errors=errors)
+
+
+def planted_links(run_dir: Path) -> list[Path]:
+    """The symbolic links in ``run_dir`` at names that are written by opening them as they are:
+    at its top, those :data:`WRITTEN_THROUGH` describes; everything in ``.hydra/`` and ``csv/``;
+    ``.<name>.partial`` in ``checkpoints/``."""
+
+    def links(folder: Path, chosen: Callable[[str], bool]) -> list[Path]:
+        if folder.is_symlink() or not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_symlink() and chosen(p.name))
+
+    found = links(run_dir, _written_at_the_top)
+    found += links(run_dir / ".hydra", lambda name: True)
+    found += links(run_dir / "checkpoints", lambda name: name.startswith("."))
+    found += links(run_dir / "csv", lambda name: True)  # Lightning's CSVLogger (logger=csv)
+    return found
+
+
+def _written_at_the_top(name: str) -> bool:
+    return (
+        name.startswith((".", "events.out.tfevents.", "optuna.db"))
+        or name.endswith(".log")
+        or name in WRITTEN_THROUGH
+    )
+
+
+def refuse_planted_links(run_dir: Path) -> None:
+    """Refuse in one line a run or sweep directory holding a :func:`planted_links` link."""
+    found = planted_links(run_dir)
+    if found:
+        raise unsafe(found[0])
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` lies in ``root`` once ``..`` and symbolic links are resolved."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
+    if value is None:
+        return "nothing (null)"
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
+
+
+def _text(path: Path, follow_links: bool = True) -> str:
+    """``path``'s text: a regular file of at most :data:`MAX_READ` bytes (a FIFO would block,
+    a device never end), opened without following a link unless ``follow_links``."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | CLOEXEC | (0 if follow_links else NOFOLLOW)
+    try:
+        descriptor = os.open(path, flags)
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_READ:
+            os.close(descriptor)
+            size = f"{status.st_size} bytes, more than vitattn writes there"
+            raise UnreadableFileError(
+                path, f"is {size if stat.S_ISREG(status.st_mode) else 'not a regular file'}"
+            )
+        with os.fdopen(descriptor, "rb") as handle:
+            return handle.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableFileError(path, "is not UTF-8 text") from None
+    except OSError as error:
+        if not follow_links and path.is_symlink():
+            raise UnreadableFileError(
+                path, f"is a symbolic link (to {os.readlink(path)}), not a file"
+            ) from None
+        raise UnreadableFileError(
+            path, f"cannot be read ({error.strerror or error})", "make it readable, or remove it"
+        ) from None
+
+
+def _checked(path: Path, content: Any, expected: type) -> Any:
+    if not isinstance(content, expected):
+        raise UnreadableFileError(path, f"holds {_kind(content)} where {_kind(expected())} belongs")
+    return content
+
+
+def read_json(path: Path, expected: type = dict, *, follow_links: bool = True) -> Any:
+    """``path``'s JSON, which must be an ``expected`` (``dict`` or ``list``); anything else,
+    or a file that cannot be read, is one line (:class:`UnreadableFileError`). Without
+    ``follow_links``, a symbolic link at ``path`` is such a file too (for a file whose content
+    is copied into a run directory: a link would copy another file's)."""
+    try:
+        content = json.loads(_text(path, follow_links))
+    except json.JSONDecodeError as error:
+        raise UnreadableFileError(path, f"is not JSON ({error})") from None
+    except RecursionError:
+        raise UnreadableFileError(path, "is nested too deeply") from None
+    return _checked(path, content, expected)
+
+
+def read_yaml(path: Path, expected: type = dict) -> Any:
+    """``path``'s YAML (plain data, ``yaml.safe_load``), which must be an ``expected``; an empty
+    file, other content or a file that cannot be read is one line (:class:`UnreadableFileError`)."""
+    import yaml
+
+    try:
+        content = yaml.safe_load(_text(path))
+    except yaml.YAMLError as error:
+        raise UnreadableFileError(path, f"is not YAML ({_yaml_problem(error)})") from None
+    except RecursionError:
+        raise UnreadableFileError(path, "is nested too deeply") from None
+    if content is None:
+        raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
+    return _checked(path, content, expected)
+
+
+def _yaml_problem(error: Exception) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return " ".join(f"{where}{problem}".split())
+
+
+def whole_number(content: dict[str, Any], key: str, path: Path) -> int:
+    """``content[key]`` as a count (missing or null: 0): a whole number of zero or more, else
+    one line naming ``path`` and ``key``."""
+    value = content.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    raise UnreadableFileError(path, f'"{key}" is {value!r}, not a count (a whole number >= 0)')
+
+
+def set_aside_unreadable(path: Path) -> Path:
+    """Rename ``path`` (a file that could not be read) to ``<name>.unreadable-<n>`` beside it,
+    ``n`` the first number free; the new path. The file itself (a link: the link) is kept."""
+    taken = [
+        int(match.group(1))
+        for other in path.parent.iterdir()
+        if (match := re.fullmatch(re.escape(path.name) + r"\.unreadable-([0-9]+)", other.name))
+    ]
+    target = path.with_name(f"{path.name}.unreadable-{1 + max(taken, default=0)}")
+    os.rename(path, target)
+    return target
