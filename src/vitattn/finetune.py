@@ -229,6 +229,7 @@ def validate(cfg: DictConfig) -> None:
     from omegaconf import open_dict
 
     from vitattn.data.as_trained import as_trained
+    from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
     from vitattn.utils.validation import check_buildable, check_types
 
@@ -236,6 +237,7 @@ def validate(cfg: DictConfig) -> None:
     lora_settings(cfg)
     path = cfg.get("ckpt_path")
     if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():
+        checkpoint_file(path, "vitattn-finetune")  # holds no code, and builds what vitattn builds
         with open_dict(cfg):
             cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
     check_types(cfg)

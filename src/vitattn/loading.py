@@ -14,7 +14,11 @@ from vitattn.utils.errors import ConfigError, VitattnError
 
 
 def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
-    """The checkpoint file ``ckpt_path`` names, or one line saying it is missing or not a file."""
+    """The checkpoint file ``ckpt_path`` names, or one line saying it is missing, not a file, or
+    holds code or configs vitattn does not build (read as
+    :func:`~vitattn.utils.checkpoints.read_checkpoint` reads it)."""
+    from vitattn.utils.checkpoints import read_checkpoint
+
     if ckpt_path in (None, "", "???"):
         raise ConfigError(f"ckpt_path is required: {program} ckpt_path=<run>/checkpoints/last.ckpt")
     path = Path(str(ckpt_path)).expanduser()
@@ -22,6 +26,7 @@ def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
         )
+    read_checkpoint(path)
     return path
 
 
@@ -29,15 +34,20 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
     ``vitattn-train``, or of ``vitattn-finetune`` (a
     :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
+    import io
+
     from vitattn.models.module import ViTClassifier
+    from vitattn.utils.checkpoints import read_checkpoint_bytes
 
     path = checkpoint_file(ckpt_path)
+    # Lightning builds the module from the very bytes that were checked.
+    data, checkpoint = read_checkpoint_bytes(path)
     try:
-        if holds_adapters(path):
+        if holds_adapters(checkpoint):
             from vitattn.lora.module import LoRAClassifier
 
-            return LoRAClassifier.load_from_checkpoint(path, map_location="cpu")
-        return ViTClassifier.load_from_checkpoint(path, map_location="cpu")
+            return LoRAClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
+        return ViTClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
     except VitattnError:
         raise
     except Exception as error:
@@ -49,14 +59,8 @@ def load_classifier(ckpt_path: str | Path) -> Any:
         ) from error
 
 
-def holds_adapters(path: Path) -> bool:
+def holds_adapters(checkpoint: dict[str, Any]) -> bool:
     """Whether a checkpoint was written by ``vitattn-finetune`` with LoRA adapters (its module
-    hyperparameters have ``lora``); ``False`` for anything unreadable, which the loader reports."""
-    from vitattn.utils.checkpoints import UnsafeCheckpointError, read_checkpoint
-
-    try:
-        return "lora" in (read_checkpoint(path).get("hyper_parameters") or {})
-    except UnsafeCheckpointError:
-        raise
-    except Exception:
-        return False
+    hyperparameters have ``lora``)."""
+    settings = checkpoint.get("hyper_parameters")
+    return isinstance(settings, dict) and "lora" in settings

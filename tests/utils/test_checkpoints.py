@@ -137,7 +137,6 @@ def test_a_blocked_target_in_a_runs_recorded_overrides_is_one_line_and_touches_n
     tmp_path: Path, marker: Path
 ) -> None:
     from vitattn.utils.resume import resume_arguments
-    from vitattn.utils.validation import validate_training
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
@@ -146,9 +145,8 @@ def test_a_blocked_target_in_a_runs_recorded_overrides_is_one_line_and_touches_n
     recorded = ["+callbacks.x._target_=os.system", f"+callbacks.x.command=touch {marker}"]
     (run / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(recorded))
     before = tree_digest(run)
-    arguments = resume_arguments(["resume=true", f"hydra.run.dir={run}"])
-    refusal = r"callbacks\.x\._target_=os\.system is refused"
+    refusal = r"overrides\.yaml line 1: callbacks\.x\._target_=os\.system is not something vitattn"
     with pytest.raises(ConfigError, match=refusal) as raised:
-        check_composition("train", arguments, validate_training)
+        resume_arguments(["resume=true", f"hydra.run.dir={run}"])
     assert "\n" not in str(raised.value)
     assert tree_digest(run) == before and not marker.exists()

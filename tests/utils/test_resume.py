@@ -32,3 +32,32 @@ def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -
         resume_arguments(["resume=true"])
     with pytest.raises(ConfigError, match=r"resume=true: .*last.ckpt does not exist"):
         resume_arguments(["resume=true", f"hydra.run.dir={tmp_path}"])
+
+
+def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path) -> None:
+    """``~callbacks.mine`` (or ``callbacks.mine=...``) on the command line drops a recorded
+    ``+callbacks.mine._target_=...`` and its settings: they are not replayed, nor refused."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / ".hydra" / "overrides.yaml").write_text(
+        "- model.heads=2\n- +callbacks.mine._target_=mypkg.Mine\n- +callbacks.mine.step=3\n"
+    )
+    resume = ["resume=true", f"hydra.run.dir={run}"]
+    with pytest.raises(ConfigError, match=r"line 2: callbacks\.mine\._target_=mypkg\.Mine"):
+        resume_arguments(resume)
+    # deleting it now: not replayed, and no deletion left for Hydra to find nothing to delete
+    dropped = resume_arguments([*resume, "~callbacks.mine"])
+    assert dropped == ["model.heads=2", *resume, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"]
+    kept = resume_arguments([*resume, "~callbacks.mine", "~callbacks.model_summary"])
+    assert kept[-2:] == [
+        "~callbacks.model_summary",
+        f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+    ]
+    mine = "+callbacks.mine._target_=mypkg.Mine"
+    assert resume_arguments([*resume, mine])[:3] == [
+        "model.heads=2",
+        "+callbacks.mine.step=3",
+        *resume[:1],
+    ]

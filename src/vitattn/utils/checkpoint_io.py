@@ -17,6 +17,7 @@ it as a ``RuntimeError`` without an errno (:func:`vitattn.utils.disk.disk_full`)
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -26,8 +27,11 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitattn.utils.disk import disk_full, space_left
 from vitattn.utils.errors import TrainingError
+from vitattn.utils.run_files import inside, replacing
 
 PARTIAL_SUFFIX = ".partial"
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(TrainingError):
@@ -53,24 +57,23 @@ def remove_partial_checkpoints(directory: str | Path) -> list[Path]:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` to a partial file in the checkpoint's directory, fsync, ``os.replace``."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.folders: set[Path] = set()
+
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
+        self.remember_folder(Path(path).parent)
         target = Path(path)
-        partial = partial_path(target)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with partial.open("wb") as handle:
+            with replacing(target, fsync=True) as handle:  # never through a planted link
                 self.write(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, target)
             _fsync_directory(target.parent)
         except (OSError, RuntimeError) as error:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
             full = disk_full(error, target.parent)
             if not full and not isinstance(error, OSError):
                 raise  # torch's writer failed for another reason: not ours to explain
@@ -85,15 +88,53 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"could not write checkpoint {target} ({reason}{space}); {kept}; free space in "
                 f"{target.parent} (or set hydra.run.dir elsewhere) and resume"
             ) from error
-        except BaseException:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
-            raise
 
     def write(self, checkpoint: dict[str, Any], handle: IO[bytes]) -> None:
         """Serialise ``checkpoint`` into the open partial file (what tests replace to inject a
         failure in the middle of a write)."""
         torch.save(checkpoint, handle)
+
+    def remember_folder(self, folder: Path) -> None:
+        """A folder this plugin writes or reads checkpoints in: the only places it deletes in."""
+        self.folders.add(folder.resolve())
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Lightning's read of a checkpoint (a resume, a test), checked as vitattn reads one
+        (:func:`vitattn.utils.checkpoints.check_contents`), and with every path in its callbacks'
+        state that lies outside the checkpoint's own folder dropped, with one warning line, before
+        Lightning sees it: a checkpoint never makes Lightning delete a file outside its run."""
+        from vitattn.utils.checkpoints import check_contents
+        from vitattn.utils.trust import confine_callback_state
+
+        if map_location is None:
+            checkpoint = super().load_checkpoint(path, weights_only=weights_only)
+        else:
+            checkpoint = super().load_checkpoint(path, map_location, weights_only)
+        check_contents(checkpoint, path)
+        folder = Path(path).expanduser().resolve().parent
+        self.remember_folder(folder)
+        dropped = confine_callback_state(checkpoint, folder)
+        if dropped:
+            log.warning(
+                "%s: its callback state names %d path(s) outside %s (%s); they were dropped, "
+                "and nothing outside the run is read or deleted",
+                path,
+                len(dropped),
+                folder,
+                ", ".join(dropped[:3]),
+            )
+        return checkpoint
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Delete a checkpoint file Lightning replaced, only in a folder this plugin wrote or read
+        checkpoints in (after resolving ``..`` and links), and never a folder."""
+        target = Path(path)
+        if not any(inside(target, folder) for folder in self.folders) or target.is_dir():
+            log.warning("%s was not deleted: it is not a checkpoint file of this run", target)
+            return
+        target.unlink(missing_ok=True)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -6,7 +6,11 @@ is therefore read with torch's ``weights_only`` unpickler, which builds tensors,
 containers and numbers and nothing else; Lightning's own loading (``trainer.fit(ckpt_path=...)``,
 ``load_from_checkpoint``) uses the same unpickler by default. Checkpoints of earlier vitattn
 versions hold their hyper-parameters as OmegaConf containers: exactly those types
-(:data:`CONFIG_TYPES`) are allowed too, process-wide, so Lightning reads them as well.
+(:func:`config_types`) are allowed too, process-wide, so Lightning reads them as well.
+
+What such a file *says* is data too: the configs it stores (the network's, the data module's)
+are checked against what vitattn itself builds (:func:`check_contents`, :mod:`vitattn.utils.trust`)
+as soon as it is read, before anything is built from them.
 """
 
 from __future__ import annotations
@@ -20,14 +24,23 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from vitattn.utils.errors import ConfigError
+from vitattn.utils.errors import ConfigError, VitattnError
 from vitattn.utils.hparams import flatten
+from vitattn.utils.trust import check_data_settings, check_stored_config
 
 log = logging.getLogger(__name__)
 
 
 class UnsafeCheckpointError(ConfigError):
     """A checkpoint needs more than tensors and plain containers to load: it was not loaded."""
+
+
+MODULE_SETTINGS_KEYS = ("hyper_parameters", "hparams", "module_arguments")
+"""Where a checkpoint stores the LightningModule's arguments: Lightning's key, and the legacy
+keys it still merges into them (``lightning.pytorch.core.saving.CHECKPOINT_PAST_HPARAMS_KEYS``)."""
+
+DATA_SETTINGS_KEY = "datamodule_hyper_parameters"
+"""Where a checkpoint stores the data module's arguments (``LightningDataModule``'s key)."""
 
 
 def config_types() -> list[Any]:
@@ -83,9 +96,46 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     allow_config_types()
     path = Path(path).expanduser()
     try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    return check_contents(checkpoint, path)
+
+
+def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
+    """The bytes of the checkpoint at ``path`` and what they hold, read once and checked as
+    :func:`read_checkpoint` checks: what is built from them afterwards is what was checked, even
+    if the file changes in the meantime."""
+    import io
+
+    import torch
+
+    allow_config_types()
+    path = Path(path).expanduser()
+    data = path.read_bytes()
+    try:
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    return data, check_contents(checkpoint, path)
+
+
+def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
+    """``checkpoint`` once the configs it stores build only what vitattn builds itself: the
+    module's settings (``hyper_parameters`` and Lightning's legacy keys) name only allowed
+    targets and resolvers, and the data module's settings are plain values; one line naming the
+    file, the key and what it asks for otherwise."""
+    if not isinstance(checkpoint, dict):
+        raise ConfigError(
+            f"{path} is not a vitattn-train checkpoint: it holds a "
+            f"{type(checkpoint).__name__}, not a checkpoint dictionary"
+        )
+    for key in MODULE_SETTINGS_KEYS:
+        if key in checkpoint:
+            check_stored_config(checkpoint[key], str(path), key)
+    if DATA_SETTINGS_KEY in checkpoint:
+        check_data_settings(checkpoint[DATA_SETTINGS_KEY], str(path), DATA_SETTINGS_KEY)
+    return checkpoint
 
 
 def unsafe_reason(path: Path, error: BaseException) -> str:
@@ -103,7 +153,7 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     configured ``module.hparams.net``)."""
     try:
         stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
-    except UnsafeCheckpointError:
+    except VitattnError:  # a file that carries code, or configs vitattn does not build
         raise
     except FileNotFoundError as error:
         raise ConfigError(f"ckpt_path={ckpt_path} is not a file") from error
@@ -112,7 +162,13 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({type(error).__name__})"
         ) from error
     configured = OmegaConf.to_container(OmegaConf.create(dict(network)), resolve=True)
-    stored = OmegaConf.to_container(OmegaConf.create(dict(stored)), resolve=True)
+    try:
+        stored = OmegaConf.to_container(OmegaConf.create(dict(stored)), resolve=True)
+    except Exception as error:  # an interpolation to nothing, a value OmegaConf cannot hold
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint: its network config does "
+            f"not resolve ({type(error).__name__})"
+        ) from error
     for net in (configured, stored):  # compiling or not does not change the weights
         net.pop("compile", None)
     if stored == configured:

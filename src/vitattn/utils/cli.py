@@ -70,6 +70,7 @@ def console_main(
     try:
         if continuing:
             check_continuation(config_name, overrides_of(named), sweep_dir)
+            check_interrupted_checkpoints(overrides_of(named), sweep_dir)
         for directory in [explicit_run_dir(arguments), sweep_dir]:
             if directory is not None and not informational:
                 hold_run_directory(directory, program)
@@ -81,6 +82,20 @@ def console_main(
         sys.exit(1)
     sys.argv = [sys.argv[0], *named]
     hydra_main()
+
+
+def check_interrupted_checkpoints(overrides: Sequence[str], sweep_dir: Path) -> None:
+    """Read the ``last.ckpt`` of every interrupted job of a sweep being continued, as a resume
+    reads it: one that carries code or configs vitattn does not build is refused in one line
+    before any job runs (:func:`vitattn.utils.checkpoints.read_checkpoint`)."""
+    from vitattn.utils.checkpoints import read_checkpoint
+    from vitattn.utils.sweep_continuation import job_state, planned_jobs
+
+    if not sweep_dir.is_dir():
+        return
+    for job in planned_jobs(overrides, sweep_dir):
+        if job_state(job.directory) == "interrupted":
+            read_checkpoint(job.directory / "checkpoints" / "last.ckpt")
 
 
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"

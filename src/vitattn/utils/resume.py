@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
 
 from vitattn.utils.cli import MULTIRUN_FLAGS, overrides_of
 from vitattn.utils.errors import ConfigError
+from vitattn.utils.trust import check_recorded_override
 
 
 def resume_arguments(arguments: list[str]) -> list[str]:
@@ -17,7 +18,8 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     takes ``<run>/checkpoints/last.ckpt``): the run's recorded overrides
     (``<run>/.hydra/overrides.yaml``) come first, so the model and data are rebuilt as they were,
     then the ones given now (e.g. a larger ``trainer.max_steps``); ``hydra.run.dir`` points at the
-    run, so TensorBoard curves, checkpoints and ``metrics.json`` continue there.
+    run, so TensorBoard curves, checkpoints and ``metrics.json`` continue there. The recorded
+    overrides are data: each is checked (:func:`recorded_overrides`) before it is used.
     """
     if any(arg in MULTIRUN_FLAGS for arg in arguments):
         return arguments
@@ -50,12 +52,68 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     recorded = run_dir / ".hydra" / "overrides.yaml" if run_dir is not None else None
     if recorded is None or not recorded.is_file():
         return arguments
-    previous = OmegaConf.to_container(OmegaConf.load(recorded)) or []
-    keys_now = {arg.split("=", 1)[0].lstrip("+~") for arg in arguments}
-    skip = {"ckpt_path", "resume", *keys_now}
-    kept = [
-        str(arg)
-        for arg in previous
-        if str(arg).split("=", 1)[0].lstrip("+~") not in skip and not str(arg).startswith("hydra.")
-    ]
-    return [*kept, *arguments]
+    given_now = {"ckpt_path", "resume", *(arg.split("=", 1)[0].lstrip("+~") for arg in arguments)}
+    previous = recorded_overrides(recorded)
+    kept = [(arg, line) for arg, line in previous if not set_now(key_of(arg), given_now)]
+    for arg, line in kept:
+        check_recorded_override(arg, f"{recorded} line {line}")
+    return [*(arg for arg, _ in kept), *without_recorded_additions(arguments, previous)]
+
+
+def key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def without_recorded_additions(arguments: list[str], recorded: list[tuple[str, int]]) -> list[str]:
+    """``arguments`` less each deletion ``~node`` of a node that only the run's recorded
+    overrides added (``+callbacks.mine._target_=...``): not replaying them deletes it, and Hydra
+    would refuse to delete a node the config does not have."""
+
+    def only_added(node: str) -> bool:
+        under = [arg for arg, _ in recorded if set_now(key_of(arg), {node})]
+        return bool(under) and all(arg.startswith("+") for arg in under)
+
+    return [arg for arg in arguments if not (arg.startswith("~") and only_added(key_of(arg)))]
+
+
+def set_now(key: str, given_now: set[str]) -> bool:
+    """Whether the command line sets ``key`` now, itself or a node above it: ``~callbacks.mine``
+    or ``callbacks.mine=...`` given now replaces a recorded ``+callbacks.mine._target_=...``."""
+    parts = key.split(".")
+    return any(".".join(parts[:end]) in given_now for end in range(1, len(parts) + 1))
+
+
+def recorded_overrides(path: Path) -> list[tuple[str, int]]:
+    """The overrides a run recorded (Hydra's ``.hydra/overrides.yaml``: a YAML list of
+    ``key=value`` strings), each with its line in the file; one line naming the file when it is
+    a link, unreadable, or not such a list."""
+    if path.is_symlink():
+        raise ConfigError(
+            f"{path} is a symbolic link; a run's recorded overrides are read only "
+            "from the run directory itself"
+        )
+    try:
+        text = path.read_text()
+        document = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(
+            f"{path} cannot be read ({error}); resume with a run directory that vitattn-train wrote"
+        ) from None
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(
+            f"{path} is not valid YAML{at}; it should be the list of "
+            "overrides Hydra recorded (- key=value)"
+        ) from None
+    if document is None:
+        return []
+    items = document.value if isinstance(document, yaml.SequenceNode) else None
+    if items is None or not all(
+        isinstance(item, yaml.ScalarNode) and item.tag.endswith(":str") for item in items
+    ):
+        raise ConfigError(
+            f"{path} is not a list of overrides (- key=value lines), as Hydra "
+            "records them; resume with a run directory that vitattn-train wrote"
+        )
+    return [(str(item.value), item.start_mark.line + 1) for item in items]

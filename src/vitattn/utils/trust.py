@@ -1,0 +1,257 @@
+"""What vitattn builds from a file: only what vitattn itself builds.
+
+A checkpoint, a run directory and a sweep directory are data, and may come from someone else (a
+colleague's checkpoint, a shared cluster disk). Some of that data is configuration that vitattn
+turns back into objects: a checkpoint's ``hyper_parameters`` (the network, optimizer and
+schedule, rebuilt by ``load_from_checkpoint``), Lightning's legacy ``hparams`` keys, the data
+module's ``datamodule_hyper_parameters``, and a run's ``.hydra/overrides.yaml`` on
+``resume=true``. Hydra's ``instantiate`` calls whatever ``_target_`` a config names, and its own
+target policy is a blocklist ("best-effort ... not a complete security boundary"), so everything
+read from a file is checked here first, against an allowlist:
+
+* a ``_target_`` (anywhere: nested nodes, ``_args_``, ``_partial_`` ones) must be one that the
+  project's own ``configs/`` name: the attention registry, vitattn's model, data, callback and
+  logger classes, and the torch optimizers and Lightning callbacks and loggers it uses
+  (:func:`allowed_targets`);
+* a string may interpolate other settings (``${model.embed_dim}``) but call no resolver other
+  than vitattn's own: ``${oc.env:...}`` would read the environment, others run code;
+* data settings (``shift``, ``grayscale``, ``normalize``, ...) are plain values, never configs.
+
+What a user types on the command line is not checked here: that is the user's choice
+(``vitattn-train +callbacks.mine._target_=mypkg.MyCallback``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.errors import ConfigError
+from vitattn.utils.run_files import inside
+
+VITATTN_RESOLVERS = ("project_root",)
+"""vitattn's own OmegaConf resolvers besides those named ``vitattn_*``."""
+
+CONFIG_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
+"""The keys through which Hydra's ``instantiate`` reads a node as something to build."""
+
+COMMAND_LINE = "a target you trust can be given on the command line"
+
+
+class UntrustedFileError(ConfigError):
+    """A file asks vitattn to build something vitattn does not build itself: nothing was built."""
+
+
+@functools.cache
+def allowed_targets(config_dir: Path = CONFIG_DIR) -> frozenset[str]:
+    """Every ``_target_`` the project's ``configs/`` name outside Hydra's own settings: what
+    vitattn itself builds, and so all that a file may ask it to build."""
+    targets: set[str] = set()
+    for path in sorted(config_dir.rglob("*.yaml")):
+        if path.relative_to(config_dir).parts[0] == "hydra":
+            continue  # Hydra's own settings: a file may never set them
+        content = yaml.safe_load(path.read_text())
+        targets.update(_targets_in(content))
+    return frozenset(targets)
+
+
+def _targets_in(content: Any) -> Iterator[str]:
+    if isinstance(content, Mapping):
+        for key, value in content.items():
+            if key == "hydra":
+                continue
+            if key == "_target_" and isinstance(value, str):
+                yield value
+            else:
+                yield from _targets_in(value)
+    elif isinstance(content, list):
+        for value in content:
+            yield from _targets_in(value)
+
+
+def plain(content: Any) -> Any:
+    """``content`` as plain dicts and lists, interpolations left as written (an OmegaConf
+    container, as earlier checkpoints hold, is read without resolving anything)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(content, DictConfig | ListConfig):
+        return OmegaConf.to_container(content, resolve=False)
+    return content
+
+
+def check_stored_config(content: Any, source: str, key: str) -> None:
+    """Refuse in one line a config read from ``source`` (a file) that names a ``_target_``
+    outside :func:`allowed_targets`, or calls a resolver other than vitattn's own. ``key`` is
+    where ``content`` sits in the file (``hyper_parameters.net``)."""
+    content = plain(content)
+    if isinstance(content, Mapping):
+        if "_target_" in content:
+            check_target(content["_target_"], source, f"{key}._target_")
+        partial = content.get("_partial_", False)
+        if not isinstance(partial, bool):
+            raise UntrustedFileError(
+                f"{source}: {key}._partial_={partial!r} is not true or false; nothing was built"
+            )
+        for name, value in content.items():
+            check_stored_config(value, source, f"{key}.{name}")
+    elif isinstance(content, list | tuple):
+        for index, value in enumerate(content):
+            check_stored_config(value, source, f"{key}[{index}]")
+    elif isinstance(content, str):
+        check_interpolations(content, source, key)
+
+
+def check_target(target: Any, source: str, key: str) -> None:
+    """Refuse a ``_target_`` read from a file unless vitattn builds it itself."""
+    if isinstance(target, str) and target in allowed_targets():
+        return
+    raise UntrustedFileError(
+        f"{source}: {key}={target} is not something vitattn builds, so it was not built "
+        f"(vitattn builds only the classes its configs/ name; {COMMAND_LINE})"
+    )
+
+
+def check_data_settings(settings: Any, source: str, key: str) -> None:
+    """Refuse in one line data settings read from ``source`` unless each is a plain value (a
+    number, a word, true/false, null, or a list of them) with no interpolation."""
+    settings = plain(settings)
+    if settings is None:
+        return
+    if not isinstance(settings, Mapping):
+        raise UntrustedFileError(
+            f"{source}: {key} is a {type(settings).__name__}, not a mapping of data settings"
+        )
+    for name, value in settings.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in values:
+            if item is not None and not isinstance(item, bool | int | float | str | Path):
+                raise UntrustedFileError(
+                    f"{source}: {key}.{name} is a {type(item).__name__}, not a plain value: "
+                    "data settings are numbers, words or true/false, never configs; nothing "
+                    "was built"
+                )
+            if isinstance(item, str) and "${" in item:
+                raise UntrustedFileError(
+                    f"{source}: {key}.{name}={item!r} is an interpolation, not a plain value: "
+                    "data settings are numbers, words or true/false"
+                )
+
+
+def check_interpolations(text: str, source: str, key: str) -> None:
+    """Refuse a string from a file whose interpolations call a resolver other than vitattn's
+    own (``${oc.env:...}`` reads the environment), or that OmegaConf cannot parse."""
+    if "${" not in text:
+        return
+    for resolver in resolvers_in(text, source, key):
+        if not resolver.startswith("vitattn_") and resolver not in VITATTN_RESOLVERS:
+            raise UntrustedFileError(
+                f"{source}: {key}={text!r} calls the resolver {resolver!r}; a setting read from "
+                "a file may refer to other settings (${a.b}) but call no resolver other than "
+                f"vitattn's own (it could read the environment or run code); {COMMAND_LINE}"
+            )
+
+
+def resolvers_in(text: str, source: str, key: str) -> list[str]:
+    """The names of the resolvers ``text`` calls, nested ones included, as OmegaConf parses it.
+    A resolver whose name is itself an interpolation is returned as written (and refused)."""
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    try:
+        tree = parse(text)
+    except GrammarParseError:
+        raise UntrustedFileError(f"{source}: {key}={text!r} is not a valid interpolation") from None
+    found: list[str] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
+            found.append(node.resolverName().getText())
+        pending.extend(node.getChildren() if hasattr(node, "getChildren") else [])
+    return found
+
+
+LOCATION_KEYS = ("dirpath", "save_dir", "default_root_dir", "output_dir", "log_dir")
+"""Settings that say where a run writes: the command decides that (``hydra.run.dir``), never a
+file the run reads."""
+
+
+def check_recorded_override(text: str, source: str) -> None:
+    """Refuse in one line a run's recorded override (``source``: the file and its line) that is
+    not a plain setting of vitattn's: one that sets, adds or deletes Hydra's own settings (in any
+    prefix form, or through a package ``@hydra``), says where the run writes, names a
+    ``_target_`` vitattn does not build, or calls a resolver other than vitattn's own."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(text)
+    except HydraException:
+        raise UntrustedFileError(f"{source}: {text!r} is not an override (key=value)") from None
+    key, package = override.key_or_group, override.package or ""
+    if any(name == "hydra" or name.startswith(("hydra.", "hydra/")) for name in (key, package)):
+        raise UntrustedFileError(
+            f"{source}: {text!r} sets Hydra's own settings; a run's recorded overrides may set "
+            "only vitattn's settings (give it on the command line if you mean it)"
+        )
+    if key.rsplit(".", 1)[-1] in LOCATION_KEYS:
+        raise UntrustedFileError(
+            f"{source}: {text!r} says where the run writes; that is the command's to say "
+            "(hydra.run.dir), not the run's files"
+        )
+    if override.is_sweep_override():
+        raise UntrustedFileError(
+            f"{source}: {text!r} is a sweep; a run's recorded overrides hold one value each"
+        )
+    if override.is_delete():
+        return
+    value = override.value()
+    name = key.rsplit(".", 1)[-1]
+    if name == "_target_":
+        check_target(value, source, key)
+    else:
+        check_stored_config(value, source, key)
+
+
+CHECKPOINT_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+"""The paths Lightning's ``ModelCheckpoint`` keeps in its state (besides ``best_k_models``),
+and deletes when a better checkpoint replaces them."""
+
+
+def within(path: Any, folder: Path) -> bool:
+    """Whether ``path`` (a path from a file) lies in ``folder`` after resolving ``..`` and
+    links; a value that is no path (a NUL byte in it, a number) does not."""
+    try:
+        return inside(Path(str(path)), folder)
+    except (ValueError, OSError):
+        return False
+
+
+def confine_callback_state(checkpoint: dict[str, Any], folder: Path) -> list[str]:
+    """Drop from the callbacks' state in ``checkpoint`` every checkpoint path outside
+    ``folder`` (the run's ``checkpoints/``), so that Lightning never deletes or reads a file
+    outside the run because a checkpoint says so; the paths dropped."""
+    dropped: list[str] = []
+    states = checkpoint.get("callbacks")
+    if not isinstance(states, dict):
+        return dropped
+    for state in states.values():
+        if not isinstance(state, dict):
+            continue
+        for key in CHECKPOINT_PATH_KEYS:
+            path = state.get(key)
+            if isinstance(path, str) and path and not within(path, folder):
+                dropped.append(path)
+                state[key] = ""
+        best = state.get("best_k_models")
+        if isinstance(best, dict):
+            outside = [path for path in best if not within(path, folder)]
+            dropped += [str(path) for path in outside]
+            state["best_k_models"] = {k: v for k, v in best.items() if k not in outside}
+    return sorted(set(dropped))
