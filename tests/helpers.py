@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from vitattn.models.vit import VisionTransformer
-from vitattn.utils.checkpoint_io import AtomicCheckpointIO
+from vitattn.runs.checkpoint_io import AtomicCheckpointIO
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
 BIN = Path(sys.executable).parent
@@ -71,8 +71,8 @@ def assert_one_line_refusal(
     """Composing ``configs/<config_name>.yaml`` with ``overrides`` and validating it with
     ``validate`` (as the app does before Hydra starts) raises one line matching ``message``,
     and nothing is created at ``run_dir``."""
-    from vitattn.utils.cli import check_composition
-    from vitattn.utils.errors import ConfigError
+    from vitattn.cli.console import check_composition
+    from vitattn.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message) as raised:
         check_composition(config_name, [*overrides, f"hydra.run.dir={run_dir}"], validate)

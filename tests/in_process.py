@@ -122,7 +122,8 @@ def as_a_process(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from vitattn.utils import run_lock, task
+    from vitattn.runs import lock as run_lock
+    from vitattn.runs import task
 
     loggers = logging_state()
     held_before = set(run_lock._held)

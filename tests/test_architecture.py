@@ -26,24 +26,31 @@ ENTRY_POINTS = {
 ALLOWED_TO_IMPORT_AN_ENTRY_POINT = {"vitattn.bench.__main__", "vitattn.check.__main__"}
 """``python -m vitattn.bench`` and ``python -m vitattn.check`` run those entry points."""
 
+BASE = {"vitattn.errors", "vitattn.utils", "vitattn.runs"}
+"""The ground floor: one-line errors, general helpers, and the run directory's owner."""
+
 ROOMS = {
-    "vitattn.utils": set(),
-    "vitattn.attention": {"vitattn.utils"},
-    "vitattn.data": {"vitattn.utils"},
-    "vitattn.models": {"vitattn.attention", "vitattn.utils"},
-    "vitattn.callbacks": {"vitattn.utils"},
-    "vitattn.logger": {"vitattn.utils"},
-    "vitattn.insight": {"vitattn.attention", "vitattn.logger", "vitattn.utils"},
-    "vitattn.confusion": {"vitattn.logger", "vitattn.utils"},
+    "vitattn.errors": set(),
+    "vitattn.utils": {"vitattn.errors"},
+    "vitattn.runs": {"vitattn.errors", "vitattn.utils"},
+    "vitattn.cli": BASE,
+    "vitattn.attention": BASE,
+    "vitattn.data": BASE,
+    "vitattn.models": {"vitattn.attention", *BASE},
+    "vitattn.callbacks": BASE,
+    "vitattn.preemption": BASE,
+    "vitattn.logger": BASE,
+    "vitattn.insight": {"vitattn.attention", "vitattn.logger", *BASE},
+    "vitattn.confusion": {"vitattn.logger", *BASE},
     "vitattn.fitting": {
         "vitattn.callbacks",
         "vitattn.confusion",
         "vitattn.insight",
-        "vitattn.utils",
+        *BASE,
     },
-    "vitattn.lora": {"vitattn.models", "vitattn.attention", "vitattn.utils"},
-    "vitattn.loading": {"vitattn.models", "vitattn.lora", "vitattn.utils"},
-    "vitattn.analysis": {"vitattn.data", "vitattn.utils"},
+    "vitattn.lora": {"vitattn.models", "vitattn.attention", *BASE},
+    "vitattn.loading": {"vitattn.models", "vitattn.lora", *BASE},
+    "vitattn.analysis": {"vitattn.data", *BASE},
 }
 """Each room (package or module) and the rooms it may import besides itself. The entry points,
 ``vitattn.bench`` and ``vitattn.check`` (which runs the bench's pieces) sit above all of them and

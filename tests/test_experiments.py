@@ -10,8 +10,8 @@ import torch
 
 from tests.helpers import TINY, compose_config
 from tests.in_process import run_in_process
+from vitattn.errors import ConfigError
 from vitattn.models.vit import VisionTransformer
-from vitattn.utils.errors import ConfigError
 
 # --- presets -----------------------------------------------------------------------------------
 

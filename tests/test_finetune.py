@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import QUIET_CPU, compose_config, steps, train_tiny
+from vitattn.errors import ConfigError
 from vitattn.loading import load_classifier
 from vitattn.lora.adapters import DEFAULT_TARGETS
 from vitattn.lora.module import LoRAClassifier
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.task import user_error
+from vitattn.runs.task import user_error
 
 # The base: the tiny training model, 60 steps at a high learning rate (test accuracy ~0.22).
 BASE_STEPS = ["trainer.max_steps=60", "trainer.val_check_interval=1000", "optimizer.lr=3e-3"]

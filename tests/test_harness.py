@@ -65,7 +65,7 @@ def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
 
     from tests.helpers import TINY
     from tests.in_process import console_handlers, logging_state, run_in_process
-    from vitattn.utils import run_lock
+    from vitattn.runs import lock as run_lock
 
     loggers, streams, locks = logging_state(), console_handlers(), dict(run_lock._held)
     run_dir = tmp_path / "run"

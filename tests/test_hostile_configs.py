@@ -378,8 +378,8 @@ def test_callback_state_never_deletes_outside_the_run(site: Site, data_dir: Path
 
 def interrupted_sweep_job(site: Site) -> list[str]:
     """The trained run as the one job of a sweep that was interrupted, and the sweep's command."""
-    from vitattn.utils.cli import name_jobs_by_what_differs, overrides_of
-    from vitattn.utils.sweep_continuation import planned_jobs
+    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.runs.continuation import planned_jobs
 
     sweep = site.root / "runs" / "sweep"
     command = ["-m", *FEW_STEPS, "trainer.max_steps=12", f"hydra.sweep.dir={sweep}"]

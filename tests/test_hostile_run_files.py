@@ -120,7 +120,7 @@ def test_a_log_linked_after_the_checks_is_refused_by_the_task(
 ) -> None:
     """The link appears after the command line's checks, before Hydra opens the log: the log
     handler opens nothing through it, and the task ends the run in one line."""
-    from vitattn.utils import cli
+    from vitattn.cli import console as cli
 
     link, hold = run / "train.log", cli.hold_run_directory
 
@@ -228,8 +228,8 @@ def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
 def sweep_job(run: Path, status: str) -> tuple[Path, list[str]]:
     """The trained run as the one job of a sweep, its ``metrics.json`` saying ``status``; the
     job's directory and the sweep's command."""
-    from vitattn.utils.cli import name_jobs_by_what_differs, overrides_of
-    from vitattn.utils.sweep_continuation import planned_jobs
+    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.runs.continuation import planned_jobs
 
     sweep = run.parent / "sweep"
     command = ["-m", *FEW_STEPS, f"hydra.sweep.dir={sweep}"]

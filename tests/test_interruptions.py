@@ -17,7 +17,7 @@ from vitattn.analysis.events import read_scalars
 
 pytestmark = pytest.mark.slow
 
-ATOMIC = "trainer.plugins=[{_target_: vitattn.utils.checkpoint_io.AtomicCheckpointIO}]"
+ATOMIC = "trainer.plugins=[{_target_: vitattn.runs.checkpoint_io.AtomicCheckpointIO}]"
 
 WITHOUT_FAULT = "~callbacks.fault"
 """Resuming a run stopped by a test's callback: a run's recorded overrides build only what vitattn

@@ -12,7 +12,7 @@ import torch
 from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, steps, train_tiny
 from tests.in_process import refused_in_process, run_in_process
 from vitattn.attention import ATTENTIONS
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 @pytest.mark.slow

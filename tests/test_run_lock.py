@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, steps
 from tests.in_process import refused_in_process, run_in_process
-from vitattn.utils.run_lock import HOLDER_FILE
+from vitattn.runs.lock import HOLDER_FILE
 
 pytestmark = pytest.mark.slow
 

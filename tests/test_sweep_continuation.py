@@ -27,7 +27,7 @@ from tests.helpers import (
 )
 from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.events import read_scalars
-from vitattn.utils.sweep_continuation import (
+from vitattn.runs.continuation import (
     ATTEMPTS,
     job_state,
     planned_jobs,

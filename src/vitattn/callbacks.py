@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitattn.utils.errors import TrainingError
+from vitattn.errors import TrainingError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from vitattn.logger import SUMMARY_GROUP, summary_writers
-from vitattn.utils.run_files import save_figure
+from vitattn.runs.files import save_figure
 
 
 class ConfusionReport(L.Callback):

@@ -15,9 +15,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from vitattn.utils.cli import console_main
+from vitattn.cli.console import console_main
+from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.data.as_trained import as_trained
     from vitattn.fitting import instantiate_trainer, test_report
     from vitattn.loading import checkpoint_file, load_classifier
+    from vitattn.runs.task import write_metrics
     from vitattn.utils.lightning_output import tidy_lightning_output
-    from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     module = load_classifier(checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval"))
@@ -58,9 +58,9 @@ def validate(cfg: DictConfig) -> None:
     left to the checkpoint read from it) and the trainer's."""
     from omegaconf import open_dict
 
+    from vitattn.cli.validation import check_buildable, check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
-    from vitattn.utils.validation import check_buildable, check_types
 
     path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval")
     with open_dict(cfg):

@@ -28,10 +28,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.utils.cli import console_main
+from vitattn.cli.console import console_main
+from vitattn.errors import ConfigError
+from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.task import run_task
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         writes_results,
     )
     from vitattn.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
+    from vitattn.runs.task import write_metrics
     from vitattn.utils.lightning_output import tidy_lightning_output
-    from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
@@ -228,10 +228,10 @@ def validate(cfg: DictConfig) -> None:
     optimizer, schedule and trainer settings."""
     from omegaconf import open_dict
 
+    from vitattn.cli.validation import check_buildable, check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
-    from vitattn.utils.validation import check_buildable, check_types
 
     require_peft()
     lora_settings(cfg)

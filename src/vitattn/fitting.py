@@ -20,9 +20,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond, load_average
 from vitattn.confusion import ConfusionReport
 from vitattn.insight import AttentionInsight
-from vitattn.utils.checkpoints import run_test_on_best
+from vitattn.runs.checkpoints import run_test_on_best
+from vitattn.runs.task import write_metrics
 from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
-from vitattn.utils.task import write_metrics
 
 
 def seed_and_precision(cfg: Any) -> None:

@@ -52,7 +52,7 @@ from vitattn.attention.common.probe import (
     relative_error,
 )
 from vitattn.logger import summary_writers
-from vitattn.utils.run_files import write_with
+from vitattn.runs.files import write_with
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vitattn.utils.errors import ConfigError, VitattnError
+from vitattn.errors import ConfigError, VitattnError
 
 
 def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     """The checkpoint file ``ckpt_path`` names, or one line saying it is missing, not a file, or
     holds code or configs vitattn does not build (read as
-    :func:`~vitattn.utils.checkpoints.read_checkpoint` reads it)."""
-    from vitattn.utils.checkpoints import read_checkpoint
+    :func:`~vitattn.runs.checkpoints.read_checkpoint` reads it)."""
+    from vitattn.runs.checkpoints import read_checkpoint
 
     if ckpt_path in (None, "", "???"):
         raise ConfigError(f"ckpt_path is required: {program} ckpt_path=<run>/checkpoints/last.ckpt")
@@ -37,7 +37,7 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     import io
 
     from vitattn.models.module import ViTClassifier
-    from vitattn.utils.checkpoints import read_checkpoint_bytes
+    from vitattn.runs.checkpoints import read_checkpoint_bytes
 
     path = checkpoint_file(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.

@@ -7,7 +7,7 @@ job at once, in the middle of a step, with nothing saved since the last checkpoi
 end of the current step, where :class:`vitattn.callbacks.CheckpointOnInterrupt` writes
 ``last.ckpt`` (as for SIGTERM), then requeues the job with ``scontrol requeue``, as Lightning's
 SLURM support does. The requeued job runs the same sweep job again, in the same directory, and
-a sweep job with a ``last.ckpt`` continues from it (:mod:`vitattn.utils.sweep_continuation`).
+a sweep job with a ``last.ckpt`` continues from it (:mod:`vitattn.runs.continuation`).
 
 A plain SIGTERM (SLURM's pre-emption without a warning signal, or ``scancel``) is
 ``CheckpointOnInterrupt``'s: ``last.ckpt`` at the step; a partition that requeues pre-empted jobs

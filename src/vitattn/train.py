@@ -16,11 +16,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from vitattn.utils.cli import console_main
+from vitattn.cli.console import console_main
+from vitattn.cli.resume import resume_arguments
+from vitattn.cli.validation import validate_training
+from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR, chosen_option
-from vitattn.utils.resume import resume_arguments
-from vitattn.utils.task import run_task
-from vitattn.utils.validation import validate_training
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         writes_results,
     )
     from vitattn.logger import log_hyperparameters, log_results
-    from vitattn.utils.checkpoint_io import remove_partial_checkpoints
+    from vitattn.runs.checkpoint_io import remove_partial_checkpoints
+    from vitattn.runs.continuation import continue_interrupted_job
+    from vitattn.runs.task import write_metrics
     from vitattn.utils.hparams import training_hyperparameters
     from vitattn.utils.lightning_output import tidy_lightning_output
-    from vitattn.utils.sweep_continuation import continue_interrupted_job
-    from vitattn.utils.task import write_metrics
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
@@ -80,7 +80,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def resumed_step(cfg: DictConfig, module: Any) -> int | None:
     """The step of the checkpoint ``cfg.ckpt_path`` the run continues from, once it is known to
     hold ``module``'s network; ``None`` for a run that starts afresh."""
-    from vitattn.utils.checkpoints import check_checkpoint_matches, read_checkpoint
+    from vitattn.runs.checkpoints import check_checkpoint_matches, read_checkpoint
 
     if not cfg.get("ckpt_path"):
         return None

@@ -32,7 +32,7 @@ from vitattn.attention.common import autotune, flex
 from vitattn.attention.local import LocalAttention
 from vitattn.attention.sparse import SparseAttention
 from vitattn.bench.kernels import build_kernel
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

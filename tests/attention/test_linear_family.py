@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from vitattn.attention.efficient import EfficientAttention
 from vitattn.attention.linear import LinearAttention
 from vitattn.attention.taylor import TaylorAttention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 SIZES = {"seq_len": 50, "heads": 3, "head_dim": 16}
 

@@ -23,8 +23,8 @@ from vitattn.attention.random_feature import (
 )
 from vitattn.attention.softmax import SoftmaxAttention
 from vitattn.bench.memory import measure_memory
+from vitattn.errors import ConfigError
 from vitattn.models.vit import VisionTransformer
-from vitattn.utils.errors import ConfigError
 
 
 def qkv(tokens: int, head_dim: int = 16, heads: int = 2, scale: float = 1.0, seed: int = 0):

@@ -8,7 +8,7 @@ import torch
 
 from tests.helpers import compose_config
 from vitattn.attention import ATTENTIONS, MultiHeadAttention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 NAMES = sorted(ATTENTIONS)
 

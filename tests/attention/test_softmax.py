@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vitattn.attention.softmax import SoftmaxAttention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 @pytest.mark.parametrize("seq_len", [1, 17, 64, 257])

@@ -16,7 +16,7 @@ from vitattn.attention.reformer import ReformerAttention, lsh_buckets
 from vitattn.attention.softmax import SoftmaxAttention
 from vitattn.attention.sparse import SparseAttention
 from vitattn.bench.memory import LargestTensor
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 

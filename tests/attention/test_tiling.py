@@ -11,7 +11,7 @@ import torch
 import vitattn.attention.common.blocks as blocks
 import vitattn.attention.common.tiling as tiling
 from vitattn.bench.kernels import build_kernel
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 TILED = ["performer", "random_feature", "local", "bigbird"]
 GIB = 2**30

@@ -10,7 +10,7 @@ from vitattn.bench import packages as packages_module
 from vitattn.bench.approx import approximation_errors, random_qkv
 from vitattn.bench.kernels import build_kernel
 from vitattn.bench.packages import PACKAGES, Package
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def float64_qkv(tokens: int, scale: float = 1.0) -> tuple[torch.Tensor, ...]:

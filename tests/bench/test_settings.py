@@ -17,8 +17,8 @@ from vitattn.bench.settings import (
     load_settings,
     refuse_moved_settings,
 )
+from vitattn.errors import ConfigError
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
 
 BAD_INPUTS = [
     (["attentions=[softmax,nope]"], r"attentions=\[nope\] names no registered attention; .*linear"),

@@ -18,7 +18,7 @@ from vitattn.check.numerics import check_attention, relative_error, tolerance
 from vitattn.check.report import problems
 from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
 from vitattn.check.training import TrainingRow
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 NO_GPU = not torch.cuda.is_available()
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.in_process import refused_in_process
-from vitattn.utils.cli import (
+from vitattn.cli.console import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
     check_composition,
@@ -21,13 +21,13 @@ from vitattn.utils.cli import (
     name_jobs_by_what_differs,
     single_runs,
 )
+from vitattn.errors import ConfigError
 from vitattn.utils.config import (
     MAX_NAME,
     gpu_precision,
     job_directory_name,
     run_directory_name,
 )
-from vitattn.utils.errors import ConfigError
 
 
 def test_unknown_group_choice_is_one_clear_error() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.resume import resume_arguments
+from vitattn.cli.resume import resume_arguments
+from vitattn.errors import ConfigError
 
 
 def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -> None:

@@ -16,17 +16,12 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
 from tests.helpers import TINY, compose_config
+from vitattn.cli.console import check_composition
+from vitattn.cli.validation import check_types, finished_run, validate_training
+from vitattn.errors import ConfigError
+from vitattn.runs.task import user_error
 from vitattn.train import train
-from vitattn.utils.cli import check_composition
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.task import user_error
-from vitattn.utils.validation import (
-    check_types,
-    describe,
-    finished_run,
-    matches,
-    validate_training,
-)
+from vitattn.utils.hints import describe, matches
 
 
 @pytest.mark.parametrize(
@@ -97,7 +92,7 @@ def test_a_gpu_trainer_without_a_gpu_says_what_to_use() -> None:
 
 def test_a_setting_added_to_a_class_is_checked_by_its_type_hint(tmp_path: Path) -> None:
     cfg = compose_config("train", [], tmp_path)
-    node = OmegaConf.create({"_target_": "tests.utils.test_validation.with_a_new_knob"})
+    node = OmegaConf.create({"_target_": "tests.cli.test_validation.with_a_new_knob"})
     OmegaConf.set_struct(cfg, False)
     cfg.extra = node
     cfg.extra.ratio = "half"

@@ -15,7 +15,7 @@ import torch
 from tests.helpers import QUIET_CPU, compose_config, steps, train_with
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 # experiment=lra_image at test size: grayscale, un-normalised, one token per pixel.
 LRA_TINY = [

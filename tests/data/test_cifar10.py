@@ -17,7 +17,7 @@ import torch
 
 from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule, read_batch_file
-from vitattn.utils.errors import ConfigError, DataError
+from vitattn.errors import ConfigError, DataError
 
 
 @pytest.fixture(scope="module")

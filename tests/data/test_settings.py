@@ -13,13 +13,13 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.helpers import compose_config
+from vitattn.cli.console import check_composition
+from vitattn.cli.validation import validate_training
 from vitattn.data.as_trained import saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.data.settings import DataSettings
-from vitattn.utils.cli import check_composition
+from vitattn.errors import ConfigError
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.validation import validate_training
 
 SAVED_BEFORE_SETTINGS = {
     "data_dir": "/work/shared/data",

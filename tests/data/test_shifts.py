@@ -16,7 +16,7 @@ from vitattn.data.shifts import (
     quantize,
     rotate,
 )
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 @pytest.fixture

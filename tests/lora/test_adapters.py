@@ -10,10 +10,10 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.helpers import TINY, compose_config, last_line, run_cli
+from vitattn.errors import ConfigError
 from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_targets
 from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint
 from vitattn.models.module import ViTClassifier
-from vitattn.utils.errors import ConfigError
 
 
 def tiny_classifier(lora: dict[str, Any] | None, tmp_path: Path) -> LoRAClassifier:

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from vitattn.errors import ConfigError
 from vitattn.models.module import ViTClassifier
 from vitattn.models.schedulers import cosine_with_warmup
-from vitattn.utils.errors import ConfigError
 
 NET = {
     "_target_": "vitattn.models.vit.VisionTransformer",

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from vitattn.attention.softmax import SoftmaxAttention
+from vitattn.errors import ConfigError
 from vitattn.models.vit import PatchEmbedding, VisionTransformer
-from vitattn.utils.errors import ConfigError
 
 softmax = functools.partial(SoftmaxAttention, impl="sdpa")
 

@@ -17,9 +17,9 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.helpers import tree_digest
-from vitattn.utils.checkpoints import UnsafeCheckpointError, read_checkpoint
-from vitattn.utils.cli import check_composition
-from vitattn.utils.errors import ConfigError, DataError
+from vitattn.cli.console import check_composition
+from vitattn.errors import ConfigError, DataError
+from vitattn.runs.checkpoints import UnsafeCheckpointError, read_checkpoint
 
 
 class Payload:
@@ -67,7 +67,7 @@ def test_a_checkpoint_with_code_is_refused_in_one_line_and_never_runs(
 @pytest.mark.parametrize(
     ("config_name", "validate_path", "extra"),
     [
-        ("train", "vitattn.utils.validation.validate_training", []),
+        ("train", "vitattn.cli.validation.validate_training", []),
         ("eval", "vitattn.eval.validate", []),
         ("finetune", "vitattn.finetune.validate", []),
         ("bench", "vitattn.bench.app.load_settings", ["mode=approx"]),
@@ -136,7 +136,7 @@ def test_a_batch_file_with_code_is_refused_and_never_runs(tmp_path: Path, marker
 def test_a_blocked_target_in_a_runs_recorded_overrides_is_one_line_and_touches_nothing(
     tmp_path: Path, marker: Path
 ) -> None:
-    from vitattn.utils.resume import resume_arguments
+    from vitattn.cli.resume import resume_arguments
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)

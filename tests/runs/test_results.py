@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from vitattn.utils.results import markdown_table, number, write_csv, write_json
+from vitattn.runs.results import markdown_table, number, write_csv, write_json
 
 
 def test_json_holds_plain_numbers_and_null_for_nan(tmp_path: Path) -> None:

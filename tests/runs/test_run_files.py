@@ -1,5 +1,5 @@
 """A run's files are written whole, never through a symbolic link, and a malformed file read
-back is one line naming it: :mod:`vitattn.utils.run_files` and the writers built on it."""
+back is one line naming it: :mod:`vitattn.runs.files` and the writers built on it."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from tests.helpers import tree_digest
-from vitattn.utils.checkpoint_io import AtomicCheckpointIO
-from vitattn.utils.disk import QuietOnFullDiskFileHandler, refused_log_file
-from vitattn.utils.errors import ConfigError, TrainingError
-from vitattn.utils.results import write_csv, write_json
-from vitattn.utils.run_files import (
+from vitattn.errors import ConfigError, TrainingError
+from vitattn.runs.checkpoint_io import AtomicCheckpointIO
+from vitattn.runs.continuation import ATTEMPTS, set_aside
+from vitattn.runs.disk import QuietOnFullDiskFileHandler, refused_log_file
+from vitattn.runs.files import (
     UnreadableFileError,
     UnsafeWriteError,
     inside,
@@ -35,9 +35,9 @@ from vitattn.utils.run_files import (
     write_text,
     write_with,
 )
-from vitattn.utils.run_lock import hold_run_directory, in_use_message, release_run_directory
-from vitattn.utils.sweep_continuation import ATTEMPTS, set_aside
-from vitattn.utils.task import ATTEMPTS_FILE, record_failure
+from vitattn.runs.lock import hold_run_directory, in_use_message, release_run_directory
+from vitattn.runs.results import write_csv, write_json
+from vitattn.runs.task import ATTEMPTS_FILE, record_failure
 
 KEPT = b"a colleague's file: its bytes must stay as they are\n"
 
@@ -445,7 +445,7 @@ def test_a_linked_attempts_folder_is_refused(tmp_path: Path) -> None:
 def test_undoing_a_refused_run_reads_and_writes_no_link(
     run: Path, elsewhere: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vitattn.utils import task
+    from vitattn.runs import task
 
     (run / ".hydra").mkdir()
     (run / ".hydra" / "config.yaml").write_text("a: 1\n")

@@ -1,4 +1,4 @@
-"""What vitattn builds from a file is limited to what it builds itself (``vitattn.utils.trust``):
+"""What vitattn builds from a file is limited to what it builds itself (``vitattn.runs.trust``):
 every ``_target_`` a file names is checked against the allowlist wherever it sits, resolvers
 other than vitattn's own are refused, data settings are plain values, recorded overrides never
 touch Hydra's settings, and callback state cannot point outside the run. The end-to-end
@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from vitattn.attention import ATTENTIONS
-from vitattn.utils.checkpoint_io import AtomicCheckpointIO
-from vitattn.utils.checkpoints import check_contents
-from vitattn.utils.trust import (
+from vitattn.runs.checkpoint_io import AtomicCheckpointIO
+from vitattn.runs.checkpoints import check_contents
+from vitattn.runs.trust import (
     UntrustedFileError,
     allowed_targets,
     check_recorded_override,
@@ -66,7 +66,7 @@ HOSTILE_TARGETS = [
     "omegaconf.OmegaConf.save",
     "lightning.pytorch.Trainer.fit",
     "torch.hub.load",
-    "vitattn.utils.task.record_failure",  # vitattn's own module, not a class its configs name
+    "vitattn.runs.task.record_failure",  # vitattn's own module, not a class its configs name
     "vitattn.models.module.ViTClassifier.load_from_checkpoint",
 ]
 

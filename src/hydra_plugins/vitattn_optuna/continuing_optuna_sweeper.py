@@ -1,5 +1,5 @@
 """``ContinuingOptunaSweeper``: Hydra's Optuna sweeper continuing a stored study when the same
-search runs again (:mod:`vitattn.utils.optuna_sweeper`). Defined only where the ``[sweep]``
+search runs again (:mod:`vitattn.runs.optuna_sweeper`). Defined only where the ``[sweep]``
 extra (hydra-optuna-sweeper) is installed: Hydra imports every plugin module when it starts."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if OptunaSweeper is not None:
         in all, numbering jobs on."""
 
         def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-            from vitattn.utils.optuna_sweeper import continue_study
+            from vitattn.runs.optuna_sweeper import continue_study
 
             super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
             continue_study(self.sweeper, config)

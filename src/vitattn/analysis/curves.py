@@ -40,15 +40,15 @@ from vitattn.analysis.grouping import (
 )
 from vitattn.analysis.maps import plot_attention_maps
 from vitattn.analysis.seed_runs import write_seed_runs
-from vitattn.utils.results import markdown_table, write_csv
-from vitattn.utils.run_files import (
+from vitattn.runs.continuation import ATTEMPTS
+from vitattn.runs.files import (
     UnreadableFileError,
     read_json,
     read_yaml,
     save_figure,
     write_text,
 )
-from vitattn.utils.sweep_continuation import ATTEMPTS
+from vitattn.runs.results import markdown_table, write_csv
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -203,7 +203,7 @@ def _natural_key(path: Path) -> list[list[Any]]:
 
 def load_run(path: Path) -> Run:
     """The run in ``path``; a file of it that cannot be read is one line
-    (:class:`vitattn.utils.run_files.UnreadableFileError`)."""
+    (:class:`vitattn.runs.files.UnreadableFileError`)."""
     hydra_dir = path / ".hydra"
     config = read_yaml(hydra_dir / "config.yaml", dict)
     overrides = [str(o) for o in _optional(hydra_dir / "overrides.yaml", read_yaml, list)]

@@ -18,7 +18,7 @@ from typing import Any
 
 from vitattn.analysis.grouping import Setting
 from vitattn.analysis.uncertainty import Estimate
-from vitattn.utils.run_files import save_figure
+from vitattn.runs.files import save_figure
 
 PANELS = (
     ("images_per_sec", "steady training images/s (more is better)", True),

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.data.shifts import SHIFTS
-from vitattn.utils.results import markdown_table, write_csv
-from vitattn.utils.run_files import UnreadableFileError, read_json, read_yaml, write_text
+from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, write_text
+from vitattn.runs.results import markdown_table, write_csv
 
 CSV_COLUMNS = (
     "rank",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitattn.utils.run_files import save_figure
+from vitattn.runs.files import save_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -45,7 +45,7 @@ import numpy as np
 
 from vitattn.analysis.events import read_scalar_events
 from vitattn.analysis.uncertainty import CONFIDENCE
-from vitattn.utils.run_files import write_text
+from vitattn.runs.files import write_text
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""

@@ -29,7 +29,7 @@ from vitattn.attention.common.blocks import (
     pad_tokens,
 )
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def key_block_table(

@@ -35,7 +35,7 @@ from vitattn.attention.common.blocks import (
     in_fp32,
 )
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 WINDOW_SHAPES = ("1d", "2d")
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 PINV_METHODS = ("iterative", "exact")
 

@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 IMPLEMENTATIONS = ("auto", "sdpa", "naive")
 SDPA_BACKENDS = {

@@ -29,9 +29,9 @@ from vitattn.bench.settings import Mode, load_settings, recorded, refuse_moved_s
 from vitattn.bench.spectrum import run_spectrum
 from vitattn.bench.train_speed import run_train
 from vitattn.bench.writers import write_approx, write_scaling, write_spectrum, write_train
-from vitattn.utils.cli import console_main
+from vitattn.cli.console import console_main
+from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.task import run_task
 
 PROGRAM = "vitattn-bench"
 

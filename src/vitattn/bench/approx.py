@@ -43,7 +43,7 @@ from vitattn.bench.environment import environment
 from vitattn.bench.kernels import build_kernel, failure_status, split_variant
 from vitattn.bench.packages import PACKAGES
 from vitattn.bench.settings import BenchSettings
-from vitattn.utils.results import number
+from vitattn.runs.results import number
 
 log = logging.getLogger(__name__)
 

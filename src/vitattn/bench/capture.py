@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from vitattn.attention.common.probe import QKV, attention_layers, capture_qkv
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def real_images(data_cfg: DictConfig, count: int) -> torch.Tensor:

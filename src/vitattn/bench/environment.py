@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def resolve_device(value: str) -> torch.device:

@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitattn.attention import ATTENTIONS
 from vitattn.attention.common.base import AttentionKernel
+from vitattn.errors import ConfigError
+from vitattn.runs.task import user_error
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.task import user_error
 
 
 def registered() -> list[str]:

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from vitattn.bench.approx import ApproxRow
 from vitattn.bench.scaling import Row
 from vitattn.bench.spectrum import HeadSpectrum
-from vitattn.utils.run_files import save_figure
+from vitattn.runs.files import save_figure
 
 LINESTYLES = ("-", "--", ":", "-.")
 MIB = 2**20

@@ -30,10 +30,10 @@ from vitattn.bench.kernels import (
     resolve_attentions,
     split_variant,
 )
-from vitattn.utils.checkpoints import read_checkpoint
-from vitattn.utils.cli import composition_message, overrides_of
+from vitattn.cli.console import composition_message, overrides_of
+from vitattn.errors import ConfigError
+from vitattn.runs.checkpoints import read_checkpoint
 from vitattn.utils.config import group_options
-from vitattn.utils.errors import ConfigError
 
 SCHEMA = "bench_schema"
 NOT_OURS = ("data", "paths", "hydra")

@@ -1,5 +1,5 @@
 """Each mode's files in the run directory and the table it prints: tables through
-:mod:`vitattn.utils.results` (the project's one results writer), figures through
+:mod:`vitattn.runs.results` (the project's one results writer), figures through
 :mod:`vitattn.bench.plots`. Each writer returns what ``benchmark`` returns.
 """
 
@@ -16,8 +16,8 @@ from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_ti
 from vitattn.bench.scaling import Row, ScalingRun
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.bench.train_speed import TrainRun
-from vitattn.utils.results import markdown_table, mebibytes, number, write_csv, write_json
-from vitattn.utils.run_files import write_text
+from vitattn.runs.files import write_text
+from vitattn.runs.results import markdown_table, mebibytes, number, write_csv, write_json
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from vitattn.check.numerics import run_numerics
 from vitattn.check.report import machine, write_check
 from vitattn.check.settings import NOT_OURS, Section, load_settings
 from vitattn.check.training import run_reference, run_training
-from vitattn.utils.cli import console_main
+from vitattn.cli.console import console_main
+from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.task import run_task
 
 PROGRAM = "vitattn-check"
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import NumericsRow
 from vitattn.check.settings import CheckSettings
 from vitattn.check.training import TrainingRow
-from vitattn.utils.results import markdown_table, number, write_json
-from vitattn.utils.run_files import write_text
+from vitattn.runs.files import write_text
+from vitattn.runs.results import markdown_table, number, write_json
 
 
 def driver_version() -> str | None:

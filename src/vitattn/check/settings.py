@@ -1,6 +1,6 @@
 """The settings of ``vitattn-check``: a typed schema in Hydra's ConfigStore (``check_schema``,
 first in ``configs/check.yaml``'s defaults) and the checks composing cannot make. Every refusal is
-one :class:`~vitattn.utils.errors.ConfigError` line, raised before the run directory exists."""
+one :class:`~vitattn.errors.ConfigError` line, raised before the run directory exists."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from vitattn.bench.settings import (
     sizes,
     typed_settings,
 )
+from vitattn.errors import ConfigError
 from vitattn.utils.config import gpu_precision
-from vitattn.utils.errors import ConfigError
 
 SCHEMA = "check_schema"
 NOT_OURS = ("data", "paths", "hydra")

@@ -173,7 +173,7 @@ def run_training(settings: CheckSettings) -> list[TrainingRow]:
 def run_reference(settings: CheckSettings) -> dict[str, Any]:
     """Section 3: ours (softmax) and timm's ViT of the same size, timed alike; the ratio."""
     from vitattn.bench.settings import require_timm
-    from vitattn.utils.errors import ConfigError
+    from vitattn.errors import ConfigError
 
     try:
         require_timm()

@@ -22,11 +22,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from vitattn.errors import ConfigError, VitattnError, fail
+from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
+from vitattn.runs.lock import hold_run_directory
+from vitattn.runs.task import remember_run_directory
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
-from vitattn.utils.errors import ConfigError, VitattnError, fail
-from vitattn.utils.run_lock import hold_run_directory
-from vitattn.utils.sweep_continuation import check_continuation, set_failed_jobs_aside
-from vitattn.utils.task import remember_run_directory
 
 Validator = Callable[[DictConfig], Any]
 
@@ -87,9 +87,9 @@ def console_main(
 def check_interrupted_checkpoints(overrides: Sequence[str], sweep_dir: Path) -> None:
     """Read the ``last.ckpt`` of every interrupted job of a sweep being continued, as a resume
     reads it: one that carries code or configs vitattn does not build is refused in one line
-    before any job runs (:func:`vitattn.utils.checkpoints.read_checkpoint`)."""
-    from vitattn.utils.checkpoints import read_checkpoint
-    from vitattn.utils.sweep_continuation import job_state, planned_jobs
+    before any job runs (:func:`vitattn.runs.checkpoints.read_checkpoint`)."""
+    from vitattn.runs.checkpoints import read_checkpoint
+    from vitattn.runs.continuation import job_state, planned_jobs
 
     if not sweep_dir.is_dir():
         return

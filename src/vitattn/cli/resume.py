@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from vitattn.utils.cli import MULTIRUN_FLAGS, overrides_of
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.trust import check_recorded_override
+from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
+from vitattn.errors import ConfigError
+from vitattn.runs.trust import check_recorded_override
 
 
 def resume_arguments(arguments: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ from lightning import LightningDataModule
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.data.settings import DataSettings
-from vitattn.utils.checkpoints import read_checkpoint
+from vitattn.runs.checkpoints import read_checkpoint
 
 log = logging.getLogger(__name__)
 

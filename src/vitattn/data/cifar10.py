@@ -34,7 +34,7 @@ from torchvision.transforms.v2 import functional as v2F
 from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
 from vitattn.data.settings import URL, DataSettings
 from vitattn.data.shifts import apply_shift
-from vitattn.utils.errors import ConfigError, DataError
+from vitattn.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Hydra builds :class:`~vitattn.data.cifar10.CIFAR10DataModule` with the ``data`` node's keys as
 keyword arguments; the module turns them into a frozen :class:`DataSettings`, whose
-``__post_init__`` refuses a wrong type (worded as :mod:`vitattn.utils.validation` words it for
+``__post_init__`` refuses a wrong type (worded as :mod:`vitattn.cli.validation` words it for
 every other group) or a value out of range, each in one :class:`ConfigError` line. The module
 saves the same flat keys as its hyperparameters, so the data settings stored in any checkpoint,
 earlier ones included, build a module again (:mod:`vitattn.data.as_trained` reads them).
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.data.shifts import SHIFTS
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.validation import describe, matches
+from vitattn.errors import ConfigError
+from vitattn.utils.hints import describe, matches
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 """The official archive of CIFAR-10's python version."""

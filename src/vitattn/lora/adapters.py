@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitattn.utils.errors import ConfigError, MissingDependencyError
+from vitattn.errors import ConfigError, MissingDependencyError
 
 DEFAULT_TARGETS = ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
 """The attention projections and both MLP layers of every block."""

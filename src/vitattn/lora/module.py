@@ -17,7 +17,7 @@ from vitattn.lora.adapters import (
     merge,
 )
 from vitattn.models.module import ViTClassifier
-from vitattn.utils.run_files import write_with
+from vitattn.runs.files import write_with
 
 
 class LoRAClassifier(ViTClassifier):

@@ -14,7 +14,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import math
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def cosine_with_warmup(

@@ -16,7 +16,7 @@ from torchvision.ops import StochasticDepth
 
 from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.multihead import MultiHeadAttention
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 POOLS = ("mean", "cls")
 POS_EMBED_INITS = ("sincos", "random")

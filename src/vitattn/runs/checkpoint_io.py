@@ -11,7 +11,7 @@ fsyncs it, and renames it over the checkpoint with ``os.replace``, which is atom
 directory: until the new file is complete the previous one stays valid. Any write error
 removes the partial file and ends the run in one line (:class:`CheckpointWriteError`) that says
 the previous checkpoint is intact; a full disk is named as such also when torch's writer reports
-it as a ``RuntimeError`` without an errno (:func:`vitattn.utils.disk.disk_full`).
+it as a ``RuntimeError`` without an errno (:func:`vitattn.runs.disk.disk_full`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import IO, Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from vitattn.utils.disk import disk_full, space_left
-from vitattn.utils.errors import TrainingError
-from vitattn.utils.run_files import inside, replacing
+from vitattn.errors import TrainingError
+from vitattn.runs.disk import disk_full, space_left
+from vitattn.runs.files import inside, replacing
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -102,11 +102,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self, path: Any, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Lightning's read of a checkpoint (a resume, a test), checked as vitattn reads one
-        (:func:`vitattn.utils.checkpoints.check_contents`), and with every path in its callbacks'
+        (:func:`vitattn.runs.checkpoints.check_contents`), and with every path in its callbacks'
         state that lies outside the checkpoint's own folder dropped, with one warning line, before
         Lightning sees it: a checkpoint never makes Lightning delete a file outside its run."""
-        from vitattn.utils.checkpoints import check_contents
-        from vitattn.utils.trust import confine_callback_state
+        from vitattn.runs.checkpoints import check_contents
+        from vitattn.runs.trust import confine_callback_state
 
         if map_location is None:
             checkpoint = super().load_checkpoint(path, weights_only=weights_only)

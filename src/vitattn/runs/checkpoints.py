@@ -9,7 +9,7 @@ versions hold their hyper-parameters as OmegaConf containers: exactly those type
 (:func:`config_types`) are allowed too, process-wide, so Lightning reads them as well.
 
 What such a file *says* is data too: the configs it stores (the network's, the data module's)
-are checked against what vitattn itself builds (:func:`check_contents`, :mod:`vitattn.utils.trust`)
+are checked against what vitattn itself builds (:func:`check_contents`, :mod:`vitattn.runs.trust`)
 as soon as it is read, before anything is built from them.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from vitattn.utils.errors import ConfigError, VitattnError
+from vitattn.errors import ConfigError, VitattnError
+from vitattn.runs.trust import check_data_settings, check_stored_config
 from vitattn.utils.hparams import flatten
-from vitattn.utils.trust import check_data_settings, check_stored_config
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from vitattn.utils.config import job_directory_name
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.run_files import (
+from vitattn.errors import ConfigError
+from vitattn.runs.files import (
     UnreadableFileError,
     UnsafeWriteError,
     inside,
@@ -42,6 +41,7 @@ from vitattn.utils.run_files import (
     refuse_link,
     refuse_planted_links,
 )
+from vitattn.utils.config import job_directory_name
 
 ATTEMPTS = ".attempts"
 """Folder of a sweep directory where failed or cut attempts of its jobs are kept."""

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from vitattn.utils.run_files import UnsafeWriteError, open_for_append
+from vitattn.runs.files import UnsafeWriteError, open_for_append
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 NEARLY_NOTHING = 1 << 20

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from vitattn.utils.errors import ConfigError, TrainingError
+from vitattn.errors import ConfigError, TrainingError
 
 PARTIAL = ".partial"
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

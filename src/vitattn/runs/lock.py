@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vitattn.utils.errors import VitattnError
-from vitattn.utils.run_files import (
+from vitattn.errors import VitattnError
+from vitattn.runs.files import (
     UnreadableFileError,
     one_line,
     read_json,
@@ -52,7 +52,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
     in one line, naming the holder, when another live process has it, and, before anything is
     written, a directory with a symbolic link where a file is written through
-    (:func:`vitattn.utils.run_files.refuse_planted_links`: the lock itself, which ``filelock``
+    (:func:`vitattn.runs.files.refuse_planted_links`: the lock itself, which ``filelock``
     opens as it is, the log, ``.hydra/``, a temporary)."""
     from filelock import FileLock, Timeout
 

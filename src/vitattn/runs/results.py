@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vitattn.utils.run_files import replacing, write_text
+from vitattn.runs.files import replacing, write_text
 
 
 def plain_value(value: Any) -> Any:
@@ -38,7 +38,7 @@ def to_plain(content: Any) -> Any:
 
 def write_json(path: Path, content: Any) -> None:
     """``content`` as indented JSON; values that JSON cannot hold are written as strings. Written
-    whole or not at all, never through a symbolic link (:func:`vitattn.utils.run_files.replacing`):
+    whole or not at all, never through a symbolic link (:func:`vitattn.runs.files.replacing`):
     a full disk leaves the previous file, or none, never an empty or truncated one."""
     text = json.dumps(to_plain(content), indent=2, default=str) + "\n"
     write_text(path, text)

@@ -20,21 +20,21 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.utils.disk import (
+from vitattn.errors import TrainingError, VitattnError, fail
+from vitattn.runs.continuation import kept_metrics
+from vitattn.runs.disk import (
     disk_full,
     full_disk_message,
     quiet_full_disk_in_threads,
     refused_log_file,
 )
-from vitattn.utils.errors import TrainingError, VitattnError, fail
-from vitattn.utils.results import write_json
-from vitattn.utils.run_files import (
+from vitattn.runs.files import (
     UnreadableFileError,
     UnsafeWriteError,
     read_json,
     set_aside_unreadable,
 )
-from vitattn.utils.run_lock import (
+from vitattn.runs.lock import (
     HOLDER_FILE,
     LOCK_FILE,
     RunDirectoryInUseError,
@@ -42,7 +42,7 @@ from vitattn.utils.run_lock import (
     hold_run_directory,
     release_run_directory,
 )
-from vitattn.utils.sweep_continuation import kept_metrics
+from vitattn.runs.results import write_json
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,7 +88,7 @@ def remember_run_directory(run_dir: Path | None) -> None:
 
 def _hydra_entries(path: Path) -> list[Path]:
     """What a command writes into a run directory before its task runs: Hydra's ``.hydra/``
-    and log files, and the run directory's lock (:mod:`vitattn.utils.run_lock`); a symbolic
+    and log files, and the run directory's lock (:mod:`vitattn.runs.lock`); a symbolic
     link at such a name too (removed, never read or written through)."""
     return [
         entry

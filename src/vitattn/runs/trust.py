@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
+from vitattn.errors import ConfigError
+from vitattn.runs.files import inside
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.errors import ConfigError
-from vitattn.utils.run_files import inside
 
 VITATTN_RESOLVERS = ("project_root",)
 """vitattn's own OmegaConf resolvers besides those named ``vitattn_*``."""

@@ -15,7 +15,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 ATTENTIONS: dict[str, type[AttentionKernel]] = {}
 """Name (the ``attention=<name>`` choice) to kernel class, filled by :func:`register_attention`."""

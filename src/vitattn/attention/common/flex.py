@@ -40,7 +40,7 @@ import torch
 
 from vitattn.attention.common import autotune
 from vitattn.attention.common.blocks import pad_tokens
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention

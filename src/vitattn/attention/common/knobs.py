@@ -1,7 +1,7 @@
 """Checking a mechanism's settings (``attention.<knob>``), with one message style for all.
 
 Every check returns the value it accepted (converted: ``integer`` gives an ``int``) or raises a
-:class:`~vitattn.utils.errors.ConfigError` of the form::
+:class:`~vitattn.errors.ConfigError` of the form::
 
     attention.<knob>=<value> is not valid; choose <what is valid>[<hint>]
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 def invalid(setting: str, value: Any, valid: str, hint: str = "") -> ConfigError:

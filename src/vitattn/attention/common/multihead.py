@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vitattn.attention.common.base import AttentionKernel
-from vitattn.utils.errors import ConfigError
+from vitattn.errors import ConfigError
 
 
 class MultiHeadAttention(nn.Module):
