@@ -291,7 +291,7 @@ def test_a_malformed_file_in_a_sweep_is_one_line(
 def test_plot_curves_shows_a_malformed_run_as_unreadable(
     run: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from vitattn.analysis.curves import main
+    from vitattn.analysis.summary import main
 
     runs = run.parent
     broken = {}

@@ -29,10 +29,16 @@ from tests.in_process import refused_in_process, run_in_process
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.continuation import (
     ATTEMPTS,
-    job_state,
     planned_jobs,
     set_aside,
 )
+from vitattn.runs.layout import RunDir
+
+
+def state(run_dir: Path) -> str:
+    """What the job's directory says of it (the one rule: :meth:`RunDir.state`)."""
+    return RunDir(run_dir).state()
+
 
 PAUSE = ["+callbacks.pause._target_=tests.helpers.PauseAfterStep", "+callbacks.pause.step=8"]
 STEPS = 16
@@ -102,8 +108,8 @@ def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
 def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     kill_during(sweep, "seed=2", data_dir)
-    assert job_state(sweep / "seed=1") == "completed"
-    assert job_state(sweep / "seed=2") == "interrupted" and not (sweep / "seed=3").exists()
+    assert state(sweep / "seed=1") == "completed"
+    assert state(sweep / "seed=2") == "interrupted" and not (sweep / "seed=3").exists()
     first = tree_digest(sweep / "seed=1")
 
     result = run_in_process("vitattn-train", *sweep_command(sweep), data_dir=data_dir)
@@ -118,7 +124,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     assert expected.keys() == resumed.keys()
     assert all(torch.equal(expected[name], resumed[name]) for name in expected)
     assert losses == read_scalars(straight)["train/loss"]
-    assert job_state(sweep / "seed=3") == "completed"
+    assert state(sweep / "seed=3") == "completed"
     assert result.stdout.count("Sweep summary") == 1
     settings, runs = markdown_tables((sweep / "summary.md").read_text())
     assert [row[1] for row in settings[1:]] == ["3"]  # one setting, its three seeds
@@ -140,7 +146,7 @@ def test_a_killed_sweep_continues_where_it_stopped(tmp_path: Path, data_dir: Pat
     attempt = sweep / ATTEMPTS / "seed=3" / "1"
     assert f"a failed attempt is kept in {attempt}" in result.stderr
     assert tree_digest(attempt) == failed
-    assert job_state(sweep / "seed=3") == "completed" and tree_digest(sweep / "seed=1") == first
+    assert state(sweep / "seed=3") == "completed" and tree_digest(sweep / "seed=1") == first
     runs = markdown_tables((sweep / "summary.md").read_text())[1]
     assert [row[0] for row in runs[1:]] == ["seed=1", "seed=2", "seed=3"]  # attempts left out
 
@@ -161,14 +167,14 @@ def test_the_jobs_are_named_as_hydra_names_them(tmp_path: Path) -> None:
 
 def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> None:
     job = tmp_path / "sweep" / "seed=1"
-    assert job_state(job) == "new"
+    assert state(job) == "new"
     (job / "checkpoints").mkdir(parents=True)
     (job / "train.log").write_text("started\n")
-    assert job_state(job) == "cut"
+    assert state(job) == "cut"
     (job / "checkpoints" / "last.ckpt").write_bytes(b"")
-    assert job_state(job) == "interrupted"
+    assert state(job) == "interrupted"
     (job / "metrics.json").write_text(json.dumps({"status": "failed", "error": "boom"}))
-    assert job_state(job) == "failed"
+    assert state(job) == "failed"
     digest = tree_digest(job)
     first = set_aside(job)
     assert first == tmp_path / "sweep" / ATTEMPTS / "seed=1" / "1" and not job.exists()
@@ -176,7 +182,7 @@ def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> No
     job.mkdir()
     assert set_aside(job).name == "2"
     (job.mkdir(), (job / "metrics.json").write_text(json.dumps({"status": "completed"})))
-    assert job_state(job) == "completed"
+    assert state(job) == "completed"
 
 
 def optuna_command(sweep: Path) -> list[str]:
@@ -221,7 +227,7 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_four(
     numbers = sorted(int(p.name.split("_", 1)[0]) for p in sweep.iterdir() if p.name[0].isdigit())
     assert numbers == [0, 1, 2, 3, 4]  # numbered on: no directory written over
     for name in (p.name for p in sweep.iterdir() if p.name[:2] in ("3_", "4_")):
-        assert job_state(sweep / name) == "completed"
+        assert state(sweep / name) == "completed"
 
 
 @pytest.mark.slow
@@ -253,4 +259,4 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     run_in_process("vitattn-train", *command, data_dir=data_dir)  # the requeued job runs again
     losses = read_scalars(job)["train/loss"]
     assert [step for step, _ in losses] == list(range(1, STEPS + 1))
-    assert job_state(job) == "completed"
+    assert state(job) == "completed"

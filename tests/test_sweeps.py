@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import FEW_STEPS, TINY, read_csv, run_cli, run_sweep
 from tests.in_process import refused_in_process, run_in_process
-from vitattn.analysis.curves import summarize
+from vitattn.analysis.summary import summarize
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitattn.errors import TrainingError
+from vitattn.runs.layout import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class NanGuard(L.Callback):
     def _check(self, trainer: L.Trainer) -> None:
         if self._bad is None or not bool(self._bad):
             return
-        last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        last = RunDir(Path(trainer.default_root_dir)).last_checkpoint
         kept = f"; the last good weights are in {last}" if last.is_file() else ""
         raise TrainingError(
             f"train/loss became NaN or infinite by step {trainer.global_step}{kept}; lower "

@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vitattn.cli.console import console_main
+from vitattn.runs.layout import RunDir
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
 
@@ -48,7 +49,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     metrics["ckpt_path"] = str(Path(cfg.ckpt_path).expanduser().resolve())
     metrics["params"] = sum(p.numel() for p in module.parameters())
     if trainer.is_global_zero:
-        write_metrics(Path(cfg.paths.output_dir) / "metrics.json", metrics)
+        write_metrics(RunDir(Path(cfg.paths.output_dir)).metrics_file, metrics)
     log.info("test/acc=%.4f", float(metrics["test/acc"]))
     return metrics
 

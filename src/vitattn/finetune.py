@@ -30,12 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitattn.cli.console import console_main
 from vitattn.errors import ConfigError
+from vitattn.runs.layout import MERGED_CHECKPOINT, RunDir
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
 
 log = logging.getLogger(__name__)
-
-MERGED_CHECKPOINT = "merged.ckpt"
 
 
 def finetune(cfg: DictConfig) -> dict[str, Any]:
@@ -83,7 +82,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
         {**figures, "test_ckpt_path": tested, "merged_ckpt_path": merged, "status": "completed"}
     )
     if writes:
-        write_metrics(output_dir / "metrics.json", metrics)
+        write_metrics(RunDir(output_dir).metrics_file, metrics)
         log_results(trainer.loggers, metrics, trainer.global_step, FINETUNING_RESULTS)
         log.info("%s", result_line(metrics, output_dir))
     return metrics
@@ -203,7 +202,7 @@ def save_merged(
     merged = module.merged_classifier()
     path = save_plain_checkpoint(
         merged,
-        Path(cfg.paths.output_dir) / "checkpoints" / MERGED_CHECKPOINT,
+        RunDir(Path(cfg.paths.output_dir)).checkpoints / MERGED_CHECKPOINT,
         trainer.global_step,
         data_settings=dict(datamodule.hparams),
     )

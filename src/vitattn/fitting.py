@@ -21,6 +21,7 @@ from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond, load_avera
 from vitattn.confusion import ConfusionReport
 from vitattn.insight import AttentionInsight
 from vitattn.runs.checkpoints import run_test_on_best
+from vitattn.runs.layout import METRICS
 from vitattn.runs.task import write_metrics
 from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
 
@@ -115,7 +116,7 @@ def end_interrupted(
     metrics.update(fit_summary(trainer, seconds))
     metrics.update({"status": "interrupted", "signal": name})
     if trainer.is_global_zero:
-        write_metrics(output_dir / "metrics.json", metrics)
+        write_metrics(output_dir / METRICS, metrics)
     then = (
         f"continue with: {program} resume=true hydra.run.dir={output_dir}"
         if resumable

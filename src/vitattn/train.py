@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from vitattn.cli.console import console_main
 from vitattn.cli.resume import resume_arguments
 from vitattn.cli.validation import validate_training
+from vitattn.runs.layout import RunDir
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR, chosen_option
 
@@ -67,11 +68,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     figures["degenerate"] = warn_if_exact(module.net, choices["attention"])
 
-    remove_partial_checkpoints(output_dir / "checkpoints")  # left by a killed write
+    remove_partial_checkpoints(RunDir(output_dir).checkpoints)  # left by a killed write
     metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
     metrics.update({**figures, "ckpt_path": tested, "status": "completed"})
     if writes_results(trainer, cfg):
-        write_metrics(output_dir / "metrics.json", metrics)
+        write_metrics(RunDir(output_dir).metrics_file, metrics)
         log_results(trainer.loggers, metrics, trainer.global_step)
         log.info("%s", result_line(metrics, output_dir))
     return metrics

@@ -14,16 +14,10 @@ import matplotlib.pyplot as plt
 import pytest
 
 from tests.helpers import FEW_STEPS, markdown_tables, read_csv, run_cli, run_sweep
-from vitattn.analysis.curves import (
-    Run,
-    describe,
-    find_runs,
-    label_runs,
-    load_run,
-    mean_curve,
-    metric_figure,
-    summarize,
-)
+from vitattn.analysis.curves import mean_curve, metric_figure
+from vitattn.analysis.records import Run, describe, label_runs, load_run
+from vitattn.analysis.summary import summarize
+from vitattn.runs.layout import find_runs
 from vitattn.utils.config import PROJECT_ROOT
 
 PLOT_CURVES = PROJECT_ROOT / "scripts" / "plot_curves.py"

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from tests.helpers import markdown_tables, read_csv
-from vitattn.analysis.curves import main, report, summarize
 from vitattn.analysis.frontier import pareto_front, point_names
+from vitattn.analysis.summary import main, report, summarize
 from vitattn.analysis.uncertainty import binomial_interval, mean_interval
 
 TEST_ACC = {"softmax": (0.50, 0.52, 0.54), "linear": (0.40, 0.41, 0.42), "performer": (0.49, 0.55)}

@@ -9,8 +9,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vitattn.analysis.curves import find_runs, label_runs, load_run, map_labels, summarize
 from vitattn.analysis.maps import MAPS_FILE, AttentionMaps, load_maps, maps_figure
+from vitattn.analysis.records import label_runs, load_run, map_labels
+from vitattn.analysis.summary import summarize
+from vitattn.runs.layout import find_runs
 
 
 def image_axes(figure: plt.Figure) -> list[plt.Axes]:

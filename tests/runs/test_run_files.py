@@ -24,10 +24,8 @@ from vitattn.runs.files import (
     UnsafeWriteError,
     inside,
     open_for_append,
-    planted_links,
     read_json,
     read_yaml,
-    refuse_planted_links,
     save_figure,
     set_aside_unreadable,
     whole_number,
@@ -35,6 +33,7 @@ from vitattn.runs.files import (
     write_text,
     write_with,
 )
+from vitattn.runs.layout import planted_links, refuse_planted_links
 from vitattn.runs.lock import hold_run_directory, in_use_message, release_run_directory
 from vitattn.runs.results import write_csv, write_json
 from vitattn.runs.task import ATTEMPTS_FILE, record_failure

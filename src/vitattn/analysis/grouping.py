@@ -2,7 +2,7 @@
 means and 95% intervals and its difference from a baseline setting: the table a sweep summary
 opens with.
 
-The per-run rows come from :func:`vitattn.analysis.curves.summary_row`; a run counts towards its
+The per-run rows come from :func:`vitattn.analysis.records.summary_row`; a run counts towards its
 setting's statistics only if it completed. The baseline is named by ``summary.baseline`` (a
 training override) or ``plot_curves.py --baseline``: either ``key=value`` pairs
 (``attention=softmax``, or ``'attention=softmax, model.depth=2'`` quoted), which a setting matches

@@ -23,6 +23,8 @@ from typing import Any
 
 from vitattn.data.shifts import SHIFTS
 from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, write_text
+from vitattn.runs.layout import METRICS, RunDir, RunState, run_state
+from vitattn.runs.layout import find_runs as layout_find_runs
 from vitattn.runs.results import markdown_table, write_csv
 
 CSV_COLUMNS = (
@@ -68,36 +70,28 @@ class FinetuneRun:
 
     @property
     def completed(self) -> bool:
-        return self.metrics.get("status", "completed") == "completed" and (
-            self.metrics.get("test/acc") is not None
-        )
+        """Completed (:func:`vitattn.runs.layout.run_state`), with a test accuracy."""
+        state = run_state(self.metrics, self.path)
+        return state is RunState.COMPLETED and self.metrics.get("test/acc") is not None
 
 
 def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
     """Every run directory (one holding ``metrics.json``) in or under ``directories``."""
     runs = []
-    for directory in directories:
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"{directory} is not a directory")
-        for path in sorted(directory.rglob("metrics.json"), key=_natural_key):
-            run_dir = path.parent
-            try:
-                metrics = read_json(path, dict)
-            except UnreadableFileError as error:
-                metrics = {"status": "failed", "error": str(error)}
-            overrides_file = run_dir / ".hydra" / "overrides.yaml"
-            try:
-                overrides = read_yaml(overrides_file, list) if overrides_file.exists() else []
-            except UnreadableFileError as error:
-                overrides = []
-                metrics = {"status": "failed", "error": str(error)}
-            runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides]))
+    for run_dir in layout_find_runs(directories, marker=(METRICS,)):
+        run = RunDir(run_dir)
+        try:
+            metrics = read_json(run.metrics_file, dict)
+        except UnreadableFileError as error:
+            metrics = {"status": "failed", "error": str(error)}
+        try:
+            exists = run.overrides_file.exists()
+            overrides = read_yaml(run.overrides_file, list) if exists else []
+        except UnreadableFileError as error:
+            overrides = []
+            metrics = {"status": "failed", "error": str(error)}
+        runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides]))
     return runs
-
-
-def _natural_key(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in path.parts]
 
 
 def _shift_order(shifts: Iterable[str]) -> list[str]:

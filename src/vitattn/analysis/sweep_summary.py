@@ -1,7 +1,7 @@
 """The summary of a sweep, printed and written when ``vitattn-train -m`` ends.
 
 :class:`SweepSummary` is a Hydra callback (``hydra.callbacks`` in ``configs/train.yaml``): at the
-end of a multirun it runs :func:`vitattn.analysis.curves.summarize` on the sweep directory, as
+end of a multirun it runs :func:`vitattn.analysis.summary.summarize` on the sweep directory, as
 ``scripts/plot_curves.py <sweep>`` would, and prints ``summary.md`` and the files written. A
 summary that cannot be made is a warning: the sweep's jobs have run and their results stand.
 
@@ -68,7 +68,7 @@ def summarize_sweep(sweep_dir: Path, baseline: str | None = None) -> bool:
     log a warning and return ``False`` instead of raising."""
     try:
         # Imported here: matplotlib and TensorBoard are needed only once a sweep is over.
-        from vitattn.analysis.curves import report, summarize
+        from vitattn.analysis.summary import report, summarize
 
         text = report(summarize([sweep_dir], baseline=baseline))
     except Exception as error:  # the sweep has run whatever happens here

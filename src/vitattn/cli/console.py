@@ -89,13 +89,14 @@ def check_interrupted_checkpoints(overrides: Sequence[str], sweep_dir: Path) -> 
     reads it: one that carries code or configs vitattn does not build is refused in one line
     before any job runs (:func:`vitattn.runs.checkpoints.read_checkpoint`)."""
     from vitattn.runs.checkpoints import read_checkpoint
-    from vitattn.runs.continuation import job_state, planned_jobs
+    from vitattn.runs.continuation import planned_jobs
+    from vitattn.runs.layout import RunDir, RunState
 
     if not sweep_dir.is_dir():
         return
     for job in planned_jobs(overrides, sweep_dir):
-        if job_state(job.directory) == "interrupted":
-            read_checkpoint(job.directory / "checkpoints" / "last.ckpt")
+        if RunDir(job.directory).state() is RunState.INTERRUPTED:
+            read_checkpoint(RunDir(job.directory).last_checkpoint)
 
 
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"

@@ -8,6 +8,7 @@ import yaml
 
 from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
 from vitattn.errors import ConfigError
+from vitattn.runs.layout import RunDir
 from vitattn.runs.trust import check_recorded_override
 
 
@@ -30,7 +31,7 @@ def resume_arguments(arguments: list[str]) -> list[str]:
         if run_dir is None:
             raise ConfigError("resume=true needs the run to continue: add hydra.run.dir=<run dir>")
         if ckpt_path in (None, "null"):
-            ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+            ckpt_path = str(RunDir(run_dir).last_checkpoint)
             if not Path(ckpt_path).is_file():
                 raise ConfigError(
                     f"resume=true: {ckpt_path} does not exist; hydra.run.dir must be a "
@@ -44,12 +45,11 @@ def resume_arguments(arguments: list[str]) -> list[str]:
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
         )
-    if run_dir is None and checkpoint.parent.name == "checkpoints":
-        candidate = checkpoint.parent.parent
-        if (candidate / ".hydra" / "overrides.yaml").is_file():
-            run_dir = candidate
-            arguments = [*arguments, f"hydra.run.dir={run_dir}"]
-    recorded = run_dir / ".hydra" / "overrides.yaml" if run_dir is not None else None
+    candidate = RunDir.of_checkpoint(checkpoint)
+    if run_dir is None and candidate is not None and candidate.overrides_file.is_file():
+        run_dir = candidate.path
+        arguments = [*arguments, f"hydra.run.dir={run_dir}"]
+    recorded = RunDir(run_dir).overrides_file if run_dir is not None else None
     if recorded is None or not recorded.is_file():
         return arguments
     given_now = {"ckpt_path", "resume", *(arg.split("=", 1)[0].lstrip("+~") for arg in arguments)}

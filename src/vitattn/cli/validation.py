@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.files import read_json, whole_number
+from vitattn.runs.layout import RunDir
 from vitattn.utils.hints import describe, matches, signature_of
 
 SKIPPED_NODES = ("hydra", "paths")
@@ -267,7 +268,7 @@ def check_resume(cfg: DictConfig) -> None:
         return
     check_checkpoint_matches(str(ckpt_path), OmegaConf.to_container(cfg.model, resolve=True))
     run_dir = Path(str(ckpt_path)).expanduser().parent.parent
-    reason = finished_run(run_dir / "metrics.json", cfg.trainer)
+    reason = finished_run(RunDir(run_dir).metrics_file, cfg.trainer)
     if reason is not None:
         asked = "resume=true" if cfg.get("resume") else f"ckpt_path={ckpt_path}"
         raise ConfigError(

@@ -3,7 +3,7 @@
 Hydra cannot continue a multirun (its issue #3328): the same command starts every job afresh.
 vitattn's sweeps name each job's directory by what differs (``attention=linear,seed=1``), so a
 re-run with ``hydra.sweep.dir=<the sweep>`` and the same overrides meets its own jobs again, and
-each job is dealt with by what its directory says (:func:`job_state`):
+each job is dealt with by what its directory says (:meth:`vitattn.runs.layout.RunDir.state`):
 
 * **completed** (``metrics.json`` says so): kept byte for byte and not trained again. Hydra
   writes ``.hydra/`` and the job's log before the task runs, so the job's ``hydra.output_subdir``
@@ -33,18 +33,19 @@ from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
-    UnreadableFileError,
     UnsafeWriteError,
     inside,
     read_json,
     read_yaml,
     refuse_link,
-    refuse_planted_links,
 )
+from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, refuse_planted_links
 from vitattn.utils.config import job_directory_name
 
-ATTEMPTS = ".attempts"
-"""Folder of a sweep directory where failed or cut attempts of its jobs are kept."""
+ATTEMPTS = ATTEMPTS_DIR
+
+SET_ASIDE = (RunState.FAILED, RunState.CUT)
+"""Jobs set aside in ``.attempts/`` and run again."""
 
 IGNORED_KEYS = ("summary",)
 """Settings a re-run may change without changing what its jobs compute."""
@@ -54,40 +55,13 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 log = logging.getLogger(__name__)
 
 
-def read_metrics(run_dir: Path) -> dict[str, Any]:
-    """``run_dir``'s ``metrics.json``; ``{}`` where there is none or it cannot be read (a
-    continuation refuses such a file first: :func:`check_job_files`)."""
-    path = run_dir / "metrics.json"
-    if not path.exists():
-        return {}
-    try:
-        return read_json(path, dict)
-    except UnreadableFileError:
-        return {}
-
-
-def job_state(run_dir: Path) -> str:
-    """``completed``, ``interrupted`` (resumable from ``last.ckpt``), ``failed``, ``cut``
-    (files but no checkpoint and no result) or ``new``."""
-    status = read_metrics(run_dir).get("status")
-    if status == "completed":
-        return "completed"
-    if status == "failed":
-        return "failed"
-    if (run_dir / "checkpoints" / "last.ckpt").is_file():
-        return "interrupted"
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        return "cut"
-    return "new"
-
-
 def _kept(output_dir: str, mode: Any) -> bool:
-    return str(mode).endswith("MULTIRUN") and job_state(Path(output_dir)) == "completed"
+    return str(mode).endswith("MULTIRUN") and RunDir(Path(output_dir)).state() is RunState.COMPLETED
 
 
 def output_subdir(output_dir: str, mode: Any) -> str | None:
     """``hydra.output_subdir``: ``.hydra``, or nothing for a completed job of a re-run sweep."""
-    return None if _kept(output_dir, mode) else ".hydra"
+    return None if _kept(output_dir, mode) else HYDRA_DIR
 
 
 def log_file(output_dir: str, task_name: str, mode: Any) -> str:
@@ -97,15 +71,15 @@ def log_file(output_dir: str, task_name: str, mode: Any) -> str:
 
 def kept_metrics(run_dir: Path, multirun: bool) -> dict[str, Any] | None:
     """The recorded metrics of a completed sweep job, which is not run again."""
-    if multirun and job_state(run_dir) == "completed":
-        return read_metrics(run_dir)
+    if multirun and RunDir(run_dir).state() is RunState.COMPLETED:
+        return RunDir(run_dir).metrics()
     return None
 
 
 def checkpoint_to_resume(run_dir: Path, multirun: bool) -> Path | None:
     """``last.ckpt`` of an interrupted sweep job, to continue it from."""
-    if multirun and job_state(run_dir) == "interrupted":
-        return run_dir / "checkpoints" / "last.ckpt"
+    if multirun and RunDir(run_dir).state() is RunState.INTERRUPTED:
+        return RunDir(run_dir).last_checkpoint
     return None
 
 
@@ -164,7 +138,7 @@ def _is_hydra(key: str) -> bool:
 def stored_config(run_dir: Path) -> dict[str, Any] | None:
     """The config ``run_dir`` ran with (``.hydra/config.yaml``), or ``None`` where there is
     none; one that cannot be read is one line (:class:`UnreadableFileError`)."""
-    path = run_dir / ".hydra" / "config.yaml"
+    path = RunDir(run_dir).config_file
     if not path.exists() and not path.is_symlink():
         return None
     return read_yaml(path, dict)
@@ -224,7 +198,7 @@ def check_job_files(run_dir: Path) -> None:
     if not run_dir.is_dir():
         return
     refuse_planted_links(run_dir)
-    metrics = run_dir / "metrics.json"
+    metrics = RunDir(run_dir).metrics_file
     if metrics.exists() or metrics.is_symlink():
         read_json(metrics, dict)
 
@@ -235,7 +209,7 @@ def set_failed_jobs_aside(overrides: Sequence[str], sweep_dir: Path) -> list[Pat
     if not sweep_dir.is_dir():
         return []
     jobs = planned_jobs(overrides, sweep_dir)
-    failed = [job.directory for job in jobs if job_state(job.directory) in ("failed", "cut")]
+    failed = [job.directory for job in jobs if RunDir(job.directory).state() in SET_ASIDE]
     return [set_aside(directory, sweep_dir) for directory in failed]
 
 

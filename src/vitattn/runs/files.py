@@ -13,7 +13,7 @@ that is not what vitattn wrote. So, here and only here:
   (:class:`UnsafeWriteError`); a regular one is a killed process's leftover, removed;
 * a file that is **appended** to (the log) is opened with ``O_NOFOLLOW`` (:func:`open_for_append`);
 * the names Hydra and other libraries write *through* (the log file, ``.hydra/``, the lock) are
-  checked before a command starts (:func:`refuse_planted_links`);
+  checked before a command starts (:func:`vitattn.runs.layout.refuse_planted_links`);
 * a file that is **read** (:func:`read_json`, :func:`read_yaml`, :func:`whole_number`) gives one
   line ``<path>: <what is wrong>`` when it is malformed (:class:`UnreadableFileError`).
 """
@@ -37,12 +37,6 @@ CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 MAX_READ = 64 << 20
 """The largest run file read (``metrics.json``, ``.hydra/config.yaml``, ...): far more than any
 vitattn writes."""
-WRITTEN_THROUGH = ("multirun.yaml", "hparams.yaml")
-"""Files libraries write at the top of a run or sweep directory by opening them as they are
-(Hydra's ``multirun.yaml``, Lightning's ``hparams.yaml``); besides these, every name that starts
-with ``.`` (``.hydra``, ``.vitattn.lock``, ``.<name>.partial``, ``.attempts``),
-``events.out.tfevents.`` (TensorBoard's) or ``optuna.db`` (a search's study and its journal),
-and every ``*.log``."""
 
 
 ADVICE = "it is not as vitattn writes it: restore it or remove it"
@@ -172,38 +166,6 @@ def open_for_append(
             raise unsafe(path) from None
         raise
     return os.fdopen(descriptor, "w" if "w" in mode else "a", encoding=encoding, errors=errors)
-
-
-def planted_links(run_dir: Path) -> list[Path]:
-    """The symbolic links in ``run_dir`` at names that are written by opening them as they are:
-    at its top, those :data:`WRITTEN_THROUGH` describes; everything in ``.hydra/`` and ``csv/``;
-    ``.<name>.partial`` in ``checkpoints/``."""
-
-    def links(folder: Path, chosen: Callable[[str], bool]) -> list[Path]:
-        if folder.is_symlink() or not folder.is_dir():
-            return []
-        return sorted(p for p in folder.iterdir() if p.is_symlink() and chosen(p.name))
-
-    found = links(run_dir, _written_at_the_top)
-    found += links(run_dir / ".hydra", lambda name: True)
-    found += links(run_dir / "checkpoints", lambda name: name.startswith("."))
-    found += links(run_dir / "csv", lambda name: True)  # Lightning's CSVLogger (logger=csv)
-    return found
-
-
-def _written_at_the_top(name: str) -> bool:
-    return (
-        name.startswith((".", "events.out.tfevents.", "optuna.db"))
-        or name.endswith(".log")
-        or name in WRITTEN_THROUGH
-    )
-
-
-def refuse_planted_links(run_dir: Path) -> None:
-    """Refuse in one line a run or sweep directory holding a :func:`planted_links` link."""
-    found = planted_links(run_dir)
-    if found:
-        raise unsafe(found[0])
 
 
 def inside(path: Path, root: Path) -> bool:

@@ -26,14 +26,12 @@ from vitattn.runs.files import (
     one_line,
     read_json,
     refuse_link,
-    refuse_planted_links,
     write_bytes,
     write_text,
 )
+from vitattn.runs.layout import HOLDER, LOCK, RESERVE, refuse_planted_links
 
-LOCK_FILE = ".vitattn.lock"
-HOLDER_FILE = ".vitattn.lock.json"
-RESERVE_FILE = ".vitattn.reserve"
+LOCK_FILE, HOLDER_FILE, RESERVE_FILE = LOCK, HOLDER, RESERVE
 RESERVE_BYTES = 64 << 10
 """Space set aside while a run holds its directory, given back when the disk fills up so that
 ``metrics.json`` can still say how the run ended; removed when the run ends."""
@@ -52,7 +50,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
     in one line, naming the holder, when another live process has it, and, before anything is
     written, a directory with a symbolic link where a file is written through
-    (:func:`vitattn.runs.files.refuse_planted_links`: the lock itself, which ``filelock``
+    (:func:`vitattn.runs.layout.refuse_planted_links`: the lock itself, which ``filelock``
     opens as it is, the log, ``.hydra/``, a temporary)."""
     from filelock import FileLock, Timeout
 

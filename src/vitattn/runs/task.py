@@ -34,6 +34,7 @@ from vitattn.runs.files import (
     read_json,
     set_aside_unreadable,
 )
+from vitattn.runs.layout import ATTEMPTS_FILE, HYDRA_DIR, METRICS, RunDir, RunState
 from vitattn.runs.lock import (
     HOLDER_FILE,
     LOCK_FILE,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-HYDRA_WRITES = (".hydra",)
+HYDRA_WRITES = (HYDRA_DIR,)
 """What Hydra writes into a run directory before the task runs, besides ``*.log`` files."""
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 
@@ -203,7 +204,7 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         error = user_error(raised) or full_disk(raised)
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             output_dir = Path(HydraConfig.get().runtime.output_dir)
-            record_failure(output_dir / "metrics.json", error or raised)
+            record_failure(output_dir / METRICS, error or raised)
             if error is None:
                 raise
             fail(program, error)
@@ -212,12 +213,12 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
             raise
         output_dir = Path(HydraConfig.get().runtime.output_dir)
         if error is None:
-            record_failure(output_dir / "metrics.json", raised)
+            record_failure(output_dir / METRICS, raised)
             fail(program, unexpected(raised, log_traceback(raised)))
         else:
             fail(program, error)
             if isinstance(error, TrainingError):  # the run has logs and checkpoints: keep them
-                record_failure(output_dir / "metrics.json", error)
+                record_failure(output_dir / METRICS, error)
             else:
                 remove_unstarted_run(output_dir)
         sys.exit(1)
@@ -245,10 +246,6 @@ def unexpected(error: BaseException, logs: list[Path]) -> str:
     return f"unexpected {type(error).__name__}: {first}{where}"
 
 
-ATTEMPTS_FILE = "failed_attempts.json"
-"""Beside a completed run's ``metrics.json``: the continuations of it that failed."""
-
-
 def record_failure(path: Path, error: BaseException) -> None:
     """Write ``{"status": "failed", "error": ...}`` to ``path`` (a ``metrics.json`` already
     there is an earlier invocation's: an interrupted run that this one continued). A completed
@@ -259,7 +256,7 @@ def record_failure(path: Path, error: BaseException) -> None:
     try:  # an unwritable directory, or a planted link, must not hide the real error
         path.parent.mkdir(parents=True, exist_ok=True)
         free_reserve(path.parent)  # the run is over: its reserve is room for this record
-        if completed(path):
+        if RunDir(path.parent).state() is RunState.COMPLETED:
             attempts = path.parent / ATTEMPTS_FILE
             failure["at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             write_json(attempts, [*earlier_attempts(attempts), failure])
@@ -286,14 +283,6 @@ def earlier_attempts(attempts: Path) -> list[Any]:
             "%s: %s; kept as %s, and a new record begins", attempts, error.problem, aside.name
         )
         return []
-
-
-def completed(metrics_path: Path) -> bool:
-    """Whether ``metrics_path`` records a completed run (one that cannot be read does not)."""
-    try:
-        return read_json(metrics_path, dict).get("status") == "completed"
-    except UnreadableFileError:
-        return False
 
 
 def write_metrics(path: Path, metrics: Mapping[str, Any]) -> None:

@@ -1,0 +1,268 @@
+"""The runs of a summary: what it reads from each run directory (:class:`Run`), their labels and
+one row per run.
+
+A *run directory* is what ``vitattn-train`` writes: ``.hydra/`` (config and overrides),
+TensorBoard event files (in the directory itself, or in ``tensorboard/`` for older runs; read
+with TensorBoard's own ``EventAccumulator``), ``metrics.json`` and, with the attention-maps
+callback, ``attention/maps.npz``. A multirun directory holds one run directory per job.
+
+Runs are labelled by the overrides that differ between the runs shown (``attention=linear``),
+never by those they share; runs that differ only by ``seed`` share a label, hence a line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitattn.analysis.events import read_scalars
+from vitattn.runs.files import read_json, read_yaml
+from vitattn.runs.layout import RunDir, run_state
+
+SUMMARY_COLUMNS = (
+    "run",
+    "status",
+    "label",
+    "attention",
+    "knobs",
+    "model",
+    "seed",
+    "params",
+    "best_val_acc",
+    "final_val_acc",
+    "test_acc",
+    "images_per_sec",
+    "seconds",
+    "peak_memory_gb",
+    "gflop_per_image",
+    "test_images",
+    "degenerate",
+    "load_avg_start",
+    "load_avg_end",
+    "cpu_count",
+    "error",
+)
+
+
+SEED_KEY = "seed"
+
+
+@dataclass
+class Run:
+    """One run directory with what the summary needs from it."""
+
+    path: Path
+    overrides: list[str]
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    label: str = ""
+    choices: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def attention(self) -> str:
+        if self.choices.get("attention"):
+            return self.choices["attention"]
+        if "attention" in self.settings:
+            return self.settings["attention"]
+        return str(self.metrics.get("attention") or _target_name(self.config.get("attention")))
+
+    @property
+    def model(self) -> str:
+        return str(
+            self.metrics.get("model")
+            or self.choices.get("model")
+            or self.settings.get("model")
+            or _target_name(self.config.get("model"))
+        )
+
+    @property
+    def seed(self) -> Any:
+        if SEED_KEY in self.config:
+            return self.config[SEED_KEY]
+        return self.settings.get(SEED_KEY)
+
+    @property
+    def steps(self) -> int | None:
+        """The steps the run took (``metrics.json``), else those it was set to take."""
+        steps = self.metrics.get("steps")
+        if steps is None:
+            steps = (self.config.get("trainer") or {}).get("max_steps")
+        finite = isinstance(steps, int | float) and math.isfinite(steps)
+        return int(steps) if finite and steps > 0 else None
+
+    @property
+    def status(self) -> str:
+        """The run's state (:func:`vitattn.runs.layout.run_state`)."""
+        return str(run_state(self.metrics, self.path))
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The command-line overrides as ``{key: value}`` (Hydra's own left out)."""
+        pairs: dict[str, str] = {}
+        for override in self.overrides:
+            key, equals, value = override.partition("=")
+            key = key.lstrip("+~")
+            if equals and key != "hydra" and not key.startswith(("hydra.", "hydra/")):
+                pairs[key] = value
+        return pairs
+
+    def setting(self, key: str) -> str | None:
+        """``key``'s value in this run: its override, else the config group's choice or the
+        config's value (so that a run that left ``key`` at its default still compares)."""
+        if key in self.settings:
+            return self.settings[key]
+        if key in self.choices:
+            return self.choices[key]
+        node: Any = self.config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return None if isinstance(node, dict | list) else str(node)
+
+    def knobs(self) -> dict[str, Any]:
+        attention = self.config.get("attention") or {}
+        return {k: v for k, v in attention.items() if not k.startswith("_")}
+
+
+def _target_name(config: Any) -> str:
+    if isinstance(config, dict) and "_target_" in config:
+        return str(config["_target_"]).rsplit(".", 1)[-1]
+    return "unknown"
+
+
+def load_run(path: Path) -> Run:
+    """The run in ``path``; a file of it that cannot be read is one line
+    (:class:`vitattn.runs.files.UnreadableFileError`)."""
+    run = RunDir(path)
+    config = read_yaml(run.config_file, dict)
+    overrides = [str(o) for o in _optional(run.overrides_file, read_yaml, list)]
+    metrics = _optional(run.metrics_file, read_json, dict)
+    hydra = _optional(run.hydra_file, read_yaml, dict).get("hydra")
+    choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
+    choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
+    return Run(path, overrides, config, metrics, read_scalars(path), choices=choices)
+
+
+def _optional(path: Path, read: Any, expected: type) -> Any:
+    """``read(path, expected)``, or an empty ``expected`` where there is no such file."""
+    return read(path, expected) if path.exists() or path.is_symlink() else expected()
+
+
+def common_root(paths: Sequence[Path]) -> Path:
+    """The folder the ``run`` column is relative to: the common folder of ``paths``, or its
+    parent when that is one of them (a single run is named by its directory)."""
+    resolved = [Path(p).resolve() for p in paths]
+    root = Path(os.path.commonpath(resolved))
+    return root.parent if root in resolved else root
+
+
+def relative_name(run: Run, root: Path) -> str:
+    try:
+        return str(run.path.resolve().relative_to(root)) or "."
+    except ValueError:
+        return str(run.path.resolve())
+
+
+def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
+    """Name each run by the overrides whose values differ between ``runs`` other than
+    ``seed`` (``attention=linear, model.depth=2``). Runs that differ only by seed share a label
+    (the name of their common folder), hence a line; if nothing differs at all, each run is
+    named by its directory (relative to ``root``, default :func:`common_root`)."""
+    if not runs:
+        return
+    root = root if root is not None else common_root([run.path for run in runs])
+    keys = list(dict.fromkeys(k for run in runs for k in run.settings if k != SEED_KEY))
+    values = [{key: run.setting(key) for key in keys} for run in runs]
+    differing = [key for key in keys if len({v[key] for v in values}) > 1]
+    if differing:
+        for run, value in zip(runs, values, strict=True):
+            run.label = ", ".join(f"{key}={value[key] or '(unset)'}" for key in differing)
+    elif len({str(run.seed) for run in runs}) > 1:
+        for run in runs:
+            run.label = root.name or str(root)
+    else:
+        for run in runs:
+            run.label = relative_name(run, root)
+
+
+def describe(runs: Sequence[Run], steps: bool = True) -> str:
+    """What the runs share, for a title: ``model vit, attention softmax, 350 steps`` (the
+    attention only when all runs share it, ``steps`` as a range when they differ)."""
+    parts = []
+    models = list(dict.fromkeys(run.model for run in runs if run.model != "unknown"))
+    if models:
+        parts.append(("model " if len(models) == 1 else "models ") + " / ".join(models))
+    attentions = {run.attention for run in runs}
+    if len(attentions) == 1 and "unknown" not in attentions:
+        parts.append(f"attention {attentions.pop()}")
+    counts = sorted({s for run in runs if (s := run.steps) is not None}) if steps else []
+    if counts:
+        parts.append(
+            f"{counts[0]} steps"
+            if len(counts) == 1
+            else f"{counts[0]}\N{EN DASH}{counts[-1]} steps"
+        )
+    return ", ".join(parts)
+
+
+def summary_row(run: Run, root: Path) -> dict[str, Any]:
+    val_acc = [value for _, value in run.scalars.get("val/acc", [])]
+    metrics = run.metrics
+    return {
+        "run": relative_name(run, root),
+        "status": run.status,
+        "label": run.label,
+        "attention": run.attention,
+        "knobs": json.dumps(run.knobs(), sort_keys=True),
+        "model": run.model,
+        "seed": run.seed,
+        "params": metrics.get("params"),
+        "best_val_acc": max(val_acc) if val_acc else None,
+        "final_val_acc": val_acc[-1] if val_acc else metrics.get("val/acc"),
+        "test_acc": metrics.get("test/acc"),
+        "images_per_sec": metrics.get("train/images_per_sec"),
+        "seconds": metrics.get("seconds"),
+        "peak_memory_gb": metrics.get("peak_memory_gb"),
+        "gflop_per_image": metrics.get("gflop_per_image"),
+        "test_images": tested_images(metrics),
+        "degenerate": metrics.get("degenerate"),
+        "load_avg_start": metrics.get("load_avg_start"),
+        "load_avg_end": metrics.get("load_avg_end"),
+        "cpu_count": metrics.get("cpu_count"),
+        "error": metrics.get("error"),
+    }
+
+
+def tested_images(metrics: dict[str, Any]) -> int | None:
+    """How many images the run was tested on: the sum of its confusion matrix."""
+    matrix = metrics.get("test/confusion_matrix")
+    if not isinstance(matrix, list) or not matrix:
+        return None
+    try:
+        return int(sum(sum(row) for row in matrix)) or None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def map_labels(runs: Sequence[Run], root: Path) -> list[str]:
+    """Row names for the attention maps: the runs' labels, with the seed (or else the run's
+    directory) added where runs share a label, since each run has a row of its own."""
+    counts = Counter(run.label for run in runs)
+    seeds = Counter((run.label, str(run.seed)) for run in runs)
+    names = []
+    for run in runs:
+        if counts[run.label] == 1:
+            names.append(run.label)
+        elif run.seed is not None and seeds[(run.label, str(run.seed))] == 1:
+            names.append(f"{run.label}, seed={run.seed}")
+        else:
+            names.append(relative_name(run, root))
+    return names

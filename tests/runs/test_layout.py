@@ -1,0 +1,74 @@
+"""A run directory's layout and its one state rule (``vitattn.runs.layout``): every reader of a
+run's state (the sweep continuation, a failed continuation's record, the summary, the LoRA
+table) asks it, so they cannot disagree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vitattn.analysis.lora import FinetuneRun
+from vitattn.analysis.records import Run
+from vitattn.runs.layout import RunDir, RunState, find_runs, run_state
+
+
+def make_run(path: Path, metrics: Any = None, checkpoint: bool = False) -> RunDir:
+    run = RunDir(path)
+    path.mkdir(parents=True)
+    if metrics is not None:
+        run.metrics_file.write_text(json.dumps(metrics))
+    if checkpoint:
+        run.checkpoints.mkdir()
+        run.last_checkpoint.write_bytes(b"")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("metrics", "checkpoint", "state"),
+    [
+        ({"status": "completed"}, True, RunState.COMPLETED),
+        ({"status": "failed", "error": "NaN"}, True, RunState.FAILED),
+        ({"status": "interrupted", "steps": 25}, True, RunState.INTERRUPTED),
+        ({"status": "interrupted", "steps": 0}, False, RunState.CUT),  # nothing to resume from
+        ({"val/acc": 0.5, "test/acc": 0.4}, True, RunState.COMPLETED),  # an earlier version's
+        ({}, True, RunState.INTERRUPTED),
+        (None, True, RunState.INTERRUPTED),
+        (None, False, RunState.CUT),  # a log and nothing else
+        ([], False, RunState.CUT),  # not a mapping: read as nothing
+    ],
+)
+def test_one_rule_decides_a_runs_state(
+    tmp_path: Path, metrics: Any, checkpoint: bool, state: RunState
+) -> None:
+    run = make_run(tmp_path / "run", metrics, checkpoint)
+    (run.path / "train.log").write_text("")
+    assert run.state() is state
+    recorded = run.metrics()
+    assert run_state(recorded, run.path) is state
+    # the summary and the LoRA table say the same
+    assert Run(run.path, [], {}, recorded).status == state
+    assert FinetuneRun(run.path, recorded, []).completed == (
+        state is RunState.COMPLETED and recorded.get("test/acc") is not None
+    )
+
+
+def test_a_run_that_does_not_exist_is_new(tmp_path: Path) -> None:
+    assert RunDir(tmp_path / "nothing").state() is RunState.NEW
+    assert RunDir.of_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt") == RunDir(
+        tmp_path / "run"
+    )
+    assert RunDir.of_checkpoint(tmp_path / "elsewhere.ckpt") is None
+
+
+def test_find_runs_in_natural_order_without_attempts_set_aside(tmp_path: Path) -> None:
+    for name in ["seed=10", "seed=2", ".attempts/seed=3/1"]:
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        (tmp_path / name / ".hydra" / "config.yaml").write_text("{}\n")
+    (tmp_path / "seed=2" / "metrics.json").write_text("{}")
+    assert find_runs([tmp_path]) == [tmp_path / "seed=2", tmp_path / "seed=10"]
+    assert find_runs([tmp_path], marker=("metrics.json",)) == [tmp_path / "seed=2"]
+    with pytest.raises(FileNotFoundError):
+        find_runs([tmp_path / "missing"])
