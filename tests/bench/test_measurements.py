@@ -6,7 +6,7 @@ import torch
 
 from vitattn.bench.kernels import build_kernel
 from vitattn.bench.memory import measure_memory
-from vitattn.bench.scaling import fit_exponent
+from vitattn.bench.scaling_table import fit_exponent
 from vitattn.bench.timing import summarize
 
 CPU = torch.device("cpu")

@@ -12,7 +12,8 @@ from tests.helpers import compose_config
 from vitattn.bench import scaling
 from vitattn.bench.app import benchmark
 from vitattn.bench.environment import half_the_memory
-from vitattn.bench.scaling import Guard, Row, Runner, Sweep, crossover, fit_exponent, predict
+from vitattn.bench.scaling import Guard, Runner, Sweep, predict
+from vitattn.bench.scaling_table import Row, crossover, fit_exponent
 from vitattn.bench.settings import load_settings
 
 CPU = torch.device("cpu")

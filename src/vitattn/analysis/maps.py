@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -120,28 +120,9 @@ def maps_figure(
     )
     for row, (label, (_, maps)) in enumerate(zip(labels, rows, strict=True)):
         for column in range(columns):
-            axes_ = axes[row][column]
-            image = maps.images[column]
-            height, width = image.shape[:2]
-            extent = (0, width, height, 0)  # the rollout may be coarser than the image
-            if image.shape[-1] == 1:
-                axes_.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, extent=extent)
-            else:
-                axes_.imshow(image, extent=extent)
-            axes_.imshow(
-                maps.rollout[column],
-                cmap=COLORMAP,
-                vmin=0.0,
-                vmax=1.0,
-                alpha=OVERLAY_ALPHA[0]
-                + (OVERLAY_ALPHA[1] - OVERLAY_ALPHA[0]) * np.clip(maps.rollout[column], 0, 1),
-                extent=extent,
-                interpolation="bilinear",
-            )
-            axes_.set_xticks([])
-            axes_.set_yticks([])
+            draw_cell(axes[row][column], maps.images[column], maps.rollout[column])
             if row == 0:
-                axes_.set_title(f"image {column + 1}", fontsize=9)
+                axes[row][column].set_title(f"image {column + 1}", fontsize=9)
         axes[row][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9, labelpad=8)
     figure.colorbar(
         ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP),
@@ -153,6 +134,28 @@ def maps_figure(
     if title:
         figure.suptitle(title)
     return figure
+
+
+def draw_cell(axes: Any, image: np.ndarray, rollout: np.ndarray) -> None:
+    """One image (gray or colour) with its attention rollout over it, more opaque where the
+    rollout is higher, on ``axes`` without ticks."""
+    height, width = image.shape[:2]
+    extent = (0, width, height, 0)  # the rollout may be coarser than the image
+    if image.shape[-1] == 1:
+        axes.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, extent=extent)
+    else:
+        axes.imshow(image, extent=extent)
+    axes.imshow(
+        rollout,
+        cmap=COLORMAP,
+        vmin=0.0,
+        vmax=1.0,
+        alpha=OVERLAY_ALPHA[0] + (OVERLAY_ALPHA[1] - OVERLAY_ALPHA[0]) * np.clip(rollout, 0, 1),
+        extent=extent,
+        interpolation="bilinear",
+    )
+    axes.set_xticks([])
+    axes.set_yticks([])
 
 
 def plot_attention_maps(

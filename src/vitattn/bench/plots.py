@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from vitattn.bench.approx import ApproxRow
-from vitattn.bench.scaling import Row
+from vitattn.bench.scaling_table import Row
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.runs.files import save_figure
 

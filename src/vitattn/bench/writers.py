@@ -13,7 +13,8 @@ from typing import Any
 
 from vitattn.bench.approx import ApproxRow, ApproxRun
 from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
-from vitattn.bench.scaling import Row, ScalingRun
+from vitattn.bench.scaling import ScalingRun
+from vitattn.bench.scaling_table import Row
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.bench.train_speed import TrainRun
 from vitattn.runs.files import write_text

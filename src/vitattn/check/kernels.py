@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitattn.bench.environment import half_the_memory
-from vitattn.bench.scaling import Guard, Row, Runner, Sweep, crossover, log_row
+from vitattn.bench.scaling import Guard, Runner, Sweep, log_row
+from vitattn.bench.scaling_table import Row, crossover
 from vitattn.check.settings import CheckSettings
 
 REFERENCE = "softmax"
