@@ -14,7 +14,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from tests.helpers import FEW_STEPS, SHARED_DATA, TINY, compose_config
+from tests.helpers import FEW_STEPS, KEPT, SHARED_DATA, TINY, compose_config
 from vitattn.utils.config import PROJECT_ROOT
 
 
@@ -129,3 +129,13 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run = tmp_path_factory.mktemp("tiny_run") / "run"
     run_in_process("vitattn-train", *FEW_STEPS, f"hydra.run.dir={run}", data_dir=data_dir)
     return run
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    """A folder outside the run, holding ``kept.txt`` (:data:`tests.helpers.KEPT`): what a link
+    planted in a run points at."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "kept.txt").write_bytes(KEPT)
+    return folder

@@ -272,6 +272,10 @@ class FailingCheckpointIO(AtomicCheckpointIO):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+KEPT = b"a colleague's file: its bytes must stay as they are\n"
+"""What a file outside a run holds (``elsewhere/kept.txt``): a hostile file must leave it so."""
+
+
 def copy_run(run: Path, target: Path) -> Path:
     """A copy of the run directory ``run`` at ``target``, without its lock files (a copy is no
     process's); ``target``."""

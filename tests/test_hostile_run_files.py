@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import (
     FEW_STEPS,
+    KEPT,
     PROJECT_ROOT,
     copy_run,
     refusal_message,
@@ -31,7 +32,6 @@ from tests.in_process import refused_in_process, run_in_process
 
 pytestmark = pytest.mark.slow
 
-KEPT = b"a colleague's notes: these bytes must stay as they are\n"
 RESUME = ["resume=true", "trainer.max_steps=12"]
 """Four more steps of the trained run (it completed at step 8)."""
 
@@ -53,15 +53,6 @@ class PlantLinkAtStep(L.Callback):
 def run(tmp_path: Path, tiny_run: Path) -> Path:
     """A copy of the module's tiny run, unlocked."""
     return copy_run(tiny_run, tmp_path / "runs" / "run")
-
-
-@pytest.fixture
-def elsewhere(tmp_path: Path) -> Path:
-    """A folder outside the run: what a planted link points at."""
-    folder = tmp_path / "elsewhere"
-    folder.mkdir()
-    (folder / "notes.txt").write_bytes(KEPT)
-    return folder
 
 
 def plant(link: Path, target: Path) -> Path:
@@ -97,22 +88,22 @@ def edit_metrics(run: Path, text: str) -> Path:
 def test_a_link_planted_in_a_run_is_refused_before_it_resumes(
     run: Path, elsewhere: Path, name: str, data_dir: Path
 ) -> None:
-    link = plant(run / name, elsewhere / "notes.txt")
+    link = plant(run / name, elsewhere / "kept.txt")
     outside, inside = tree_digest(elsewhere), tree_digest(run)
     said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
-    assert said.startswith(f"{link} is a symbolic link (to {elsewhere / 'notes.txt'}): "), said
+    assert said.startswith(f"{link} is a symbolic link (to {elsewhere / 'kept.txt'}): "), said
     assert said.endswith("remove it and run again")
-    assert tree_digest(elsewhere) == outside and (elsewhere / "notes.txt").read_bytes() == KEPT
+    assert tree_digest(elsewhere) == outside and (elsewhere / "kept.txt").read_bytes() == KEPT
     assert tree_digest(run) == inside and link.is_symlink()
 
 
 def test_a_linked_log_is_refused_by_a_real_process(
     run: Path, elsewhere: Path, data_dir: Path
 ) -> None:
-    link = plant(run / "train.log", elsewhere / "notes.txt")
+    link = plant(run / "train.log", elsewhere / "kept.txt")
     said = refused("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
     assert said.startswith(f"{link} is a symbolic link")
-    assert (elsewhere / "notes.txt").read_bytes() == KEPT
+    assert (elsewhere / "kept.txt").read_bytes() == KEPT
 
 
 def test_a_log_linked_after_the_checks_is_refused_by_the_task(
@@ -126,15 +117,15 @@ def test_a_log_linked_after_the_checks_is_refused_by_the_task(
 
     def hold_then_plant(directory: Path, program: str) -> None:
         hold(directory, program)
-        plant(link, elsewhere / "notes.txt")
+        plant(link, elsewhere / "kept.txt")
 
     monkeypatch.setattr(cli, "hold_run_directory", hold_then_plant)
     result = run_in_process(
         "vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir, check=False
     )
     said = refusal_message("vitattn-train", result)
-    assert said.startswith(f"{link} is a symbolic link (to {elsewhere / 'notes.txt'}): ")
-    assert (elsewhere / "notes.txt").read_bytes() == KEPT
+    assert said.startswith(f"{link} is a symbolic link (to {elsewhere / 'kept.txt'}): ")
+    assert (elsewhere / "kept.txt").read_bytes() == KEPT
     assert json.loads((run / "metrics.json").read_text())["steps"] == 8  # nothing trained
 
 
@@ -150,7 +141,7 @@ def test_a_link_planted_while_a_run_writes_is_refused_and_the_run_kept(
         f"+callbacks.plant._target_={__name__}.PlantLinkAtStep",
         "+callbacks.plant.step=10",
         f"+callbacks.plant.link={link}",
-        f"+callbacks.plant.target={elsewhere / 'notes.txt'}",
+        f"+callbacks.plant.target={elsewhere / 'kept.txt'}",
     ]
     finished = (run / "metrics.json").read_bytes()
     outside = tree_digest(elsewhere)
@@ -255,13 +246,13 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     run: Path, elsewhere: Path, status: str, name: str, data_dir: Path
 ) -> None:
     job, command = sweep_job(run, status)
-    target = elsewhere if ".attempts" in name else elsewhere / "notes.txt"
+    target = elsewhere if ".attempts" in name else elsewhere / "kept.txt"
     link = plant((job / name.format(job=job.name)).resolve(strict=False), target)
     outside, sweep = tree_digest(elsewhere), tree_digest(job.parent)
     said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
     assert said.startswith(f"{link} is a symbolic link (to {target}): "), said
     assert tree_digest(elsewhere) == outside and sorted(elsewhere.iterdir()) == [
-        elsewhere / "notes.txt"
+        elsewhere / "kept.txt"
     ]
     assert tree_digest(job.parent) == sweep  # the failed job is not moved, nothing runs
 

@@ -10,13 +10,20 @@ from vitattn.cli.resume import resume_arguments
 from vitattn.errors import ConfigError
 
 
-def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -> None:
+def run_with_overrides(tmp_path: Path, recorded: str) -> Path:
+    """A run directory with an (empty) ``last.ckpt`` and ``recorded`` as its overrides.yaml."""
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run / ".hydra" / "overrides.yaml").write_text(
-        "- attention=linear\n- model.heads=2\n- trainer.max_steps=40\n- ckpt_path=old.ckpt\n"
+    (run / ".hydra" / "overrides.yaml").write_text(recorded)
+    return run
+
+
+def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -> None:
+    run = run_with_overrides(
+        tmp_path,
+        "- attention=linear\n- model.heads=2\n- trainer.max_steps=40\n- ckpt_path=old.ckpt\n",
     )
     ckpt = str(run / "checkpoints" / "last.ckpt")
     assert resume_arguments([f"ckpt_path={ckpt}", "trainer.max_steps=80"]) == [
@@ -37,12 +44,9 @@ def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -
 def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path) -> None:
     """``~callbacks.mine`` (or ``callbacks.mine=...``) on the command line drops a recorded
     ``+callbacks.mine._target_=...`` and its settings: they are not replayed, nor refused."""
-    run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / "checkpoints").mkdir()
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (run / ".hydra" / "overrides.yaml").write_text(
-        "- model.heads=2\n- +callbacks.mine._target_=mypkg.Mine\n- +callbacks.mine.step=3\n"
+    run = run_with_overrides(
+        tmp_path,
+        "- model.heads=2\n- +callbacks.mine._target_=mypkg.Mine\n- +callbacks.mine.step=3\n",
     )
     resume = ["resume=true", f"hydra.run.dir={run}"]
     with pytest.raises(ConfigError, match=r"line 2: callbacks\.mine\._target_=mypkg\.Mine"):

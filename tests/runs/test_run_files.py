@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import tree_digest
+from tests.helpers import KEPT, tree_digest
 from vitattn.errors import ConfigError, TrainingError
 from vitattn.runs.checkpoint_io import AtomicCheckpointIO
 from vitattn.runs.continuation import ATTEMPTS, set_aside
@@ -37,17 +37,6 @@ from vitattn.runs.layout import planted_links, refuse_planted_links
 from vitattn.runs.lock import hold_run_directory, in_use_message, release_run_directory
 from vitattn.runs.results import write_csv, write_json
 from vitattn.runs.task import ATTEMPTS_FILE, record_failure
-
-KEPT = b"a colleague's file: its bytes must stay as they are\n"
-
-
-@pytest.fixture
-def elsewhere(tmp_path: Path) -> Path:
-    """A folder outside the run, holding a file that links in the run point at."""
-    folder = tmp_path / "elsewhere"
-    folder.mkdir()
-    (folder / "kept.txt").write_bytes(KEPT)
-    return folder
 
 
 @pytest.fixture
@@ -244,7 +233,7 @@ def test_a_link_where_a_file_is_written_through_is_refused_before_the_lock(
 
 
 def test_links_a_run_may_hold_are_not_refused(run: Path, elsewhere: Path) -> None:
-    plant(run / "notes.txt", elsewhere / "kept.txt")  # not a file vitattn writes
+    plant(run / "kept.txt", elsewhere / "kept.txt")  # not a file vitattn writes
     plant(run / "metrics.json", elsewhere / "kept.txt")  # replaced, never written through
     plant(run / "checkpoints" / "last.ckpt", elsewhere / "kept.txt")  # replaced too
     refuse_planted_links(run)

@@ -78,6 +78,11 @@ def run_state(metrics: Mapping[str, Any], run_dir: Path) -> RunState:
     return RunState.NEW
 
 
+def _under(*parts: str) -> property:
+    """A :class:`RunDir` property: the path ``parts`` inside the run directory."""
+    return property(lambda run: run.path.joinpath(*parts))
+
+
 @dataclass(frozen=True)
 class RunDir:
     """A run directory: where each of its files is, what it records, and its state."""
@@ -91,37 +96,14 @@ class RunDir:
             return None
         return cls(checkpoint.parent.parent)
 
-    @property
-    def metrics_file(self) -> Path:
-        return self.path / METRICS
-
-    @property
-    def attempts_file(self) -> Path:
-        return self.path / ATTEMPTS_FILE
-
-    @property
-    def hydra_dir(self) -> Path:
-        return self.path / HYDRA_DIR
-
-    @property
-    def config_file(self) -> Path:
-        return self.hydra_dir / CONFIG
-
-    @property
-    def overrides_file(self) -> Path:
-        return self.hydra_dir / OVERRIDES
-
-    @property
-    def hydra_file(self) -> Path:
-        return self.hydra_dir / HYDRA_CONFIG
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / CHECKPOINTS
-
-    @property
-    def last_checkpoint(self) -> Path:
-        return self.checkpoints / LAST_CHECKPOINT
+    metrics_file = _under(METRICS)
+    attempts_file = _under(ATTEMPTS_FILE)
+    hydra_dir = _under(HYDRA_DIR)
+    config_file = _under(HYDRA_DIR, CONFIG)
+    overrides_file = _under(HYDRA_DIR, OVERRIDES)
+    hydra_file = _under(HYDRA_DIR, HYDRA_CONFIG)
+    checkpoints = _under(CHECKPOINTS)
+    last_checkpoint = _under(CHECKPOINTS, LAST_CHECKPOINT)
 
     def metrics(self) -> dict[str, Any]:
         """What ``metrics.json`` records; ``{}`` where there is none or it cannot be read (the
