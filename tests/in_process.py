@@ -122,16 +122,15 @@ def as_a_process(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from vitattn.runs import lock as run_lock
-    from vitattn.runs import task
+    from vitattn.runs.lock import release_all
+    from vitattn.runs.process import this_process
 
     loggers = logging_state()
-    held_before = set(run_lock._held)
     stdout, stderr = io.StringIO(), io.StringIO()
     exit_handlers = ExitHandlers()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", [program, *args])
-        patch.setattr(task, "_BEFORE", task._BEFORE)
+        this_process.cache_clear()  # the command's own process state, as a new process has
         patch.setattr(atexit, "register", exit_handlers.register)
         patch.setattr(atexit, "unregister", exit_handlers.unregister)
         for name, value in {"VITATTN_DATA_DIR": str(data_dir), **(env or {})}.items():
@@ -152,8 +151,8 @@ def as_a_process(
             finally:
                 exit_handlers.run()
                 restore_logging(loggers)
-                for path in set(run_lock._held) - held_before:  # the kernel drops a process's
-                    run_lock.release_run_directory(path)
+                release_all()  # the kernel drops a process's locks
+                this_process.cache_clear()
                 GlobalHydra.instance().clear()
                 HydraConfig.instance().cfg = None  # type: ignore[assignment]
                 for handler, stream in streams.items():

@@ -35,6 +35,7 @@ from vitattn.runs.files import (
 )
 from vitattn.runs.layout import planted_links, refuse_planted_links
 from vitattn.runs.lock import hold_run_directory, in_use_message, release_run_directory
+from vitattn.runs.process import this_process
 from vitattn.runs.results import write_csv, write_json
 from vitattn.runs.task import ATTEMPTS_FILE, record_failure
 
@@ -430,16 +431,14 @@ def test_a_linked_attempts_folder_is_refused(tmp_path: Path) -> None:
     assert (sweep / "seed=1").is_dir() and list(away.iterdir()) == []
 
 
-def test_undoing_a_refused_run_reads_and_writes_no_link(
-    run: Path, elsewhere: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_undoing_a_refused_run_reads_and_writes_no_link(run: Path, elsewhere: Path) -> None:
     from vitattn.runs import task
 
     (run / ".hydra").mkdir()
     (run / ".hydra" / "config.yaml").write_text("a: 1\n")
     (run / "train.log").write_text("before\n")
     plant(run / "eval.log", elsewhere / "kept.txt")
-    monkeypatch.setattr(task, "_BEFORE", None)
+    this_process.cache_clear()  # a command's own record, as a new process has
     task.remember_run_directory(run)
     (run / ".hydra" / "config.yaml").write_text("a: 2\n")  # what Hydra wrote, then a link
     (run / "train.log").unlink()  # planted while the refused command ran, pointing nowhere yet
@@ -450,3 +449,4 @@ def test_undoing_a_refused_run_reads_and_writes_no_link(
     assert not (run / "eval.log").is_symlink()  # the planted link is gone, its target kept
     assert sorted(p.name for p in elsewhere.iterdir()) == ["kept.txt"]
     assert (elsewhere / "kept.txt").read_bytes() == KEPT
+    this_process.cache_clear()

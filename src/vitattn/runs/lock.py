@@ -12,13 +12,11 @@ that fills the disk.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
@@ -30,6 +28,7 @@ from vitattn.runs.files import (
     write_text,
 )
 from vitattn.runs.layout import HOLDER, LOCK, RESERVE, refuse_planted_links
+from vitattn.runs.process import this_process
 
 LOCK_FILE, HOLDER_FILE, RESERVE_FILE = LOCK, HOLDER, RESERVE
 RESERVE_BYTES = 64 << 10
@@ -41,11 +40,6 @@ class RunDirectoryInUseError(VitattnError):
     """Another live process holds the run directory's lock."""
 
 
-_held: dict[Path, Any] = {}
-"""The locks this process holds, by run directory: a second request for one of them (the job of
-a sweep whose directory the command already holds) is granted at once."""
-
-
 def hold_run_directory(run_dir: Path, program: str) -> None:
     """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
     in one line, naming the holder, when another live process has it, and, before anything is
@@ -54,8 +48,9 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     opens as it is, the log, ``.hydra/``, a temporary)."""
     from filelock import FileLock, Timeout
 
+    held = this_process().held
     path = run_dir.expanduser().absolute()
-    if path in _held or os.environ.get("LOCAL_RANK", "0") != "0":
+    if path in held or os.environ.get("LOCAL_RANK", "0") != "0":
         return  # a DDP worker Lightning started: its rank-zero process holds the directory
     path.mkdir(parents=True, exist_ok=True)
     refuse_planted_links(path)  # filelock, Hydra and the log open their files as they are
@@ -67,7 +62,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     except OSError:
         refuse_link(path / LOCK_FILE)  # planted since: filelock's O_NOFOLLOW refused it
         raise
-    _held[path] = lock
+    held[path] = lock
     holder = {
         "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -78,11 +73,9 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         write_text(path / HOLDER_FILE, json.dumps(holder) + "\n")
         write_reserve(path)
     except BaseException:
-        _held.pop(path, None)
+        held.pop(path, None)
         lock.release()
         raise
-    if len(_held) == 1:
-        atexit.register(release_all)
 
 
 def write_reserve(path: Path) -> None:
@@ -114,13 +107,9 @@ def free_reserve(run_dir: Path) -> None:
 
 def release_run_directory(run_dir: Path) -> None:
     """Give ``run_dir``'s lock back (a sweep's job when it ends); its files stay, unlocked."""
-    path = run_dir.expanduser().absolute()
-    lock = _held.pop(path, None)
-    if lock is not None:
-        free_reserve(path)
-        lock.release()
+    this_process().release(run_dir.expanduser().absolute())
 
 
 def release_all() -> None:
-    for path in list(_held):
-        release_run_directory(path)
+    """Give back every lock this process holds."""
+    this_process().release_all()

@@ -14,7 +14,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +42,7 @@ from vitattn.runs.lock import (
     hold_run_directory,
     release_run_directory,
 )
+from vitattn.runs.process import RunDirectoryBefore, this_process
 from vitattn.runs.results import write_json
 
 log = logging.getLogger(__name__)
@@ -54,37 +54,20 @@ HYDRA_WRITES = (HYDRA_DIR,)
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 
 
-@dataclass
-class RunDirectoryBefore:
-    """What an existing run directory held where Hydra is about to write, before this command.
-
-    ``backup`` holds copies of its ``.hydra/`` folder and ``*.log`` files, so that a run that is
-    refused after Hydra wrote them (a resume whose data is missing, say) can put them back byte
-    for byte; ``existed`` is ``False`` for a directory this command creates.
-    """
-
-    path: Path
-    existed: bool
-    backup: Path | None = None
-
-
-_BEFORE: RunDirectoryBefore | None = None
-
-
 def remember_run_directory(run_dir: Path | None) -> None:
     """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes."""
-    global _BEFORE
+    process = this_process()
     if run_dir is None:
-        _BEFORE = None
+        process.before = None
         return
     path = run_dir.expanduser().absolute()
     if not path.is_dir():
-        _BEFORE = RunDirectoryBefore(path, existed=False)
+        process.before = RunDirectoryBefore(path, existed=False)
         return
     backup = Path(tempfile.mkdtemp(prefix="vitattn-run-before-"))
     atexit.register(shutil.rmtree, backup, ignore_errors=True)
     _copy_entries(path, backup, [e for e in _hydra_entries(path) if not e.is_symlink()])
-    _BEFORE = RunDirectoryBefore(path, existed=True, backup=backup)
+    process.before = RunDirectoryBefore(path, existed=True, backup=backup)
 
 
 def _hydra_entries(path: Path) -> list[Path]:
@@ -130,7 +113,7 @@ def remove_unstarted_run(output_dir: Path) -> None:
     """
     if not output_dir.is_dir():
         return
-    before = _BEFORE
+    before = this_process().before
     if before is not None and before.path == output_dir.absolute():
         if not before.existed:
             shutil.rmtree(output_dir, ignore_errors=True)

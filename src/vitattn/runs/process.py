@@ -1,0 +1,62 @@
+"""What this process holds of run directories: the locks it took (:mod:`vitattn.runs.lock`) and
+what an existing run directory held before Hydra wrote into it (:mod:`vitattn.runs.task`).
+
+One :class:`RunProcess` per process (:func:`this_process`): the console script records into it
+before Hydra starts, the task reads it once the app runs, and its locks are given back when the
+process exits. A test that runs a console script in its own process gives the command a fresh
+one, as a new process would have (``this_process.cache_clear()``), instead of patching state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitattn.runs.layout import RESERVE
+
+
+@dataclass
+class RunDirectoryBefore:
+    """What an existing run directory held where Hydra is about to write, before this command.
+
+    ``backup`` holds copies of its ``.hydra/`` folder and ``*.log`` files, so that a run that is
+    refused after Hydra wrote them (a resume whose data is missing, say) can put them back byte
+    for byte; ``existed`` is ``False`` for a directory this command creates.
+    """
+
+    path: Path
+    existed: bool
+    backup: Path | None = None
+
+
+@dataclass
+class RunProcess:
+    """The run directories this process holds (``held``: their locks, by directory; a second
+    request for one of them, the job of a sweep whose directory the command holds, is granted at
+    once) and the record of the run directory it is about to write (``before``)."""
+
+    held: dict[Path, Any] = field(default_factory=dict)
+    before: RunDirectoryBefore | None = None
+
+    def release(self, path: Path) -> None:
+        """Give ``path``'s lock back and the space set aside there; its files stay, unlocked."""
+        lock = self.held.pop(path, None)
+        if lock is not None:
+            (path / RESERVE).unlink(missing_ok=True)
+            lock.release()
+
+    def release_all(self) -> None:
+        """Give back every lock this process holds."""
+        for path in list(self.held):
+            self.release(path)
+
+
+@functools.cache
+def this_process() -> RunProcess:
+    """This process's :class:`RunProcess`; its locks are given back when the process exits."""
+    process = RunProcess()
+    atexit.register(process.release_all)
+    return process
