@@ -306,7 +306,7 @@ def test_a_runs_recorded_overrides_are_settings_not_hydras_machinery(
         ("- a=b\n- [unclosed\n", "is not valid YAML at line"),
         ("trainer: {max_steps: 8}\n", "is not a list of overrides"),
         ("- 5\n- seed=1\n", "is not a list of overrides"),
-        (b"\xff\xfe- seed=1\n", "cannot be read"),
+        (b"\xff\xfe- seed=1\n", "is not UTF-8 text"),
         ("link", "is a symbolic link"),
     ],
 )
@@ -324,7 +324,7 @@ def test_a_malformed_overrides_file_is_one_line(
     message = refused_in_process(
         "vitattn-train", "resume=true", f"hydra.run.dir={site.run}", data_dir=data_dir
     )
-    assert message.startswith(f"{site.overrides} ") and refusal in message, message
+    assert message.startswith(str(site.overrides)) and refusal in message, message
     assert tree_digest(site.root) == before and site.unharmed()
 
 

@@ -8,6 +8,7 @@ import yaml
 
 from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
 from vitattn.errors import ConfigError
+from vitattn.runs.files import read_text
 from vitattn.runs.layout import RunDir
 from vitattn.runs.trust import check_recorded_override
 
@@ -87,18 +88,9 @@ def recorded_overrides(path: Path) -> list[tuple[str, int]]:
     """The overrides a run recorded (Hydra's ``.hydra/overrides.yaml``: a YAML list of
     ``key=value`` strings), each with its line in the file; one line naming the file when it is
     a link, unreadable, or not such a list."""
-    if path.is_symlink():
-        raise ConfigError(
-            f"{path} is a symbolic link; a run's recorded overrides are read only "
-            "from the run directory itself"
-        )
+    text = read_text(path, follow_links=False)  # a link, a FIFO, bad UTF-8: one line
     try:
-        text = path.read_text()
         document = yaml.compose(text, Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(
-            f"{path} cannot be read ({error}); resume with a run directory that vitattn-train wrote"
-        ) from None
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""

@@ -27,7 +27,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitattn.errors import TrainingError
 from vitattn.runs.disk import disk_full, space_left
-from vitattn.runs.files import inside, replacing
+from vitattn.runs.files import replacing
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -130,8 +130,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def remove_checkpoint(self, path: Any) -> None:
         """Delete a checkpoint file Lightning replaced, only in a folder this plugin wrote or read
         checkpoints in (after resolving ``..`` and links), and never a folder."""
+        from vitattn.runs.trust import within
+
         target = Path(path)
-        if not any(inside(target, folder) for folder in self.folders) or target.is_dir():
+        if not any(within(target, folder) for folder in self.folders) or target.is_dir():
             log.warning("%s was not deleted: it is not a checkpoint file of this run", target)
             return
         target.unlink(missing_ok=True)

@@ -180,7 +180,7 @@ def _kind(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
 
 
-def _text(path: Path, follow_links: bool = True) -> str:
+def read_text(path: Path, follow_links: bool = True) -> str:
     """``path``'s text: a regular file of at most :data:`MAX_READ` bytes (a FIFO would block,
     a device never end), opened without following a link unless ``follow_links``."""
     flags = os.O_RDONLY | os.O_NONBLOCK | CLOEXEC | (0 if follow_links else NOFOLLOW)
@@ -219,7 +219,7 @@ def read_json(path: Path, expected: type = dict, *, follow_links: bool = True) -
     ``follow_links``, a symbolic link at ``path`` is such a file too (for a file whose content
     is copied into a run directory: a link would copy another file's)."""
     try:
-        content = json.loads(_text(path, follow_links))
+        content = json.loads(read_text(path, follow_links))
     except json.JSONDecodeError as error:
         raise UnreadableFileError(path, f"is not JSON ({error})") from None
     except RecursionError:
@@ -233,7 +233,7 @@ def read_yaml(path: Path, expected: type = dict) -> Any:
     import yaml
 
     try:
-        content = yaml.safe_load(_text(path))
+        content = yaml.safe_load(read_text(path))
     except yaml.YAMLError as error:
         raise UnreadableFileError(path, f"is not YAML ({_yaml_problem(error)})") from None
     except RecursionError:
