@@ -65,7 +65,7 @@ def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
 
     from tests.helpers import TINY
     from tests.in_process import console_handlers, logging_state, run_in_process
-    from vitattn.runs import lock as run_lock
+    from vitattn.runs.layout import RESERVE
     from vitattn.runs.process import this_process
 
     loggers, streams = logging_state(), console_handlers()
@@ -80,4 +80,4 @@ def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
     assert {handler: handler.stream for handler in streams} == streams
     assert not this_process().held  # the command's locks went with its process state
     assert not HydraConfig.initialized()
-    assert not (run_dir / run_lock.RESERVE_FILE).exists()  # the lock's exit handler ran
+    assert not (run_dir / RESERVE).exists()  # the lock's exit handler ran

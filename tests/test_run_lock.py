@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, steps
 from tests.in_process import refused_in_process, run_in_process
-from vitattn.runs.lock import HOLDER_FILE
+from vitattn.runs.layout import HOLDER
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
     )
     try:
         wait_for(run / "checkpoints" / "last.ckpt", holder)
-        recorded = json.loads((run / HOLDER_FILE).read_text())
+        recorded = json.loads((run / HOLDER).read_text())
         assert recorded["pid"] == holder.pid
         for second in (["resume=true", "~callbacks.pause"], [*TINY, *steps(4, 2)]):
             said = refused_in_process(
@@ -64,4 +64,4 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["steps"] == 40
-    assert json.loads((run / HOLDER_FILE).read_text())["pid"] != holder.pid
+    assert json.loads((run / HOLDER).read_text())["pid"] != holder.pid

@@ -29,12 +29,12 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     from vitattn.data.as_trained import as_trained
     from vitattn.fitting import instantiate_trainer, test_report
-    from vitattn.loading import checkpoint_file, load_classifier
+    from vitattn.loading import existing_checkpoint, load_classifier
     from vitattn.runs.task import write_metrics
     from vitattn.utils.lightning_output import tidy_lightning_output
 
     tidy_lightning_output()
-    module = load_classifier(checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval"))
+    module = load_classifier(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(as_trained(cfg.data, cfg.ckpt_path))
     module.check_data(datamodule)
     datamodule.prepare_data()

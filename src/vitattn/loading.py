@@ -13,12 +13,8 @@ from typing import Any
 from vitattn.errors import ConfigError, VitattnError
 
 
-def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
-    """The checkpoint file ``ckpt_path`` names, or one line saying it is missing, not a file, or
-    holds code or configs vitattn does not build (read as
-    :func:`~vitattn.runs.checkpoints.read_checkpoint` reads it)."""
-    from vitattn.runs.checkpoints import read_checkpoint
-
+def existing_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
+    """The checkpoint file ``ckpt_path`` names, or one line saying it is missing or not a file."""
     if ckpt_path in (None, "", "???"):
         raise ConfigError(f"ckpt_path is required: {program} ckpt_path=<run>/checkpoints/last.ckpt")
     path = Path(str(ckpt_path)).expanduser()
@@ -26,6 +22,16 @@ def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a file; pass a .ckpt saved by vitattn-train"
         )
+    return path
+
+
+def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
+    """:func:`existing_checkpoint`, also refused in one line when it holds code or configs
+    vitattn does not build (read as :func:`~vitattn.runs.checkpoints.read_checkpoint` reads
+    it): the check of a command before its run directory exists."""
+    from vitattn.runs.checkpoints import read_checkpoint
+
+    path = existing_checkpoint(ckpt_path, program)
     read_checkpoint(path)
     return path
 
@@ -39,7 +45,7 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     from vitattn.models.module import ViTClassifier
     from vitattn.runs.checkpoints import read_checkpoint_bytes
 
-    path = checkpoint_file(ckpt_path)
+    path = existing_checkpoint(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.
     data, checkpoint = read_checkpoint_bytes(path)
     try:

@@ -70,7 +70,6 @@ def console_main(
     try:
         if continuing:
             check_continuation(config_name, overrides_of(named), sweep_dir)
-            check_interrupted_checkpoints(overrides_of(named), sweep_dir)
         for directory in [explicit_run_dir(arguments), sweep_dir]:
             if directory is not None and not informational:
                 hold_run_directory(directory, program)
@@ -82,21 +81,6 @@ def console_main(
         sys.exit(1)
     sys.argv = [sys.argv[0], *named]
     hydra_main()
-
-
-def check_interrupted_checkpoints(overrides: Sequence[str], sweep_dir: Path) -> None:
-    """Read the ``last.ckpt`` of every interrupted job of a sweep being continued, as a resume
-    reads it: one that carries code or configs vitattn does not build is refused in one line
-    before any job runs (:func:`vitattn.runs.checkpoints.read_checkpoint`)."""
-    from vitattn.runs.checkpoints import read_checkpoint
-    from vitattn.runs.continuation import planned_jobs
-    from vitattn.runs.layout import RunDir, RunState
-
-    if not sweep_dir.is_dir():
-        return
-    for job in planned_jobs(overrides, sweep_dir):
-        if RunDir(job.directory).state() is RunState.INTERRUPTED:
-            read_checkpoint(RunDir(job.directory).last_checkpoint)
 
 
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"

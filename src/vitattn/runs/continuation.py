@@ -32,6 +32,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError
+from vitattn.runs.checkpoints import read_checkpoint
 from vitattn.runs.files import (
     UnsafeWriteError,
     inside,
@@ -191,16 +192,20 @@ def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Pa
 def check_job_files(run_dir: Path) -> None:
     """Refuse in one line a job directory of a sweep being continued that holds a symbolic link
     where a file is written through (its log, ``.hydra/``, a temporary), whose place in
-    ``.attempts/`` is a link, or whose ``metrics.json`` cannot be read: reads only."""
+    ``.attempts/`` is a link, whose ``metrics.json`` cannot be read, or, for an interrupted
+    job, whose ``last.ckpt`` carries code or configs vitattn does not build (read as a resume
+    reads it, :func:`vitattn.runs.checkpoints.read_checkpoint`): reads only."""
     sweep = run_dir.parent
     for path in (sweep / ATTEMPTS, sweep / ATTEMPTS / run_dir.name):
         refuse_link(path)
     if not run_dir.is_dir():
         return
     refuse_planted_links(run_dir)
-    metrics = RunDir(run_dir).metrics_file
-    if metrics.exists() or metrics.is_symlink():
-        read_json(metrics, dict)
+    run = RunDir(run_dir)
+    if run.metrics_file.exists() or run.metrics_file.is_symlink():
+        read_json(run.metrics_file, dict)
+    if run.state() is RunState.INTERRUPTED:
+        read_checkpoint(run.last_checkpoint)
 
 
 def set_failed_jobs_aside(overrides: Sequence[str], sweep_dir: Path) -> list[Path]:

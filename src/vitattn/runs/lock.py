@@ -6,8 +6,8 @@ training, a fine-tune into it) would interleave checkpoints, TensorBoard events 
 the kernel drops when the holder dies, so a lock left by a killed process blocks nothing) from
 before Hydra writes until it exits, and records who holds it in ``<run>/.vitattn.lock.json``
 (PID, start time, command) for the one line that refuses the next. While it holds the
-directory it also keeps a little space there (:data:`RESERVE_FILE`) for the last word of a run
-that fills the disk.
+directory it also keeps a little space there (``.vitattn.reserve``, ``layout.RESERVE``) for
+the last word of a run that fills the disk.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from vitattn.runs.files import (
     write_text,
 )
 from vitattn.runs.layout import HOLDER, LOCK, RESERVE, refuse_planted_links
-from vitattn.runs.process import this_process
+from vitattn.runs.process import free_reserve, this_process
 
-LOCK_FILE, HOLDER_FILE, RESERVE_FILE = LOCK, HOLDER, RESERVE
 RESERVE_BYTES = 64 << 10
 """Space set aside while a run holds its directory, given back when the disk fills up so that
 ``metrics.json`` can still say how the run ended; removed when the run ends."""
@@ -54,13 +53,13 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         return  # a DDP worker Lightning started: its rank-zero process holds the directory
     path.mkdir(parents=True, exist_ok=True)
     refuse_planted_links(path)  # filelock, Hydra and the log open their files as they are
-    lock = FileLock(str(path / LOCK_FILE), timeout=0)
+    lock = FileLock(str(path / LOCK), timeout=0)
     try:
         lock.acquire()
     except Timeout:
         raise RunDirectoryInUseError(in_use_message(path)) from None
     except OSError:
-        refuse_link(path / LOCK_FILE)  # planted since: filelock's O_NOFOLLOW refused it
+        refuse_link(path / LOCK)  # planted since: filelock's O_NOFOLLOW refused it
         raise
     held[path] = lock
     holder = {
@@ -70,7 +69,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     try:
-        write_text(path / HOLDER_FILE, json.dumps(holder) + "\n")
+        write_text(path / HOLDER, json.dumps(holder) + "\n")
         write_reserve(path)
     except BaseException:
         held.pop(path, None)
@@ -81,7 +80,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
 def write_reserve(path: Path) -> None:
     """Set :data:`RESERVE_BYTES` aside in ``path`` (nothing where the disk is already full)."""
     try:
-        write_bytes(path / RESERVE_FILE, bytes(RESERVE_BYTES))
+        write_bytes(path / RESERVE, bytes(RESERVE_BYTES))
     except OSError:  # already full: nothing to set aside
         free_reserve(path)
 
@@ -90,7 +89,7 @@ def in_use_message(path: Path) -> str:
     """The refusal: the directory, and the holder's PID and start time where recorded (a holder
     file that cannot be read, or holds something else, names no holder)."""
     try:
-        holder = read_json(path / HOLDER_FILE, dict)
+        holder = read_json(path / HOLDER, dict)
         who = one_line(f"{holder['program']} (PID {holder['pid']}, started {holder['started']})")
     except (UnreadableFileError, KeyError):
         who = "another process"
@@ -98,11 +97,6 @@ def in_use_message(path: Path) -> str:
         f"{path} is in use by {who}: one process per run directory; wait for it to end or stop "
         "it (a killed process leaves no lock behind)"
     )
-
-
-def free_reserve(run_dir: Path) -> None:
-    """Give the space set aside in ``run_dir`` back to the filesystem."""
-    (run_dir.expanduser().absolute() / RESERVE_FILE).unlink(missing_ok=True)
 
 
 def release_run_directory(run_dir: Path) -> None:

@@ -45,13 +45,18 @@ class RunProcess:
         """Give ``path``'s lock back and the space set aside there; its files stay, unlocked."""
         lock = self.held.pop(path, None)
         if lock is not None:
-            (path / RESERVE).unlink(missing_ok=True)
+            free_reserve(path)
             lock.release()
 
     def release_all(self) -> None:
         """Give back every lock this process holds."""
         for path in list(self.held):
             self.release(path)
+
+
+def free_reserve(run_dir: Path) -> None:
+    """Give the space a lock set aside in ``run_dir`` back to the filesystem."""
+    (run_dir.expanduser().absolute() / RESERVE).unlink(missing_ok=True)
 
 
 @functools.cache

@@ -33,16 +33,9 @@ from vitattn.runs.files import (
     read_json,
     set_aside_unreadable,
 )
-from vitattn.runs.layout import ATTEMPTS_FILE, HYDRA_DIR, METRICS, RunDir, RunState
-from vitattn.runs.lock import (
-    HOLDER_FILE,
-    LOCK_FILE,
-    RunDirectoryInUseError,
-    free_reserve,
-    hold_run_directory,
-    release_run_directory,
-)
-from vitattn.runs.process import RunDirectoryBefore, this_process
+from vitattn.runs.layout import ATTEMPTS_FILE, HOLDER, HYDRA_DIR, LOCK, METRICS, RunDir, RunState
+from vitattn.runs.lock import RunDirectoryInUseError, hold_run_directory, release_run_directory
+from vitattn.runs.process import RunDirectoryBefore, free_reserve, this_process
 from vitattn.runs.results import write_json
 
 log = logging.getLogger(__name__)
@@ -51,7 +44,7 @@ T = TypeVar("T")
 
 HYDRA_WRITES = (HYDRA_DIR,)
 """What Hydra writes into a run directory before the task runs, besides ``*.log`` files."""
-LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
+LOCK_FILES = (LOCK, HOLDER)
 
 
 def remember_run_directory(run_dir: Path | None) -> None:
