@@ -1,5 +1,5 @@
-"""The pieces of :mod:`vitattn.insight` against their definitions; the callback itself runs in
-every training test and is read back in ``tests/test_tensorboard.py``."""
+"""The pieces of :mod:`vitattn.training.callbacks.insight` against their definitions; the callback
+itself runs in every training test and is read back in ``tests/test_tensorboard.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from vitattn.insight import (
+from vitattn.training.callbacks.insight import (
     colour_map,
     entropy_gap,
     layer_scalars,

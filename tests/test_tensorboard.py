@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import api_pb2
 
 from tests.helpers import FEW_STEPS, run_sweep
-from vitattn.logger import COMPARED_FIRST, RESULTS, merge_equal_learning_rates, summary_tag
+from vitattn.training.logger import COMPARED_FIRST, RESULTS, merge_equal_learning_rates, summary_tag
 
 CURATED = {
     "attention",
@@ -278,8 +278,8 @@ def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) 
 
 
 def test_mistakes_are_shown_as_the_images_before_normalisation(data_dir: Path) -> None:
-    from vitattn.confusion import displayable, error_title
     from vitattn.data.cifar10 import CIFAR10DataModule
+    from vitattn.training.callbacks.confusion import displayable, error_title
 
     raw = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     raw[0] = 255  # normalised, a white image reaches 2.1: no pixel range tells the two apart
@@ -385,7 +385,7 @@ def test_only_real_tensorboard_writers_on_rank_zero_get_images(tmp_path, monkeyp
     from lightning.pytorch.loggers.logger import DummyLogger
     from lightning.pytorch.utilities import rank_zero_only
 
-    from vitattn.logger import RunTensorBoard, summary_writers
+    from vitattn.training.logger import RunTensorBoard, summary_writers
 
     real = RunTensorBoard(save_dir=str(tmp_path))
     assert list(summary_writers([DummyLogger(), real])) == [real.experiment]

@@ -28,10 +28,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.fitting import instantiate_trainer, test_report
     from vitattn.loading import existing_checkpoint, load_classifier
     from vitattn.runs.task import write_metrics
-    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.training.fitting import instantiate_trainer, test_report
+    from vitattn.training.lightning_output import tidy_lightning_output
 
     tidy_lightning_output()
     module = load_classifier(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))

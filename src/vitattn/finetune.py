@@ -42,16 +42,16 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.fitting import (
+    from vitattn.runs.task import write_metrics
+    from vitattn.training.fitting import (
         fit_and_test,
         instantiate_trainer,
         prepare_for_fit,
         seed_and_precision,
         writes_results,
     )
-    from vitattn.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
-    from vitattn.runs.task import write_metrics
-    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.training.lightning_output import tidy_lightning_output
+    from vitattn.training.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
@@ -161,7 +161,7 @@ def run_figures(cfg: DictConfig, module: Any, datamodule: Any, settings: Any) ->
 def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> dict[str, Any]:
     """What the HPARAMS view compares this fine-tune by."""
     from vitattn.attention import registered_name
-    from vitattn.utils.hparams import finetuning_hyperparameters
+    from vitattn.training.hparams import finetuning_hyperparameters
 
     net = module.hparams.net
     attention = registered_name(net.get("attention"))
@@ -185,7 +185,7 @@ def log_start(figures: dict[str, Any], output_dir: Path) -> None:
 
 def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
     """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set, logged nowhere."""
-    from vitattn.utils.instantiators import quiet_trainer
+    from vitattn.training.instantiators import quiet_trainer
 
     results = quiet_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
     return float(results[0]["test/acc"])

@@ -30,7 +30,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, validate at the end, test on the best (or last) checkpoint; return the metrics."""
     import lightning as L
 
-    from vitattn.fitting import (
+    from vitattn.runs.checkpoint_io import remove_partial_checkpoints
+    from vitattn.runs.continuation import continue_interrupted_job
+    from vitattn.runs.task import write_metrics
+    from vitattn.training.fitting import (
         fit_and_test,
         instantiate_trainer,
         prepare_for_fit,
@@ -38,12 +41,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         seed_and_precision,
         writes_results,
     )
-    from vitattn.logger import log_hyperparameters, log_results
-    from vitattn.runs.checkpoint_io import remove_partial_checkpoints
-    from vitattn.runs.continuation import continue_interrupted_job
-    from vitattn.runs.task import write_metrics
-    from vitattn.utils.hparams import training_hyperparameters
-    from vitattn.utils.lightning_output import tidy_lightning_output
+    from vitattn.training.hparams import training_hyperparameters
+    from vitattn.training.lightning_output import tidy_lightning_output
+    from vitattn.training.logger import log_hyperparameters, log_results
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)

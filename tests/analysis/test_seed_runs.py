@@ -23,7 +23,7 @@ from vitattn.analysis.seed_runs import (
     run_name,
     write_seed_runs,
 )
-from vitattn.logger import LAYOUT
+from vitattn.training.logger import LAYOUT
 
 Curves = Mapping[str, Sequence[tuple[int, float]]]
 

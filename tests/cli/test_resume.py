@@ -8,6 +8,7 @@ import pytest
 
 from vitattn.cli.resume import resume_arguments
 from vitattn.errors import ConfigError
+from vitattn.runs.trust import MOVED_TARGETS, allowed_targets
 
 
 def run_with_overrides(tmp_path: Path, recorded: str) -> Path:
@@ -65,3 +66,29 @@ def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path
         "+callbacks.mine.step=3",
         *resume[:1],
     ]
+
+
+def test_a_run_recorded_before_its_callbacks_moved_continues_under_their_new_names(
+    tmp_path: Path,
+) -> None:
+    """A run whose overrides name a callback by its earlier path (``vitattn.callbacks.NanGuard``)
+    resumes with the current one, which the configs name and Hydra imports."""
+    run = run_with_overrides(
+        tmp_path,
+        "- +callbacks.guard._target_=vitattn.callbacks.NanGuard\n"
+        "- '+callbacks.maps={_target_: vitattn.insight.AttentionInsight, every_n_steps: 5}'\n"
+        "- +callbacks.other._target_=vitattn.callbacks_of_mine.NanGuard\n",
+    )
+    resume = ["resume=true", f"hydra.run.dir={run}"]
+    with pytest.raises(ConfigError, match=r"line 3: .*vitattn\.callbacks_of_mine\.NanGuard"):
+        resume_arguments(resume)
+    arguments = resume_arguments([*resume, "~callbacks.other"])
+    assert arguments[:2] == [
+        "+callbacks.guard._target_=vitattn.training.callbacks.NanGuard",
+        "+callbacks.maps={_target_: vitattn.training.callbacks.AttentionInsight, every_n_steps: 5}",
+    ]
+    from hydra.utils import get_class
+
+    for old, new in MOVED_TARGETS.items():
+        assert new in allowed_targets(), old
+        assert get_class(new).__name__ == old.rsplit(".", 1)[-1]

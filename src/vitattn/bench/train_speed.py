@@ -46,8 +46,8 @@ from vitattn.bench.references import (
 )
 from vitattn.bench.settings import IMPLEMENTATIONS, BenchSettings, TrainSettings
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
+from vitattn.training.lightning_output import tidy_lightning_output
 from vitattn.utils.config import CONFIG_DIR
-from vitattn.utils.lightning_output import tidy_lightning_output
 
 __all__ = ["IMPLEMENTATIONS", "TrainRun", "TrainSpeed", "measure_train_speed", "run_train"]
 

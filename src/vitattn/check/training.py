@@ -34,7 +34,7 @@ from vitattn.bench.train_speed import (
 )
 from vitattn.check.settings import CheckSettings
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
-from vitattn.utils.lightning_output import tidy_lightning_output
+from vitattn.training.lightning_output import tidy_lightning_output
 
 log = logging.getLogger(__name__)
 

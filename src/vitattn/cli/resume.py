@@ -10,7 +10,7 @@ from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_text
 from vitattn.runs.layout import RunDir
-from vitattn.runs.trust import check_recorded_override
+from vitattn.runs.trust import check_recorded_override, with_current_targets
 
 
 def resume_arguments(arguments: list[str]) -> list[str]:
@@ -54,7 +54,7 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     if recorded is None or not recorded.is_file():
         return arguments
     given_now = {"ckpt_path", "resume", *(arg.split("=", 1)[0].lstrip("+~") for arg in arguments)}
-    previous = recorded_overrides(recorded)
+    previous = [(with_current_targets(arg), line) for arg, line in recorded_overrides(recorded)]
     kept = [(arg, line) for arg, line in previous if not set_now(key_of(arg), given_now)]
     for arg, line in kept:
         check_recorded_override(arg, f"{recorded} line {line}")

@@ -112,7 +112,7 @@ class ViTClassifier(L.LightningModule):
         self.train_acc(logits, labels.argmax(dim=-1) if labels.ndim == 2 else labels)
         size = labels.shape[0]
         # Not prog_bar=True: Lightning would read it on the host at every step (a GPU sync);
-        # vitattn.callbacks.ProgressBar shows it when the bar refreshes.
+        # vitattn.training.callbacks.ProgressBar shows it when the bar refreshes.
         self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=size)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False, batch_size=size)
         return loss
@@ -136,7 +136,7 @@ class ViTClassifier(L.LightningModule):
         self._evaluate(batch, "val")
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self._evaluate(batch, "test")  # the logits, for vitattn.confusion
+        return self._evaluate(batch, "test")  # the logits, for vitattn.training.callbacks.confusion
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Weight decay on matrices only: biases, norms and embeddings are not decayed (timm)."""
@@ -147,7 +147,7 @@ class ViTClassifier(L.LightningModule):
                 continue
             (no_decay if param.ndim <= 1 or name in skip else decay).append(param)
         # The names label the learning-rate curves (train/lr/decay, train/lr/no_decay; one
-        # train/lr while they are equal: vitattn.logger.merge_equal_learning_rates).
+        # train/lr while they are equal: vitattn.training.logger.merge_equal_learning_rates).
         return [
             {"params": decay, "name": "decay"},
             {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},

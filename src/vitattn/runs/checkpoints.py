@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.trust import check_data_settings, check_stored_config
-from vitattn.utils.hparams import flatten
+from vitattn.utils.config import flatten
 
 log = logging.getLogger(__name__)
 

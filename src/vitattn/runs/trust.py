@@ -24,6 +24,7 @@ What a user types on the command line is not checked here: that is the user's ch
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,35 @@ def check_target(target: Any, source: str, key: str) -> None:
         f"{source}: {key}={target} is not something vitattn builds, so it was not built "
         f"(vitattn builds only the classes its configs/ name; {COMMAND_LINE})"
     )
+
+
+MOVED_TARGETS = {
+    **{
+        f"vitattn.callbacks.{name}": f"vitattn.training.callbacks.{name}"
+        for name in (
+            "CheckpointOnInterrupt",
+            "ImagesPerSecond",
+            "NanGuard",
+            "ProgressBar",
+            "RandomStateInCheckpoint",
+            "ValidateAtEnd",
+        )
+    },
+    "vitattn.confusion.ConfusionReport": "vitattn.training.callbacks.ConfusionReport",
+    "vitattn.insight.AttentionInsight": "vitattn.training.callbacks.AttentionInsight",
+    "vitattn.preemption.RequeueOnPreemption": "vitattn.training.callbacks.RequeueOnPreemption",
+    "vitattn.logger.RunTensorBoard": "vitattn.training.logger.RunTensorBoard",
+}
+"""Targets that earlier versions' configs named, and the names those classes have now: a run
+recorded before its callbacks moved into ``vitattn.training`` continues under the new names."""
+
+
+def with_current_targets(text: str) -> str:
+    """``text`` (a recorded override) with each target's earlier name (:data:`MOVED_TARGETS`)
+    replaced by its current one; the result is checked as any recorded override is."""
+    for old, new in MOVED_TARGETS.items():
+        text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w.])", new, text)
+    return text
 
 
 def check_data_settings(settings: Any, source: str, key: str) -> None:

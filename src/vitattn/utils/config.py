@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -105,3 +107,18 @@ def chosen_option(cfg: DictConfig, group: str) -> str | None:
     if "hydra" in cfg:
         return cfg.hydra.runtime.choices.get(group)
     return None
+
+
+def flatten(tree: Mapping[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"heads": 8}}`` to ``{"model/heads": 8}``; values other than numbers,
+    strings, booleans and ``None`` (lists, say) become strings."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, separator, f"{name}{separator}"))
+        elif value is None or isinstance(value, bool | int | float | str):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat

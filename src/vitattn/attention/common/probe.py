@@ -4,7 +4,7 @@ Every mechanism here is linear in V: its output is O~ = A~ V for an n x n matrix
 on q and k only. Feeding the columns of the identity matrix as V, ``head_dim`` at a time, returns
 A~ column by column (n / head_dim calls), whatever the mechanism computes inside: no
 per-mechanism code. ``vitattn-bench mode=approx`` compares these matrices with softmax's, and
-training draws them as attention maps (:mod:`vitattn.insight`).
+training draws them as attention maps (:mod:`vitattn.training.callbacks.insight`).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitattn.utils.hparams import attention_knob_defaults, flatten
+from vitattn.training.hparams import attention_knob_defaults
+from vitattn.utils.config import flatten
 
 SUMMARY_GROUP = "~summary"
 """Tag group of the results written once per run; ``~`` sorts it after the training curves."""

@@ -51,8 +51,8 @@ from vitattn.attention.common.probe import (
     implied_matrix,
     relative_error,
 )
-from vitattn.logger import summary_writers
 from vitattn.runs.files import write_with
+from vitattn.training.logger import summary_writers
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Hydra's submitit launcher asks SLURM to send ``SIGUSR2`` (``SUBMITIT_PREEMPT_SIG
 before a job is stopped (``--signal=USR2@<signal_delay_s>``). submitit's own handler requeues the
 job at once, in the middle of a step, with nothing saved since the last checkpoint.
 :class:`RequeueOnPreemption` takes that signal while the job fits: it asks the run to stop at the
-end of the current step, where :class:`vitattn.callbacks.CheckpointOnInterrupt` writes
+end of the current step, where :class:`vitattn.training.callbacks.CheckpointOnInterrupt` writes
 ``last.ckpt`` (as for SIGTERM), then requeues the job with ``scontrol requeue``, as Lightning's
 SLURM support does. The requeued job runs the same sweep job again, in the same directory, and
 a sweep job with a ``last.ckpt`` continues from it (:mod:`vitattn.runs.continuation`).

@@ -19,8 +19,8 @@ import lightning as L
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from vitattn.logger import SUMMARY_GROUP, summary_writers
 from vitattn.runs.files import save_figure
+from vitattn.training.logger import SUMMARY_GROUP, summary_writers
 
 
 class ConfusionReport(L.Callback):

@@ -21,7 +21,7 @@ def instantiate_loggers(configs: DictConfig | None, resume_step: int | None = No
     ``resume_step``, TensorBoard is told to drop the events a killed run logged past it
     (``SummaryWriter(purge_step=...)``), so that every step is in the curves once. The events
     of step ``resume_step`` itself stay when the logger writes a step's metrics at the count after
-    it (its ``step_offset``, 1 for :class:`vitattn.logger.RunTensorBoard`)."""
+    it (its ``step_offset``, 1 for :class:`vitattn.training.logger.RunTensorBoard`)."""
     if not configs:
         return []
     from lightning.pytorch.loggers import TensorBoardLogger

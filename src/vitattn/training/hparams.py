@@ -10,22 +10,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitattn.utils.config import CONFIG_DIR
 
-
-def flatten(tree: Mapping[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
-    """``{"model": {"heads": 8}}`` to ``{"model/heads": 8}``; values other than numbers,
-    strings, booleans and ``None`` (lists, say) become strings."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, separator, f"{name}{separator}"))
-        elif value is None or isinstance(value, bool | int | float | str):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat
-
-
 MODEL_SIZE = ("embed_dim", "depth", "heads", "patch_size", "pool")
 """The model settings the HPARAMS view shows (with the token count and the MLP width)."""
 

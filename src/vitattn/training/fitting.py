@@ -17,13 +17,17 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitattn.callbacks import CheckpointOnInterrupt, ImagesPerSecond, load_average
-from vitattn.confusion import ConfusionReport
-from vitattn.insight import AttentionInsight
 from vitattn.runs.checkpoints import run_test_on_best
 from vitattn.runs.layout import METRICS
 from vitattn.runs.task import write_metrics
-from vitattn.utils.instantiators import instantiate_list, instantiate_loggers
+from vitattn.training.callbacks.confusion import ConfusionReport
+from vitattn.training.callbacks.insight import AttentionInsight
+from vitattn.training.callbacks.throughput import (
+    CheckpointOnInterrupt,
+    ImagesPerSecond,
+    load_average,
+)
+from vitattn.training.instantiators import instantiate_list, instantiate_loggers
 
 
 def seed_and_precision(cfg: Any) -> None:
