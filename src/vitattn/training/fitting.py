@@ -22,11 +22,8 @@ from vitattn.runs.layout import METRICS
 from vitattn.runs.task import write_metrics
 from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
-from vitattn.training.callbacks.throughput import (
-    CheckpointOnInterrupt,
-    ImagesPerSecond,
-    load_average,
-)
+from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
+from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import instantiate_list, instantiate_loggers
 
 

@@ -1,0 +1,116 @@
+"""A run stopped by SIGTERM or Ctrl-C continues where it stopped: ``last.ckpt`` at the end of the
+step, and torch's random state in every checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+log = logging.getLogger(__name__)
+
+
+def _exit_at_once(signum: int, frame: Any) -> None:
+    print("\nCtrl-C again: exiting at once, without saving", file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT)
+
+
+class CheckpointOnInterrupt(L.Callback):
+    """Save ``last.ckpt`` when SIGTERM or Ctrl-C stops the run, so that ``vitattn-train
+    resume=true hydra.run.dir=<run>`` continues it exactly where it stopped.
+
+    SIGTERM (a pre-empted job, ``kill``, SLURM's time limit): Lightning's handler flags it, the
+    current step finishes (or the current validation batch), and Lightning raises
+    ``SIGTERMException`` at the end of the step. The checkpoint is written at that point, after
+    the step's bookkeeping and before the next batch is fetched and augmented, so the resumed run
+    continues with the next batch, step number and random draws.
+
+    Ctrl-C (SIGINT): while fitting, this callback's handler replaces Python's
+    ``KeyboardInterrupt`` and raises the same flag, so the first Ctrl-C stops the run the same
+    way (``interrupted`` tells the two apart); a second Ctrl-C exits at once with status 130,
+    saving nothing more.
+    """
+
+    def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
+        self.path = Path(dirpath) / f"{filename}.ckpt"
+        self.interrupted = False
+        self._saved_at_step: int | None = None
+        self._previous_handler: Any = None
+
+    @property
+    def signal_name(self) -> str:
+        return "Ctrl-C" if self.interrupted else "SIGTERM"
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_first_sigint(signum: int, frame: Any) -> None:
+            self.interrupted = True
+            # Lightning's own SIGTERM flag: its loops stop at the end of the step (or the
+            # validation batch), where a checkpoint resumes exactly.
+            trainer._signal_connector.received_sigterm = True
+            signal.signal(signal.SIGINT, _exit_at_once)
+            print(
+                "\nCtrl-C: stopping after this step and saving checkpoints/last.ckpt "
+                "(Ctrl-C again exits at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        self._previous_handler = signal.signal(signal.SIGINT, on_first_sigint)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if self._saved_at_step == trainer.global_step:
+            return
+        trainer.save_checkpoint(self.path)
+        self._saved_at_step = trainer.global_step
+        log.warning(
+            "%s: stopping after step %d; saved %s", self.signal_name, trainer.global_step, self.path
+        )
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.received_sigterm:
+            self._save(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, SIGTERMException):
+            # The signal came after this step's on_train_batch_end: Lightning stopped at the end
+            # of the step, which is where the checkpoint belongs.
+            self._save(trainer)
+
+
+class RandomStateInCheckpoint(L.Callback):
+    """Keep torch's global random state (CPU and CUDA) in every checkpoint, and restore it when a
+    fit resumes from one, so that what draws from it while training continues with the numbers
+    an uninterrupted run would draw: Performer's and RFA's redrawn features, Reformer's
+    rotations. (The data's shuffling and augmentation have generators of their own, saved by the
+    data module.) Lightning restores callbacks only when a fit resumes, not when a checkpoint's
+    weights are loaded for evaluation or fine-tuning."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        cuda = state_dict.get("cuda", [])
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)

@@ -1,0 +1,82 @@
+"""Where a fit stops: at its last step with one more validation (and ``last.ckpt``), or at once
+with one line when the training loss stops being finite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from vitattn.errors import TrainingError
+from vitattn.runs.layout import RunDir
+
+
+class ValidateAtEnd(L.Callback):
+    """Make the last training step a validation step.
+
+    With step-based validation (``val_check_interval`` steps, ``check_val_every_n_epoch=null``)
+    Lightning validates only at multiples of the interval, so the final weights would have no
+    ``val/acc`` and no checkpoint. Asking the loop to stop after the last batch makes it run one
+    more validation first (the same path early stopping takes), which also saves ``last.ckpt``.
+    """
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        max_epochs = trainer.max_epochs
+        last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
+        last_batch_of_epoch = batch_idx + 1 >= trainer.num_training_batches
+        if last_step or (last_epoch and last_batch_of_epoch):
+            trainer.should_stop = True
+
+
+class NanGuard(L.Callback):
+    """Stop the run when the training loss is NaN or infinite, before anything saves those
+    weights: the last checkpoint written before it stays the last good one.
+
+    A flag on the device collects non-finite losses at every step without a host-device sync;
+    it is read every ``check_every_n_steps`` steps and always before a validation (which is when
+    checkpoints are written).
+    """
+
+    def __init__(self, check_every_n_steps: int = 20) -> None:
+        self.check_every_n_steps = max(1, int(check_every_n_steps))
+        self._bad: torch.Tensor | None = None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        bad = ~torch.isfinite(loss.detach())
+        self._bad = bad if self._bad is None else self._bad | bad
+        if trainer.global_step % self.check_every_n_steps == 0:
+            self._check(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._check(trainer)
+
+    def _check(self, trainer: L.Trainer) -> None:
+        if self._bad is None or not bool(self._bad):
+            return
+        last = RunDir(Path(trainer.default_root_dir)).last_checkpoint
+        kept = f"; the last good weights are in {last}" if last.is_file() else ""
+        raise TrainingError(
+            f"train/loss became NaN or infinite by step {trainer.global_step}{kept}; lower "
+            "optimizer.lr, set trainer.gradient_clip_val, or train in fp32 (trainer.precision)"
+        )
