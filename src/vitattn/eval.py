@@ -59,9 +59,10 @@ def validate(cfg: DictConfig) -> None:
     left to the checkpoint read from it) and the trainer's."""
     from omegaconf import open_dict
 
-    from vitattn.cli.validation import check_buildable, check_types
+    from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
+    from vitattn.training.trial_build import check_buildable
 
     path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval")
     with open_dict(cfg):

@@ -185,9 +185,9 @@ def log_start(figures: dict[str, Any], output_dir: Path) -> None:
 
 def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
     """Test accuracy of ``module`` on ``datamodule``'s (shifted) test set, logged nowhere."""
-    from vitattn.training.instantiators import quiet_trainer
+    from vitattn.training.instantiators import bare_trainer
 
-    results = quiet_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
+    results = bare_trainer(cfg.trainer).test(module, datamodule=datamodule, verbose=False)
     return float(results[0]["test/acc"])
 
 
@@ -227,10 +227,11 @@ def validate(cfg: DictConfig) -> None:
     optimizer, schedule and trainer settings."""
     from omegaconf import open_dict
 
-    from vitattn.cli.validation import check_buildable, check_types
+    from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
+    from vitattn.training.trial_build import check_buildable
 
     require_peft()
     lora_settings(cfg)

@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 
 from vitattn.cli.console import console_main
 from vitattn.cli.resume import resume_arguments
-from vitattn.cli.validation import validate_training
 from vitattn.runs.layout import RunDir
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR, chosen_option
@@ -120,6 +119,17 @@ def warn_if_exact(net: Any, attention: str | None) -> str | None:
     return reason
 
 
+def validate(cfg: DictConfig) -> None:
+    """Everything ``vitattn-train`` checks before its run directory exists: the settings' types,
+    each object built once, and what a resume may do."""
+    from vitattn.cli.validation import check_resume, check_types
+    from vitattn.training.trial_build import check_buildable
+
+    check_types(cfg)
+    check_buildable(cfg)
+    check_resume(cfg)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def _hydra_main(cfg: DictConfig) -> float | None:
     metrics = run_task("vitattn-train", train, cfg)
@@ -134,7 +144,7 @@ def main() -> None:
         _hydra_main,
         config_name="train",
         prepare=resume_arguments,
-        validate=validate_training,
+        validate=validate,
     )
 
 

@@ -214,3 +214,19 @@ def test_python_dash_m_runs_the_same_app(package: str, data_dir: Path) -> None:
     program = f"vitattn-{package.split('.')[1]}"
     by_module = run_cli("python", "-m", package, "--help", data_dir=data_dir).stdout
     assert by_module == run_cli(program, "--help", data_dir=data_dir).stdout
+
+
+def test_the_console_side_imports_no_torch() -> None:
+    """``--help`` and a refusal stay fast: the cli room loads neither torch nor Lightning (the
+    trial build of a config is :mod:`vitattn.training.trial_build`'s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vitattn.cli.console, vitattn.cli.validation, vitattn.cli.resume; "
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

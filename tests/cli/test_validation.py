@@ -17,10 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from tests.helpers import TINY, compose_config
 from vitattn.cli.console import check_composition
-from vitattn.cli.validation import check_types, finished_run, validate_training
+from vitattn.cli.validation import check_types, finished_run
 from vitattn.errors import ConfigError
 from vitattn.runs.task import user_error
 from vitattn.train import train
+from vitattn.train import validate as validate_training
 from vitattn.utils.hints import describe, matches
 
 

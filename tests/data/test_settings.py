@@ -14,11 +14,11 @@ from omegaconf import OmegaConf
 
 from tests.helpers import compose_config
 from vitattn.cli.console import check_composition
-from vitattn.cli.validation import validate_training
 from vitattn.data.as_trained import saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.data.settings import DataSettings
 from vitattn.errors import ConfigError
+from vitattn.train import validate as validate_training
 from vitattn.utils.config import CONFIG_DIR
 
 SAVED_BEFORE_SETTINGS = {

@@ -67,7 +67,7 @@ def test_a_checkpoint_with_code_is_refused_in_one_line_and_never_runs(
 @pytest.mark.parametrize(
     ("config_name", "validate_path", "extra"),
     [
-        ("train", "vitattn.cli.validation.validate_training", []),
+        ("train", "vitattn.train.validate", []),
         ("eval", "vitattn.eval.validate", []),
         ("finetune", "vitattn.finetune.validate", []),
         ("bench", "vitattn.bench.app.load_settings", ["mode=approx"]),

@@ -1,27 +1,25 @@
-"""Checking a composed config before anything runs: types from the targets' signatures, ranges
-from building the objects, and what a resume may do.
+"""Checking a composed config before anything runs: types from the targets' signatures, and what
+a resume may do. (Ranges: :mod:`vitattn.training.trial_build` builds each object once.)
 
 The schema is the code itself: every config node with a ``_target_`` is checked against the
 type hints of the callable it names (``VisionTransformer(patch_size: int, ...)``,
 ``torch.optim.AdamW(lr: float, ...)``, ``lightning.Trainer(precision: Literal[...], ...)``), so
 a setting added to a class is checked as soon as it exists. Range checks live where the values
 are used (the classes raise :class:`ConfigError` in their constructors, torch and Lightning raise
-their own errors); :func:`check_buildable` builds each object once, on nothing, to let them
-speak. Every failure is one :class:`ConfigError` line naming the setting.
+their own errors); :func:`vitattn.training.trial_build.check_buildable` builds each object
+once, on nothing, to let them speak. Every failure is one :class:`ConfigError` line naming the
+setting.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vitattn.errors import ConfigError, VitattnError
+from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
 from vitattn.runs.layout import RunDir
 from vitattn.utils.hints import describe, matches, signature_of
@@ -115,127 +113,6 @@ def check_types(cfg: DictConfig) -> None:
                 raise ConfigError(f"{path}.{key}={shown} is not valid; choose {describe(hint)}")
 
 
-# --- ranges: build each object once -----------------------------------------------------------
-
-
-def refused(group: str, error: BaseException) -> ConfigError:
-    """The one line for an object that would not build from the ``group`` settings."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, VitattnError):
-            return ConfigError(str(seen))
-        if seen.__cause__ is None:
-            break
-        seen = seen.__cause__
-    root = seen or error
-    reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
-    return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
-
-
-def check_buildable(cfg: DictConfig) -> None:
-    """Build, once and on nothing, each object of a config that has one: the data module, the
-    LightningModule (which checks it can read the data), an optimizer, the schedule and the
-    trainer; the first refusal is one :class:`ConfigError` naming its group."""
-    import hydra
-    import torch
-
-    built: dict[str, Any] = {}
-
-    def build_data() -> None:
-        built["data"] = hydra.utils.instantiate(cfg.data)
-
-    def build_model() -> None:
-        module = hydra.utils.instantiate(cfg.module)
-        check_data = getattr(module, "check_data", None)
-        if callable(check_data) and "data" in built:  # the network can read the images
-            check_data(built["data"])
-
-    def build_optimizer() -> None:
-        built["optimizer"] = hydra.utils.instantiate(cfg.optimizer)(
-            params=[torch.nn.Parameter(torch.zeros(1))]
-        )
-
-    def build_scheduler() -> None:
-        schedule = hydra.utils.instantiate(cfg.scheduler)
-        schedule(optimizer=built["optimizer"], total_steps=100)
-
-    builders: list[tuple[str, Callable[[], Any]]] = [
-        ("data", build_data),
-        ("model", build_model),
-        ("optimizer", build_optimizer),
-        ("scheduler", build_scheduler),
-        ("trainer", lambda: build_trainer(cfg.trainer)),
-    ]
-    groups = {"model": "module"}  # the model is built through the module that holds it
-    with quiet_lightning():  # the real run prints Lightning's messages; this trial build must not
-        for group, build in builders:
-            if not cfg.get(groups.get(group, group)):
-                continue
-            if group == "scheduler" and "optimizer" not in built:
-                continue
-            try:
-                build()
-            except Exception as error:
-                raise refused(group, error) from error
-
-
-@contextlib.contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Lightning's log records and warnings held back for the duration of the block."""
-    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
-def build_trainer(trainer_cfg: DictConfig) -> Any:
-    """The configured Lightning ``Trainer`` without loggers, callbacks or a root directory."""
-    import hydra
-
-    max_steps = trainer_cfg.get("max_steps", -1)
-    if max_steps == 0 or (isinstance(max_steps, int) and max_steps < -1):
-        raise ConfigError(
-            f"trainer.max_steps={max_steps} is not valid; choose -1 (train for "
-            "trainer.max_epochs) or a number of steps >= 1"
-        )
-    if str(trainer_cfg.get("precision")) == "16-true":
-        raise ConfigError(
-            "trainer.precision=16-true (fp16 weights, no loss scaling) is not supported: "
-            "training diverges (Adam's eps and small updates vanish in fp16); choose 16-mixed "
-            "(fp16 with loss scaling, on a GPU), bf16-mixed or bf16-true"
-        )
-    accelerator = trainer_cfg.get("accelerator")
-    if accelerator in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use "
-                "trainer=cpu (or trainer.accelerator=cpu)"
-            )
-    max_epochs = trainer_cfg.get("max_epochs")
-    if max_epochs == 0:
-        raise ConfigError(
-            "trainer.max_epochs=0 is not valid; choose -1, null or a number of epochs >= 1"
-        )
-    return hydra.utils.instantiate(
-        trainer_cfg,
-        default_root_dir=None,
-        logger=False,
-        callbacks=[],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-
-
 # --- resuming ---------------------------------------------------------------------------------
 
 
@@ -276,10 +153,3 @@ def check_resume(cfg: DictConfig) -> None:
             "resume and its results are kept. To train longer, raise trainer.max_steps or "
             "trainer.max_epochs"
         )
-
-
-def validate_training(cfg: DictConfig) -> None:
-    """Everything ``vitattn-train`` checks before its run directory exists."""
-    check_types(cfg)
-    check_buildable(cfg)
-    check_resume(cfg)

@@ -7,6 +7,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from vitattn.errors import ConfigError
+
 
 def instantiate_list(configs: DictConfig | None) -> list[Any]:
     """Instantiate every ``_target_`` entry of a ``{name: config}`` group (callbacks, loggers);
@@ -39,13 +41,42 @@ def instantiate_loggers(configs: DictConfig | None, resume_step: int | None = No
     return loggers
 
 
-def quiet_trainer(trainer_cfg: DictConfig) -> Any:
+def bare_trainer(trainer_cfg: DictConfig) -> Any:
     """A trainer as ``trainer_cfg`` describes, without loggers, callbacks, checkpoints, progress
-    bar or summary: for an extra ``test`` whose metrics must not land in the run's logs."""
+    bar, summary or root directory: the trial build of a config, and an extra ``test`` whose
+    metrics must not land in the run's logs. Settings Lightning would accept but vitattn cannot
+    train with are one :class:`ConfigError` line."""
+    max_steps = trainer_cfg.get("max_steps", -1)
+    if max_steps == 0 or (isinstance(max_steps, int) and max_steps < -1):
+        raise ConfigError(
+            f"trainer.max_steps={max_steps} is not valid; choose -1 (train for "
+            "trainer.max_epochs) or a number of steps >= 1"
+        )
+    if str(trainer_cfg.get("precision")) == "16-true":
+        raise ConfigError(
+            "trainer.precision=16-true (fp16 weights, no loss scaling) is not supported: "
+            "training diverges (Adam's eps and small updates vanish in fp16); choose 16-mixed "
+            "(fp16 with loss scaling, on a GPU), bf16-mixed or bf16-true"
+        )
+    accelerator = trainer_cfg.get("accelerator")
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use "
+                "trainer=cpu (or trainer.accelerator=cpu)"
+            )
+    max_epochs = trainer_cfg.get("max_epochs")
+    if max_epochs == 0:
+        raise ConfigError(
+            "trainer.max_epochs=0 is not valid; choose -1, null or a number of epochs >= 1"
+        )
     return hydra.utils.instantiate(
         trainer_cfg,
-        callbacks=[],
+        default_root_dir=None,
         logger=False,
+        callbacks=[],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
