@@ -122,7 +122,7 @@ DEFECTS = [
     ),
     Defect(
         "performer: projection rows of unit length (both implementations)",
-        "performer.py",
+        "feature_maps/favor.py",
         "    return directions * lengths.unsqueeze(1)",
         "    return directions",
     ),

@@ -1,6 +1,7 @@
 """Shared fixtures: the real CIFAR-10 subset and Hydra configs composed with the compose API.
 
-Plain helpers (tiny settings, the CLI runner) are in :mod:`tests.helpers`.
+Plain helpers (tiny settings, the command runners, fault injectors, ...) are in
+:mod:`tests.support`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from tests.helpers import FEW_STEPS, KEPT, SHARED_DATA, TINY, compose_config
+from tests.support.presets import FEW_STEPS, SHARED_DATA, TINY, compose_config
+from tests.support.trees import KEPT
+from tests.support.workers import group_by_shared_fixtures, slow_first
 from vitattn.utils.config import PROJECT_ROOT
 
 
@@ -31,50 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a module's training (a module-scoped fixture) run on one pytest-xdist
-    worker (``--dist loadgroup``), so that it trains once: tests sharing such a fixture, directly
-    or through another test, form one group. The other tests spread freely.
-    ``tests/test_harness.py`` checks that it works."""
-    owner: dict[str, str] = {}  # union-find over "module:fixture"
-
-    def find(name: str) -> str:
-        while owner.setdefault(name, name) != name:
-            name = owner[name]
-        return name
-
-    shared_by_item: dict[int, list[str]] = {}
-    for index, item in enumerate(items):
-        fixture_info = getattr(item, "_fixtureinfo", None)
-        if fixture_info is None:
-            continue
-        shared = sorted(
-            f"{item.module.__name__}:{name}"
-            for name, definitions in fixture_info.name2fixturedefs.items()
-            if definitions[-1].scope in ("module", "class")
-        )
-        for name in shared[1:]:
-            owner[find(name)] = find(shared[0])
-        if shared:
-            shared_by_item[index] = shared
-    for index, shared in shared_by_item.items():
-        items[index].add_marker(pytest.mark.xdist_group(find(shared[0])))
+    worker, so that it trains once; under pytest-xdist, the slow modules start first
+    (:mod:`tests.support.workers`). ``tests/test_harness.py`` checks that it works."""
+    group_by_shared_fixtures(items)
     if "PYTEST_XDIST_WORKER" in os.environ:  # in one process (-n 0, -x) quick tests come first
         slow_first(items)
-
-
-def slow_first(items: list[pytest.Item]) -> None:
-    """Order the modules by how many slow tests they hold, most first, and each module's slow
-    tests before its quick ones: the workers start with the long tests and end on short ones,
-    instead of one of them finishing a long test alone. A module's tests stay together, so that
-    a worker builds a module fixture once."""
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-
-    def slow(item: pytest.Item) -> bool:
-        return item.get_closest_marker("slow") is not None
-
-    ordered = sorted(modules.values(), key=lambda tests: -sum(map(slow, tests)))
-    items[:] = [item for tests in ordered for item in sorted(tests, key=lambda t: not slow(t))]
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +87,8 @@ def train_cfg(tmp_path: Path, data_dir: Path) -> DictConfig:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """A tiny run of ``vitattn-train`` through its console script (8 steps, complete): its
     checkpoints, ``.hydra/`` and log, trained once for the module; tests plant things in a copy
-    of it (:func:`tests.helpers.copy_run`)."""
-    from tests.in_process import run_in_process
+    of it (:func:`tests.support.trees.copy_run`)."""
+    from tests.support.in_process import run_in_process
 
     run = tmp_path_factory.mktemp("tiny_run") / "run"
     run_in_process("vitattn-train", *FEW_STEPS, f"hydra.run.dir={run}", data_dir=data_dir)
@@ -133,8 +97,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 
 @pytest.fixture
 def elsewhere(tmp_path: Path) -> Path:
-    """A folder outside the run, holding ``kept.txt`` (:data:`tests.helpers.KEPT`): what a link
-    planted in a run points at."""
+    """A folder outside the run, holding ``kept.txt`` (:data:`tests.support.trees.KEPT`): what a
+    link planted in a run points at."""
     folder = tmp_path / "elsewhere"
     folder.mkdir()
     (folder / "kept.txt").write_bytes(KEPT)

@@ -11,7 +11,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from tests.helpers import compose_config
+from tests.support.presets import compose_config
 from vitattn.attention import ATTENTIONS, AttentionKernel
 from vitattn.utils.config import CONFIG_DIR, group_options
 

@@ -8,8 +8,8 @@ import hydra
 import pytest
 import torch
 
-from tests.helpers import TINY, compose_config
-from tests.in_process import run_in_process
+from tests.support.in_process import run_in_process
+from tests.support.presets import TINY, compose_config
 from vitattn.errors import ConfigError
 from vitattn.models.vit import VisionTransformer
 

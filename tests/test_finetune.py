@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import QUIET_CPU, compose_config, steps, train_tiny
+from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
+from tests.support.runners import trained_run
 from vitattn.errors import ConfigError
 from vitattn.loading import load_classifier
 from vitattn.lora.adapters import DEFAULT_TARGETS
@@ -21,6 +22,15 @@ from vitattn.runs.task import user_error
 
 # The base: the tiny training model, 60 steps at a high learning rate (test accuracy ~0.22).
 BASE_STEPS = ["trainer.max_steps=60", "trainer.val_check_interval=1000", "optimizer.lr=3e-3"]
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A tiny model trained on the unshifted subset, once for the whole module."""
+    run_dir = trained_run(tmp_path_factory, "base", data_dir, *TINY, "seed=0", *BASE_STEPS)
+    return run_dir / "checkpoints" / "last.ckpt"
+
+
 # The fine-tune: 80 steps on the rotated set. Over seeds 0-2 it gained 4 to 7 points over the
 # base on the rotated test set (base ~0.22); the assertion asks for 2.
 FINETUNE = [
@@ -32,14 +42,6 @@ FINETUNE = [
     "data.shift=rotate",
     "seed=0",
 ]
-
-
-@pytest.fixture(scope="module")
-def base_ckpt(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    """A tiny model trained on the unshifted subset, once for the whole module."""
-    run_dir = tmp_path_factory.mktemp("base")
-    train_tiny(run_dir, data_dir, "seed=0", *BASE_STEPS)
-    return run_dir / "checkpoints" / "last.ckpt"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The test harness itself: tests that share a module's fixture share one pytest-xdist worker
 (so that the training behind such a fixture runs once per session, not once per worker), and a
-console script run in the test's process (:mod:`tests.in_process`) refuses or leaves the
+console script run in the test's process (:mod:`tests.support.in_process`) refuses or leaves the
 process as it found it."""
 
 from __future__ import annotations
@@ -48,8 +48,23 @@ def test_a_test_with_two_shared_fixtures_joins_the_group_of_each(
     assert workers_that_built_it.read_text().split() == [WORKER] == [another_shared_fixture]
 
 
+def test_fixtures_used_together_are_one_group_and_others_stay_apart() -> None:
+    from tests.support.workers import fixture_groups
+
+    uses = [["m:a"], ["m:b", "m:c"], [], ["m:d"], ["m:c", "m:d"], ["n:a"], ["m:e", "m:e"]]
+    groups = fixture_groups(uses)
+    assert groups == {
+        "m:a": "m:a",
+        "m:b": "m:b",
+        "m:c": "m:b",
+        "m:d": "m:b",  # through the test that uses m:c and m:d
+        "n:a": "n:a",
+        "m:e": "m:e",
+    }
+
+
 def test_refused_in_process_fails_when_nothing_refuses(tmp_path: Path, data_dir: Path) -> None:
-    from tests.in_process import refused_in_process
+    from tests.support.in_process import refused_in_process
 
     with pytest.raises(AssertionError, match="nothing refused it, the app started"):
         refused_in_process("vitattn-train", f"hydra.run.dir={tmp_path / 'run'}", data_dir=data_dir)
@@ -63,8 +78,8 @@ def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
     import lightning.pytorch  # noqa: F401  (its console handlers exist before the command)
     from hydra.core.hydra_config import HydraConfig
 
-    from tests.helpers import TINY
-    from tests.in_process import console_handlers, logging_state, run_in_process
+    from tests.support.in_process import console_handlers, logging_state, run_in_process
+    from tests.support.presets import TINY
     from vitattn.runs.layout import RESERVE
     from vitattn.runs.process import this_process
 

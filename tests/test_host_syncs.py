@@ -14,7 +14,8 @@ import lightning as L
 import pytest
 import torch
 
-from tests.helpers import compose_config, train_tiny
+from tests.support.presets import compose_config
+from tests.support.runners import train_tiny
 
 READS = ("item", "tolist", "__bool__", "__float__", "__int__")
 """Tensor methods that hand a value to the host: on a GPU, each waits for the queued work."""

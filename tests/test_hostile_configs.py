@@ -23,8 +23,11 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import FEW_STEPS, copy_run, refusal_message, tree_digest
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import PauseAfterStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import FEW_STEPS, plug
+from tests.support.runners import refusal_message
+from tests.support.trees import copy_run, tree_digest
 
 pytestmark = pytest.mark.slow
 
@@ -331,11 +334,11 @@ def test_a_malformed_overrides_file_is_one_line(
 def test_a_target_the_user_trusts_is_given_on_the_command_line(site: Site, data_dir: Path) -> None:
     """A run trained with a callback of the user's own: resuming refuses to take it from the
     file, and names the line; given again on the command line, it is the user's and runs."""
-    mine = ["+callbacks.mine._target_=tests.helpers.PauseAfterStep", "+callbacks.mine.step=100"]
+    mine = plug("mine", PauseAfterStep, step=100)
     line = write_overrides(site, mine)
     message = refused_in_process("vitattn-train", *resume(site), data_dir=data_dir)
     assert message.startswith(f"{site.overrides} line {line}: ")
-    assert "tests.helpers.PauseAfterStep is not something vitattn builds" in message
+    assert "tests.support.faults.PauseAfterStep is not something vitattn builds" in message
     assert "a target you trust can be given on the command line" in message
     run_in_process("vitattn-train", *resume(site), *mine, data_dir=data_dir)
     assert json.loads((site.run / "metrics.json").read_text())["steps"] == 12

@@ -18,17 +18,12 @@ from typing import Any
 import lightning as L
 import pytest
 
-from tests.helpers import (
-    FEW_STEPS,
-    KEPT,
-    PROJECT_ROOT,
-    copy_run,
-    refusal_message,
-    refused,
-    run_cli,
-    tree_digest,
-)
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import CrashAtStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import FEW_STEPS, plug
+from tests.support.runners import refusal_message, refused, run_cli
+from tests.support.trees import KEPT, copy_run, tree_digest
+from vitattn.utils.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +190,7 @@ def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
         attempts.write_text(content)
     finished = (run / "metrics.json").read_bytes()
     outside = tree_digest(elsewhere)
-    crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=10"]
+    crash = plug("crash", CrashAtStep, step=10)
     result = run_in_process(
         "vitattn-train", *RESUME, *crash, f"hydra.run.dir={run}", data_dir=data_dir, check=False
     )

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import RUN_40, TINY, last_line, refused, run_cli, steps, train_with, tree_digest
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import RUN_40, TINY, steps
+from tests.support.runners import last_line, refused, run_cli, train_with
+from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
 
 pytestmark = pytest.mark.slow
@@ -26,10 +28,10 @@ as a user drops or gives again a class of their own."""
 
 
 def at_step(callback: str, step: int, **settings: int) -> list[str]:
-    """Overrides adding the callback ``tests.helpers.<callback>`` firing at ``step``."""
+    """Overrides adding the callback ``tests.support.faults.<callback>`` firing at ``step``."""
     extra = [f"+callbacks.fault.{key}={value}" for key, value in settings.items()]
     return [
-        f"+callbacks.fault._target_=tests.helpers.{callback}",
+        f"+callbacks.fault._target_=tests.support.faults.{callback}",
         f"+callbacks.fault.step={step}",
         *extra,
     ]
@@ -37,7 +39,7 @@ def at_step(callback: str, step: int, **settings: int) -> list[str]:
 
 def failing_writes(how: str) -> str:
     """The trainer's checkpoint plugin replaced by one whose 2nd ``last.ckpt`` write fails."""
-    plugin = f"{{_target_: tests.helpers.FailingCheckpointIO, failing_save: 2, how: {how}}}"
+    plugin = f"{{_target_: tests.support.faults.FailingCheckpointIO, failing_save: 2, how: {how}}}"
     return f"trainer.plugins=[{plugin}]"
 
 

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import RUN_40, TINY, compose_config, refused, run_cli, steps, train_tiny
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import CrashAtStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import RUN_40, TINY, compose_config, plug, steps
+from tests.support.probes import ComputeDtypeProbe
+from tests.support.runners import refused, run_cli, train_tiny
 from vitattn.attention import ATTENTIONS
 from vitattn.errors import ConfigError
 
@@ -23,7 +26,7 @@ def test_nan_or_infinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     result = run_cli(
         "vitattn-train",
         *RUN_40,
-        f"+callbacks.nan._target_=tests.helpers.{diverging}",
+        f"+callbacks.nan._target_=tests.support.faults.{diverging}",
         "+callbacks.nan.step=15",
         f"hydra.run.dir={tmp_path}",
         data_dir=data_dir,
@@ -57,8 +60,7 @@ def test_half_precision_trains_every_attention(
         *steps(3, 3),
         "data.batch_size=16",
         "logger=csv",
-        "+callbacks.probe._target_=tests.helpers.ComputeDtypeProbe",
-        f"+callbacks.probe.path={probe}",
+        *plug("probe", ComputeDtypeProbe, path=probe),
     )
     assert math.isfinite(float(metrics["train/loss"])) and math.isfinite(float(metrics["val/loss"]))
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0
@@ -73,7 +75,7 @@ def test_half_precision_trains_every_attention(
 def test_an_unexpected_error_is_one_line_and_its_traceback_goes_to_the_log(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=3"]
+    crash = plug("crash", CrashAtStep, step=3)
     said = refused("vitattn-train", *RUN_40, *crash, f"hydra.run.dir={tmp_path}", data_dir=data_dir)
     log = tmp_path / "train.log"
     assert said == f"unexpected RuntimeError: boom at step 3; the traceback is in {log}"
@@ -167,7 +169,7 @@ def test_a_failed_continuation_of_a_completed_run_keeps_its_results(
     )
     finished = (tmp_path / "metrics.json").read_bytes()
     assert json.loads(finished)["status"] == "completed"
-    crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=6"]
+    crash = plug("crash", CrashAtStep, step=6)
     continuation = ["resume=true", f"hydra.run.dir={tmp_path}", "trainer.max_steps=8", *crash]
     said = refused("vitattn-train", *continuation, data_dir=data_dir)
     assert said.startswith("unexpected RuntimeError: boom at step 6")

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, PAUSE_SECONDS, PROJECT_ROOT, TINY, steps
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import PAUSE_SECONDS, PauseAfterStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import TINY, plug, steps
+from tests.support.runners import BIN
 from vitattn.runs.layout import HOLDER
+from vitattn.utils.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +34,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
     tmp_path: Path, data_dir: Path
 ) -> None:
     run = tmp_path / "run"
-    pause = ["+callbacks.pause._target_=tests.helpers.PauseAfterStep", "+callbacks.pause.step=5"]
+    pause = plug("pause", PauseAfterStep, step=5)
     environment = {
         **os.environ,
         "VITATTN_DATA_DIR": str(data_dir),

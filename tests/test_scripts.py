@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, read_csv, run_cli
+from tests.support.runners import BIN, run_cli
+from tests.support.tables import read_csv
 from vitattn.utils.config import PROJECT_ROOT
 
 SCRIPTS = PROJECT_ROOT / "scripts"

@@ -15,17 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import (
-    BIN,
-    PAUSE_SECONDS,
-    PROJECT_ROOT,
-    TINY,
-    markdown_tables,
-    steps,
-    train_with,
-    tree_digest,
-)
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import PAUSE_SECONDS, PauseAfterStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import TINY, plug, steps
+from tests.support.runners import BIN, train_with
+from tests.support.tables import markdown_tables
+from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.continuation import (
     ATTEMPTS,
@@ -33,6 +28,7 @@ from vitattn.runs.continuation import (
     set_aside,
 )
 from vitattn.runs.layout import RunDir
+from vitattn.utils.config import PROJECT_ROOT
 
 
 def state(run_dir: Path) -> str:
@@ -40,7 +36,7 @@ def state(run_dir: Path) -> str:
     return RunDir(run_dir).state()
 
 
-PAUSE = ["+callbacks.pause._target_=tests.helpers.PauseAfterStep", "+callbacks.pause.step=8"]
+PAUSE = plug("pause", PauseAfterStep, step=8)
 STEPS = 16
 SETTINGS = [*TINY, *steps(STEPS, 8), *PAUSE]
 """Checkpoints at steps 8 and 16, and in a process started by :func:`start_training` paused
@@ -192,8 +188,7 @@ def optuna_command(sweep: Path) -> list[str]:
         "hydra.sweeper.sampler.n_startup_trials=4",
         *TINY,
         *steps(6, 3),
-        "+callbacks.pause._target_=tests.helpers.PauseAfterStep",
-        "+callbacks.pause.step=1",
+        *plug("pause", PauseAfterStep, step=1),
         f"hydra.sweep.dir={sweep}",
     ]
 

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FEW_STEPS, TINY, read_csv, run_cli, run_sweep
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.faults import NanLossAtStep
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import FEW_STEPS, TINY, plug
+from tests.support.probes import CountTestImages
+from tests.support.runners import run_cli, run_sweep
+from tests.support.tables import read_csv
 from vitattn.analysis.summary import summarize
 
 
@@ -33,8 +37,7 @@ def test_failed_jobs_are_recorded_and_the_others_finish(tmp_path: Path, data_dir
     result = run_sweep(
         sweep,
         *FEW_STEPS,
-        "+callbacks.nan._target_=tests.helpers.NanLossAtStep",
-        "+callbacks.nan.step=2,1000,2,1000",  # diverges at step 2 in the first and third job
+        *plug("nan", NanLossAtStep, step="2,1000,2,1000"),  # diverges at step 2 in jobs 1 and 3
         data_dir=data_dir,
         check=False,
     )
@@ -115,8 +118,7 @@ def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
         "trainer.accelerator=cpu",
         "trainer.devices=2",
         *FEW_STEPS,
-        "+callbacks.count._target_=tests.helpers.CountTestImages",
-        f"+callbacks.count.path={counts}",
+        *plug("count", CountTestImages, path=counts),
         f"hydra.run.dir={run_dir}",
         data_dir=data_dir,
     )

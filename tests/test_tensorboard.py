@@ -18,7 +18,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2
 
-from tests.helpers import FEW_STEPS, run_sweep
+from tests.support.presets import FEW_STEPS
+from tests.support.runners import run_sweep
 from vitattn.training.logger import COMPARED_FIRST, RESULTS, merge_equal_learning_rates, summary_tag
 
 CURATED = {
@@ -323,7 +324,7 @@ def test_the_sweep_answers_with_settings_verdicts_a_frontier_and_seed_means(
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
     from tensorboard.context import RequestContext
 
-    from tests.helpers import markdown_tables
+    from tests.support.tables import markdown_tables
     from vitattn.analysis.seed_runs import band_tags
 
     sweep, output = swept

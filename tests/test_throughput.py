@@ -20,7 +20,8 @@ import lightning as L
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import TINY, steps, train_with
+from tests.support.presets import TINY, steps
+from tests.support.runners import train_with
 
 STEPS, VALIDATE_EVERY, CHECKPOINT_EVERY = 50, 10, 8
 WARMUP, SLOW_AFTER_WARMUP = 5, 1

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import TINY, refused, run_cli, steps, train_tiny
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import TINY, plug, steps
+from tests.support.probes import SaveFinalWeights
+from tests.support.runners import refused, run_cli, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
@@ -22,10 +24,7 @@ def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """About 60 steps of a tiny model: the run every test below reads."""
     run_dir = tmp_path_factory.mktemp("short") / "run"
     final = run_dir.parent / "final_weights.pt"  # what the module held when training ended
-    saver = [
-        "+callbacks.final._target_=tests.helpers.SaveFinalWeights",
-        f"+callbacks.final.path={final}",
-    ]
+    saver = plug("final", SaveFinalWeights, path=final)
     run_in_process(
         "vitattn-train", *SHORT_RUN, *saver, f"hydra.run.dir={run_dir}", data_dir=data_dir
     )

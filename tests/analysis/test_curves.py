@@ -13,7 +13,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from tests.helpers import FEW_STEPS, markdown_tables, read_csv, run_cli, run_sweep
+from tests.support.presets import FEW_STEPS
+from tests.support.runners import run_cli, run_sweep
+from tests.support.tables import markdown_tables, read_csv
 from vitattn.analysis.curves import mean_curve, metric_figure
 from vitattn.analysis.records import Run, describe, label_runs, load_run
 from vitattn.analysis.summary import summarize
@@ -122,7 +124,7 @@ def test_a_single_run_is_named_by_its_directory(
 ) -> None:
     run = make_run(tmp_path / "runs" / "2026-01-01_12-00-00_000000_linear", ["attention=linear"])
     result = summarize([run])
-    assert result["rows"][0]["run"] == run.name and result["rows"][0]["label"] == run.name
+    assert result.rows[0]["run"] == run.name and result.rows[0]["label"] == run.name
 
 
 def test_the_legend_is_inside_the_figure_and_off_the_curves(three_attentions: Path) -> None:
@@ -183,7 +185,7 @@ def test_summary_has_a_seed_column_and_runs_relative_to_one_folder(
         make_run(multiruns / "a" / str(seed - 1), ["attention=linear", f"seed={seed}"])
     make_run(multiruns / "b" / "attention=softmax,seed=3", ["attention=softmax", "seed=3"])
     result = summarize([multiruns / "a", multiruns / "b"], out_dir=tmp_path / "out")
-    runs = [row["run"] for row in result["rows"]]
+    runs = [row["run"] for row in result.rows]
     assert runs == ["a/0", "a/1", "b/attention=softmax,seed=3"]
     assert [row["seed"] for row in read_csv(tmp_path / "out" / "summary.csv")] == ["1", "2", "3"]
     settings, table = markdown_tables((tmp_path / "out" / "summary.md").read_text())
@@ -202,7 +204,7 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
     (broken / ".hydra").mkdir(parents=True)
     (broken / ".hydra" / "config.yaml").write_text("- a list, not a config\n")
     result = summarize([three_attentions])
-    names = [path.name for path in result["files"]]
+    names = [path.name for path in result.files]
     assert names == [
         "summary.csv",
         "summary.md",
@@ -212,4 +214,4 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
         "frontier.png",
         "attention_maps.png",
     ]
-    assert len(result["rows"]) == 3
+    assert len(result.rows) == 3

@@ -3,6 +3,7 @@ the load warning, exact-by-construction notes, and ``frontier.png``."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,10 +11,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers import markdown_tables, read_csv
+from tests.support.tables import markdown_tables, read_csv
 from vitattn.analysis.frontier import pareto_front, point_names
-from vitattn.analysis.summary import main, report, summarize
-from vitattn.analysis.uncertainty import binomial_interval, mean_interval
+from vitattn.analysis.summary import (
+    main,
+    read_runs,
+    report,
+    summarize,
+    summary_of,
+    write_summary,
+)
+from vitattn.analysis.uncertainty import binomial_interval, mean_interval, welch_difference
 
 TEST_ACC = {"softmax": (0.50, 0.52, 0.54), "linear": (0.40, 0.41, 0.42), "performer": (0.49, 0.55)}
 SPEED = {"softmax": 900.0, "linear": 2500.0, "performer": 1500.0}
@@ -92,8 +100,8 @@ def test_a_baseline_named_by_value_or_by_pairs(seeded_sweep: Path) -> None:
 
 def test_a_baseline_that_names_no_setting_is_one_warning_line(seeded_sweep: Path) -> None:
     result = summarize([seeded_sweep], baseline="attention=flash")
-    assert len(result["warnings"]) == 1
-    warning = result["warnings"][0]
+    assert len(result.warnings) == 1
+    warning = result.warnings[0]
     assert "summary.baseline='attention=flash' matches no setting" in warning
     assert "attention=linear" in warning and "\n" not in warning
     header = markdown_tables((seeded_sweep / "summary.md").read_text())[0][0]
@@ -134,19 +142,19 @@ def test_no_baseline_without_softmax_and_a_single_setting_has_no_verdict(
 def test_load_above_the_cpu_count_is_one_warning_line(
     seeded_sweep: Path, make_run: Callable[..., Path]
 ) -> None:
-    assert summarize([seeded_sweep])["warnings"] == []
+    assert summarize([seeded_sweep]).warnings == ()
     quiet = {"load_avg_start": 2.1, "load_avg_end": 2.2, "cpu_count": 2}  # the run's own threads
     make_run(
         seeded_sweep / "attention=linear,seed=5", ["attention=linear", "seed=5"], metrics=quiet
     )
-    assert summarize([seeded_sweep])["warnings"] == []
+    assert summarize([seeded_sweep]).warnings == ()
     make_run(
         seeded_sweep / "attention=linear,seed=4",
         ["attention=linear", "seed=4"],
         maps=False,
         metrics={"load_avg_start": 1.0, "load_avg_end": 3.5, "cpu_count": 2},
     )
-    warnings = summarize([seeded_sweep])["warnings"]
+    warnings = summarize([seeded_sweep]).warnings
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert "up to 3.5 on 2 CPUs" in warnings[0] and "attention=linear,seed=4" in warnings[0]
 
@@ -170,7 +178,7 @@ def test_an_exact_by_construction_run_and_unfinished_runs_are_noted(
 def test_frontier_png_is_drawn_and_not_blank(seeded_sweep: Path) -> None:
     result = summarize([seeded_sweep])
     path = seeded_sweep / "frontier.png"
-    assert path in result["files"]
+    assert path in result.files
     pixels = np.asarray(Image.open(path).convert("L"), dtype=float)
     assert pixels.shape[1] > 1000 and pixels.std() > 10  # two panels with something drawn
 
@@ -200,3 +208,58 @@ def test_plot_curves_takes_a_baseline(
     assert main([str(seeded_sweep), "--baseline", "performer"]) == 0
     printed = capsys.readouterr().out
     assert "vs attention=performer" in printed and "wrote " in printed
+
+
+def test_each_setting_holds_its_runs_and_each_comparison_its_setting(seeded_sweep: Path) -> None:
+    summary = summarize([seeded_sweep])
+    labels = ["attention=linear", "attention=performer", "attention=softmax"]
+    assert [setting.label for setting in summary.settings] == labels
+    held = [member for setting in summary.settings for member in setting.runs]
+    assert sorted(map(id, held)) == sorted(map(id, summary.runs))  # the runs themselves
+    for setting in summary.settings:
+        assert {(m.run.label, m.row["label"]) for m in setting.runs} == {(setting.label,) * 2}
+    pairs = zip(summary.comparisons, summary.settings, strict=True)
+    assert all(comparison.setting is setting for comparison, setting in pairs)
+    assert summary.baseline is summary.settings[2]
+    verdicts = ["worse", "no detectable difference", "baseline"]
+    assert [comparison.verdict for comparison in summary.comparisons] == verdicts
+    linear = summary.comparisons[0].differences["test_acc"]
+    assert linear == welch_difference(TEST_ACC["linear"], TEST_ACC["softmax"])
+    assert summary.comparisons[2].differences == {}
+
+
+def test_the_summary_is_made_before_anything_is_written_and_printed_from_itself(
+    seeded_sweep: Path, tmp_path: Path
+) -> None:
+    before = sorted(path.name for path in seeded_sweep.iterdir())
+    summary = summary_of(read_runs([seeded_sweep]))
+    assert sorted(path.name for path in seeded_sweep.iterdir()) == before
+    assert summary.files == () and summary.seed_runs == ()
+    out = tmp_path / "out"
+    out.mkdir()
+    written = write_summary(summary, out)
+    assert (out / "summary.md").read_text() == written.text == summary.text
+    assert written.files[:3] == (out / "summary.csv", out / "summary.md", out / "settings.csv")
+    assert written.runs is summary.runs and written.seed_runs == ()
+    for path in written.files:
+        path.unlink()
+    printed = report(written)  # from the value: the files it names are gone
+    assert printed.startswith(summary.text.rstrip("\n"))
+    assert f"wrote {out / 'summary.md'}" in printed
+
+
+def test_a_sweep_summarized_in_place_gains_its_seed_runs_or_one_warning(
+    seeded_sweep: Path, tmp_path: Path
+) -> None:
+    summary = summarize([seeded_sweep])
+    names = [path.name for path in summary.seed_runs]
+    seeds = {"attention=linear": 3, "attention=performer": 2, "attention=softmax": 3}
+    assert names == [f"{label} ({n} seeds)" for label, n in seeds.items()]
+    assert summarize([seeded_sweep], tmp_path / "out").seed_runs == ()  # not in place
+    for path in summary.seed_runs:
+        shutil.rmtree(path)
+    (seeded_sweep / names[0]).mkdir()  # not an aggregate of seeds: never replaced
+    blocked = summarize([seeded_sweep])
+    assert blocked.seed_runs == () and len(blocked.warnings) == 1
+    assert blocked.warnings[0].startswith("no TensorBoard runs of seed means: ")
+    assert blocked.warnings[0] in report(blocked).splitlines()

@@ -22,10 +22,10 @@ def image_axes(figure: plt.Figure) -> list[plt.Axes]:
 def test_one_row_per_run_with_maps(three_attentions: Path) -> None:
     shutil.rmtree(three_attentions / "attention=performer" / "attention")
     result = summarize([three_attentions])
-    assert (three_attentions / "attention_maps.png") in result["files"]
+    assert (three_attentions / "attention_maps.png") in result.files
     rows = [
         (row["label"], maps)
-        for row in result["rows"]
+        for row in result.rows
         if (maps := load_maps(three_attentions / row["run"])) is not None
     ]
     assert [label for label, _ in rows] == ["attention=linear", "attention=softmax"]
@@ -44,7 +44,7 @@ def test_no_maps_no_figure(tmp_path: Path, make_run: Callable[..., Path]) -> Non
     make_run(tmp_path / "b", ["attention=softmax"], maps=False)
     result = summarize([tmp_path])
     assert not (tmp_path / "attention_maps.png").exists()
-    assert all(path.suffix in (".csv", ".md", ".png") for path in result["files"])
+    assert all(path.suffix in (".csv", ".md", ".png") for path in result.files)
 
 
 def test_seeds_get_a_row_each(tmp_path: Path, make_run: Callable[..., Path]) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.helpers import tree_digest
+from tests.support.trees import tree_digest
 from vitattn.analysis.seed_runs import (
     CATEGORY,
     MARKER,
@@ -269,7 +269,8 @@ def test_real_runs_of_two_seeds(tmp_path, data_dir):
     still has one session per job, and the training layout and the margin charts are merged."""
     from tensorboard import context
 
-    from tests.helpers import FEW_STEPS, train_with
+    from tests.support.presets import FEW_STEPS
+    from tests.support.runners import train_with
 
     root = tmp_path / "sweep"
     runs = [root / f"seed={seed}" for seed in (1, 2)]

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from tests.helpers import FEW_STEPS, compose_config, read_csv, run_sweep
-from tests.in_process import run_in_process
+from tests.support.faults import CrashAtStep
+from tests.support.in_process import run_in_process
+from tests.support.presets import FEW_STEPS, compose_config, plug
+from tests.support.runners import run_sweep
+from tests.support.tables import read_csv
 from vitattn.analysis.sweep_summary import SweepSummary
 
 
@@ -93,7 +96,7 @@ def test_a_sweep_with_a_failed_job_still_ends_with_its_summary(
     tmp_path: Path, data_dir: Path
 ) -> None:
     sweep = tmp_path / "sweep"
-    crash = ["+callbacks.crash._target_=tests.helpers.CrashAtStep", "+callbacks.crash.step=2,100"]
+    crash = plug("crash", CrashAtStep, step="2,100")
     # its own process: the summary of a sweep that Hydra ends with an error is written at exit
     result = run_sweep(sweep, *FEW_STEPS, *crash, data_dir=data_dir, check=False, in_process=False)
     assert result.returncode != 0

@@ -21,14 +21,18 @@ KERNELS = [PerformerAttention, RandomFeatureAttention]
 
 @pytest.fixture(autouse=True)
 def _fresh_choices() -> Iterator[None]:
-    autotune.forget()
+    autotune.choices.cache_clear()
     yield
-    autotune.forget()
+    autotune.choices.cache_clear()
 
 
 @pytest.fixture
 def timed_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(autotune, "TIMED_DEVICES", {"cpu"})
+
+
+def choose(implementations: dict, *inputs: torch.Tensor, default: str, owner: str = "x") -> str:
+    return autotune.Implementations(owner, implementations, default).choose(*inputs)
 
 
 def qkv(n: int = 32, grad: bool = False) -> tuple[torch.Tensor, ...]:
@@ -62,7 +66,7 @@ class Counted:
 
 def test_a_cpu_takes_the_default_without_timing() -> None:
     never = Counted(error=AssertionError("timed on a CPU"))
-    chosen = autotune.choose("performer", {"autograd": never}, *qkv(), default="chunked")
+    chosen = choose({"autograd": never}, *qkv(), default="chunked", owner="performer")
     assert chosen == "chunked" and never.calls == 0
 
 
@@ -71,15 +75,15 @@ def test_the_faster_is_chosen_once_per_shape_and_logged_once(timed_cpu, caplog) 
     implementations = {"chunked": slow, "autograd": fast}
     with caplog.at_level(logging.INFO, logger="vitattn.attention"):
         for _ in range(3):
-            assert autotune.choose("x", implementations, *qkv(), default="chunked") == "autograd"
+            assert choose(implementations, *qkv(), default="chunked") == "autograd"
     assert (slow.calls, fast.calls) == (1 + autotune.REPEATS, 1 + autotune.REPEATS)
     assert slow.backwards == autotune.REPEATS + 1  # gradients are on: forward and backward
     lines = [r.getMessage() for r in caplog.records if "impl=auto" in r.getMessage()]
     assert len(lines) == 1 and "takes autograd (forward+backward: chunked" in lines[0]
     # Another shape, or no gradients, is measured anew; without gradients, no backward.
-    autotune.choose("x", implementations, *qkv(n=48), default="chunked")
+    choose(implementations, *qkv(n=48), default="chunked")
     with torch.no_grad():
-        autotune.choose("x", implementations, *qkv(), default="chunked")
+        choose(implementations, *qkv(), default="chunked")
     assert slow.calls == 3 * (1 + autotune.REPEATS)
     assert slow.backwards == 2 * (1 + autotune.REPEATS)
 
@@ -87,7 +91,7 @@ def test_the_faster_is_chosen_once_per_shape_and_logged_once(timed_cpu, caplog) 
 def test_an_implementation_out_of_memory_loses(timed_cpu) -> None:
     out_of_memory = Counted(error=torch.OutOfMemoryError("CUDA out of memory"))
     implementations = {"autograd": out_of_memory, "chunked": Counted(0.005)}
-    assert autotune.choose("x", implementations, *qkv(), default="autograd") == "chunked"
+    assert choose(implementations, *qkv(), default="autograd") == "chunked"
 
 
 @pytest.mark.parametrize("kernel_class", KERNELS)
@@ -108,7 +112,7 @@ def test_timed_auto_runs_the_chosen_implementation_with_gradients(timed_cpu, ker
     q, k, v = qkv(grad=True)
     out = auto(q, k, v)
     out.sum().backward()
-    [chosen] = set(autotune._chosen.values())
+    [chosen] = set(autotune.choices().chosen.values())
     reference = kernel_class(seq_len=32, heads=2, head_dim=16, impl=chosen).eval()
     reference.load_state_dict(auto.state_dict())
     inputs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
@@ -122,13 +126,13 @@ def test_timed_auto_runs_the_chosen_implementation_with_gradients(timed_cpu, ker
 def test_untimed_keeps_a_measured_choice_and_times_nothing_new(timed_cpu) -> None:
     slow, fast = Counted(0.01), Counted(0.0)
     implementations = {"chunked": slow, "autograd": fast}
-    autotune.choose("x", implementations, *qkv(), default="chunked")
+    choose(implementations, *qkv(), default="chunked")
     calls = slow.calls
     with autotune.untimed():
-        assert autotune.choose("x", implementations, *qkv(), default="chunked") == "autograd"
-        assert autotune.choose("x", implementations, *qkv(n=48), default="chunked") == "chunked"
+        assert choose(implementations, *qkv(), default="chunked") == "autograd"
+        assert choose(implementations, *qkv(n=48), default="chunked") == "chunked"
     assert slow.calls == calls  # nothing timed inside
-    assert autotune.choose("x", implementations, *qkv(n=48), default="chunked") == "autograd"
+    assert choose(implementations, *qkv(n=48), default="chunked") == "autograd"
 
 
 @pytest.mark.parametrize("kernel_class", KERNELS)
@@ -146,4 +150,4 @@ def test_flop_counts_see_one_call_not_the_timing(timed_cpu, kernel_class) -> Non
             count_gflop(lambda kernel=kernel, q=q, k=k, v=v: kernel(q, k, v).sum().backward())
         )
     assert counts[0] == counts[1] > 0
-    assert not autotune._chosen  # nothing was timed, so nothing was chosen
+    assert not autotune.choices().chosen  # nothing was timed, so nothing was chosen

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from tests.attention.test_sparse_family import qkv, shared_qk_softmax, softmax
-from tests.helpers import TINY, compose_config, steps, train_with
+from tests.support.presets import TINY, compose_config, steps
+from tests.support.runners import train_with
 from vitattn.attention import ATTENTIONS, AttentionKernel, exact_by_construction
 from vitattn.bench.kernels import build_kernel
 

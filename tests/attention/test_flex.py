@@ -108,11 +108,11 @@ def attend(kernel: torch.nn.Module, impl: str, *inputs: torch.Tensor) -> torch.T
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    autotune.forget()
-    flex.forget_failures()
+    autotune.choices.cache_clear()
+    flex.failures.cache_clear()
     yield
-    autotune.forget()
-    flex.forget_failures()
+    autotune.choices.cache_clear()
+    flex.failures.cache_clear()
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def eager_flex(monkeypatch: pytest.MonkeyPatch) -> None:
     debug switch), which would cost seconds per new mask_mod."""
     from torch.nn.attention import flex_attention as module
 
-    monkeypatch.setattr(flex, "_compiled", flex.flex_attention)
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda: flex.flex_attention)
     monkeypatch.setattr(module, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", True)
 
 
@@ -269,7 +269,7 @@ def test_auto_with_gradients_on_a_cpu_is_gather_even_where_timed(kernel_class, t
         results.append([out, q.grad, k.grad, v.grad])
     for got, want in zip(*results, strict=True):
         assert torch.equal(got, want)
-    assert not autotune._chosen  # flex cannot run here: nothing to time
+    assert not autotune.choices().chosen  # flex cannot run here: nothing to time
 
 
 # -------------------------------------------------------------------------------- auto
@@ -283,7 +283,7 @@ def test_auto_on_a_cpu_is_gather_untimed(kernel_class, monkeypatch) -> None:
     q, k, v = qkv(64)
     with torch.no_grad():
         assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune._chosen
+    assert not autotune.choices().chosen
 
 
 @needs_flex
@@ -297,7 +297,7 @@ def test_timed_auto_chooses_once_per_shape_and_logs_once(
     q, k, v = qkv(64)
     with caplog.at_level(logging.INFO, logger="vitattn.attention"), torch.no_grad():
         outputs = [kernel(q, k, v) for _ in range(3)]
-        [chosen] = autotune._chosen.values()
+        [chosen] = autotune.choices().chosen.values()
         timed = 1 + autotune.REPEATS  # a warm-up and the repeats
         assert {name: spy.calls for name, spy in spies.items()} == {
             name: timed + (3 if name == chosen else 0) for name in spies
@@ -308,9 +308,9 @@ def test_timed_auto_chooses_once_per_shape_and_logs_once(
         assert f"local on cpu, q (2, 2, 64, 16): impl=auto takes {chosen}" in lines[0]
         assert "(forward: gather" in lines[0] and "flex" in lines[0]
         kernel(*qkv(64, seed=1))  # the same shape: no timing
-        assert len(autotune._chosen) == 1
+        assert len(autotune.choices().chosen) == 1
         kernel(*(x[:1] for x in (q, k, v)))  # another batch size: timed anew
-    assert len(autotune._chosen) == 2
+    assert len(autotune.choices().chosen) == 2
     assert len([r for r in caplog.records if "impl=auto" in r.getMessage()]) == 2
 
 
@@ -324,7 +324,7 @@ def test_nothing_is_timed_under_torch_compile(kernel_class, timed_cpu, monkeypat
     compiled = torch.compile(kernel, backend="eager", fullgraph=False)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*qkv(64)), gathered, rtol=0, atol=0)
-    assert not autotune._chosen
+    assert not autotune.choices().chosen
 
 
 # ------------------------------------------------------------- where flex cannot run
@@ -343,7 +343,7 @@ def test_without_flexattention_flex_refuses_and_auto_gathers(missing, monkeypatc
     assert "\n" not in str(refused.value) and "attention.impl=gather or auto" in str(refused.value)
     with torch.no_grad():
         assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune._chosen
+    assert not autotune.choices().chosen
 
 
 def test_float64_flex_refuses_and_auto_gathers(timed_cpu) -> None:
@@ -353,7 +353,7 @@ def test_float64_flex_refuses_and_auto_gathers(timed_cpu) -> None:
         kernel(q, k, v)
     with torch.no_grad():
         assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune._chosen
+    assert not autotune.choices().chosen
 
 
 def failing_compiler(*args, **kwargs) -> torch.Tensor:
@@ -364,7 +364,7 @@ def failing_compiler(*args, **kwargs) -> torch.Tensor:
 
 @needs_flex
 def test_a_failed_compilation_refuses_flex_and_auto_gathers(monkeypatch, timed_cpu, caplog):
-    monkeypatch.setattr(flex, "_compiled", failing_compiler)
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda: failing_compiler)
     kernel = LocalAttention(seq_len=64, heads=2, head_dim=16, impl="flex")
     q, k, v = qkv(64)
     with (
@@ -378,17 +378,17 @@ def test_a_failed_compilation_refuses_flex_and_auto_gathers(monkeypatch, timed_c
     monkeypatch.setattr(kernel, "flex", Spy())
     with torch.no_grad():
         assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune._chosen
+    assert not autotune.choices().chosen
 
 
 @needs_flex
 def test_auto_falls_back_to_gather_when_timing_finds_flex_broken(monkeypatch, timed_cpu):
-    monkeypatch.setattr(flex, "_compiled", failing_compiler)
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda: failing_compiler)
     kernel = BigBirdAttention(seq_len=64, heads=2, head_dim=16, block=8)
     q, k, v = qkv(64)
     with torch.no_grad():
         assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune._chosen and "cpu" in flex._broken
+    assert not autotune.choices().chosen and "cpu" in flex.failures()
 
 
 @needs_flex

@@ -8,19 +8,13 @@ import pytest
 import torch
 
 from vitattn.attention.common.tiling import tiles
+from vitattn.attention.feature_maps.chunked import chunked_attention
+from vitattn.attention.feature_maps.favor import Favor, orthogonal_gaussian_rows, positive_features
+from vitattn.attention.feature_maps.fourier import RandomFourier
 from vitattn.attention.linformer import LinformerAttention
 from vitattn.attention.nystrom import NystromAttention, iterative_pinv, segment_means
-from vitattn.attention.performer import (
-    PerformerAttention,
-    chunked_favor_attention,
-    orthogonal_gaussian_rows,
-    positive_features,
-)
-from vitattn.attention.random_feature import (
-    RandomFeatureAttention,
-    chunked_random_feature_attention,
-    random_feature_attention,
-)
+from vitattn.attention.performer import PerformerAttention
+from vitattn.attention.random_feature import RandomFeatureAttention
 from vitattn.attention.softmax import SoftmaxAttention
 from vitattn.bench.memory import measure_memory
 from vitattn.errors import ConfigError
@@ -305,7 +299,7 @@ def test_chunked_performer_matches_the_autograd_reference_in_value_and_gradient(
     projection = torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
     s = 8**-0.25 * scale
     settings = {"eps": 1e-3, "stabilizer": stabilizer}
-    chunked = chunked_favor_attention(q, k, v, projection, scale=s, budget=budget, **settings)
+    chunked = chunked_attention(q, k, v, projection, Favor(scale=s, **settings), budget=budget)
     reference = favor_reference(q * s, k * s, v, projection, **settings)
     assert_same_value_and_gradients(chunked, reference, (q, k, v), tolerance=1e-11)
 
@@ -349,22 +343,22 @@ def test_authors_stabilizer_is_the_reference_codes_favor(impl: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kernel", "settings"),
+    ("feature_map", "budget"),
     [
-        (chunked_favor_attention, {"eps": 1e-12, "budget": 4 * 6, "stabilizer": "unbiased"}),
-        (chunked_favor_attention, {"eps": 1e-12, "budget": 4 * 6, "stabilizer": "authors"}),
-        (chunked_random_feature_attention, {"sigma": 1.0, "eps": 0.3, "budget": 4 * 12}),
+        (Favor(scale=0.7, eps=1e-12, stabilizer="unbiased"), 4 * 6),
+        (Favor(scale=0.7, eps=1e-12, stabilizer="authors"), 4 * 6),
+        (RandomFourier(scale=0.7, sigma=1.0, eps=0.3), 4 * 12),
     ],
     ids=["performer-unbiased", "performer-authors", "rfa"],
 )
-def test_chunked_feature_kernels_give_the_true_gradient(kernel, settings: dict) -> None:
+def test_chunked_feature_kernels_give_the_true_gradient(feature_map, budget: int) -> None:
     # Performer: with a negligible eps the max shifts cancel exactly, so treating them as
     # constants gives the true gradient, which finite differences check.
     generator = torch.Generator().manual_seed(1)
     q, k, v = float64_inputs((1, 2, 9, 4), generator)
     weights = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)
     assert torch.autograd.gradcheck(
-        lambda q, k, v: kernel(q, k, v, weights, scale=0.7, **settings), (q, k, v)
+        lambda q, k, v: chunked_attention(q, k, v, weights, feature_map, budget=budget), (q, k, v)
     )
 
 
@@ -412,9 +406,9 @@ def test_chunked_rfa_matches_the_autograd_reference_in_value_and_gradient(
     generator = torch.Generator().manual_seed(0)
     q, k, v = float64_inputs((2, 3, 37, 8), generator, scale)
     frequencies = 0.9 * torch.randn(3, 12, 8, generator=generator, dtype=torch.float64)
-    settings = {"scale": 8**-0.25, "sigma": 0.9, "eps": eps}
-    chunked = chunked_random_feature_attention(q, k, v, frequencies, **settings, budget=budget)
-    reference = random_feature_attention(q, k, v, frequencies, **settings)
+    feature_map = RandomFourier(scale=8**-0.25, sigma=0.9, eps=eps)
+    chunked = chunked_attention(q, k, v, frequencies, feature_map, budget=budget)
+    reference = feature_map.attention(q, k, v, frequencies)
     assert_same_value_and_gradients(chunked, reference, (q, k, v), tolerance=1e-9)
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import tiny_vit
+from tests.support.presets import tiny_vit
 from vitattn.attention import ATTENTIONS
 from vitattn.attention.common.probe import (
     attention_layers,

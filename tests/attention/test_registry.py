@@ -6,7 +6,7 @@ import hydra
 import pytest
 import torch
 
-from tests.helpers import compose_config
+from tests.support.presets import compose_config
 from vitattn.attention import ATTENTIONS, MultiHeadAttention
 from vitattn.errors import ConfigError
 

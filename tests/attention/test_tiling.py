@@ -39,9 +39,9 @@ def test_a_gpu_gets_its_share_of_the_free_memory(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_choice_is_logged_once_per_mechanism_and_device(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(tiling, "_logged", set())
+    tiling.logged_budgets.cache_clear()  # as in a fresh process
     with caplog.at_level(logging.INFO, logger="vitattn.attention"):
         for _ in range(3):
             tiling.tile_budget(torch.device("cpu"), 0.02, "performer")

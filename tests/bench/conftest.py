@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import train_tiny
+from tests.support.runners import train_tiny
 
 
 @pytest.fixture(scope="session")

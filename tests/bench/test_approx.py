@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import compose_config
+from tests.support.presets import compose_config
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.approx import approximation_errors, random_qkv

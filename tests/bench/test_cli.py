@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.support.runners import run_cli
 
 # A grid small enough for a test: two attentions, two sizes, one quick repeat.
 SMALL = ["attentions=[softmax,linear]", "seq_lens=[32,64]", "head_dims=[16]", "batch_size=2"]

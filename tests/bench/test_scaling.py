@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import compose_config
+from tests.support.presets import compose_config
 from vitattn.bench import scaling
 from vitattn.bench.app import benchmark
 from vitattn.bench.environment import half_the_memory

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_one_line_refusal, compose_config
+from tests.support.presets import compose_config
+from tests.support.runners import assert_one_line_refusal
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.settings import (

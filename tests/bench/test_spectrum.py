@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import run_cli
+from tests.support.runners import run_cli
 from vitattn.bench.spectrum import cumulative_energy, head_spectra, rank_at_energy, singular_values
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import run_cli
+from tests.support.runners import run_cli
 from vitattn.bench.settings import IMPLEMENTATIONS, TrainSettings
 from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, time_loop
 from vitattn.models.module import ViTClassifier

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 import vitattn.check.numerics as numerics_module
-from tests.helpers import assert_one_line_refusal, compose_config
-from tests.in_process import refused_in_process, run_in_process
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.presets import compose_config
+from tests.support.runners import assert_one_line_refusal
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.settings import DType
 from vitattn.check.numerics import check_attention, relative_error, tolerance

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
-from tests.in_process import refused_in_process
+from tests.support.in_process import refused_in_process
+from tests.support.runners import run_cli
 from vitattn.cli.console import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
@@ -195,7 +195,7 @@ def test_trainer_gpu_picks_bf16_where_the_gpu_has_it(
 ) -> None:
     import torch
 
-    from tests.helpers import compose_config
+    from tests.support.presets import compose_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: capability)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
-from tests.helpers import TINY, compose_config
+from tests.support.presets import TINY, compose_config
 from vitattn.cli.console import check_composition
 from vitattn.cli.validation import check_types, finished_run
 from vitattn.errors import ConfigError

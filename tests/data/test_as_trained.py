@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import QUIET_CPU, compose_config, steps, train_with
+from tests.support.presets import QUIET_CPU, compose_config, steps
+from tests.support.runners import trained_run
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
 from vitattn.errors import ConfigError
@@ -30,9 +31,7 @@ LRA_TINY = [
 
 @pytest.fixture(scope="module")
 def lra_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    run_dir = tmp_path_factory.mktemp("lra")
-    train_with(run_dir, data_dir, *LRA_TINY)
-    return run_dir
+    return trained_run(tmp_path_factory, "lra", data_dir, *LRA_TINY)
 
 
 @pytest.mark.slow

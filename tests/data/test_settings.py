@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import compose_config
+from tests.support.presets import compose_config
 from vitattn.cli.console import check_composition
 from vitattn.data.as_trained import saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule

@@ -9,7 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import TINY, compose_config, last_line, run_cli
+from tests.support.presets import TINY, compose_config
+from tests.support.runners import last_line, run_cli
 from vitattn.errors import ConfigError
 from vitattn.lora.adapters import DEFAULT_TARGETS, is_lora_parameter, resolve_targets
 from vitattn.lora.module import LoRAClassifier, save_plain_checkpoint

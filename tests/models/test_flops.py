@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.helpers import tiny_vit
+from tests.support.presets import tiny_vit
 from vitattn.models.flops import gflop_per_image
 
 

@@ -8,18 +8,12 @@ import math
 import pytest
 import torch
 
+from tests.support.presets import tiny_net
 from vitattn.errors import ConfigError
 from vitattn.models.module import ViTClassifier
 from vitattn.models.schedulers import cosine_with_warmup
 
-NET = {
-    "_target_": "vitattn.models.vit.VisionTransformer",
-    "attention": {"_target_": "vitattn.attention.softmax.SoftmaxAttention", "_partial_": True},
-    "embed_dim": 16,
-    "depth": 1,
-    "heads": 2,
-    "patch_size": 8,
-}
+NET = tiny_net(embed_dim=16)
 ADAMW = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.05}
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import tree_digest
+from tests.support.presets import tiny_net
+from tests.support.trees import tree_digest
 from vitattn.cli.console import check_composition
 from vitattn.errors import ConfigError, DataError
 from vitattn.runs.checkpoints import UnsafeCheckpointError, read_checkpoint
@@ -98,15 +99,9 @@ def test_a_checkpoint_of_an_earlier_version_with_omegaconf_settings_still_loads(
     from vitattn.loading import load_classifier
     from vitattn.models.module import ViTClassifier
 
-    net = {
-        "_target_": "vitattn.models.vit.VisionTransformer",
-        "attention": {"_target_": "vitattn.attention.softmax.SoftmaxAttention", "_partial_": True},
-        "embed_dim": 32,
-        "depth": 1,
-        "heads": 2,
-        "patch_size": 8,
-    }
-    module = ViTClassifier(net=net, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True})
+    module = ViTClassifier(
+        net=tiny_net(), optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}
+    )
     old = {
         "state_dict": module.state_dict(),
         "pytorch-lightning_version": "2.2.0",

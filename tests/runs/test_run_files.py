@@ -8,13 +8,15 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from tests.helpers import KEPT, tree_digest
+from tests.support.trees import KEPT, tree_digest
 from vitattn.errors import ConfigError, TrainingError
 from vitattn.runs.checkpoint_io import AtomicCheckpointIO
 from vitattn.runs.continuation import ATTEMPTS, set_aside
@@ -59,6 +61,16 @@ def assert_one_line(error: BaseException, *named: Path) -> str:
     for path in named:
         assert str(path) in text
     return text
+
+
+def read_malformed(read: Callable[..., Any], path: Path, content: str) -> UnreadableFileError:
+    """What ``read`` raises reading ``path`` that holds ``content`` for a mapping, once it is
+    one line naming the file."""
+    path.write_text(content)
+    with pytest.raises(UnreadableFileError) as raised:
+        read(path, dict)
+    assert_one_line(raised.value, path)
+    return raised.value
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -271,12 +283,9 @@ def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> 
 )
 def test_malformed_json_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:
     path = run / "metrics.json"
-    path.write_text(content)
-    with pytest.raises(UnreadableFileError) as raised:
-        read_json(path, dict)
-    said = assert_one_line(raised.value, path)
-    assert said.startswith(f"{path}: {problem}")
-    assert isinstance(raised.value, ConfigError)
+    error = read_malformed(read_json, path, content)
+    assert str(error).startswith(f"{path}: {problem}")
+    assert isinstance(error, ConfigError)
 
 
 def test_a_file_that_is_not_a_regular_text_file_is_one_line(run: Path) -> None:
@@ -313,11 +322,7 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:
     path = run / "config.yaml"
-    path.write_text(content)
-    with pytest.raises(UnreadableFileError) as raised:
-        read_yaml(path, dict)
-    said = assert_one_line(raised.value, path)
-    assert said.startswith(f"{path}: {problem}")
+    assert str(read_malformed(read_yaml, path, content)).startswith(f"{path}: {problem}")
 
 
 @pytest.mark.parametrize("value", ["1e999", "NaN", "-Infinity", "-3", "2.5", '"8"', "true"])

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from tests.support.presets import tiny_net
 from vitattn.attention import ATTENTIONS
 from vitattn.runs.checkpoint_io import AtomicCheckpointIO
 from vitattn.runs.checkpoints import check_contents
@@ -91,20 +92,9 @@ def test_the_allowlist_is_what_the_configs_build() -> None:
     assert not allowed & set(HOSTILE_TARGETS)
 
 
-def net(**extra: Any) -> dict[str, Any]:
-    """A network config as ``vitattn-train`` stores it in a checkpoint."""
-    return {
-        "_target_": "vitattn.models.vit.VisionTransformer",
-        "attention": {"_target_": "vitattn.attention.softmax.SoftmaxAttention", "_partial_": True},
-        "embed_dim": 32,
-        "depth": 1,
-        **extra,
-    }
-
-
 def test_a_checkpoint_as_vitattn_train_writes_it_passes() -> None:
     settings_ = {
-        "net": net(),
+        "net": tiny_net(),
         "optimizer": {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
         "scheduler": {
             "_target_": "vitattn.models.schedulers.cosine_with_warmup",
@@ -123,9 +113,9 @@ def test_a_checkpoint_as_vitattn_train_writes_it_passes() -> None:
 
 PLACES = {
     "the network": lambda node: {"hyper_parameters": {"net": node}},
-    "the attention": lambda node: {"hyper_parameters": {"net": net(attention=node)}},
-    "a nested argument": lambda node: {"hyper_parameters": {"net": net(norm={"layer": node})}},
-    "a positional argument": lambda node: {"hyper_parameters": {"net": net(_args_=[1, node])}},
+    "the attention": lambda node: {"hyper_parameters": {"net": tiny_net(attention=node)}},
+    "a nested argument": lambda node: {"hyper_parameters": {"net": tiny_net(norm={"layer": node})}},
+    "a positional argument": lambda node: {"hyper_parameters": {"net": tiny_net(_args_=[1, node])}},
     "a list": lambda node: {"hyper_parameters": {"optimizer": {"betas": [0.9, node]}}},
     "the legacy hparams key": lambda node: {"hparams": {"net": node}},
     "the oldest legacy key": lambda node: {"module_arguments": {"net": node}},

@@ -3,7 +3,9 @@
 Every module of this package is a mechanism and is imported here, so a kernel decorated with
 :func:`register_attention` is registered as soon as its file exists. What mechanisms share (the
 kernel interface, the multi-head wrapper, checks of settings, tiling and block gathering) lives
-in the sub-package :mod:`vitattn.attention.common`, which registers nothing.
+in the sub-package :mod:`vitattn.attention.common`; the feature maps of ``performer`` and
+``random_feature`` and the chunked kernel they share live in
+:mod:`vitattn.attention.feature_maps`. Neither sub-package registers anything.
 """
 
 import importlib

@@ -17,10 +17,12 @@ either: a shape already measured gets its choice, a new one the default.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,65 +34,81 @@ REPEATS = 3
 
 Implementation = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-_chosen: dict[tuple, str] = {}
-_untimed = 0
+
+@dataclass
+class Choices:
+    """What ``auto`` chose in this process (``chosen``: by mechanism, device, dtype, shapes,
+    settings and gradient mode), and how many :func:`untimed` blocks are open."""
+
+    chosen: dict[tuple, str] = field(default_factory=dict)
+    untimed: int = 0
 
 
-def run(
-    impl: str,
-    owner: str,
-    implementations: Mapping[str, Implementation],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    default: str,
-    settings: tuple[object, ...] = (),
-) -> torch.Tensor:
-    """``implementations[impl](q, k, v)``, with ``impl="auto"`` resolved by :func:`choose`."""
-    if impl == "auto":
-        impl = choose(owner, implementations, q, k, v, default=default, settings=settings)
-    return implementations[impl](q, k, v)
+@functools.cache
+def choices() -> Choices:
+    """This process's :class:`Choices`; ``choices.cache_clear()`` forgets them (tests; a process
+    that changes GPUs)."""
+    return Choices()
 
 
-def choose(
-    owner: str,
-    implementations: Mapping[str, Implementation],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    default: str,
-    settings: tuple[object, ...] = (),
-) -> str:
-    """The name of the implementation ``auto`` runs for these inputs: ``default`` off the
-    :data:`TIMED_DEVICES` or while compiling, else the fastest of ``implementations`` (each a
-    function of q, k, v) for this mechanism, device, input shape, ``settings`` (the mechanism's
-    own that change its cost, such as its feature count) and whether gradients are on, timed
-    once."""
-    if q.device.type not in TIMED_DEVICES or torch.compiler.is_compiling():
-        return default
-    training = torch.is_grad_enabled()
-    key = (owner, str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), settings, training)
-    if _untimed:
-        return _chosen.get(key, default)
-    if key not in _chosen:
-        times = {
-            name: fastest_call(run, q, k, v, training) for name, run in implementations.items()
-        }
-        _chosen[key] = min(times, key=times.__getitem__)
+@dataclass(frozen=True)
+class Implementations:
+    """One mechanism's implementations of the same function of q, k, v.
+
+    Args:
+        owner: the mechanism's name.
+        functions: each implementation by name.
+        default: what ``auto`` takes without timing.
+        settings: the mechanism's own settings that change what a call costs (its feature
+            count, say), part of what a choice is kept for.
+    """
+
+    owner: str
+    functions: Mapping[str, Implementation]
+    default: str
+    settings: tuple[object, ...] = ()
+
+    def run(self, impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``functions[impl](q, k, v)``, with ``impl="auto"`` resolved by :meth:`choose`."""
+        if impl == "auto":
+            impl = self.choose(q, k, v)
+        return self.functions[impl](q, k, v)
+
+    def choose(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+        """The name of the implementation ``auto`` runs for these inputs: :attr:`default` off the
+        :data:`TIMED_DEVICES` or while compiling, else the fastest of :attr:`functions` for this
+        mechanism, device, input shape, :attr:`settings` and whether gradients are on, timed
+        once."""
+        if q.device.type not in TIMED_DEVICES or torch.compiler.is_compiling():
+            return self.default
+        training = torch.is_grad_enabled()
+        shapes = (q.dtype, tuple(q.shape), tuple(k.shape))
+        key = (self.owner, str(q.device), *shapes, self.settings, training)
+        made = choices()
+        if made.untimed:
+            return made.chosen.get(key, self.default)
+        if key not in made.chosen:
+            times = {
+                name: fastest_call(function, q, k, v, training)
+                for name, function in self.functions.items()
+            }
+            made.chosen[key] = min(times, key=times.__getitem__)
+            self.log(q, made.chosen[key], times, training)
+        return made.chosen[key]
+
+    def log(self, q: torch.Tensor, chosen: str, times: dict[str, float], training: bool) -> None:
+        """Say which implementation ``auto`` takes for inputs like ``q``, and the times."""
         what = "forward+backward" if training else "forward"
         measured = ", ".join(f"{name} {seconds * 1e3:.3g} ms" for name, seconds in times.items())
         logging.getLogger("vitattn.attention").info(
             "%s on %s, q %s: impl=auto takes %s (%s: %s)",
-            owner,
+            self.owner,
             q.device,
             tuple(q.shape),
-            _chosen[key],
+            chosen,
             what,
             measured,
         )
-    return _chosen[key]
 
 
 def fastest_call(
@@ -137,14 +155,9 @@ def synchronize(device: torch.device) -> None:
 def untimed() -> Iterator[None]:
     """Within this block ``auto`` times nothing: a shape already measured keeps its choice, a new
     one takes the default (for counting the FLOPs or memory of one call, not of the timing's)."""
-    global _untimed
-    _untimed += 1
+    made = choices()
+    made.untimed += 1
     try:
         yield
     finally:
-        _untimed -= 1
-
-
-def forget() -> None:
-    """Drop every choice made so far (tests; a process that changes GPUs)."""
-    _chosen.clear()
+        made.untimed -= 1

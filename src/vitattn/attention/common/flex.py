@@ -32,6 +32,7 @@ Where it cannot run. ``impl=flex`` then refuses in one line and ``auto`` takes `
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -84,11 +85,29 @@ implementation, as a process that tries several patterns (tests, the bench) woul
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Implementation = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-_compiled: Callable[..., torch.Tensor] | None = None
-_broken: dict[str, str] = {}
-"""Device type -> why FlexAttention failed to compile there (then unusable in this process)."""
-
 log = logging.getLogger("vitattn.attention")
+
+
+@functools.cache
+def compiled_flex_attention() -> Callable[..., torch.Tensor]:
+    """``flex_attention`` compiled, once per process."""
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.cache
+def failures() -> dict[str, str]:
+    """Device type -> why FlexAttention failed to compile there, in this process (flex is then
+    unusable there); ``failures.cache_clear()`` lets it be tried again (tests)."""
+    return {}
+
+
+@torch.compiler.assume_constant_result
+def failure(device_type: str) -> str | None:
+    """Why FlexAttention failed to compile on ``device_type`` in this process, if it did.
+
+    Under ``torch.compile`` this is called while tracing and its answer becomes a constant of
+    the graph: dynamo would otherwise trace into :func:`failures` and see a fresh, empty dict."""
+    return failures().get(device_type)
 
 
 class FlexUnavailableError(ConfigError):
@@ -100,8 +119,8 @@ def unusable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     if flex_attention is None or _torch_version() < MIN_TORCH:
         return f"torch {torch.__version__} has no usable FlexAttention (torch >= 2.6)"
     device = q.device.type
-    if device in _broken:
-        return _broken[device]
+    if (failed := failure(device)) is not None:
+        return failed
     dtype = compute_dtype(q, k, v)
     if dtype not in DTYPES:
         return f"FlexAttention computes in float32, bfloat16 or float16, not {dtype}"
@@ -234,19 +253,16 @@ def _call(
     compilation compiles it); a compilation that fails makes flex unusable on this device."""
     if torch.compiler.is_compiling():
         return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
-    global _compiled
-    if _compiled is None:
-        _compiled = torch.compile(flex_attention, dynamic=False)
     config = torch._dynamo.config
     limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     try:
         with config.patch(**{limit: RECOMPILE_LIMIT}):
-            return _compiled(q, k, v, block_mask=block_mask, scale=scale)
+            return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
     except _compile_errors() as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         reason = f"FlexAttention failed to compile on {q.device.type} ({type(error).__name__}"
         reason += f": {first[:200]})" if first else ")"
-        _broken[q.device.type] = reason
+        failures()[q.device.type] = reason
         log.warning("%s; impl=auto takes gather on %s from now on", reason, q.device.type)
         raise FlexUnavailableError(
             f"attention.impl=flex cannot run: {reason}; choose attention.impl=gather "
@@ -276,8 +292,8 @@ def run(
     """``implementations[impl](q, k, v)`` (``gather`` and ``flex``) for the kernel ``owner``.
 
     ``flex`` where FlexAttention cannot run (:func:`unusable`) refuses in one line; ``auto``
-    then takes ``gather``, and elsewhere lets :func:`autotune.choose` pick (timed per shape on
-    a GPU, :data:`AUTO_DEFAULT` untimed)."""
+    then takes ``gather``, and elsewhere lets :meth:`autotune.Implementations.choose` pick (timed
+    per shape on a GPU, :data:`AUTO_DEFAULT` untimed)."""
     if impl == "gather":
         return implementations["gather"](q, k, v)
     reason = unusable(q, k, v)
@@ -291,13 +307,7 @@ def run(
     if reason is not None:
         return implementations["gather"](q, k, v)
     try:
-        return autotune.run(
-            "auto", owner, implementations, q, k, v, default=AUTO_DEFAULT, settings=settings
-        )
+        candidates = autotune.Implementations(owner, implementations, AUTO_DEFAULT, settings)
+        return candidates.run("auto", q, k, v)
     except FlexUnavailableError:  # its compilation failed just now (logged): gather from now on
         return implementations["gather"](q, k, v)
-
-
-def forget_failures() -> None:
-    """Let FlexAttention be tried again where it failed to compile (tests)."""
-    _broken.clear()

@@ -29,8 +29,6 @@ what costs there is a launch per small tile, so the tile is as large as this bud
 report-scale layer, batch 256 x 8 heads x 1024 tokens x 256 features, is a couple of tiles on a
 80 GB GPU instead of hundreds)."""
 
-_logged: set[tuple[str, str]] = set()
-
 
 @functools.cache
 def _free_bytes(index: int) -> int:
@@ -57,11 +55,21 @@ def tile_budget(device: torch.device, tile_memory: float, owner: str) -> int:
     return budget
 
 
+@functools.cache
+def logged_budgets() -> set[tuple[str, str]]:
+    """The (mechanism, device) pairs whose tiles this process has logged (:func:`log_budget`)."""
+    return set()
+
+
+@torch.compiler.assume_constant_result
 def log_budget(owner: str, device: torch.device, tile_memory: float, budget_bytes: int) -> None:
-    """Say once per mechanism and device how large its tiles are, and why."""
-    if (owner, str(device)) in _logged:
+    """Say once per mechanism and device how large its tiles are, and why.
+
+    Under ``torch.compile`` this runs while the graph is traced, not in it: dynamo would trace
+    into :func:`logged_budgets` (a fresh set each time) and break the graph to log."""
+    if (owner, str(device)) in logged_budgets():
         return
-    _logged.add((owner, str(device)))
+    logged_budgets().add((owner, str(device)))
     why = (
         f"attention.tile_memory={tile_memory:g} of the GPU's free memory"
         if device.type == "cuda" and tile_memory > 0

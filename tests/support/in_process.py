@@ -1,5 +1,6 @@
-"""Console scripts run in the test's own process: what :func:`tests.helpers.run_cli` and
-:func:`tests.helpers.refused` do, without starting Python with torch, Lightning and Hydra again.
+"""Console scripts run in the test's own process: what :func:`tests.support.runners.run_cli` and
+:func:`tests.support.runners.refused` do, without starting Python with torch, Lightning and Hydra
+again.
 
 For commands whose files or refusal a test reads, where the process itself is not what it tests:
 signals, the death of a process, what the interpreter prints, the environment a process starts
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import checked, refusal_message
+from tests.support.runners import checked, refusal_message
 
 
 def print_warning(
@@ -173,7 +174,7 @@ def exit_status(main: Callable[[], Any]) -> int:
 def run_in_process(
     program: str, *args: str, data_dir: Path, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """:func:`tests.helpers.run_cli` in this process: the console script's ``main`` with
+    """:func:`tests.support.runners.run_cli` in this process: the console script's ``main`` with
     ``sys.argv`` set; its exit status, stdout and stderr as a ``CompletedProcess``."""
     (entry_point,) = entry_points(group="console_scripts", name=program)
     with as_a_process(program, args, data_dir, {"HYDRA_FULL_ERROR": "0"}) as (stdout, stderr, _):
@@ -184,17 +185,20 @@ def run_in_process(
     return checked(result) if check else result
 
 
-def refused_in_process(
-    program: str,
-    *args: str,
-    data_dir: Path,
-    creates: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> str:
-    """:func:`tests.helpers.refused` for a refusal that comes before the app starts (the
+def refused_in_process(program: str, *args: str, creates: Path | None = None, **run: Any) -> str:
+    """:func:`tests.support.runners.refused` for a refusal that comes before the app starts (the
     command line, the composed config, a resume's or a checkpoint's checks): exit status 1, no
     traceback, one last line ``<program>: error: <message>``, nothing at ``creates``. Fails if
-    the app starts, that is, if nothing refused the command line. Returns the message."""
+    the app starts, that is, if nothing refused the command line. ``run``: ``data_dir`` and
+    ``env`` of :func:`run_before_the_app`. Returns the message."""
+    return refusal_message(program, run_before_the_app(program, *args, **run), creates)
+
+
+def run_before_the_app(
+    program: str, *args: str, data_dir: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``program args`` in this process up to the start of its app, which fails the test: what
+    it printed and its exit status once something refused it."""
     (entry_point,) = entry_points(group="console_scripts", name=program)
     app = importlib.import_module(entry_point.module)
     console_main = app.console_main
@@ -208,7 +212,6 @@ def refused_in_process(
     with as_a_process(program, args, data_dir, env) as (stdout, stderr, patch):
         patch.setattr(app, "console_main", console_main_without_the_app)
         status = exit_status(entry_point.load())
-    result = subprocess.CompletedProcess(
+    return subprocess.CompletedProcess(
         [program, *args], status, stdout.getvalue(), stderr.getvalue()
     )
-    return refusal_message(program, result, creates)

@@ -1,0 +1,44 @@
+"""The figures of a summary: ``val_acc_vs_step.png`` and ``train_loss_vs_step.png``
+(:mod:`vitattn.analysis.curves`), ``frontier.png`` (:mod:`vitattn.analysis.frontier`) and
+``attention_maps.png`` (:mod:`vitattn.analysis.maps`), each titled by what the runs share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from vitattn.analysis.curves import plot_metric
+from vitattn.analysis.frontier import plot_frontier
+from vitattn.analysis.grouping import Setting
+from vitattn.analysis.maps import plot_attention_maps
+from vitattn.analysis.records import Run, describe, map_labels
+
+CURVES = (
+    ("val/acc", "validation accuracy", "val_acc_vs_step.png", True),
+    ("train/loss", "training loss", "train_loss_vs_step.png", False),
+)
+"""The curves drawn: the tag, its axis label, the file, and whether points get markers."""
+
+
+def plot_figures(
+    runs: Sequence[Run], settings: Sequence[Setting], root: Path, out: Path
+) -> list[Path]:
+    """The summary's figures in ``out``: the curves, the frontier, the attention maps (runs
+    named relative to ``root`` where their labels are shared); those written (a figure with no
+    data is not)."""
+    written = []
+    shared = describe(runs)
+    for tag, ylabel, name, markers in CURVES:
+        title = ylabel[0].upper() + ylabel[1:] + (f" \N{EM DASH} {shared}" if shared else "")
+        if plot_metric(runs, tag, ylabel, out / name, title, markers):
+            written.append(out / name)
+    title = "Accuracy against cost" + (f" \N{EM DASH} {shared}" if shared else "")
+    if plot_frontier(settings, out / "frontier.png", title):
+        written.append(out / "frontier.png")
+    # the maps name their own step: that of the checkpoint they were drawn with
+    shared = describe(runs, steps=False)
+    maps_title = "Attention rollout" + (f" \N{EM DASH} {shared}" if shared else "")
+    entries = list(zip(map_labels(runs, root), (run.path for run in runs), strict=True))
+    if plot_attention_maps(entries, out / "attention_maps.png", maps_title):
+        written.append(out / "attention_maps.png")
+    return written

@@ -1,0 +1,70 @@
+"""What the kernels of feature-map mechanisms share: their implementations and ``impl=auto``."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from vitattn.attention.common import autotune
+from vitattn.attention.common.base import AttentionKernel
+from vitattn.attention.common.tiling import tile_budget
+from vitattn.attention.feature_maps.base import FeatureMap
+from vitattn.attention.feature_maps.chunked import chunked_attention
+
+IMPLEMENTATIONS = ("auto", "chunked", "autograd")
+"""The ``impl`` knob of a feature-map mechanism."""
+
+
+class FeatureMapAttention(AttentionKernel):
+    """A kernel that attends with a :class:`~vitattn.attention.feature_maps.base.FeatureMap` and
+    its per-head weights, by ``impl``: ``chunked`` (tiles, a hand-written backward, O(n d) memory:
+    :mod:`~vitattn.attention.feature_maps.chunked`), ``autograd`` (the plain reference; both
+    compute the same function) or ``auto``: chunked on a CPU, the faster of the two per shape on a
+    GPU (:mod:`~vitattn.attention.common.autotune`).
+
+    A subclass checks the knobs ``impl`` and ``tile_memory``, keeps the map's weights in a buffer
+    named :attr:`WEIGHTS` and supplies :meth:`feature_map`.
+    """
+
+    WEIGHTS: str = ""
+    """The buffer of the feature map's weights, ``(heads, rows, head_dim)``."""
+
+    KNOBS: tuple[str, ...] = ()
+    """The knobs ``repr`` shows, in order."""
+
+    COST_KNOBS: tuple[str, ...] = ()
+    """The knobs that change what a call costs (part of what ``impl=auto`` keeps a choice for)."""
+
+    impl: str
+    tile_memory: float
+
+    def feature_map(self) -> FeatureMap:
+        """The feature map of this kernel's settings."""
+        raise NotImplementedError
+
+    def feature_weights(self) -> Tensor:
+        """The feature map's weights in fp32."""
+        return getattr(self, self.WEIGHTS).float()
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Attention of fp32 q, k, v by ``impl``."""
+        implementations = autotune.Implementations(
+            self.name,
+            {"chunked": self.chunked, "autograd": self.autograd},
+            default="chunked",
+            settings=tuple(getattr(self, knob) for knob in self.COST_KNOBS),
+        )
+        return implementations.run(self.impl, q, k, v)
+
+    def chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """``impl=chunked`` on fp32 q, k, v."""
+        budget = tile_budget(q.device, self.tile_memory, self.name)
+        weights = self.feature_weights()
+        return chunked_attention(q, k, v, weights, self.feature_map(), budget=budget)
+
+    def autograd(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """``impl=autograd`` on fp32 q, k, v."""
+        return self.feature_map().attention(q, k, v, self.feature_weights())
+
+    def extra_repr(self) -> str:
+        knobs = ", ".join(f"{knob}={getattr(self, knob)}" for knob in self.KNOBS)
+        return f"{super().extra_repr()}, {knobs}"

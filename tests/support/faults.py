@@ -1,0 +1,140 @@
+"""Callbacks and a checkpoint plugin that make a real run fail, stop or stall at a given step:
+a signal, a crash, a diverged loss, a disk that fills up mid-write, a pause. A run imports one by
+name (:func:`tests.support.presets.plug`: ``+callbacks.crash._target_=tests.support.faults.
+CrashAtStep``), also a console script run as a process (:func:`tests.support.runners.run_cli`
+puts the repository on ``PYTHONPATH``)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from vitattn.runs.checkpoint_io import AtomicCheckpointIO
+
+
+class SigtermAtStep(L.Callback):
+    """Send this process SIGTERM when the global step reaches ``step`` (a pre-empted job)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SigintAtStep(L.Callback):
+    """Press Ctrl-C (send SIGINT) ``times`` times when the global step reaches ``step``."""
+
+    def __init__(self, step: int, times: int = 1) -> None:
+        self.step = step
+        self.times = times
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+
+class FailingCheckpointIO(AtomicCheckpointIO):
+    """Fail the ``failing_save``-th write of ``last.ckpt`` half-way through: with a full disk
+    (``ENOSPC``), or by SIGKILL of the whole process (``how="kill"``)."""
+
+    def __init__(self, failing_save: int = 2, how: str = "enospc") -> None:
+        super().__init__()
+        self.failing_save = failing_save
+        self.how = how
+        self.saves_of_last = 0
+        self._fail_this_write = False
+
+    def save_checkpoint(self, checkpoint: dict, path: Any, storage_options: Any = None) -> None:
+        if Path(path).name == "last.ckpt":
+            self.saves_of_last += 1
+            self._fail_this_write = self.saves_of_last == self.failing_save
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+    def write(self, checkpoint: dict, handle: Any) -> None:
+        if not self._fail_this_write:
+            super().write(checkpoint, handle)
+            return
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        handle.write(buffer.getvalue()[: buffer.tell() // 2])
+        handle.flush()
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+PAUSE_SECONDS = "TESTS_PAUSE_SECONDS"
+"""The environment variable that sets :class:`PauseAfterStep`'s pause where its settings do not:
+the process a test kills pauses, a continuation with the same settings does not wait."""
+
+
+class PauseAfterStep(L.Callback):
+    """Sleep ``seconds`` (by default ``$TESTS_PAUSE_SECONDS``, else not at all) after every
+    training step from ``step`` on: a run that stays busy long enough for another process to
+    meet it."""
+
+    def __init__(self, step: int, seconds: float | None = None) -> None:
+        self.step = step
+        self.seconds = float(os.environ.get(PAUSE_SECONDS, "0")) if seconds is None else seconds
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step >= self.step:
+            import time
+
+            time.sleep(self.seconds)
+
+
+class CrashAtStep(L.Callback):
+    """Raise an unexpected ``RuntimeError`` at global step ``step`` (a bug in the middle of a
+    run)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"boom at step {self.step}")
+
+
+class NanLossAtStep(L.Callback):
+    """Make the parameters NaN after ``step`` steps, so the next loss is NaN (a diverged run)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                for parameter in pl_module.parameters():
+                    parameter.fill_(float("nan"))
+
+
+class InfiniteLossAtStep(L.Callback):
+    """From global step ``step`` on, the training step returns a loss of +inf (its logits are
+    finite, the loss overflows): the other way a run diverges."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        if trainer.global_step != self.step:
+            return
+        training_step = pl_module.training_step
+
+        def infinite(*step_args: Any, **step_kwargs: Any) -> Any:
+            loss = training_step(*step_args, **step_kwargs)
+            return loss * float("inf")
+
+        pl_module.training_step = infinite  # type: ignore[method-assign]

@@ -1,0 +1,69 @@
+"""Callbacks that record what a real run did, for a test to read once it ends: its final
+weights, the dtypes of a training step, the test images each process evaluated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class SaveFinalWeights(L.Callback):
+    """Save the module's weights as they are when training ends, to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.save({"global_step": trainer.global_step, **pl_module.state_dict()}, self.path)
+
+
+class ComputeDtypeProbe(L.Callback):
+    """Write to ``path`` (JSON) the dtypes of one training step: the parameters', and of the
+    first attention kernel's q and output, as the kernel receives and returns them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: dict[str, str] = {}
+        self._handle: Any = None
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        from vitattn.attention.common.base import AttentionKernel
+
+        if self._handle is not None or self.seen:
+            return
+        kernel = next(m for m in pl_module.modules() if isinstance(m, AttentionKernel))
+
+        def record(module: Any, inputs: tuple, output: torch.Tensor) -> None:
+            self.seen = {
+                "parameters": str(next(pl_module.parameters()).dtype),
+                "q": str(inputs[0].dtype),
+                "attention_output": str(output.dtype),
+            }
+            self._handle.remove()
+
+        self._handle = kernel.register_forward_hook(record)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(self.path).write_text(json.dumps(self.seen))
+
+
+class CountTestImages(L.Callback):
+    """Write to ``<path>.rank<k>`` how many test images this process evaluated."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.images = 0
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
+    ) -> None:
+        self.images += len(batch[1])
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(f"{self.path}.rank{trainer.global_rank}").write_text(str(self.images))
