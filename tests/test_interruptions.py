@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,22 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     resume = ["resume=true", f"hydra.run.dir={run_dir}", WITHOUT_FAULT]
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
     assert_same_as_straight(run_dir, straight)
+    assert_costs_of_every_attempt(metrics_of(run_dir), metrics_of(straight), metrics)
+
+
+def assert_costs_of_every_attempt(
+    resumed: dict[str, Any], straight: dict[str, Any], first_attempt: dict[str, Any]
+) -> None:
+    """A resumed run's costs are those of all its attempts: its seconds near an uninterrupted
+    run's (within 25%), its steady steps more than its first attempt's, and two attempts."""
+    assert straight["attempts"] == 1 and first_attempt["attempts"] == 1
+    assert resumed["attempts"] == 2
+    assert abs(resumed["seconds"] - straight["seconds"]) <= 0.25 * straight["seconds"], (
+        resumed["seconds"],
+        straight["seconds"],
+    )
+    assert resumed["steady_steps"] > first_attempt["steady_steps"] > 0
+    assert resumed["train/images_per_sec"] > 0
 
 
 def test_ckpt_path_alone_continues_the_run_in_its_own_directory(
@@ -228,6 +245,23 @@ def test_resuming_a_finished_run_changes_nothing(straight: Path, data_dir: Path)
     assert said.startswith(f"resume=true: the run in {straight} is complete")
     assert "is complete, it finished at step 40 (trainer.max_steps=40)" in said
     assert tree_digest(straight) == before
+
+
+def test_a_run_killed_after_its_last_checkpoint_keeps_its_costs_when_continued(
+    straight: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """Killed after its last checkpoint and before ``metrics.json`` (a sweep cut while a job
+    finished): the continued attempt trains no step, and the run still reports the seconds and
+    the steady images/s of the attempt that did, from the checkpoint."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight, run_dir)
+    (run_dir / "metrics.json").unlink()
+    run_in_process("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    resumed, uninterrupted = metrics_of(run_dir), metrics_of(straight)
+    assert resumed["attempts"] == 2 and resumed["steps"] == 40
+    assert resumed["steady_steps"] == uninterrupted["steady_steps"] > 0
+    assert resumed["train/images_per_sec"] == uninterrupted["train/images_per_sec"]
+    assert uninterrupted["seconds"] * 0.75 <= resumed["seconds"] <= uninterrupted["seconds"] * 1.25
 
 
 @pytest.fixture(scope="module")

@@ -61,8 +61,10 @@ def writes_results(trainer: L.Trainer, cfg: Any) -> bool:
 def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
     """What ``metrics.json`` reports of a finished ``fit``: the best ``val/acc``, the last
     training loss, the run's steady images/s (:class:`ImagesPerSecond`'s median, over
-    ``steady_steps`` steps), the machine's 1-minute load average at the fit's start and end with
-    its ``cpu_count`` (a load above it makes speeds incomparable), steps, epochs, seconds, what
+    ``steady_steps`` steps of every attempt), the machine's 1-minute load average at the fit's
+    start and end with its ``cpu_count`` (a load above it makes speeds incomparable), steps,
+    epochs, seconds (with :class:`ImagesPerSecond`, the fit's own, summed over a resumed fit's
+    attempts; ``None`` where an earlier attempt's are not known) and ``attempts``, what
     :class:`AttentionInsight` cost, and on a GPU the peak of allocated memory."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     summary: dict[str, Any] = {
@@ -76,7 +78,12 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
         "steps": trainer.global_step,
         "epochs": trainer.current_epoch,
         "seconds": round(seconds, 2),
+        "attempts": 1 if trainer.ckpt_path is None else None,  # resumed: counted below
     }
+    if throughput is not None:  # a resumed fit: the costs of every attempt
+        total = throughput.total_seconds()
+        summary["seconds"] = round(total, 2) if total is not None else None
+        summary["attempts"] = throughput.attempts
     insight = next((c for c in trainer.callbacks if isinstance(c, AttentionInsight)), None)
     if insight is not None and insight.validations:
         summary.update(insight.cost())

@@ -1,7 +1,9 @@
-"""The training speed of steady steps: ``train/images_per_sec`` and the fit's median images/s."""
+"""The training speed of steady steps (``train/images_per_sec`` and the fit's median images/s),
+and the fit's seconds and attempts, carried across a resume."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -40,6 +42,12 @@ class ImagesPerSecond(L.Callback):
     spikes. No device synchronisation is added: once the launch queue is full the host is paced
     by the device, and the median passes over the short steps that follow a host read of a
     device value.
+
+    A resumed fit carries on from its checkpoint: each checkpoint holds the steady rates so far,
+    the fit's seconds up to it and the attempts, so the median is over the steady steps of every
+    attempt, ``seconds`` adds this attempt's to the earlier ones' and ``attempts`` counts them.
+    Resumed from a checkpoint without them (an earlier version's), the earlier seconds are not
+    known: :meth:`total_seconds` is ``None`` rather than this attempt's alone.
     """
 
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
@@ -52,6 +60,11 @@ class ImagesPerSecond(L.Callback):
         self._last_end: float | None = None
         self._steps_seen = 0
         self._dirty = False
+        self.earlier_rates: list[float] = []
+        self.earlier_seconds: float | None = 0.0
+        self.attempts = 1
+        self._restored = False
+        self._fit_started: float | None = None
 
     @property
     def median(self) -> float | None:
@@ -63,10 +76,37 @@ class ImagesPerSecond(L.Callback):
         """How many steps ``median`` is over."""
         return len(self.rates)
 
+    def total_seconds(self) -> float | None:
+        """The fit's seconds over all its attempts: each attempt's from its ``on_fit_start``
+        (after the model and data are set up, and a checkpoint read) to now; ``None`` where the
+        earlier attempts' are not known."""
+        if self.earlier_seconds is None or self._fit_started is None:
+            return None
+        return self.earlier_seconds + time.perf_counter() - self._fit_started
+
+    def state_dict(self) -> dict[str, Any]:
+        seconds = self.total_seconds()
+        return {"rates": list(self.rates), "seconds": seconds, "attempts": self.attempts}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The costs of the attempts before this one; a value that is not what :meth:`state_dict`
+        writes leaves them unknown."""
+        rates, seconds = state_dict.get("rates"), state_dict.get("seconds")
+        attempts = state_dict.get("attempts")
+        self._restored = True
+        self.attempts = attempts + 1 if _count(attempts) else 2
+        numbers = isinstance(rates, list) and all(_positive(rate) for rate in rates)
+        self.earlier_rates = [float(rate) for rate in rates] if numbers else []
+        self.earlier_seconds = float(seconds) if _positive(seconds) or seconds == 0 else None
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.rates, self._last_end, self._steps_seen, self._dirty = [], None, 0, False
+        if trainer.ckpt_path is not None and not self._restored:
+            self.earlier_seconds, self.attempts = None, 2  # resumed from a checkpoint without them
+        self._last_end, self._steps_seen, self._dirty = None, 0, False
+        self.rates = list(self.earlier_rates)
         self._recent.clear()
         self.load_avg_start = load_average()
+        self._fit_started = time.perf_counter()
 
     def _not_training(self, *_: Any) -> None:
         self._dirty = True
@@ -96,3 +136,12 @@ class ImagesPerSecond(L.Callback):
         if len(self._recent) == self.window:
             median = statistics.median(self._recent)
             pl_module.log("train/images_per_sec", median, on_step=True, on_epoch=False)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _positive(value: Any) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
