@@ -19,7 +19,7 @@ from tests.support.faults import PAUSE_SECONDS, PauseAfterStep
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
 from tests.support.runners import BIN, train_with
-from tests.support.tables import markdown_tables
+from tests.support.tables import markdown_tables, read_csv
 from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.continuation import (
@@ -255,3 +255,36 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     losses = read_scalars(job)["train/loss"]
     assert [step for step, _ in losses] == list(range(1, STEPS + 1))
     assert state(job) == "completed"
+
+
+def test_seeds_added_to_a_finished_sweep_run_only_the_new_jobs(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The same command with more seeds and the same ``hydra.sweep.dir`` runs the new seeds'
+    jobs alone, leaves the finished ones byte for byte, and summarizes all of them; an
+    undecided verdict says that this is how to add seeds."""
+    sweep = tmp_path / "sweep"
+    tiny = [*TINY, *steps(4, 4)]
+
+    def command(seeds: str) -> list[str]:
+        sweep_dir = f"hydra.sweep.dir={sweep}"
+        return ["-m", "attention=softmax,linear", f"seed={seeds}", *tiny, sweep_dir]
+
+    run_in_process("vitattn-train", *command("1,2"), data_dir=data_dir)
+    finished = {job.name: tree_digest(job) for job in sweep.iterdir() if ",seed=" in job.name}
+    jobs = [f"attention={a},seed={s}" for a in ("linear", "softmax") for s in (1, 2)]
+    assert sorted(finished) == jobs
+
+    run_in_process("vitattn-train", *command("1,2,3"), data_dir=data_dir)
+
+    assert {name: tree_digest(sweep / name) for name in finished} == finished
+    for attention in ("linear", "softmax"):
+        assert state(sweep / f"attention={attention},seed=3") == "completed"
+    settings, runs = markdown_tables((sweep / "summary.md").read_text())
+    assert [row[1] for row in settings[1:]] == ["3", "3"]  # each setting: its three seeds
+    assert len(runs) == 1 + 6
+    records = {row["setting"]: row for row in read_csv(sweep / "settings.csv")}
+    assert records["attention=linear"]["test_acc_diff_test"] == "paired t"
+    assert records["attention=linear"]["test_acc_diff_sizes"] == "3"
+    assert (sweep / "attention=linear (3 seeds)").is_dir()  # TensorBoard's seed means, redone
+    assert not (sweep / "attention=linear (2 seeds)").exists()

@@ -21,7 +21,12 @@ from vitattn.analysis.summary import (
     summary_of,
     write_summary,
 )
-from vitattn.analysis.uncertainty import binomial_interval, mean_interval, welch_difference
+from vitattn.analysis.uncertainty import (
+    binomial_interval,
+    mean_interval,
+    paired_difference,
+    welch_difference,
+)
 
 TEST_ACC = {"softmax": (0.50, 0.52, 0.54), "linear": (0.40, 0.41, 0.42), "performer": (0.49, 0.55)}
 SPEED = {"softmax": 900.0, "linear": 2500.0, "performer": 1500.0}
@@ -223,8 +228,11 @@ def test_each_setting_holds_its_runs_and_each_comparison_its_setting(seeded_swee
     assert summary.baseline is summary.settings[2]
     verdicts = ["worse", "no detectable difference", "baseline"]
     assert [comparison.verdict for comparison in summary.comparisons] == verdicts
-    linear = summary.comparisons[0].differences["test_acc"]
-    assert linear == welch_difference(TEST_ACC["linear"], TEST_ACC["softmax"])
+    linear = summary.comparisons[0].differences["test_acc"]  # seeds 1-3 both: paired
+    pairs = list(zip(TEST_ACC["linear"], TEST_ACC["softmax"], strict=True))
+    assert linear == paired_difference(pairs)
+    performer = summary.comparisons[1].differences["test_acc"]  # seeds 1-2 against 1-3
+    assert performer == welch_difference(TEST_ACC["performer"], TEST_ACC["softmax"])
     assert summary.comparisons[2].differences == {}
 
 
@@ -263,3 +271,30 @@ def test_a_sweep_summarized_in_place_gains_its_seed_runs_or_one_warning(
     assert blocked.seed_runs == () and len(blocked.warnings) == 1
     assert blocked.warnings[0].startswith("no TensorBoard runs of seed means: ")
     assert blocked.warnings[0] in report(blocked).splitlines()
+
+
+def test_a_cost_unknown_for_a_run_is_left_out_with_its_own_n(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """A run resumed from a checkpoint without its earlier seconds (``seconds: null``) counts in
+    its setting's accuracy but not in its seconds, whose cell says its n; the runs table shows
+    that it took two attempts."""
+    sweep = tmp_path / "sweep"
+    for seed, seconds, attempts in ((1, 2.0, 1), (2, 3.0, 1), (3, None, 2)):
+        make_run(
+            sweep / f"seed={seed}",
+            ["attention=softmax", f"seed={seed}"],
+            maps=False,
+            metrics={"test/acc": 0.5, "seconds": seconds, "attempts": attempts},
+        )
+    summarize([sweep])
+    tables = markdown_tables((sweep / "summary.md").read_text())
+    settings, runs = tables[0], tables[1]
+    header = settings[0]
+    row = dict(zip(header, settings[1], strict=True))
+    assert row["n"] == "3" and row["seconds"].endswith("(n=2)")
+    assert row["seconds"].startswith("2.5 ± 0.707")
+    runs_header = runs[0]
+    attempts = [dict(zip(runs_header, r, strict=True))["attempts"] for r in runs[1:]]
+    assert attempts == ["1", "1", "2"]
+    assert read_csv(sweep / "summary.csv")[2]["attempts"] == "2"

@@ -67,6 +67,15 @@ class Setting:
         """``key``'s value in each completed run."""
         return [member.row.get(key) for member in self.completed]
 
+    def by_seed(self, key: str) -> dict[Any, Any]:
+        """``key``'s value in each completed run, by the run's seed; where two completed runs
+        share a seed or one has none, keyed by this setting's label and a count instead, so
+        that they are never paired with another setting's."""
+        seeds = [member.row.get("seed") for member in self.completed]
+        if None in seeds or len(set(seeds)) < len(seeds):
+            return {(self.label, i): value for i, value in enumerate(self.values(key))}
+        return dict(zip(seeds, self.values(key), strict=True))
+
     @property
     def notes(self) -> list[str]:
         """What the table's reader must know: runs not completed, an exact-by-construction

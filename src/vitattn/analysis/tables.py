@@ -12,15 +12,16 @@ from typing import Any
 
 from vitattn.analysis.comparison import COMPARED, Comparison
 from vitattn.analysis.grouping import FIGURES, Setting
+from vitattn.analysis.power import MOST_SEEDS
 from vitattn.analysis.records import SUMMARY_COLUMNS
-from vitattn.analysis.uncertainty import Difference, Estimate
+from vitattn.analysis.uncertainty import NO_DIFFERENCE, PAIRED, Difference, Estimate
 from vitattn.runs.files import write_text
 from vitattn.runs.results import markdown_table, write_csv
 
 SHOWN_COLUMNS = ("run", "status", "label", "seed", "params", "best_val_acc", "final_val_acc")
 
 
-SHOWN_COLUMNS += ("test_acc", "images_per_sec", "seconds", "error")
+SHOWN_COLUMNS += ("test_acc", "images_per_sec", "seconds", "attempts", "error")
 """The columns of ``summary.md`` (``summary.csv`` has all of :data:`SUMMARY_COLUMNS`)."""
 
 
@@ -28,8 +29,12 @@ SETTINGS_INTRO = (
     "Settings: runs that differ only by seed, grouped. Each figure is the mean \N{PLUS-MINUS SIGN} "
     "std [95% interval, Student's t] over completed runs; for one run, test/acc shows the 95% "
     "binomial interval of its test set. \N{GREEK CAPITAL LETTER DELTA}: difference from the "
-    "baseline [95% interval, Welch]; the verdict is on test/acc."
+    "baseline [95% interval], paired t over the seeds both completed, else Welch (test, with its "
+    "n); the verdict is on test/acc, from its p-value adjusted for the number of comparisons "
+    "(Holm-Bonferroni)."
 )
+ADD_SEEDS = "same command with more seeds and the same hydra.sweep.dir: only the new jobs run"
+"""How to add seeds to a finished sweep, said where a verdict is undecided."""
 
 
 def write_tables(
@@ -63,7 +68,9 @@ def summary_markdown(
     if not comparisons:
         return runs_table + "\n"
     table_rows, headers = settings_table_rows(comparisons, baseline)
-    return f"{SETTINGS_INTRO}\n\n{markdown_table(table_rows, headers)}\n\nRuns:\n\n{runs_table}\n"
+    answer = "\n".join(verdict_lines(comparisons, baseline)) + "\n\n" if baseline else ""
+    table = markdown_table(table_rows, headers)
+    return f"{answer}{SETTINGS_INTRO}\n\n{table}\n\nRuns:\n\n{runs_table}\n"
 
 
 def _cell(value: Any) -> str:
@@ -87,8 +94,13 @@ def setting_record(comparison: Comparison) -> dict[str, Any]:
             record["test_acc_interval"] = None if estimate is None else estimate.interval
     for key in COMPARED:
         difference = comparison.differences.get(key)
-        for part in ("delta", "low", "high", "df"):
+        for part in ("delta", "low", "high", "df", "test", "sizes", "p"):
             record[f"{key}_diff_{part}"] = None if difference is None else getattr(difference, part)
+    record["judged"] = comparison.judged or None
+    record["p_holm"] = comparison.p_adjusted
+    record["comparisons"] = comparison.family or None
+    record["seeds_needed"] = comparison.seeds_needed
+    record["smallest_detectable"] = comparison.detectable
     record["verdict"] = comparison.verdict
     record["notes"] = "; ".join(setting.notes)
     return record
@@ -117,6 +129,17 @@ def format_estimate(estimate: Estimate | None, key: str) -> str:
     return text
 
 
+def figure_cell(setting: Setting, key: str) -> str:
+    """A setting's figure as :func:`format_estimate` writes it, with its own n where fewer runs
+    than the setting's completed ones have it (a cost an earlier version did not carry across a
+    resume is left out, not counted as zero)."""
+    estimate = setting.estimates.get(key)
+    text = format_estimate(estimate, key)
+    if estimate is not None and estimate.n != len(setting.completed):
+        text += f" (n={estimate.n})"
+    return text
+
+
 def format_difference(difference: Difference | None) -> str:
     """``+0.021 [-0.004, 0.046]`` in accuracy points, or the bare difference with one seed."""
     if difference is None:
@@ -124,6 +147,66 @@ def format_difference(difference: Difference | None) -> str:
     text = f"{difference.delta:+.3f}"
     if difference.low is not None and difference.high is not None:
         text += f" [{difference.low:+.3f}, {difference.high:+.3f}]"
+    return text
+
+
+def format_test(comparison: Comparison) -> dict[str, str]:
+    """The test the verdict used with its n (``paired t, 3``; ``Welch, 3/2``) and its p-value
+    with the Holm-adjusted one (``0.033 (0.17)``)."""
+    difference = comparison.difference
+    if difference is None:
+        return {"test": "", "p": ""}
+    p = "" if difference.p is None else f"{difference.p:.3g}"
+    if comparison.p_adjusted is not None:
+        p += f" ({comparison.p_adjusted:.3g})"
+    return {"test": f"{difference.test}, {difference.sizes}", "p": p}
+
+
+def verdict_lines(comparisons: Sequence[Comparison], baseline: Setting) -> list[str]:
+    """The answer a summary opens with: how many comparisons were corrected for, then one
+    sentence per setting against ``baseline`` (difference, interval, test, p, verdict, and for
+    an undecided verdict the seeds that would decide it)."""
+    family = max((c.family for c in comparisons), default=0)
+    judged = next((c.judged for c in comparisons if c.judged), "test_acc")
+    corrected = (
+        f"{family} comparisons, corrected for (Holm-Bonferroni: at most a 5% chance of any "
+        "false verdict)"
+        if family > 1
+        else "1 comparison (no correction needed)"
+    )
+    lines = [f"Against {baseline.label}, on {COMPARED[judged]}: {corrected}.", ""]
+    for comparison in comparisons:
+        if comparison.setting is not baseline:
+            lines.append(f"- {comparison.setting.label}: {verdict_sentence(comparison)}")
+    return lines
+
+
+def verdict_sentence(comparison: Comparison) -> str:
+    """One setting's verdict in words: ``-0.053 [-0.096, -0.009] (paired t over 3 seeds), p =
+    0.033, 0.17 after correction: no detectable difference; ...``."""
+    difference = comparison.difference
+    if difference is None:
+        return comparison.verdict
+    over = (
+        f"paired t over {difference.n_a} seeds"
+        if difference.test == PAIRED
+        else f"Welch, {difference.n_a} and {difference.n_b} runs"
+    )
+    text = f"{format_difference(difference)} ({over})"
+    if difference.p is not None:
+        text += f", p = {difference.p:.2g}"
+        if comparison.family > 1 and comparison.p_adjusted is not None:
+            text += f", {comparison.p_adjusted:.2g} after correction"
+    text += f": **{comparison.verdict}**"
+    if comparison.verdict != NO_DIFFERENCE:
+        return text
+    if comparison.seeds_needed is None:
+        text += f"; below what this sweep can resolve (more than {MOST_SEEDS} seeds per setting)"
+    else:
+        text += f"; {comparison.seeds_needed} seeds per setting would detect it ({ADD_SEEDS})"
+    if comparison.detectable is not None:
+        now = difference.sizes
+        text += f"; the smallest difference {now} seeds detect: {comparison.detectable:.3f}"
     return text
 
 
@@ -138,16 +221,18 @@ def settings_table_rows(
     headers.update({key: FIGURES[key] for key in present})
     if baseline is not None:
         headers.update({f"diff_{key}": f"Δ {name}" for key, name in COMPARED.items()})
+        headers.update({"test": "test, n", "p": "p (Holm)"})
         headers["verdict"] = f"vs {baseline.label}"
     headers["notes"] = "notes"
     rows = []
     for comparison in comparisons:
         setting = comparison.setting
         row = {"setting": setting.label, "n": str(len(setting.completed))}
-        row.update({key: format_estimate(setting.estimates.get(key), key) for key in present})
+        row.update({key: figure_cell(setting, key) for key in present})
         if baseline is not None:
             for key in COMPARED:
                 row[f"diff_{key}"] = format_difference(comparison.differences.get(key))
+            row.update(format_test(comparison))
             row["verdict"] = comparison.verdict
         row["notes"] = "; ".join(setting.notes)
         rows.append(row)

@@ -1,7 +1,7 @@
 """How sure a sweep's numbers are: a mean over seeds with its Student's t interval, the binomial
-interval of one run's test accuracy, the difference between two settings with Welch's interval,
-and the verdict it supports. The distributions are scipy.stats'; nothing here is a hand-written
-quantile.
+interval of one run's test accuracy, the difference between two settings (paired over the seeds
+both ran, else Welch's) with its interval and p-value, and the verdict it supports. The
+distributions are scipy.stats'; nothing here is a hand-written quantile.
 
 A *setting* is a group of runs that differ only by their seed. With two or more seeds the spread
 between seeds is the uncertainty (it includes the initialisation, the data order and the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
@@ -41,14 +41,32 @@ class Estimate:
     interval: str = ""
 
 
+PAIRED = "paired t"
+WELCH = "Welch"
+
+
 @dataclass(frozen=True)
 class Difference:
-    """``mean(a) - mean(b)`` with Welch's ``confidence`` interval and degrees of freedom."""
+    """``mean(a) - mean(b)`` with its ``confidence`` interval, degrees of freedom and two-sided
+    p-value from ``test``: :data:`PAIRED` (Student's t over the per-seed differences, ``n_a ==
+    n_b`` pairs) or :data:`WELCH` (two samples, unequal variances). ``spread`` is the standard
+    deviation the test divides by: of the per-seed differences (paired), or the root mean square
+    of the two samples' (Welch); what a power calculation needs."""
 
     delta: float
     low: float | None
     high: float | None
     df: float | None
+    test: str = WELCH
+    n_a: int = 0
+    n_b: int = 0
+    p: float | None = None
+    spread: float | None = None
+
+    @property
+    def sizes(self) -> str:
+        """``3`` (pairs) or ``3/2`` (the two samples' sizes)."""
+        return str(self.n_a) if self.test == PAIRED else f"{self.n_a}/{self.n_b}"
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
@@ -108,33 +126,92 @@ def welch_difference(
     a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
 ) -> Difference | None:
     """``mean(a) - mean(b)`` and Welch's interval (unequal variances,
-    Welch-Satterthwaite degrees of freedom); no interval unless both have two values or more.
-    ``None`` if either has none."""
+    Welch-Satterthwaite degrees of freedom) and p-value; no interval unless both have two values
+    or more. ``None`` if either has none."""
     from scipy import stats
 
     x, y = finite(a), finite(b)
     if not x or not y:
         return None
     delta = statistics.mean(x) - statistics.mean(y)
+    sizes = {"test": WELCH, "n_a": len(x), "n_b": len(y)}
     if len(x) < 2 or len(y) < 2:
-        return Difference(delta, None, None, None)
+        return Difference(delta, None, None, None, **sizes)
+    spread = math.sqrt((statistics.variance(x) + statistics.variance(y)) / 2)
     if max(x) == min(x) and max(y) == min(y):  # no spread: the difference is what it is
-        return Difference(delta, delta, delta, None)
+        return Difference(delta, delta, delta, None, **sizes, p=_exact_p(delta), spread=0.0)
     result = stats.ttest_ind(x, y, equal_var=False)
     interval = result.confidence_interval(confidence)
-    return Difference(delta, float(interval.low), float(interval.high), float(result.df))
+    return Difference(
+        delta,
+        float(interval.low),
+        float(interval.high),
+        float(result.df),
+        **sizes,
+        p=float(result.pvalue),
+        spread=spread,
+    )
 
 
-def verdict(difference: Difference | None) -> str:
-    """``better`` or ``worse`` when the interval excludes zero, ``no detectable difference``
-    when it holds zero, ``one seed: no conclusion`` when there is no interval, ``no data`` when
-    there is no difference to judge."""
+def paired_difference(
+    pairs: Sequence[tuple[float, float]], confidence: float = CONFIDENCE
+) -> Difference:
+    """``mean(a - b)`` over ``(a, b)`` pairs (one per seed) with Student's t interval and
+    p-value over the per-seed differences (``scipy.stats.ttest_rel``); at least two pairs."""
+    from scipy import stats
+
+    a, b = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    differences = [x - y for x, y in pairs]
+    delta, n = statistics.mean(differences), len(pairs)
+    spread = statistics.stdev(differences)
+    if spread == 0:  # every seed moved by the same amount: the difference is what it is
+        return Difference(delta, delta, delta, n - 1, PAIRED, n, n, _exact_p(delta), 0.0)
+    result = stats.ttest_rel(a, b)
+    interval = result.confidence_interval(confidence)
+    return Difference(
+        delta,
+        float(interval.low),
+        float(interval.high),
+        float(result.df),
+        PAIRED,
+        n,
+        n,
+        float(result.pvalue),
+        spread,
+    )
+
+
+def seed_difference(
+    a: Mapping[object, float | None],
+    b: Mapping[object, float | None],
+    confidence: float = CONFIDENCE,
+) -> Difference | None:
+    """The difference between two settings' values by seed: paired
+    (:func:`paired_difference`) when both have a value for the same two or more seeds and for
+    no other, Welch's (:func:`welch_difference`) otherwise."""
+    x = {seed: v for seed, v in a.items() if finite([v])}
+    y = {seed: v for seed, v in b.items() if finite([v])}
+    if len(x) >= 2 and x.keys() == y.keys():
+        return paired_difference([(float(x[s]), float(y[s])) for s in x], confidence)  # type: ignore[arg-type]
+    return welch_difference(list(x.values()), list(y.values()), confidence)
+
+
+def _exact_p(delta: float) -> float:
+    """The p-value of a difference without spread: certain if it is not zero."""
+    return 0.0 if delta != 0 else 1.0
+
+
+def verdict(
+    difference: Difference | None, p: float | None = None, level: float = 1 - CONFIDENCE
+) -> str:
+    """``better`` or ``worse`` when ``p`` (the difference's own p-value unless a corrected one
+    is given) is below ``level``, ``no detectable difference`` otherwise, ``one seed: no
+    conclusion`` when there is no interval, ``no data`` when there is no difference to judge."""
     if difference is None:
         return NO_DATA
     if difference.low is None or difference.high is None:
         return ONE_SEED
-    if difference.low > 0:
-        return BETTER
-    if difference.high < 0:
-        return WORSE
-    return NO_DIFFERENCE
+    p = difference.p if p is None else p
+    if p is None or math.isnan(p) or p >= level:
+        return NO_DIFFERENCE
+    return BETTER if difference.delta > 0 else WORSE

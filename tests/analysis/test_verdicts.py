@@ -1,0 +1,131 @@
+"""The verdicts of a 3-attention x 3-seed sweep: a paired interval for each setting against the
+baseline, raw and Holm-adjusted p in ``settings.csv``, verdicts from the adjusted p, and the
+seeds each undecided comparison needs; every number computed here again through scipy and
+statsmodels, independently of vitattn's code."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+
+from tests.support.tables import read_csv
+from vitattn.analysis.summary import summarize
+
+TEST_ACC = {
+    "softmax": (0.50, 0.52, 0.54),
+    "linear": (0.47, 0.46, 0.50),  # 4.3 points worse: p 0.039, but not after the correction
+    "performer": (0.51, 0.51, 0.56),  # 0.7 points better, within the seeds' spread
+}
+
+
+def write_sweep(root: Path, make_run: Callable[..., Path], accuracies: dict) -> Path:
+    for attention, values in accuracies.items():
+        for seed, accuracy in enumerate(values, start=1):
+            make_run(
+                root / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                val_acc=[(99, accuracy - 0.1), (199, accuracy)],
+                maps=False,
+                metrics={"test/acc": accuracy},
+            )
+    return root
+
+
+@pytest.fixture
+def sweep(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+    return write_sweep(tmp_path / "sweep", make_run, TEST_ACC)
+
+
+def settings(sweep: Path) -> dict[str, dict[str, str]]:
+    return {row["setting"]: row for row in read_csv(sweep / "settings.csv")}
+
+
+def test_each_setting_is_paired_with_the_baseline_over_its_seeds(sweep: Path) -> None:
+    summarize([sweep])
+    records = settings(sweep)
+    for attention in ("linear", "performer"):
+        record = records[f"attention={attention}"]
+        expected = stats.ttest_rel(TEST_ACC[attention], TEST_ACC["softmax"])
+        interval = expected.confidence_interval(0.95)
+        assert record["test_acc_diff_test"] == "paired t"
+        assert record["test_acc_diff_sizes"] == "3"
+        assert float(record["test_acc_diff_low"]) == pytest.approx(interval.low)
+        assert float(record["test_acc_diff_high"]) == pytest.approx(interval.high)
+        assert float(record["test_acc_diff_p"]) == pytest.approx(expected.pvalue)
+        assert float(record["test_acc_diff_df"]) == 2
+
+
+def test_verdicts_come_from_holm_adjusted_p_values(sweep: Path) -> None:
+    summarize([sweep])
+    records = settings(sweep)
+    names = ["attention=linear", "attention=performer"]
+    raw = [stats.ttest_rel(TEST_ACC[n.split("=")[1]], TEST_ACC["softmax"]).pvalue for n in names]
+    adjusted = multipletests(raw, alpha=0.05, method="holm")[1]
+    for name, p, p_holm in zip(names, raw, adjusted, strict=True):
+        assert float(records[name]["test_acc_diff_p"]) == pytest.approx(p)
+        assert float(records[name]["p_holm"]) == pytest.approx(p_holm)
+        assert records[name]["comparisons"] == "2"
+    assert raw[0] < 0.05 < adjusted[0]  # linear: worse on its own, not once corrected
+    assert records["attention=linear"]["verdict"] == "no detectable difference"
+    assert records["attention=performer"]["verdict"] == "no detectable difference"
+    assert records["attention=softmax"]["verdict"] == "baseline"
+    assert records["attention=softmax"]["p_holm"] == ""
+
+
+def seeds_for_power(attention: str, level: float) -> int | None:
+    """statsmodels' own answer: the paired t test's sample size for 80% power, rounded up."""
+    differences = [a - b for a, b in zip(TEST_ACC[attention], TEST_ACC["softmax"], strict=True)]
+    effect = abs(sum(differences) / 3) / stats.tstd(differences)
+    needed = math.ceil(TTestPower().solve_power(effect_size=effect, alpha=level, power=0.8))
+    return max(2, needed) if needed <= 50 else None
+
+
+def test_each_undecided_comparison_says_the_seeds_it_needs(sweep: Path) -> None:
+    summarize([sweep])
+    records = settings(sweep)
+    level = 0.05 / 2  # Bonferroni's, Holm's strictest step, for two comparisons
+    linear = seeds_for_power("linear", level)
+    assert linear is not None and 3 < linear <= 50
+    assert records["attention=linear"]["seeds_needed"] == str(linear)
+    assert seeds_for_power("performer", level) is None  # beyond 50 seeds
+    assert records["attention=performer"]["seeds_needed"] == ""
+    differences = [a - b for a, b in zip(TEST_ACC["linear"], TEST_ACC["softmax"], strict=True)]
+    smallest = float(records["attention=linear"]["smallest_detectable"])
+    effect = smallest / stats.tstd(differences)  # detected with 80% power by 3 seeds, no less
+    # the two-sided test's power is its upper tail's: the lower one is nil this far from zero
+    upper = TTestPower().power(effect_size=effect, nobs=3, alpha=level / 2, alternative="larger")
+    assert upper == pytest.approx(0.8)
+
+
+def test_summary_md_opens_with_each_verdict(sweep: Path) -> None:
+    summarize([sweep])
+    lines = (sweep / "summary.md").read_text().splitlines()
+    assert lines[0] == (
+        "Against attention=softmax, on test/acc: 2 comparisons, corrected for "
+        "(Holm-Bonferroni: at most a 5% chance of any false verdict)."
+    )
+    linear, performer = lines[2], lines[3]
+    assert linear.startswith("- attention=linear: -0.043 [")
+    assert "(paired t over 3 seeds), p = 0.039, 0.078 after correction" in linear
+    assert "**no detectable difference**" in linear
+    assert f"; {seeds_for_power('linear', 0.025)} seeds per setting would detect it" in linear
+    assert "same hydra.sweep.dir: only the new jobs run" in linear
+    assert performer.startswith("- attention=performer: +0.007 [")
+    assert "below what this sweep can resolve (more than 50 seeds per setting)" in performer
+
+
+def test_a_single_comparison_is_not_corrected(tmp_path: Path, make_run: Callable) -> None:
+    accuracies = {name: TEST_ACC[name] for name in ("softmax", "linear")}
+    sweep = write_sweep(tmp_path / "two", make_run, accuracies)
+    summarize([sweep])
+    record = settings(sweep)["attention=linear"]
+    assert float(record["p_holm"]) == pytest.approx(float(record["test_acc_diff_p"]))
+    assert record["verdict"] == "worse"  # p 0.039 < 0.05: one comparison, nothing to correct
+    first = (sweep / "summary.md").read_text().splitlines()[0]
+    assert first == "Against attention=softmax, on test/acc: 1 comparison (no correction needed)."
