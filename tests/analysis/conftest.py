@@ -98,6 +98,25 @@ def write_maps(path: Path, attention: str, count: int, step: int, size: int = 32
     )
 
 
+def write_seeded_sweep(
+    root: Path,
+    accuracies: dict[str, Sequence[float]],
+    extra: Callable[[str, int], dict[str, Any]] = lambda attention, seed: {},
+) -> Path:
+    """A sweep ``attention=...`` x ``seed=1..`` under ``root``: each run's test accuracy from
+    ``accuracies[attention]`` (one per seed, its final val/acc the same), and ``extra`` metrics."""
+    for attention, values in accuracies.items():
+        for seed, accuracy in enumerate(values, start=1):
+            write_run(
+                root / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                val_acc=[(99, accuracy - 0.1), (199, accuracy)],
+                maps=False,
+                metrics={"test/acc": accuracy, **extra(attention, seed)},
+            )
+    return root
+
+
 @pytest.fixture
 def make_run() -> Callable[..., Path]:
     """:func:`write_run`."""

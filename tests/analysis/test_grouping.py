@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.analysis.conftest import write_seeded_sweep
 from tests.support.tables import markdown_tables, read_csv
 from vitattn.analysis.frontier import pareto_front, point_names
 from vitattn.analysis.summary import (
@@ -34,25 +35,18 @@ GFLOP = {"softmax": 0.20, "linear": 0.15, "performer": 0.18}
 
 
 @pytest.fixture
-def seeded_sweep(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
+def seeded_sweep(tmp_path: Path) -> Path:
     """Three attentions with three, three and two seeds: softmax ahead of linear by far,
     performer within softmax's spread."""
-    sweep = tmp_path / "sweep"
-    for attention, accuracies in TEST_ACC.items():
-        for seed, accuracy in enumerate(accuracies, start=1):
-            make_run(
-                sweep / f"attention={attention},seed={seed}",
-                [f"attention={attention}", f"seed={seed}"],
-                val_acc=[(99, accuracy - 0.1), (199, accuracy)],
-                maps=False,
-                metrics={
-                    "test/acc": accuracy,
-                    "train/images_per_sec": SPEED[attention] + seed,
-                    "gflop_per_image": GFLOP[attention],
-                    "test/confusion_matrix": [[500, 17], [0, 500]],
-                },
-            )
-    return sweep
+    return write_seeded_sweep(
+        tmp_path / "sweep",
+        TEST_ACC,
+        lambda attention, seed: {
+            "train/images_per_sec": SPEED[attention] + seed,
+            "gflop_per_image": GFLOP[attention],
+            "test/confusion_matrix": [[500, 17], [0, 500]],
+        },
+    )
 
 
 def settings_table(sweep: Path) -> dict[str, dict[str, str]]:

@@ -6,7 +6,6 @@ statsmodels, independently of vitattn's code."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
+from tests.analysis.conftest import write_seeded_sweep
 from tests.support.tables import read_csv
 from vitattn.analysis.summary import summarize
 
@@ -24,22 +24,9 @@ TEST_ACC = {
 }
 
 
-def write_sweep(root: Path, make_run: Callable[..., Path], accuracies: dict) -> Path:
-    for attention, values in accuracies.items():
-        for seed, accuracy in enumerate(values, start=1):
-            make_run(
-                root / f"attention={attention},seed={seed}",
-                [f"attention={attention}", f"seed={seed}"],
-                val_acc=[(99, accuracy - 0.1), (199, accuracy)],
-                maps=False,
-                metrics={"test/acc": accuracy},
-            )
-    return root
-
-
 @pytest.fixture
-def sweep(tmp_path: Path, make_run: Callable[..., Path]) -> Path:
-    return write_sweep(tmp_path / "sweep", make_run, TEST_ACC)
+def sweep(tmp_path: Path) -> Path:
+    return write_seeded_sweep(tmp_path / "sweep", TEST_ACC)
 
 
 def settings(sweep: Path) -> dict[str, dict[str, str]]:
@@ -120,9 +107,9 @@ def test_summary_md_opens_with_each_verdict(sweep: Path) -> None:
     assert "below what this sweep can resolve (more than 50 seeds per setting)" in performer
 
 
-def test_a_single_comparison_is_not_corrected(tmp_path: Path, make_run: Callable) -> None:
+def test_a_single_comparison_is_not_corrected(tmp_path: Path) -> None:
     accuracies = {name: TEST_ACC[name] for name in ("softmax", "linear")}
-    sweep = write_sweep(tmp_path / "two", make_run, accuracies)
+    sweep = write_seeded_sweep(tmp_path / "two", accuracies)
     summarize([sweep])
     record = settings(sweep)["attention=linear"]
     assert float(record["p_holm"]) == pytest.approx(float(record["test_acc_diff_p"]))

@@ -16,6 +16,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 CONFIDENCE = 0.95
 
@@ -141,16 +142,7 @@ def welch_difference(
     if max(x) == min(x) and max(y) == min(y):  # no spread: the difference is what it is
         return Difference(delta, delta, delta, None, **sizes, p=_exact_p(delta), spread=0.0)
     result = stats.ttest_ind(x, y, equal_var=False)
-    interval = result.confidence_interval(confidence)
-    return Difference(
-        delta,
-        float(interval.low),
-        float(interval.high),
-        float(result.df),
-        **sizes,
-        p=float(result.pvalue),
-        spread=spread,
-    )
+    return _tested(delta, result, confidence, spread, WELCH, len(x), len(y))
 
 
 def paired_difference(
@@ -166,19 +158,16 @@ def paired_difference(
     spread = statistics.stdev(differences)
     if spread == 0:  # every seed moved by the same amount: the difference is what it is
         return Difference(delta, delta, delta, n - 1, PAIRED, n, n, _exact_p(delta), 0.0)
-    result = stats.ttest_rel(a, b)
+    return _tested(delta, stats.ttest_rel(a, b), confidence, spread, PAIRED, n, n)
+
+
+def _tested(
+    delta: float, result: Any, confidence: float, spread: float, test: str, n_a: int, n_b: int
+) -> Difference:
+    """The :class:`Difference` of a scipy t-test ``result`` (its interval, df and p-value)."""
     interval = result.confidence_interval(confidence)
-    return Difference(
-        delta,
-        float(interval.low),
-        float(interval.high),
-        float(result.df),
-        PAIRED,
-        n,
-        n,
-        float(result.pvalue),
-        spread,
-    )
+    low, high, p = float(interval.low), float(interval.high), float(result.pvalue)
+    return Difference(delta, low, high, float(result.df), test, n_a, n_b, p, spread)
 
 
 def seed_difference(
