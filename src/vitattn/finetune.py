@@ -43,13 +43,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
 
     from vitattn.data.as_trained import as_trained
     from vitattn.runs.task import write_metrics
-    from vitattn.training.fitting import (
-        fit_and_test,
-        instantiate_trainer,
-        prepare_for_fit,
-        seed_and_precision,
-        writes_results,
-    )
+    from vitattn.training import fitting
     from vitattn.training.lightning_output import tidy_lightning_output
     from vitattn.training.logger import FINETUNING_RESULTS, log_hyperparameters, log_results
 
@@ -58,14 +52,14 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     # Everything that can reject the configuration or the data runs before anything is written.
     settings, merge = lora_settings(cfg)
     base = load_base(cfg.get("ckpt_path"))
-    seed_and_precision(cfg)
+    fitting.seed_and_precision(cfg)
     # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
     # this run's own setting.
     data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
     module = adapted_module(cfg, base, settings)
-    prepare_for_fit(module, datamodule)
-    trainer = instantiate_trainer(cfg)
+    fitting.prepare_for_fit(module, datamodule)
+    trainer = fitting.instantiate_trainer(cfg)
     figures = run_figures(cfg, module, datamodule, settings)
     log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module), FINETUNING_RESULTS)
     log_start(figures, output_dir)
@@ -74,9 +68,11 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     log.info("base model on the %s test set: test/acc_base=%.4f", figures["data/shift"], base_acc)
     del base
     # Testing a checkpoint loads it into `module`: the merge below folds the tested weights.
-    metrics, tested = fit_and_test("vitattn-finetune", trainer, module, datamodule, cfg, False)
+    metrics, tested = fitting.fit_and_test(
+        "vitattn-finetune", trainer, module, datamodule, cfg, False
+    )
     metrics["test/acc_base"] = base_acc
-    writes = writes_results(trainer, cfg)
+    writes = fitting.writes_results(trainer, cfg)
     merged = save_merged(cfg, module, datamodule, trainer, metrics) if merge and writes else None
     metrics.update(
         {**figures, "test_ckpt_path": tested, "merged_ckpt_path": merged, "status": "completed"}

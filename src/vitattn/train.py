@@ -32,27 +32,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.runs.checkpoint_io import remove_partial_checkpoints
     from vitattn.runs.continuation import continue_interrupted_job
     from vitattn.runs.task import write_metrics
-    from vitattn.training.fitting import (
-        fit_and_test,
-        instantiate_trainer,
-        prepare_for_fit,
-        result_line,
-        seed_and_precision,
-        writes_results,
-    )
+    from vitattn.training import fitting
     from vitattn.training.hparams import training_hyperparameters
     from vitattn.training.lightning_output import tidy_lightning_output
     from vitattn.training.logger import log_hyperparameters, log_results
 
     tidy_lightning_output()
     output_dir = Path(cfg.paths.output_dir)
-    seed_and_precision(cfg)
+    fitting.seed_and_precision(cfg)
     # Everything that can reject the configuration or the data runs before anything is written.
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: L.LightningModule = hydra.utils.instantiate(cfg.module)
-    prepare_for_fit(module, datamodule)
+    fitting.prepare_for_fit(module, datamodule)
     continue_interrupted_job(cfg)  # an interrupted job of a re-run sweep: from its last.ckpt
-    trainer = instantiate_trainer(cfg, resume_step=resumed_step(cfg, module))
+    trainer = fitting.instantiate_trainer(cfg, resume_step=resumed_step(cfg, module))
 
     choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
     figures = model_figures(module, datamodule, choices)
@@ -68,12 +61,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     figures["degenerate"] = warn_if_exact(module.net, choices["attention"])
 
     remove_partial_checkpoints(RunDir(output_dir).checkpoints)  # left by a killed write
-    metrics, tested = fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
+    metrics, tested = fitting.fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
     metrics.update({**figures, "ckpt_path": tested, "status": "completed"})
-    if writes_results(trainer, cfg):
+    if fitting.writes_results(trainer, cfg):
         write_metrics(RunDir(output_dir).metrics_file, metrics)
         log_results(trainer.loggers, metrics, trainer.global_step)
-        log.info("%s", result_line(metrics, output_dir))
+        log.info("%s", fitting.result_line(metrics, output_dir))
     return metrics
 
 

@@ -22,7 +22,7 @@ from vitattn.errors import ConfigError
 from vitattn.runs.task import user_error
 from vitattn.train import train
 from vitattn.train import validate as validate_training
-from vitattn.utils.hints import describe, matches
+from vitattn.utils.checks import describe, matches
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ import gc
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -100,26 +100,18 @@ def sweep_of(settings: BenchSettings) -> Sweep:
     if memory == "auto":
         memory = half_the_memory() if device.type == "cpu" else None
     assert settings.attentions is not None
-    return Sweep(
-        attentions=settings.attentions,
-        seq_lens=settings.seq_lens,
-        head_dims=settings.head_dims,
-        batch_size=settings.batch_size,
-        heads=settings.heads,
+
+    def same_names(cls: Any, source: Any, **converted: Any) -> Any:
+        """``cls`` with each field the setting of the same name, but those ``converted``."""
+        return cls(**{spec.name: getattr(source, spec.name) for spec in fields(cls)} | converted)
+
+    return same_names(
+        Sweep,
+        settings,
         dtype=settings.dtype.torch,
         device=device,
-        warmup=settings.warmup,
-        repeats=settings.repeats,
-        warmup_max=settings.warmup_max,
-        settle=settings.settle,
-        steady_heap=settings.steady_heap,
         level=settings.level.value,
-        mlp_ratio=settings.mlp_ratio,
-        knobs=settings.knobs,
-        variants=settings.variants,
-        reference=settings.reference,
-        seed=settings.seed,
-        guard=Guard(memory, guard.max_call_seconds, guard.free_below, guard.max_measure_seconds),
+        guard=same_names(Guard, guard, max_memory_bytes=memory),
     )
 
 

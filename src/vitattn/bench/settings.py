@@ -33,6 +33,7 @@ from vitattn.bench.kernels import (
 from vitattn.cli.console import composition_message, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.checkpoints import read_checkpoint
+from vitattn.utils import checks
 from vitattn.utils.config import group_options
 
 SCHEMA = "bench_schema"
@@ -88,15 +89,12 @@ class Checked:
     def __post_init__(self) -> None:
         for spec in fields(self):  # type: ignore[arg-type]
             name, value = self.section + spec.name, getattr(self, spec.name)
-            if (
-                "at_least" in spec.metadata
-                and value is not None
-                and value < spec.metadata["at_least"]
-            ):
-                minimum = spec.metadata["at_least"]
-                raise ConfigError(f"{name}={value} is not valid; choose an integer >= {minimum}")
-            if "positive" in spec.metadata and value is not None and value <= 0:
-                raise ConfigError(f"{name}={value} is not valid; choose a positive number or null")
+            if value is None:  # where the type allows it (composing refuses it elsewhere)
+                continue
+            if "at_least" in spec.metadata:
+                checks.integer(name, value, low=spec.metadata["at_least"])
+            if "positive" in spec.metadata:
+                checks.positive(name, value, hint=" or null")
 
 
 def known_option(setting: str, group: str, value: str) -> None:
@@ -167,7 +165,7 @@ class SpectrumSettings(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 < self.energy <= 1:
-            raise ConfigError(f"spectrum.energy={self.energy} is not valid; choose 0 < energy <= 1")
+            raise checks.invalid("spectrum.energy", self.energy, "0 < energy <= 1")
 
 
 @dataclass
@@ -189,10 +187,8 @@ class TrainSettings(Checked):
     def __post_init__(self) -> None:
         unknown = [i for i in self.implementations if i not in IMPLEMENTATIONS]
         if unknown or not self.implementations:
-            raise ConfigError(
-                f"train.implementations={self.implementations} is not valid; choose from "
-                f"{', '.join(IMPLEMENTATIONS)}"
-            )
+            valid = f"from {', '.join(IMPLEMENTATIONS)}"
+            raise checks.invalid("train.implementations", self.implementations, valid)
         super().__post_init__()
         known_option("train.model", "model", self.model)
         known_option("train.attention", "attention", self.attention)
@@ -242,9 +238,8 @@ class BenchSettings(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.warmup_max < self.warmup:
-            raise ConfigError(
-                f"warmup_max={self.warmup_max} is not valid; choose an integer >= "
-                f"warmup={self.warmup}"
+            raise checks.invalid(
+                "warmup_max", self.warmup_max, f"an integer >= warmup={self.warmup}"
             )
         self.seq_lens = sizes("seq_lens", self.seq_lens)
         self.head_dims = sizes("head_dims", self.head_dims)

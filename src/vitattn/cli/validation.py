@@ -22,7 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
 from vitattn.runs.layout import RunDir
-from vitattn.utils.hints import describe, matches, signature_of
+from vitattn.utils import checks
 
 SKIPPED_NODES = ("hydra", "paths")
 """Nodes that are Hydra's or hold only locations: not settings of any object."""
@@ -100,17 +100,15 @@ def check_types(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"{path}._target_={target_name} cannot be imported ({type(error).__name__})"
             ) from error
-        hints, names, variadic = signature_of(target)
+        hints, names, variadic = checks.signature_of(target)
         for key, value in settings_of(node).items():
             if key not in names and not variadic:
                 valid = ", ".join(sorted(names - {"args", "kwargs"}))
                 raise ConfigError(
                     f"{path}.{key} is not a setting of {target_name}; choose among: {valid}"
                 )
-            hint = hints.get(key)
-            if hint is not None and not matches(value, hint):
-                shown = repr(value) if isinstance(value, str) else value
-                raise ConfigError(f"{path}.{key}={shown} is not valid; choose {describe(hint)}")
+            if key in hints:
+                checks.of_type(f"{path}.{key}", value, hints[key])
 
 
 # --- resuming ---------------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 Hydra builds :class:`~vitattn.data.cifar10.CIFAR10DataModule` with the ``data`` node's keys as
 keyword arguments; the module turns them into a frozen :class:`DataSettings`, whose
-``__post_init__`` refuses a wrong type (worded as :mod:`vitattn.cli.validation` words it for
-every other group) or a value out of range, each in one :class:`ConfigError` line. The module
-saves the same flat keys as its hyperparameters, so the data settings stored in any checkpoint,
-earlier ones included, build a module again (:mod:`vitattn.data.as_trained` reads them).
+``__post_init__`` refuses a wrong type or a value out of range, each in one :class:`ConfigError`
+line worded by :mod:`vitattn.utils.checks`, as every other setting's. The module saves the same
+flat keys as its hyperparameters, so the data settings stored in any checkpoint, earlier ones
+included, build a module again (:mod:`vitattn.data.as_trained` reads them).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from vitattn.data.shifts import SHIFTS
 from vitattn.errors import ConfigError
-from vitattn.utils.hints import describe, matches
+from vitattn.utils import checks
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 """The official archive of CIFAR-10's python version."""
@@ -106,12 +106,10 @@ class DataSettings:
     def __post_init__(self) -> None:
         for name, hint in HINTS.items():
             value = getattr(self, name)
-            if name == "data_dir":  # a config gives text; Python callers may give a Path
-                fits, valid = isinstance(value, str | Path), "a directory"
-            else:
-                fits, valid = matches(value, hint), describe(hint)
-            if not fits:
-                raise ConfigError(f"data.{name}={shown(value)} is not valid; choose {valid}")
+            if name != "data_dir":
+                checks.of_type(f"data.{name}", value, hint)
+            elif not isinstance(value, str | Path):  # a config gives text, Python callers a Path
+                raise checks.invalid("data.data_dir", value, "a directory")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ConfigError(
                 f"data.batch_size={self.batch_size} and data.eval_batch_size="
@@ -119,9 +117,7 @@ class DataSettings:
             )
         for name, refused, valid in self.ranges():
             if refused:
-                raise ConfigError(
-                    f"data.{name}={shown(getattr(self, name))} is not valid; choose {valid}"
-                )
+                raise checks.invalid(f"data.{name}", getattr(self, name), valid)
         if (self.mixup_alpha or self.cutmix_alpha) and not self.normalize:
             raise ConfigError(
                 "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true"
@@ -157,8 +153,3 @@ class DataSettings:
 
 HINTS: dict[str, Any] = typing.get_type_hints(DataSettings)
 """Each setting's type, from its annotation."""
-
-
-def shown(value: Any) -> Any:
-    """A value as a one-line error shows it: text quoted, the rest as it prints."""
-    return repr(value) if isinstance(value, str) else value

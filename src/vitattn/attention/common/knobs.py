@@ -1,4 +1,5 @@
-"""Checking a mechanism's settings (``attention.<knob>``), with one message style for all.
+"""Checking a mechanism's settings (``attention.<knob>``): :mod:`vitattn.utils.checks`, the one
+way every setting is checked, with the knob's name under ``attention.``.
 
 Every check returns the value it accepted (converted: ``integer`` gives an ``int``) or raises a
 :class:`~vitattn.errors.ConfigError` of the form::
@@ -14,50 +15,36 @@ from collections.abc import Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
+
+PREFIX = "attention."
 
 
 def invalid(setting: str, value: Any, valid: str, hint: str = "") -> ConfigError:
     """The error for ``attention.<setting>=<value>``; ``valid`` says what to choose."""
-    shown = repr(value) if isinstance(value, str) else value
-    return ConfigError(f"attention.{setting}={shown} is not valid; choose {valid}{hint}")
-
-
-def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float)
+    return checks.invalid(PREFIX + setting, value, valid, hint)
 
 
 def integer(setting: str, value: Any, low: int = 1, high: int | None = None, hint: str = "") -> int:
     """``value`` as an int in ``[low, high]`` (no upper bound if ``high`` is ``None``)."""
-    valid = _is_number(value) and int(value) == value and value >= low
-    if not valid or (high is not None and value > high):
-        bound = f"{low} <= attention.{setting} <= {high}" if high is not None else f">= {low}"
-        raise invalid(setting, value, f"an integer {bound}", hint)
-    return int(value)
+    return checks.integer(PREFIX + setting, value, low, high, hint)
 
 
 def positive(setting: str, value: Any, hint: str = "") -> float:
     """``value`` if it is a number above zero."""
-    if not _is_number(value) or not value > 0:
-        raise invalid(setting, value, "a positive number", hint)
-    return float(value)
+    return checks.positive(PREFIX + setting, value, hint)
 
 
 def fraction(setting: str, value: Any, hint: str = "") -> float:
     """``value`` if it is a number with ``0 <= value < 1`` (a dropout rate, say)."""
-    if not _is_number(value) or not 0 <= value < 1:
-        raise invalid(setting, value, f"0 <= attention.{setting} < 1", hint)
-    return float(value)
+    return checks.fraction(PREFIX + setting, value, hint)
 
 
 def one_of(setting: str, value: Any, options: Sequence[str], hint: str = "") -> str:
     """``value`` if it is one of ``options``."""
-    if value not in options:
-        raise invalid(setting, value, f"one of {' | '.join(options)}", hint)
-    return str(value)
+    return checks.one_of(PREFIX + setting, value, options, hint)
 
 
 def flag(setting: str, value: Any) -> bool:
     """``value`` if it is ``true`` or ``false``."""
-    if not isinstance(value, bool):
-        raise invalid(setting, value, "true or false")
-    return value
+    return checks.flag(PREFIX + setting, value)

@@ -1,6 +1,14 @@
-"""Type hints in words and values checked against them: what a config's ``_target_`` expects of
-each setting (:mod:`vitattn.cli.validation`) and what the data settings accept
-(:mod:`vitattn.data.settings`)."""
+"""One way to check a setting, and one message for every refusal::
+
+    <setting>=<value> is not valid; choose <what is valid>[<hint>]
+
+``<setting>`` is the full name (``data.crop_padding``, ``guard.max_call_seconds``), so the one
+:class:`ConfigError` line names it and what would be valid. The range checks return the value they
+accepted (:func:`integer` an ``int``); :func:`of_type` checks a value against a type hint, worded
+by :func:`describe`. Used by :mod:`vitattn.attention.common.knobs` (``attention.<knob>``), the
+settings of ``vitattn-bench`` and ``vitattn-check``, :mod:`vitattn.data.settings` and
+:mod:`vitattn.cli.validation`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,67 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from vitattn.errors import ConfigError
+
+
+def shown(value: Any) -> Any:
+    """A value as a one-line error shows it: text quoted, the rest as it prints."""
+    return repr(value) if isinstance(value, str) else value
+
+
+def invalid(setting: str, value: Any, valid: str, hint: str = "") -> ConfigError:
+    """The error for ``<setting>=<value>``; ``valid`` says what to choose, ``hint`` follows it."""
+    return ConfigError(f"{setting}={shown(value)} is not valid; choose {valid}{hint}")
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool."""
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def integer(setting: str, value: Any, low: int = 1, high: int | None = None, hint: str = "") -> int:
+    """``value`` as an int in ``[low, high]`` (no upper bound if ``high`` is ``None``)."""
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if not (is_number(value) and whole and value >= low) or (high is not None and value > high):
+        bound = f"{low} <= {setting} <= {high}" if high is not None else f">= {low}"
+        raise invalid(setting, value, f"an integer {bound}", hint)
+    return int(value)
+
+
+def positive(setting: str, value: Any, hint: str = "") -> float:
+    """``value`` if it is a number above zero."""
+    if not is_number(value) or not value > 0:
+        raise invalid(setting, value, "a positive number", hint)
+    return float(value)
+
+
+def fraction(setting: str, value: Any, hint: str = "") -> float:
+    """``value`` if it is a number with ``0 <= value < 1`` (a dropout rate, say)."""
+    if not is_number(value) or not 0 <= value < 1:
+        raise invalid(setting, value, f"0 <= {setting} < 1", hint)
+    return float(value)
+
+
+def one_of(setting: str, value: Any, options: Sequence[str], hint: str = "") -> str:
+    """``value`` if it is one of ``options``."""
+    if value not in options:
+        raise invalid(setting, value, f"one of {' | '.join(options)}", hint)
+    return str(value)
+
+
+def flag(setting: str, value: Any) -> bool:
+    """``value`` if it is ``true`` or ``false``."""
+    if not isinstance(value, bool):
+        raise invalid(setting, value, "true or false")
+    return value
+
+
+def of_type(setting: str, value: Any, hint: Any) -> Any:
+    """``value`` if it can be what the type ``hint`` describes (:func:`matches`)."""
+    if not matches(value, hint):
+        raise invalid(setting, value, describe(hint))
+    return value
 
 
 def matches(value: Any, hint: Any) -> bool:
@@ -29,7 +98,7 @@ def matches(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return is_number(value)
     if hint is str:
         return isinstance(value, str)
     plain = origin or hint
@@ -76,19 +145,16 @@ def describe(hint: Any) -> str:
     origin = typing.get_origin(hint)
     allowed = literal_values(hint)
     if allowed is not None:
-        shown = dict.fromkeys("null" if v is None else str(v) for v in allowed)
-        return "one of " + " | ".join(shown)
+        shown_values = dict.fromkeys("null" if v is None else str(v) for v in allowed)
+        return "one of " + " | ".join(shown_values)
     if origin in (typing.Union, types.UnionType):
         arms = typing.get_args(hint)
         plain = [arm for arm in arms if not _is_object_class(arm)] or list(arms)
         return " or ".join(dict.fromkeys(describe(arm) for arm in plain))
-    if hint is type(None):
-        return "null"
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     if hint in names:
         return names[hint]
-    plain = origin or hint
-    if plain in (list, tuple, Sequence, typing.Sequence):
+    if (origin or hint) in (list, tuple, Sequence, typing.Sequence):
         return "a list"
     return getattr(hint, "__name__", str(hint))
 
