@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
+from scipy import stats
 
 from tests.support.presets import FEW_STEPS
 from tests.support.runners import run_cli, run_sweep
 from tests.support.tables import markdown_tables, read_csv
-from vitattn.analysis.curves import mean_curve, metric_figure
+from vitattn.analysis.curves import band_note, mean_curve, metric_figure
 from vitattn.analysis.records import Run, describe, label_runs, load_run
+from vitattn.analysis.seed_runs import band_tags
 from vitattn.analysis.summary import summarize
 from vitattn.runs.layout import find_runs
 from vitattn.utils.config import PROJECT_ROOT
@@ -61,7 +64,12 @@ def test_seeds_share_a_line_with_a_band() -> None:
     assert [r.label for r in runs] == ["attention=linear", "attention=linear", "attention=softmax"]
     steps, mean, low, high = mean_curve([r.scalars["val/acc"] for r in runs[:2]])
     assert steps == [10, 20]  # only the steps every seed reached
-    assert mean == pytest.approx([0.3, 0.5]) and low == [0.2, 0.4] and high == [0.4, 0.6]
+    assert mean == pytest.approx([0.3, 0.5])
+    # the band is the 95% Student's t interval of the mean: t(0.975, 1) * 0.1414 / sqrt(2)
+    half = stats.t.ppf(0.975, 1) * 0.1
+    assert low == pytest.approx([0.3 - half, 0.5 - half], rel=1e-9)
+    assert high == pytest.approx([0.3 + half, 0.5 + half], rel=1e-9)
+    assert mean_curve([runs[2].scalars["val/acc"]]) == ([10], [0.3], [0.3], [0.3])  # one seed
 
 
 @pytest.mark.slow
@@ -116,7 +124,66 @@ def test_runs_differing_only_by_seed_share_one_line(
     assert len(figure.axes[0].get_lines()) == 1 and len(figure.axes[0].collections) == 1  # band
     legend = figure.legends[0].get_texts()[0].get_text()
     assert legend.split() == [sweep.name, "(mean", "of", "3)"]
+    note = figure.legends[0].get_title().get_text()
+    assert " ".join(note.split()) == "shaded: 95% interval (t) over 3 seeds"
     plt.close(figure)
+
+
+SEED_CURVES = {
+    "linear": [[(99, 0.30), (199, 0.41), (299, 0.47)], [(99, 0.34), (199, 0.40), (299, 0.52)]],
+    "softmax": [
+        [(99, 0.28), (199, 0.44), (299, 0.50)],
+        [(99, 0.35), (199, 0.43), (299, 0.55)],
+        [(99, 0.31), (199, 0.47), (299, 0.51)],
+    ],
+}
+"""Validation curves by attention and seed: two seeds of linear, three of softmax."""
+
+
+def test_the_band_is_the_t_interval_tensorboard_shows_and_the_legend_says_so(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """``val_acc_vs_step.png`` shades each setting with the 95% t interval of its mean at each
+    step, the very numbers of its TensorBoard seed run (``~seeds/val/acc/lower``, ``upper``)."""
+    from tests.analysis.test_seed_runs import load, scalars
+
+    sweep = tmp_path / "sweep"
+    for attention, curves in SEED_CURVES.items():
+        for seed, curve in enumerate(curves, start=1):
+            overrides = [f"attention={attention}", f"seed={seed}"]
+            make_run(sweep / f"attention={attention},seed={seed}", overrides, val_acc=curve)
+    summary = summarize([sweep])  # in place: the figures and the seed runs
+    figure = metric_figure([m.run for m in summary.runs], "val/acc", "validation accuracy")
+    assert figure is not None
+    bands = figure.axes[0].collections
+    assert len(bands) == 2
+    multiplexer = load(sweep)
+    _, lower_tag, upper_tag = band_tags("val/acc")
+    for band, (attention, curves) in zip(bands, SEED_CURVES.items(), strict=True):
+        read = [m.run.scalars["val/acc"] for m in summary.runs if m.run.label.endswith(attention)]
+        values = np.array([[value for _, value in curve] for curve in read])  # as float32 stored
+        np.testing.assert_allclose(values, [[v for _, v in curve] for curve in curves], rtol=1e-6)
+        low, high = stats.t.interval(
+            0.95, len(curves) - 1, loc=values.mean(axis=0), scale=stats.sem(values, axis=0)
+        )
+        run = f"attention={attention} ({len(curves)} seeds)"
+        shown = {tag: scalars(multiplexer, run, tag)[1] for tag in (lower_tag, upper_tag)}
+        vertices = band.get_paths()[0].vertices
+        for i, step in enumerate((99, 199, 299)):
+            drawn = vertices[vertices[:, 0] == step, 1]
+            assert drawn.min() == pytest.approx(low[i], rel=1e-9)
+            assert drawn.max() == pytest.approx(high[i], rel=1e-9)
+            assert drawn.min() == pytest.approx(shown[lower_tag][i], rel=1e-6)  # float32
+            assert drawn.max() == pytest.approx(shown[upper_tag][i], rel=1e-6)
+    note = figure.legends[0].get_title().get_text()
+    assert " ".join(note.split()) == "shaded: 95% interval (t) over 2 or 3 seeds"
+    plt.close(figure)
+
+
+def test_the_legend_names_the_band_only_where_there_is_one() -> None:
+    assert band_note([1, 1]) == ""
+    assert " ".join(band_note([3, 1, 3]).split()) == "shaded: 95% interval (t) over 3 seeds"
+    assert band_note([2, 5, 3]).endswith("over 2, 3 or 5 seeds")
 
 
 def test_a_single_run_is_named_by_its_directory(

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
+from tensorboard.plugins.custom_scalar.metadata import CONFIG_SUMMARY_TAG
 
 from tests.support.trees import tree_digest
 from vitattn.analysis.seed_runs import (
@@ -131,17 +132,20 @@ def test_one_aggregate_run_per_setting_with_the_mean_and_its_interval(sweep):
     multiplexer = load(root)
     assert set(multiplexer.Runs()) - seed_runs == set(AGGREGATES.values())
     for label, run in AGGREGATES.items():
+        # each mean is stored once, as its margin chart's value: not as ``val/acc`` too
+        stored = set(multiplexer.GetAccumulator(run).Tags()["tensors"]) - {CONFIG_SUMMARY_TAG}
+        assert stored == {band_tag for tag in TAGS for band_tag in band_tags(tag)}, run
         for tag in TAGS:
             steps, mean, low, high = expected(label, tag)
-            got_steps, got = scalars(multiplexer, run, tag)
+            mean_tag, lower_tag, upper_tag = band_tags(tag)
+            got_steps, got = scalars(multiplexer, run, mean_tag)
             assert got_steps == steps
             np.testing.assert_allclose(got, mean, rtol=1e-6)
-            mean_tag, lower_tag, upper_tag = band_tags(tag)
-            for band_tag, want in ((mean_tag, mean), (lower_tag, low), (upper_tag, high)):
+            for band_tag, want in ((lower_tag, low), (upper_tag, high)):
                 got_steps, got = scalars(multiplexer, run, band_tag)
                 assert got_steps == steps
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    _, linear = scalars(multiplexer, AGGREGATES["attention=linear"], "val/acc")
+    _, linear = scalars(multiplexer, AGGREGATES["attention=linear"], band_tags("val/acc")[0])
     assert len(linear) == 3  # step 20 is missing in one seed, so not averaged
     assert not any(math.isnan(v) for v in linear)
 
@@ -208,13 +212,14 @@ def test_rewriting_replaces_the_aggregates_and_touches_nothing_else(sweep):
     root, groups = sweep
     first = write_seed_runs(root, groups)
     seeds_before = {run: tree_digest(run) for runs in groups.values() for run in runs}
-    values = {run.name: scalars(load(root), run.name, "val/acc") for run in first}
+    mean_tag = band_tags("val/acc")[0]
+    values = {run.name: scalars(load(root), run.name, mean_tag) for run in first}
 
     again = write_seed_runs(root, groups)
     assert again == first
     for run in again:
         assert len(list(run.glob("events.out.tfevents.*"))) == 1  # the old file went
-        steps, got = scalars(load(root), run.name, "val/acc")
+        steps, got = scalars(load(root), run.name, mean_tag)
         assert steps == values[run.name][0]
         np.testing.assert_array_equal(got, values[run.name][1])
 
@@ -283,7 +288,7 @@ def test_real_runs_of_two_seeds(tmp_path, data_dir):
     assert set(multiplexer.Runs()) == {"seed=1", "seed=2", written.name}
     for tag in TAGS:
         seeds = [dict(zip(*scalars(multiplexer, run.name, tag), strict=True)) for run in runs]
-        steps, mean = scalars(multiplexer, written.name, tag)
+        steps, mean = scalars(multiplexer, written.name, band_tags(tag)[0])
         assert steps and steps == sorted(set(seeds[0]) & set(seeds[1]))
         want = [(seeds[0][step] + seeds[1][step]) / 2 for step in steps]
         np.testing.assert_allclose(mean, want, rtol=1e-6)

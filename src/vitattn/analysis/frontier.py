@@ -5,26 +5,34 @@ Two panels share the accuracy axis: steady training images/s (more is better) an
 (less is better). Each setting is one point at its mean accuracy with its 95% interval as an
 error bar (Student's t over seeds; the binomial interval of the test set for one run), labelled
 by what differs, with marker area proportional to peak memory where it was measured (on a GPU).
-The Pareto-optimal settings of each panel, those no other setting beats on both axes, are joined
-by a line.
+The Pareto-optimal settings of each panel, those no other setting beats on both axes (at least as
+good on both and better on one), are joined by a line and named under the panel, so that a point
+drawn close to the line is never taken for one on it.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitattn.analysis.grouping import Setting
 from vitattn.analysis.uncertainty import Estimate
 from vitattn.runs.files import save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PANELS = (
     ("images_per_sec", "steady training images/s (more is better)", True),
     ("gflop_per_image", "GFLOP per image (less is better)", False),
 )
 """Cost axes: the summary key, its label, and whether a larger value is better."""
+
+FRONT_WIDTH = 70
+"""Characters per line of the names of the frontier under a panel."""
 
 MARKER_AREA = (40.0, 600.0)
 """Smallest and largest marker area (points squared) for the least and most peak memory."""
@@ -80,8 +88,21 @@ def _short(label: str, width: int = 28) -> str:
 
 
 def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> bool:
-    """Write the frontier of ``settings`` to ``path``; ``False`` (nothing written) when no
-    setting has both an accuracy and a cost."""
+    """Write :func:`frontier_figure` to ``path``; ``False`` (nothing written) when no setting
+    has both an accuracy and a cost."""
+    import matplotlib.pyplot as plt
+
+    figure = frontier_figure(settings, title)
+    if figure is None:
+        return False
+    save_figure(figure, path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | None:
+    """The frontier of ``settings``: a panel per cost of :data:`PANELS` that some setting has,
+    each setting at its mean accuracy and cost; ``None`` when no setting has both."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,7 +118,7 @@ def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> b
         if placed:
             panels.append((key, xlabel, more, placed))
     if not panels:
-        return False
+        return None
     accuracy_name = next((name for s in settings if (name := accuracy_of(s)[0])), "accuracy")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     color_of = {s.label: colors[i % len(colors)] for i, s in enumerate(settings)}
@@ -116,11 +137,11 @@ def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> b
         "marker area: peak memory" if measured else "marker size: peak memory not measured (CPU)"
     )
     points = f"points: {key_name}; " if key_name else ""
-    caption = f"{points}mean with 95% interval; dashed line: Pareto frontier; {size_note}"
+    caption = (
+        f"{points}mean with 95% interval; dashed line, names in bold: Pareto frontier; {size_note}"
+    )
     figure.suptitle((title + "\n" if title else "") + caption, fontsize=10)
-    save_figure(figure, path, dpi=120)
-    plt.close(figure)
-    return True
+    return figure
 
 
 def _draw_panel(
@@ -132,33 +153,23 @@ def _draw_panel(
     names: dict[str, str],
     memory: dict[str, float | None],
 ) -> None:
+    points = [(x, accuracy.mean) for _, x, accuracy in placed]
+    front = pareto_front(points, more_is_better)
     areas = marker_areas([memory[s.label] for s, _, _ in placed])
     # neighbours along x take turns above and below their point, so their labels don't collide
     rank = {id(p): i for i, p in enumerate(sorted(placed, key=lambda p: p[1]))}
-    for entry, area in zip(placed, areas, strict=True):
+    for index, (entry, area) in enumerate(zip(placed, areas, strict=True)):
         setting, x, accuracy = entry
-        color = color_of[setting.label]
-        if accuracy.low is not None and accuracy.high is not None:
-            axes.errorbar(
-                x,
-                accuracy.mean,
-                yerr=[[accuracy.mean - accuracy.low], [accuracy.high - accuracy.mean]],
-                color=color,
-                capsize=3,
-                linewidth=1.2,
-                zorder=2,
-            )
-        axes.scatter(x, accuracy.mean, s=area, color=color, alpha=0.75, edgecolor="black", zorder=3)
         n = f" (n={accuracy.n})" if accuracy.n > 1 else " (1 run)"
+        _draw_point(axes, x, accuracy, area, color_of[setting.label])
         axes.annotate(
             _short(names[setting.label]) + n,
             (x, accuracy.mean),
             xytext=(7, 5) if rank[id(entry)] % 2 == 0 else (7, -13),
             textcoords="offset points",
             fontsize=8,
+            fontweight="bold" if index in front else "normal",
         )
-    points = [(x, accuracy.mean) for _, x, accuracy in placed]
-    front = pareto_front(points, more_is_better)
     if len(front) > 1:
         axes.plot(
             [points[i][0] for i in front],
@@ -172,8 +183,24 @@ def _draw_panel(
     if min(xs) > 0 and max(xs) / min(xs) > 20:
         axes.set_xscale("log")
     _pad(axes, xs)
-    axes.set_xlabel(xlabel)
+    on_front = ", ".join(_short(names[placed[i][0].label]) for i in front)
+    axes.set_xlabel(xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}", FRONT_WIDTH))
     axes.grid(alpha=0.3)
+
+
+def _draw_point(axes: Any, x: float, accuracy: Estimate, area: float, color: str) -> None:
+    """A setting's marker at its mean accuracy, with its interval as an error bar."""
+    if accuracy.low is not None and accuracy.high is not None:
+        axes.errorbar(
+            x,
+            accuracy.mean,
+            yerr=[[accuracy.mean - accuracy.low], [accuracy.high - accuracy.mean]],
+            color=color,
+            capsize=3,
+            linewidth=1.2,
+            zorder=2,
+        )
+    axes.scatter(x, accuracy.mean, s=area, color=color, alpha=0.75, edgecolor="black", zorder=3)
 
 
 def _pad(axes: Any, xs: Sequence[float]) -> None:

@@ -5,14 +5,15 @@ margin chart per metric that draws every setting's mean with its band.
 
 What TensorBoard shows, and why the tags are what they are:
 
-* ``val/acc`` (every reduced tag) of an aggregate run *is* the mean over its seeds, at the steps
-  all of them logged; in SCALARS and TIME SERIES it overlays the seeds' own ``val/acc``.
-* The band is in a group of its own, :data:`BAND_GROUP` (``~seeds/val/acc/mean``, ``.../lower``,
-  ``.../upper``), which sorts after ``train`` and ``val`` and so adds no card to theirs. The
-  margin chart needs this copy of the mean: TensorBoard draws a margin series for every run that
-  has its tags and flags, in red, a run that has some of them but not all ("lacks data for
-  tags"), which a per-seed run would be if the series' value were ``val/acc``; a run with none of
-  the three is left out in silence.
+* The mean and its band are in a group of their own, :data:`BAND_GROUP`
+  (``~seeds/val/acc/mean``, ``.../lower``, ``.../upper``), which sorts after ``train`` and
+  ``val``: in SCALARS and TIME SERIES, ``~seeds/val/acc/mean`` holds one curve per setting, and
+  the seeds' own ``val/acc`` cards are left as they are.
+* Each mean is stored once, as the margin chart's value. It is not written as ``val/acc`` too
+  (which would overlay the seeds' curves): TensorBoard draws a margin series for every run that
+  has its three tags, leaves out in silence a run that has none of them, and flags in red a run
+  that has some but not all ("Missing Tags: run ... lacks data for tags"), which every per-seed
+  run would be if the series' value were ``val/acc`` (tensorboard 2.21's margin chart card).
 * The layout (category :data:`CATEGORY`) has one margin chart per metric with one series. A
   margin series names tags, not runs, so it is drawn once per aggregate run: one curve with its
   band per setting. Every aggregate run carries the same layout; TensorBoard merges the layouts
@@ -23,7 +24,9 @@ What TensorBoard shows, and why the tags are what they are:
 
 The band is the 95% Student's t interval of the mean at each step, ``mean ± t(0.975, n - 1) ·
 s / sqrt(n)`` with ``s`` the standard deviation over seeds (``ddof=1``), as in the settings table
-(:mod:`vitattn.analysis.uncertainty`). Two seeds give a wide band (t = 12.7): they say little.
+(:mod:`vitattn.analysis.uncertainty`), and the band ``val_acc_vs_step.png`` shades
+(:mod:`vitattn.analysis.curves` computes it with :func:`reduce_tag`). Two seeds give a wide
+band (t = 12.7): they say little.
 
 Each aggregate folder holds a marker file, :data:`MARKER`; rewriting a sweep's aggregates removes
 every marked folder of the sweep and only those. tensorboard-reducer would read and average the
@@ -163,7 +166,6 @@ def write_seed_run(
             mean_tag, lower_tag, upper_tag = band_tags(tag)
             for i, step in enumerate(band.steps.tolist()):
                 wall = float(band.wall_times[i])
-                writer.add_scalar(tag, float(band.mean[i]), step, walltime=wall)
                 writer.add_scalar(mean_tag, float(band.mean[i]), step, walltime=wall)
                 writer.add_scalar(lower_tag, float(band.lower[i]), step, walltime=wall)
                 writer.add_scalar(upper_tag, float(band.upper[i]), step, walltime=wall)

@@ -1,0 +1,100 @@
+"""``frontier.png`` joins only the settings that no other setting beats on both axes (issue 37:
+softmax looked joined to the line although linear's means beat it on both), checked on the
+function and on the figure as drawn: the dashed line's vertices, the names in bold and the
+frontier named under each panel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from vitattn.analysis.frontier import frontier_figure, pareto_front
+from vitattn.analysis.summary import read_runs, summary_of
+
+SETTINGS = {
+    "softmax": ((0.50, 0.52, 0.54), 2300.0, 0.155),
+    "linear": ((0.52, 0.53, 0.55), 2500.0, 0.150),
+    "performer": ((0.58, 0.60, 0.61), 700.0, 0.180),
+}
+"""Attention to its test accuracies by seed, images/s and GFLOP/image: linear beats softmax on
+accuracy, speed and GFLOP, and lies close to it; performer is the most accurate and the
+slowest and most costly."""
+
+FRONT = {"images_per_sec": ["performer", "linear"], "gflop_per_image": ["linear", "performer"]}
+"""The frontier of each panel, by cost: never softmax."""
+
+
+def beats(a: tuple[float, float], b: tuple[float, float], more_is_better: bool) -> bool:
+    """``a`` at least as good as ``b`` on both axes and not the same point, so better on one."""
+    cost = a[0] >= b[0] if more_is_better else a[0] <= b[0]
+    return cost and a[1] >= b[1] and a != b
+
+
+def test_a_setting_beaten_on_both_axes_is_off_the_frontier() -> None:
+    means = {name: float(np.mean(accuracies)) for name, (accuracies, _, _) in SETTINGS.items()}
+    names = list(SETTINGS)
+    for column, key, more in ((1, "images_per_sec", True), (2, "gflop_per_image", False)):
+        points = [(SETTINGS[name][column], means[name]) for name in names]
+        assert [names[i] for i in pareto_front(points, more)] == FRONT[key]
+
+
+def test_better_on_one_axis_and_as_good_on_the_other_beats() -> None:
+    assert pareto_front([(900.0, 0.5), (1000.0, 0.5)], more_is_better=True) == [1]
+    assert pareto_front([(900.0, 0.5), (900.0, 0.6)], more_is_better=True) == [1]
+    assert pareto_front([(0.2, 0.5), (0.1, 0.5)], more_is_better=False) == [1]
+    assert pareto_front([(900.0, 0.5), (900.0, 0.5)], more_is_better=True) == [0, 1]  # a tie
+    assert pareto_front([(900.0, 0.6), (1000.0, 0.5)], more_is_better=True) == [0, 1]
+
+
+@pytest.mark.parametrize("more_is_better", [True, False])
+def test_the_frontier_is_every_point_no_other_beats(more_is_better: bool) -> None:
+    rng = np.random.default_rng(37)
+    for _ in range(500):
+        grid = rng.integers(0, 4, size=(int(rng.integers(1, 8)), 2))  # small grid: many ties
+        points = [(float(x), float(y)) for x, y in grid]
+        front = pareto_front(points, more_is_better)
+        unbeaten = [
+            i for i, p in enumerate(points) if not any(beats(q, p, more_is_better) for q in points)
+        ]
+        assert sorted(front) == unbeaten, points
+        assert [points[i][0] for i in front] == sorted(points[i][0] for i in front)
+
+
+def test_the_figure_joins_and_names_only_the_frontier(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    sweep = tmp_path / "sweep"
+    for attention, (accuracies, speed, gflop) in SETTINGS.items():
+        for seed, accuracy in enumerate(accuracies, start=1):
+            make_run(
+                sweep / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                maps=False,
+                metrics={
+                    "test/acc": accuracy,
+                    "train/images_per_sec": speed,
+                    "gflop_per_image": gflop,
+                },
+            )
+    settings = summary_of(read_runs([sweep])).settings
+    figure = frontier_figure(settings)
+    assert figure is not None
+    place = {s.label.removeprefix("attention="): s for s in settings}
+    assert len(figure.axes) == len(FRONT)
+    for axes, (key, front) in zip(figure.axes, FRONT.items(), strict=True):
+        points = {
+            name: (s.estimates[key].mean, s.estimates["test_acc"].mean) for name, s in place.items()
+        }
+        (line,) = [line for line in axes.get_lines() if line.get_linestyle() == "--"]
+        joined = list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+        assert joined == [points[name] for name in front], key
+        assert points["softmax"] not in joined
+        assert axes.get_xlabel().splitlines()[-1] == "Pareto frontier: " + ", ".join(front)
+        bold = [t.get_text().split()[0] for t in axes.texts if t.get_fontweight() == "bold"]
+        assert sorted(bold) == sorted(front)
+    assert "names in bold: Pareto frontier" in figure.get_suptitle()
+    plt.close(figure)
