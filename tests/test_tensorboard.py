@@ -20,7 +20,8 @@ from tensorboard.plugins.hparams import api_pb2
 
 from tests.support.presets import FEW_STEPS
 from tests.support.runners import run_sweep
-from vitattn.training.logger import COMPARED_FIRST, RESULTS, merge_equal_learning_rates, summary_tag
+from vitattn.training.hparams import KNOB_PREFIX, MAX_COLUMNS
+from vitattn.training.logger import RESULTS, merge_equal_learning_rates, summary_tag
 
 CURATED = {
     "attention",
@@ -40,7 +41,7 @@ CURATED = {
     "seed",
     "trainer/precision",
 }
-"""The HPARAMS of a training run besides the attention's own knobs (``attention/<knob>``)."""
+"""The HPARAMS of a training run besides the attention's own knobs (``~attention/<knob>``)."""
 
 
 def events(run_dir: Path) -> EventAccumulator:
@@ -198,9 +199,9 @@ def test_learning_rates_merge_only_when_equal() -> None:
 def test_hparams_are_curated_and_show_the_results_of_metrics_json(sweep: Path) -> None:
     run = sweep / LINEAR
     hparams, status = hparams_of(run)
-    knobs = {key for key in hparams if key.startswith("attention/")}
+    knobs = {key for key in hparams if key.startswith(KNOB_PREFIX)}
     assert set(hparams) - knobs == CURATED  # GFLOP/image is a result, not a setting
-    assert knobs == {"attention/eps"}  # linear attention's one knob
+    assert knobs == {f"{KNOB_PREFIX}eps"}  # linear attention's one knob
     assert hparams["attention"] == "linear" and hparams["seed"] == 3
     assert not [k for k in hparams if "_target_" in k or "dir" in k or "url" in k]
     assert status == "STATUS_SUCCESS"
@@ -231,21 +232,27 @@ def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics
     metric_tags = [info.name.tag for info in experiment.metric_infos]
     assert metric_tags == [summary_tag(key, RESULTS) for key in RESULTS]
     assert [info.display_name for info in experiment.metric_infos[:4]] == [
-        "best val acc",
         "test acc",
+        "best val acc",
         "images/s",
         "GFLOP/image",
     ]
     assert all(len(word) <= 12 for i in experiment.metric_infos for word in i.display_name.split())
-    # The settings it ticks at first, and the metrics, are there for every trial: the
-    # parallel-coordinates view draws a line per run when it opens.
+    # The columns: the few every run shows, the knobs of the sweep's attentions (softmax's
+    # dropout, linear's eps), none of another attention's; only what the sweep varies differs.
     hparam_names = [info.name for info in experiment.hparam_infos]
-    assert hparam_names[:SHOWN_AT_FIRST] == sorted(COMPARED_FIRST)
     assert "gflop_per_image" not in hparam_names
-    assert {"attention/eps", "attention/landmarks", "attention/conv_kernel"} <= set(hparam_names)
+    assert {f"{KNOB_PREFIX}eps", f"{KNOB_PREFIX}dropout"} <= set(hparam_names)
+    assert f"{KNOB_PREFIX}landmarks" not in hparam_names
+    assert len(hparam_names) <= MAX_COLUMNS
+    assert {info.name for info in experiment.hparam_infos if info.differs} == {"attention", "seed"}
+    # The settings it ticks at first (those that differ, then by name), and the metrics, are
+    # there for every trial: the parallel-coordinates view draws a line per run when it opens.
+    ordered = sorted(experiment.hparam_infos, key=lambda info: (not info.differs, info.name))
+    shown = [info.name for info in ordered[:SHOWN_AT_FIRST]]
     shown_metrics = {tag for tag in metric_tags[:SHOWN_AT_FIRST]}
     for group in groups:
-        assert set(COMPARED_FIRST) <= set(group.hparams), group.name
+        assert set(shown) <= set(group.hparams), group.name
         assert shown_metrics <= {m.name.tag for m in group.metric_values}, group.name
     by_name = {group.name: group for group in groups}
     metrics = json.loads((sweep / SOFTMAX / "metrics.json").read_text())
@@ -358,7 +365,7 @@ def test_the_sweep_answers_with_settings_verdicts_a_frontier_and_seed_means(
             }
             for s in (3, 4)
         ]
-        mean = {e.step: e.value for e in events(sweep / name).Scalars("val/acc")}
+        mean = {e.step: e.value for e in events(sweep / name).Scalars(band_tags("val/acc")[0])}
         assert sorted(mean) == [4, 8]
         for step, value in mean.items():
             assert value == pytest.approx((seeds[0][step] + seeds[1][step]) / 2, rel=1e-6)

@@ -154,15 +154,14 @@ def run_figures(cfg: DictConfig, module: Any, datamodule: Any, settings: Any) ->
     }
 
 
-def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> dict[str, Any]:
-    """What the HPARAMS view compares this fine-tune by."""
+def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> Any:
+    """What the HPARAMS view compares this fine-tune by (its ``Hyperparameters``)."""
     from vitattn.attention import registered_name
     from vitattn.training.hparams import finetuning_hyperparameters
 
-    net = module.hparams.net
-    attention = registered_name(net.get("attention"))
+    attention = registered_name(module.hparams.net.get("attention"))
     counts = module.parameter_counts()
-    return finetuning_hyperparameters(cfg, data_cfg, net, module.hparams.lora, attention, counts)
+    return finetuning_hyperparameters(cfg, data_cfg, module, attention, counts)
 
 
 def log_start(figures: dict[str, Any], output_dir: Path) -> None:

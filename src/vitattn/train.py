@@ -49,7 +49,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
     figures = model_figures(module, datamodule, choices)
-    log_hyperparameters(trainer.loggers, training_hyperparameters(cfg, choices, figures["params"]))
+    hparams = training_hyperparameters(cfg, choices, figures["params"], module.net)
+    log_hyperparameters(trainer.loggers, hparams)
     log.info(
         "attention=%s, %d parameters, precision %s on %s, run directory %s",
         choices["attention"],

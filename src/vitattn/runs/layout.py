@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.runs.files import UnreadableFileError, read_json, unsafe
+from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, unsafe
 
 METRICS = "metrics.json"
 ATTEMPTS_FILE = "failed_attempts.json"
@@ -38,7 +38,10 @@ RESERVE = ".vitattn.reserve"
 ATTEMPTS_DIR = ".attempts"
 """Folder of a sweep directory where failed or cut attempts of its jobs are kept."""
 
-WRITTEN_THROUGH = ("multirun.yaml", "hparams.yaml")
+MULTIRUN = "multirun.yaml"
+"""Hydra's record of a sweep, at the top of its directory, written before its first job."""
+
+WRITTEN_THROUGH = (MULTIRUN, "hparams.yaml")
 """Files libraries write at the top of a run or sweep directory by opening them as they are
 (Hydra's ``multirun.yaml``, Lightning's ``hparams.yaml``); besides these, every name that starts
 with ``.`` (``.hydra``, ``.vitattn.lock``, ``.<name>.partial``, ``.attempts``),
@@ -183,3 +186,14 @@ def natural_key(path: Path) -> list[list[Any]]:
         [int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", part)]
         for part in path.parts
     ]
+
+
+def sweep_command_overrides(sweep_dir: Path) -> list[str]:
+    """The overrides of the command that made the sweep in ``sweep_dir``, from its
+    ``multirun.yaml`` (a job's own overrides hold its values alone); empty where it has none.
+    Read as run files are (:func:`vitattn.runs.files.read_yaml`)."""
+    multirun = sweep_dir / MULTIRUN
+    if not multirun.is_file():
+        return []
+    overrides = (read_yaml(multirun).get("hydra") or {}).get("overrides") or {}
+    return [str(override) for override in overrides.get("task") or []]

@@ -27,29 +27,32 @@ TensorBoard lists one run per job. Each run writes
   session's run as a metric (every curve). With it, the metrics are the results alone
   (:data:`RESULTS`, written once at the end under ``~summary/``, a group that sorts after
   ``train`` and ``val``), in that order, with short display names; TensorBoard shows the first
-  five. Its settings are this run's and every attention knob of ``configs/attention``, the same
-  columns for every run (TensorBoard reads the summary of one run, any). TensorBoard shows five
-  settings at first, those marked as differing (then by name): :data:`COMPARED_FIRST`, which
-  every run has, so the parallel-coordinates view draws a line per run when it opens.
+  five, which every run has (a resumed one too: its costs are carried in its checkpoints), so
+  the parallel-coordinates view draws a line per run when it opens. Its settings are the
+  columns of :mod:`vitattn.training.hparams`, the same for every job of a sweep (TensorBoard
+  reads the summary of one run, any): those its sweep varies are marked as differing, which
+  TensorBoard shows first, then the others by name (the first five when the view opens).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitattn.training.hparams import attention_knob_defaults
 from vitattn.utils.config import flatten
+
+if TYPE_CHECKING:
+    from vitattn.training.hparams import Hyperparameters
 
 SUMMARY_GROUP = "~summary"
 """Tag group of the results written once per run; ``~`` sorts it after the training curves."""
 
 RESULTS = {
-    "val/acc_best": "acc_best_val",
     "test/acc": "acc_test",
+    "val/acc_best": "acc_best_val",
     "train/images_per_sec": "images_per_sec",
     "gflop_per_image": "gflop_per_image",
     "seconds": "seconds",
@@ -58,12 +61,13 @@ RESULTS = {
 }
 """``metrics.json`` keys shown as results in the HPARAMS view, and their tags there (under
 ``~summary/``), in the view's order: TensorBoard shows the first five, which every training run
-has (peak memory is measured on a GPU only)."""
+has (peak memory is measured on a GPU only). Its table puts them after five settings, ten em
+each: at 1600 px the first result, test acc, is the one in sight."""
 
 FINETUNING_RESULTS = {
-    "val/acc_best": "acc_best_val",
     "test/acc": "acc_test",
     "test/acc_base": "acc_test_base",
+    "val/acc_best": "acc_best_val",
     "train/images_per_sec": "images_per_sec",
     "seconds": "seconds",
     "test/acc_merged": "acc_test_merged",
@@ -89,10 +93,7 @@ DISPLAY_NAMES = {
     "params/trainable": "trainable params",
 }
 """Column headers of the HPARAMS view, short enough not to wrap inside a word. Other columns
-show their last part (``attention/conv_kernel``: ``conv kernel``)."""
-
-COMPARED_FIRST = ("attention", "model/tokens", "optimizer/lr", "params", "seed")
-"""The settings the HPARAMS view shows when it opens: every run has them."""
+show their last part (``~attention/conv_kernel``: ``conv kernel``)."""
 
 DROPPED_PREFIXES = ("test/",)
 DROPPED_KEYS = ("epoch",)
@@ -216,20 +217,23 @@ def hparam_type(value: Any) -> int:
     return api_pb2.DATA_TYPE_STRING
 
 
-def experiment_summary(columns: Mapping[str, Any], results: Mapping[str, str]) -> Any:
+def experiment_summary(
+    columns: Mapping[str, Any], results: Mapping[str, str], varied: Iterable[str] = ()
+) -> Any:
     """The HPARAMS view's layout (what ``hparams_config_pb`` builds, with display names and the
-    ``differs`` mark that orders the settings): a column per setting of ``columns`` (name to an
-    example value, for its type), :data:`COMPARED_FIRST` marked as differing so that they come
-    first, and the ``results`` as metrics, in their order."""
+    ``differs`` mark): a column per setting of ``columns`` (name to an example value, for its
+    type), those of ``varied`` marked as differing (TensorBoard shows them first), and the
+    ``results`` as metrics, in their order."""
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
+    differing = set(varied)
     experiment = api_pb2.Experiment(
         hparam_infos=[
             api_pb2.HParamInfo(
                 name=name,
                 display_name=display_name(name),
                 type=hparam_type(value),
-                differs=name in COMPARED_FIRST,
+                differs=name in differing,
             )
             for name, value in columns.items()
         ],
@@ -255,21 +259,20 @@ def run_writer(logger: TensorBoardLogger) -> Any:
 
 
 def log_hyperparameters(
-    loggers: Iterable[Any], hparams: Mapping[str, Any], results: Mapping[str, str] = RESULTS
+    loggers: Iterable[Any], hparams: Hyperparameters, results: Mapping[str, str] = RESULTS
 ) -> None:
-    """Record the flat ``hparams`` with every logger; for TensorBoard, as the HPARAMS view's
-    session of this run, named by the run, with the view's layout (:func:`experiment_summary`:
-    these settings, every attention knob, the ``results`` as metrics)."""
+    """Record the run's settings (``hparams.values``) with every logger; for TensorBoard, as the
+    HPARAMS view's session of this run, named by the run, with the view's layout
+    (:func:`experiment_summary`: the columns of ``hparams``, the ``results`` as metrics)."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    flat = {key: ("null" if value is None else value) for key, value in flatten(hparams).items()}
-    # Every run declares the knob columns alike, typed by the configs' defaults.
-    columns = {**flat, **attention_knob_defaults()}
+    flat = {k: ("null" if value is None else value) for k, value in flatten(hparams.values).items()}
     for logger in loggers:
         logger.log_hyperparams(flat)  # TensorBoard: kept for hparams.yaml, no summary written
         if isinstance(logger, TensorBoardLogger) and rank_zero_only.rank == 0:
             file_writer = run_writer(logger)._get_file_writer()
-            file_writer.add_summary(experiment_summary(columns, results))
+            summary = experiment_summary(hparams.columns, results, hparams.varied)
+            file_writer.add_summary(summary)
             # An empty trial id: TensorBoard names the session's group by its run.
             file_writer.add_summary(hp.hparams_pb(flat, trial_id=""))
             file_writer.flush()

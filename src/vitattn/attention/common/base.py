@@ -9,8 +9,8 @@ does, as in the xformers attention zoo. Adding a mechanism is one module in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -75,6 +75,19 @@ class AttentionKernel(nn.Module):
         Mechanisms with a budget that can cover the whole sequence override this.
         """
         return None
+
+    def resolved_knobs(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """``knobs`` (an attention config's knob names and values) with each one left ``None``
+        replaced by the value this kernel computed for it from the token count (Nyström's
+        landmarks, BigBird's block, Reformer's chunk and buckets): the value the run used.
+
+        Every mechanism keeps a knob as the attribute of its name; a mechanism that computes one
+        otherwise overrides this. A knob the kernel keeps no attribute for stays as given.
+        """
+        return {
+            name: getattr(self, name, None) if value is None else value
+            for name, value in knobs.items()
+        }
 
     def extra_repr(self) -> str:
         return f"seq_len={self.seq_len}, heads={self.heads}, head_dim={self.head_dim}"
