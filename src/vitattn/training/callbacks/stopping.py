@@ -22,14 +22,8 @@ class ValidateAtEnd(L.Callback):
     more validation first (the same path early stopping takes), which also saves ``last.ckpt``.
     """
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:
+        batch_idx = hook_args[-1]  # Lightning's (pl_module, outputs, batch, batch_idx)
         last_step = 0 < trainer.max_steps <= trainer.global_step
         max_epochs = trainer.max_epochs
         last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
@@ -51,14 +45,8 @@ class NanGuard(L.Callback):
         self.check_every_n_steps = max(1, int(check_every_n_steps))
         self._bad: torch.Tensor | None = None
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:
+        outputs = hook_args[1]  # Lightning's (pl_module, outputs, batch, batch_idx)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is None:
             return
