@@ -12,6 +12,8 @@ from typing import Any
 
 import lightning as L
 
+from vitattn.utils.checks import is_number
+
 
 def load_average() -> float | None:
     """The machine's 1-minute load average (``os.getloadavg()[0]``) to 2 decimals; ``None`` where
@@ -139,9 +141,8 @@ class ImagesPerSecond(L.Callback):
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return is_number(value) and isinstance(value, int) and value >= 1
 
 
 def _positive(value: Any) -> bool:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    return number and math.isfinite(value) and value > 0
+    return is_number(value) and math.isfinite(value) and value > 0
