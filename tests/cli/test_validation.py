@@ -65,8 +65,11 @@ def test_describe_names_what_is_valid() -> None:
         ("trainer.precision=bf16-fast", r"^trainer.precision='bf16-fast' is not valid; choose"),
         ("trainer.precision=16-true", r"^trainer.precision=16-true \(fp16 weights, no loss scal"),
         ("+model.colour=red", r"^model.colour is not a setting of .*VisionTransformer"),
-        ("model.dropout=2", r"^model.dropout=2 is not valid; choose 0 <= dropout < 1"),
-        ("scheduler.min_lr_ratio=2", r"^scheduler.min_lr_ratio=2 is not in \[0, 1\]"),
+        ("model.dropout=2", r"^model.dropout=2 is not valid; choose 0 <= model.dropout < 1"),
+        (
+            "scheduler.min_lr_ratio=2",
+            r"^scheduler.min_lr_ratio=2 is not valid; choose 0 <= scheduler.min_lr_ratio <= 1$",
+        ),
         ("data.batch_size=0", r"^data.batch_size=0 .*must be positive integers"),
         ("trainer.accelerator=tpu9", r"^trainer: these settings are refused .*accelerator"),
     ],

@@ -139,7 +139,9 @@ def test_target_modules_regex_and_conv(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("lora", "message"),
     [
-        ({"rank": -1}, r"lora\.rank=-1 is not valid; choose an integer >= 0"),
+        ({"rank": -1}, r"lora\.rank=-1 is not valid; choose an integer >= 0 \(0 = full fine"),
+        ({"rank": 2.0}, r"^lora\.rank=2.0 is not valid; choose an integer$"),
+        ({"dropout": 1}, r"^lora\.dropout=1 is not valid; choose 0 <= lora\.dropout < 1$"),
         ({"target_modules": ["attn.qkv", "mlp.fc3"]}, r"'mlp\.fc3' matches no layer; .*mlp\.fc1"),
         ({"target_modules": ["attn"]}, r"'attn' matches no layer; choose among: .*attn\.qkv"),
         ({"target_modules": "blocks\\.9\\..*"}, r"matches no layer"),

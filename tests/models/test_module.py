@@ -47,10 +47,17 @@ def test_warmup_fraction_and_no_warmup() -> None:
 
 def test_schedule_rejects_bad_settings() -> None:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    with pytest.raises(ConfigError, match="warmup_fraction"):
-        cosine_with_warmup(optimizer, 10, warmup_fraction=2.0)
-    with pytest.raises(ConfigError, match="min_lr_ratio"):
-        cosine_with_warmup(optimizer, 10, min_lr_ratio=-1)
+    refusals = [
+        ({"warmup_fraction": 2.0}, "scheduler.warmup_fraction=2.0 is not valid; choose 0 <= "),
+        ({"min_lr_ratio": -1}, "scheduler.min_lr_ratio=-1 is not valid; choose 0 <= "),
+        ({"min_lr_ratio": "x"}, "scheduler.min_lr_ratio='x' is not valid; choose 0 <= "),
+        ({"warmup_steps": -1}, "scheduler.warmup_steps=-1 is not valid; choose an integer >= 0"),
+        ({"warmup_steps": 2.5}, "scheduler.warmup_steps=2.5 is not valid; choose an integer >= 0"),
+    ]
+    for settings, message in refusals:
+        with pytest.raises(ConfigError) as info:
+            cosine_with_warmup(optimizer, 10, **settings)
+        assert str(info.value).startswith(message), settings
 
 
 def test_weight_decay_skips_norms_biases_and_embeddings() -> None:

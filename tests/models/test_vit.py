@@ -58,13 +58,21 @@ def test_pixel_model_has_1024_tokens() -> None:
             r"model.patch_size=3 does not divide the image size 32; .*\[1, 2, 4, 8, 16, 32\]",
         ),
         ({"embed_dim": 100, "heads": 8}, r"model.embed_dim=100 is not divisible by model.heads=8"),
-        ({"pool": "max"}, r"model.pool='max' .*'mean', 'cls'"),
-        ({"depth": 0}, r"model.depth=0"),
+        ({"pool": "max"}, r"^model.pool='max' is not valid; choose one of mean \| cls$"),
+        ({"depth": 0}, r"^model.depth=0 is not valid; choose an integer >= 1$"),
+        ({"depth": 1.5}, r"^model.depth=1.5 is not valid; choose an integer >= 1$"),
+        ({"dropout": 1.0}, r"^model.dropout=1.0 is not valid; choose 0 <= model.dropout < 1$"),
+        ({"drop_path": -0.1}, r"^model.drop_path=-0.1 is not valid; choose 0 <= model.drop_"),
+        ({"drop_path": "x"}, r"^model.drop_path='x' is not valid; choose 0 <= model.drop_"),
+        ({"embedding": "conv"}, r"^model.embedding='conv' is not valid; choose one of patch \|"),
+        ({"mlp_ratio": 0.001}, r"^model.mlp_dim=0 is not valid; choose an integer >= 1$"),
+        ({"pos_embed_init": "zeros"}, r"^model.pos_embed_init='zeros' is not valid; choose one"),
     ],
 )
 def test_bad_settings_name_the_setting(settings: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as info:
         VisionTransformer(softmax, **settings)
+    assert "\n" not in str(info.value)
 
 
 def test_sincos_position_codes() -> None:

@@ -12,16 +12,16 @@ from omegaconf import DictConfig
 
 from vitattn.attention.common.probe import QKV, attention_layers, capture_qkv
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
 
 
 def real_images(data_cfg: DictConfig, count: int) -> torch.Tensor:
     """The first ``count`` test images, as the model sees them in evaluation."""
+    checks.integer("images", count)
     datamodule: Any = hydra.utils.instantiate(data_cfg)
     datamodule.prepare_data()
     datamodule.setup("test")
     images, labels = datamodule.test_set.tensors
-    if count < 1:
-        raise ConfigError(f"images={count} is not valid; choose a positive number of images")
     batch = (images[:count], labels[:count])
     return datamodule.on_after_batch_transfer(batch, 0)[0]
 

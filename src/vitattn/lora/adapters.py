@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from vitattn.errors import ConfigError, MissingDependencyError
+from vitattn.utils import checks
 
 DEFAULT_TARGETS = ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
 """The attention projections and both MLP layers of every block."""
@@ -74,14 +75,10 @@ class LoRASettings:
         return result
 
     def validate(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
-            raise ConfigError(
-                f"lora.rank={self.rank} is not valid; choose an integer >= 0 (0 = full fine-tuning)"
-            )
-        if self.alpha <= 0:
-            raise ConfigError(f"lora.alpha={self.alpha} is not valid; choose a number > 0")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"lora.dropout={self.dropout} is not valid; choose 0 <= value < 1")
+        checks.of_type("lora.rank", self.rank, int)  # not 2.0, which checks.integer would take
+        checks.integer("lora.rank", self.rank, low=0, hint=" (0 = full fine-tuning)")
+        checks.positive("lora.alpha", self.alpha)
+        checks.fraction("lora.dropout", self.dropout)
         if not self.target_modules:
             raise ConfigError(
                 f"lora.target_modules is empty; name layers such as [{', '.join(DEFAULT_TARGETS)}]"

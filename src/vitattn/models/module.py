@@ -15,6 +15,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
 
 
 def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:
@@ -50,10 +51,7 @@ class ViTClassifier(L.LightningModule):
         num_classes: int = 10,
     ) -> None:
         super().__init__()
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ConfigError(
-                f"module.label_smoothing={label_smoothing} is not valid; choose 0 <= value < 1"
-            )
+        checks.fraction("module.label_smoothing", label_smoothing)
         self.save_hyperparameters(
             {
                 "net": _plain(net),

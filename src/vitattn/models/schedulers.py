@@ -8,6 +8,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
 
 
 def cosine_with_warmup(
@@ -26,15 +27,15 @@ def cosine_with_warmup(
     total_steps = int(total_steps)
     if total_steps < 1:
         raise ConfigError(f"the schedule needs at least one training step, got {total_steps}")
-    if not 0.0 <= warmup_fraction <= 1.0:
-        raise ConfigError(f"scheduler.warmup_fraction={warmup_fraction} is not in [0, 1]")
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise ConfigError(f"scheduler.min_lr_ratio={min_lr_ratio} is not in [0, 1]")
+    for setting, value in (
+        ("scheduler.warmup_fraction", warmup_fraction),
+        ("scheduler.min_lr_ratio", min_lr_ratio),
+    ):
+        if not checks.is_number(value) or not 0.0 <= value <= 1.0:
+            raise checks.invalid(setting, value, f"0 <= {setting} <= 1")
     if warmup_steps is None:
         warmup_steps = round(warmup_fraction * total_steps)
-    if warmup_steps < 0:
-        raise ConfigError(f"scheduler.warmup_steps={warmup_steps} is not valid; choose >= 0")
-    warmup_steps = min(int(warmup_steps), total_steps)
+    warmup_steps = min(checks.integer("scheduler.warmup_steps", warmup_steps, low=0), total_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:

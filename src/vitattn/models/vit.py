@@ -17,6 +17,7 @@ from torchvision.ops import StochasticDepth
 from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.multihead import MultiHeadAttention
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
 
 POOLS = ("mean", "cls")
 POS_EMBED_INITS = ("sincos", "random")
@@ -218,12 +219,8 @@ class VisionTransformer(nn.Module):
         super().__init__()
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
-        if not 0.0 <= drop_path < 1.0:
-            raise ConfigError(f"model.drop_path={drop_path} is not valid; choose 0 <= value < 1")
-        if embedding not in EMBEDDINGS:
-            raise ConfigError(
-                f"model.embedding={embedding!r} is not valid; choose one of {EMBEDDINGS}"
-            )
+        checks.fraction("model.drop_path", drop_path)
+        checks.one_of("model.embedding", embedding, EMBEDDINGS)
         if embedding == "intensity" and patch_size != 1:
             raise ConfigError(
                 f"model.embedding=intensity embeds single pixels; set model.patch_size=1 "
@@ -232,8 +229,7 @@ class VisionTransformer(nn.Module):
         self.image_size, self.in_channels, self.num_classes = image_size, in_channels, num_classes
         self.grid = image_size // patch_size
         mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
-        if mlp_dim < 1:
-            raise ConfigError(f"model.mlp_dim={mlp_dim} is not valid; choose a positive integer")
+        checks.integer("model.mlp_dim", mlp_dim)
         self.pool = pool
         self.num_patches = (image_size // patch_size) ** 2
         self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
@@ -313,13 +309,7 @@ def _validate(
             f"model.patch_size={patch_size} does not divide the image size {image_size}; "
             f"choose one of {valid}"
         )
-    if depth < 1:
-        raise ConfigError(f"model.depth={depth} is not valid; choose a positive integer")
-    if pool not in POOLS:
-        raise ConfigError(f"model.pool={pool!r} is not valid; choose one of {POOLS}")
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"model.dropout={dropout} is not valid; choose 0 <= dropout < 1")
-    if pos_embed_init not in POS_EMBED_INITS:
-        raise ConfigError(
-            f"model.pos_embed_init={pos_embed_init!r} is not valid; choose one of {POS_EMBED_INITS}"
-        )
+    checks.integer("model.depth", depth)
+    checks.one_of("model.pool", pool, POOLS)
+    checks.fraction("model.dropout", dropout)
+    checks.one_of("model.pos_embed_init", pos_embed_init, POS_EMBED_INITS)

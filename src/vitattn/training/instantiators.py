@@ -8,6 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vitattn.errors import ConfigError
+from vitattn.utils import checks
 
 
 def instantiate_list(configs: DictConfig | None) -> list[Any]:
@@ -48,9 +49,10 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     train with are one :class:`ConfigError` line."""
     max_steps = trainer_cfg.get("max_steps", -1)
     if max_steps == 0 or (isinstance(max_steps, int) and max_steps < -1):
-        raise ConfigError(
-            f"trainer.max_steps={max_steps} is not valid; choose -1 (train for "
-            "trainer.max_epochs) or a number of steps >= 1"
+        raise checks.invalid(
+            "trainer.max_steps",
+            max_steps,
+            "-1 (train for trainer.max_epochs) or a number of steps >= 1",
         )
     if str(trainer_cfg.get("precision")) == "16-true":
         raise ConfigError(
@@ -69,9 +71,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
             )
     max_epochs = trainer_cfg.get("max_epochs")
     if max_epochs == 0:
-        raise ConfigError(
-            "trainer.max_epochs=0 is not valid; choose -1, null or a number of epochs >= 1"
-        )
+        raise checks.invalid("trainer.max_epochs", 0, "-1, null or a number of epochs >= 1")
     return hydra.utils.instantiate(
         trainer_cfg,
         default_root_dir=None,

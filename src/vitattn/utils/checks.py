@@ -6,8 +6,9 @@
 :class:`ConfigError` line names it and what would be valid. The range checks return the value they
 accepted (:func:`integer` an ``int``); :func:`of_type` checks a value against a type hint, worded
 by :func:`describe`. Used by :mod:`vitattn.attention.common.knobs` (``attention.<knob>``), the
-settings of ``vitattn-bench`` and ``vitattn-check``, :mod:`vitattn.data.settings` and
-:mod:`vitattn.cli.validation`.
+settings of ``vitattn-bench`` and ``vitattn-check``, :mod:`vitattn.data.settings`,
+:mod:`vitattn.cli.validation`, and the model's, module's, scheduler's, LoRA's and trainer's own
+checks.
 """
 
 from __future__ import annotations
