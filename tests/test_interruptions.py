@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -117,25 +119,48 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     assert metrics["steps"] == step
     assert metrics["val/acc"] is not None  # what the validations so far reached
 
+    first_costs = throughput_state(run_dir)
     resume = ["resume=true", f"hydra.run.dir={run_dir}", WITHOUT_FAULT]
+    started = time.perf_counter()
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    second_attempt_at_most = time.perf_counter() - started
     assert_same_as_straight(run_dir, straight)
-    assert_costs_of_every_attempt(metrics_of(run_dir), metrics_of(straight), metrics)
+    assert_costs_of_every_attempt(run_dir, metrics, first_costs, second_attempt_at_most)
+
+
+def throughput_state(run_dir: Path) -> dict[str, Any]:
+    """What :class:`~vitattn.training.callbacks.ImagesPerSecond` keeps in ``last.ckpt``: the
+    steady rates, the fit's seconds up to the checkpoint and the attempts."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    callbacks = torch.load(path, weights_only=False, map_location="cpu")["callbacks"]
+    (state,) = (value for key, value in callbacks.items() if key.startswith("ImagesPerSecond"))
+    return state
 
 
 def assert_costs_of_every_attempt(
-    resumed: dict[str, Any], straight: dict[str, Any], first_attempt: dict[str, Any]
+    run_dir: Path,
+    first_attempt: dict[str, Any],
+    first_costs: dict[str, Any],
+    second_attempt_at_most: float,
 ) -> None:
-    """A resumed run's costs are those of all its attempts: its seconds near an uninterrupted
-    run's (within 25%), its steady steps more than its first attempt's, and two attempts."""
-    assert straight["attempts"] == 1 and first_attempt["attempts"] == 1
-    assert resumed["attempts"] == 2
-    assert abs(resumed["seconds"] - straight["seconds"]) <= 0.25 * straight["seconds"], (
-        resumed["seconds"],
-        straight["seconds"],
-    )
-    assert resumed["steady_steps"] > first_attempt["steady_steps"] > 0
-    assert resumed["train/images_per_sec"] > 0
+    """A resumed run's costs are those of all its attempts, as the code decides them and without
+    comparing one run's wall-clock time with another's (a resume pays its start-up again, and a
+    shared machine varies): its seconds are the first attempt's recorded seconds plus the
+    second's (which lie within the resume command's own time), its images/s the median of the
+    steady rates of both attempts, and two attempts."""
+    resumed, final_costs = metrics_of(run_dir), throughput_state(run_dir)
+    assert first_attempt["attempts"] == 1 and first_costs["attempts"] == 1
+    assert resumed["attempts"] == final_costs["attempts"] == 2
+    # The first attempt's rates come first, then the second's; metrics.json is their median.
+    earlier = first_costs["rates"]
+    assert 0 < len(earlier) == first_attempt["steady_steps"] < resumed["steady_steps"]
+    assert final_costs["rates"][: len(earlier)] == earlier
+    assert len(final_costs["rates"]) == resumed["steady_steps"]
+    assert resumed["train/images_per_sec"] == pytest.approx(statistics.median(final_costs["rates"]))
+    # Seconds add up: the first attempt's, as its checkpoint recorded them, then the second's.
+    assert 0 < first_costs["seconds"] <= first_attempt["seconds"]
+    assert first_costs["seconds"] < final_costs["seconds"] <= resumed["seconds"]
+    assert resumed["seconds"] - first_costs["seconds"] < second_attempt_at_most
 
 
 def test_ckpt_path_alone_continues_the_run_in_its_own_directory(
@@ -256,12 +281,16 @@ def test_a_run_killed_after_its_last_checkpoint_keeps_its_costs_when_continued(
     run_dir = tmp_path / "run"
     shutil.copytree(straight, run_dir)
     (run_dir / "metrics.json").unlink()
+    recorded = throughput_state(run_dir)["seconds"]
     run_in_process("vitattn-train", "resume=true", f"hydra.run.dir={run_dir}", data_dir=data_dir)
     resumed, uninterrupted = metrics_of(run_dir), metrics_of(straight)
     assert resumed["attempts"] == 2 and resumed["steps"] == 40
     assert resumed["steady_steps"] == uninterrupted["steady_steps"] > 0
     assert resumed["train/images_per_sec"] == uninterrupted["train/images_per_sec"]
-    assert uninterrupted["seconds"] * 0.75 <= resumed["seconds"] <= uninterrupted["seconds"] * 1.25
+    # The first attempt's seconds, from its last checkpoint, plus the second's (which trained
+    # no step): not this attempt's alone, and not unknown.
+    assert 0 < recorded <= uninterrupted["seconds"]
+    assert recorded < resumed["seconds"]
 
 
 @pytest.fixture(scope="module")

@@ -224,3 +224,26 @@ def test_the_tensorboard_curve_has_no_spikes(slowed_run: Path) -> None:
     for event in curve:
         window = [i for i in counted if i["step"] <= event.step][-WINDOW:]
         assert within_ten_percent(event.value, median_rate(window)), event.step
+
+
+def test_a_resumed_fit_adds_its_seconds_to_the_recorded_ones_and_keeps_the_earlier_rates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a resume decides, with a clock the test sets: the seconds of every attempt are the
+    recorded ones plus this attempt's from its ``on_fit_start``; the median is over the earlier
+    rates and this attempt's; the attempts are counted on."""
+    from types import SimpleNamespace
+
+    from vitattn.training.callbacks import ImagesPerSecond
+
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(
+        "vitattn.training.callbacks.throughput.time.perf_counter", lambda: next(clock)
+    )
+    meter = ImagesPerSecond()
+    meter.load_state_dict({"rates": [10.0, 30.0], "seconds": 7.0, "attempts": 1})
+    meter.on_fit_start(SimpleNamespace(ckpt_path="last.ckpt"), None)
+    meter.rates.append(20.0)  # one steady step of this attempt
+    assert meter.attempts == 2
+    assert meter.median == 20.0 and meter.steady_steps == 3
+    assert meter.state_dict() == {"rates": [10.0, 30.0, 20.0], "seconds": 9.5, "attempts": 2}

@@ -55,10 +55,11 @@ def test_run_directory_layout(short_run: Path) -> None:
     assert metrics["attention"] == "softmax"
     assert metrics["steps"] == 60
     assert 0.0 <= metrics["test/acc"] <= 1.0
-    # images/s leaves out validation, start-up and warm-up, so it is above the fit's average and
-    # not absurdly so (a meter counting steps, not images, would be 64 times too low).
+    # images/s counts images, not steps: a meter counting steps would be 64 times too low (batch
+    # 64). The bounds are that factor, not a timing: steady steps are usually faster than the fit's
+    # average, but a busy machine may slow any of them.
     average = 60 * 64 / metrics["seconds"]
-    assert average <= metrics["train/images_per_sec"] < 20 * average
+    assert average / 8 < metrics["train/images_per_sec"] < 20 * average
 
 
 @pytest.mark.slow
