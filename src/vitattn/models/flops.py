@@ -51,9 +51,9 @@ def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
-def count_gflop(call: Callable[[], Any]) -> float | None:
+def count_gflop(call: Callable[[], Any], quiet: bool = False) -> float | None:
     """GFLOP of ``call()`` (matrix products, convolutions and fused attention, forward and any
-    backward it runs); ``None`` (and a warning) where counting fails."""
+    backward it runs); ``None`` (and a warning, unless ``quiet``) where counting fails."""
     from torch.utils.flop_counter import FlopCounterMode
 
     try:
@@ -62,7 +62,8 @@ def count_gflop(call: Callable[[], Any]) -> float | None:
             call()
         return counter.get_total_flops() / 1e9
     except Exception as error:  # a kernel the counter cannot trace: the run goes on without it
-        log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
+        if not quiet:
+            log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
         return None
 
 
