@@ -175,33 +175,34 @@ def _g(value: float | None) -> str:
 
 
 def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
-    """The floors of ``row``'s two calls on ``spec``, their shares of the measured medians, and
-    the operators each dispatches (:mod:`vitattn.bench.floor`)."""
+    """The FLOPs of ``row``'s two calls (counted, else by the mechanism's formula), their floors
+    on ``spec`` and the operators each dispatches (:mod:`vitattn.bench.floor`)."""
     with autotune.untimed():  # count the calls, not impl=auto's timing of them
         row.fwd_dispatches = count_dispatches(work.forward)
         row.fwd_bwd_dispatches = count_dispatches(work.forward_backward)
         output = work.forward()
-    flops: list[float | None] = [None, None]
-    if row.gflop is not None:
-        forward = count_gflop(work.forward, quiet=True)
-        flops = [None if forward is None else forward * 1e9, row.gflop * 1e9]
-    source = "counted"
-    if None in flops and work.attention is not None:
-        source = "formula"
+    calls = (work.forward, work.forward_backward)
+    counted = [count_gflop(call, quiet=True) for call in calls]
+    flops = [None if gflop is None else gflop * 1e9 for gflop in counted]
+    row.flops_source = "counted"
+    if None in flops and work.attention is not None:  # FlexAttention's operator, say
+        row.flops_source = "formula"
         shape = work.inputs[0].shape
         flops = [formula_flops(work.attention, work.module, shape, t) for t in (False, True)]
+    if flops[0] is not None:
+        row.fwd_gflop = flops[0] / 1e9
+    if flops[1] is not None:
+        row.gflop = flops[1] / 1e9
     for training, count in zip((False, True), flops, strict=True):
         if count is None:
             continue
         least = least_bytes(work.module, work.inputs, output, training)
-        floor = floor_of(count, least, spec, work.inputs[0].dtype, source)
+        floor = floor_of(count, least, spec, work.inputs[0].dtype, row.flops_source)
         prefix = "fwd_bwd" if training else "fwd"
         setattr(row, f"{prefix}_floor_ms", floor.ms)
         setattr(row, f"{prefix}_least_bytes", least)
         if training:
-            row.floor_bound, row.flops_source = floor.bound, source
-        else:
-            row.fwd_gflop = count / 1e9
+            row.floor_bound = floor.bound
 
 
 class Workload:
@@ -400,7 +401,6 @@ class Runner:
                 for call in (work.forward, work.forward_backward)
             )
             memory = measure_memory(work.forward_backward, sweep.device)
-            row.gflop = count_gflop(work.forward_backward)
             add_floor(row, work, self.spec)
         except Exception as error:
             row.status = failure_status(error)

@@ -18,7 +18,7 @@ class Row:
     head_dim: int
     fwd_ms: float | None = None  # medians
     fwd_bwd_ms: float | None = None
-    gflop: float | None = None  # of one forward+backward (torch.utils.flop_counter)
+    gflop: float | None = None  # of one forward+backward (flops_source says how it was found)
     memory_bytes: int | None = None  # see vitattn.bench.memory
     status: str = "ok"
     fwd_q25_ms: float | None = None  # quartiles and the fastest repeat
