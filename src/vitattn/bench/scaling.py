@@ -189,6 +189,8 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
         row.flops_source = "formula"
         shape = work.inputs[0].shape
         flops = [formula_flops(work.attention, work.module, shape, t) for t in (False, True)]
+    if flops == [None, None]:
+        row.flops_source = None  # neither counted nor a formula: no floor
     if flops[0] is not None:
         row.fwd_gflop = flops[0] / 1e9
     if flops[1] is not None:
