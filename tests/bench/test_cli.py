@@ -40,6 +40,9 @@ def test_cli_writes_every_file(tmp_path: Path, data_dir: Path) -> None:
         assert float(row["fwd_ms"]) > 0 and float(row["fwd_bwd_ms"]) > 0
         assert int(row["memory_bytes"]) > 0 and int(row["saved_bytes"]) > 0
         assert (row["batch_size"], row["heads"], row["dtype"]) == ("2", "2", "float32")
+        assert float(row["fwd_floor_ms"]) > 0 and float(row["fwd_bwd_floor_ms"]) > 0
+        assert float(row["fwd_bwd_floor_pct"]) > 0 and row["floor_bound"] in ("compute", "memory")
+        assert int(row["fwd_dispatches"]) > 0 and int(row["fwd_bwd_dispatches"]) > 0
     scaling = read_csv(run_dir / "scaling.csv")
     assert [s["attention"] for s in scaling] == ["softmax", "linear"]
     assert all(s["fwd_bwd_ms_exponent"] and s["memory_bytes_exponent"] for s in scaling)
@@ -47,6 +50,9 @@ def test_cli_writes_every_file(tmp_path: Path, data_dir: Path) -> None:
     assert content["mode"] == "scaling" and len(content["results"]) == 4
     assert content["settings"]["mode"] == "scaling" and content["settings"]["repeats"] == 2
     assert "| softmax" in result.stdout and "Scaling exponents" in result.stdout
+    floor = content["environment"]["floor_device"]
+    assert floor["measured"] and floor["peak_tflops"] > 0 and floor["bandwidth_gb_s"] > 0
+    assert "% of floor" in result.stdout and "ops fwd+bwd" in result.stdout
 
 
 BENCH = ["vitattn-bench"]

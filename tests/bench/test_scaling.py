@@ -107,6 +107,36 @@ def test_block_level_run(tmp_path: Path) -> None:
     out = benchmark(cfg)
     assert [r["status"] for r in out["results"]] == ["ok", "ok"]
     assert all(r["level"] == "block" and r["memory_bytes"] > 0 for r in out["results"])
+    # A whole block has no formula: its floor is from the counted FLOPs.
+    assert all(r["flops_source"] == "counted" and r["fwd_bwd_floor_ms"] > 0 for r in out["results"])
+
+
+def test_each_row_has_its_floor_its_share_and_its_operators() -> None:
+    rows = Runner(small_sweep(seq_lens=[32])).run()
+    for row in rows:
+        assert row.ok and row.flops_source == "counted"
+        assert row.fwd_gflop is not None and row.gflop is not None
+        assert row.fwd_gflop < row.gflop  # a backward costs more than nothing
+        assert row.fwd_floor_ms is not None and row.fwd_bwd_floor_ms is not None
+        assert row.fwd_floor_ms < row.fwd_bwd_floor_ms
+        assert row.fwd_bwd_floor_pct == pytest.approx(100 * row.fwd_bwd_floor_ms / row.fwd_bwd_ms)
+        assert row.fwd_dispatches is not None and row.fwd_bwd_dispatches is not None
+        assert 0 < row.fwd_dispatches < row.fwd_bwd_dispatches
+        assert row.fwd_bwd_least_bytes == 8 * 1 * 2 * 32 * 8 * 4  # q, k, v, out and gradients
+
+
+def test_a_call_the_counter_cannot_count_takes_its_formula(monkeypatch) -> None:
+    """Where ``torch.utils.flop_counter`` fails (FlexAttention's operator, say), the floor comes
+    from the mechanism's formula, and says so."""
+    from vitattn.bench.floor import formula_flops
+
+    monkeypatch.setattr(scaling, "count_gflop", lambda call, quiet=False: None)
+    (row,) = Runner(small_sweep(attentions=["softmax"], seq_lens=[32])).run()
+    assert row.ok and row.flops_source == "formula"
+    kernel = scaling.build_kernel("softmax", seq_len=32, heads=2, head_dim=8)
+    forward = formula_flops("softmax", kernel, (1, 2, 32, 8), False)
+    assert (row.fwd_gflop, row.gflop) == pytest.approx((forward / 1e9, 3 * forward / 1e9))
+    assert row.fwd_bwd_floor_ms is not None and row.fwd_bwd_floor_pct is not None
 
 
 def test_an_impossible_size_is_skipped_without_allocating(monkeypatch) -> None:

@@ -167,6 +167,13 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     text = (run_dir / "check.md").read_text()
     for heading in ("## Problems", "## Numerics", "## Training", "## Against timm", "## Kernels"):
         assert heading in text
+    # Every kernel row against its floor on this CPU's measured figures, with its operators.
+    kernels = result["kernels"]
+    assert kernels["floor_device"]["measured"] and kernels["floor_device"]["peak_tflops"] > 0
+    for row in kernels["results"]:
+        assert row["fwd_bwd_floor_ms"] > 0 and row["fwd_bwd_floor_pct"] > 0, row
+        assert row["fwd_bwd_dispatches"] > 0 and row["flops_source"] == "counted", row
+    assert "% of floor" in text and "| ops" in text and "measured in this process" in text
 
 
 def test_the_console_script_refuses_the_gpu_check_without_a_gpu(

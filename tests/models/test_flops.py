@@ -63,3 +63,18 @@ def test_mfu_divides_achieved_model_flops_by_the_gpus_16_bit_peak(monkeypatch) -
     # 0.65 GFLOP/image at 10,000 images/s on a 65 TFLOP/s T4 is 10% of its peak.
     assert flops.model_flops_utilisation(0.65, 10_000, gpu, "16-mixed") == pytest.approx(0.1)
     assert flops.model_flops_utilisation(None, 10_000, gpu, "16-mixed") is None
+
+
+def test_a_network_elsewhere_is_counted_on_the_examples_device(caplog) -> None:
+    """Issue 42: after a Lightning fit on a GPU the network is back on the CPU while the example
+    image is on the GPU, and counting failed ("Expected all tensors to be on the same device,
+    ... mat2 is on cpu"). A CPU shows the same mismatch with the meta device as the other one:
+    the count must be made on the example's device, and equal the count where both are alike
+    (explicit attention: the same products on any device, where fused SDPA's kernel differs)."""
+    net = tiny_vit(knobs={"impl": "naive"})
+    on_cpu = gflop_per_image(net, torch.zeros(1, 3, 16, 16))
+    with caplog.at_level("WARNING", logger="vitattn.models.flops"):
+        on_meta = gflop_per_image(net, torch.zeros(1, 3, 16, 16, device="meta"))
+    assert "could not count FLOPs" not in caplog.text
+    assert on_cpu is not None and on_meta == pytest.approx(on_cpu)
+    assert next(net.parameters()).device.type == "cpu"  # the network itself stays where it was

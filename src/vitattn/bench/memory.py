@@ -13,6 +13,13 @@ keeps alive and the largest thing it builds:
 ``memory_bytes`` on a CPU is their sum. On a GPU it is the peak of
 ``torch.cuda.max_memory_allocated`` during the call above what was allocated before it (the
 inputs are excluded there, while the saved bytes count any input autograd keeps).
+
+Compiled code (FlexAttention's kernel, a compiled module) runs compiled under the measurement:
+:class:`LargestTensor` ignores what ``torch.compile`` optimises
+(``ignore_compile_internals``), since with a dispatch mode on the stack dynamo would otherwise
+skip the compilation and run the eager fallback instead (for FlexAttention, the dense n x n
+scores). A higher-order operator that still runs eagerly (``flex_attention`` uncompiled) is one
+operator to the mode: it runs below it, and its outputs count, not its internals.
 """
 
 from __future__ import annotations
@@ -71,13 +78,20 @@ class SavedTensors:
         self._hooks.__exit__(*exc)
 
 
-class LargestTensor(TorchDispatchMode):
-    """Dispatch mode recording the largest storage produced by any operator while active."""
+class PassThroughMode(TorchDispatchMode):
+    """A dispatch mode that observes, never changes, what runs: compiled code stays compiled
+    (the mode is off while dynamo compiles and sees the compiled artifact's own calls), and a
+    higher-order operator (``flex_attention``, ``cond``) runs below the mode as one operator,
+    handed to :meth:`observe` like any other."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.bytes = 0
-        self.op = ""
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def observe(self, func: Any, out: Any) -> None:
+        """Called once per operator with its output."""
 
     def __torch_dispatch__(
         self,
@@ -86,7 +100,22 @@ class LargestTensor(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        # The mode is popped while this runs, so a higher-order operator called again here runs
+        # its own implementation below the mode, as it would have without it.
         out = func(*args, **(kwargs or {}))
+        self.observe(func, out)
+        return out
+
+
+class LargestTensor(PassThroughMode):
+    """Dispatch mode recording the largest storage produced by any operator while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+        self.op = ""
+
+    def observe(self, func: Any, out: Any) -> None:
         for item in tree_flatten(out)[0]:
             if isinstance(item, torch.Tensor):
                 try:
@@ -95,7 +124,6 @@ class LargestTensor(TorchDispatchMode):
                     continue
                 if size > self.bytes:
                     self.bytes, self.op = size, str(func)
-        return out
 
 
 def measure_memory(call: Callable[[], Any], device: torch.device) -> MemoryReport:

@@ -94,10 +94,15 @@ def _subtitle(rows: Sequence[Row]) -> str:
 
 
 def plot_time(rows: Sequence[Row], path: Path) -> None:
-    """``time_vs_seq_len.png``: forward and forward+backward milliseconds against n, log-log."""
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    """``time_vs_seq_len.png``: forward and forward+backward milliseconds against n, and the
+    forward+backward's share of its floor (:mod:`vitattn.bench.floor`), log-log."""
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     _log_log_panel(axes[0], rows, "fwd_ms", 1.0, "milliseconds (median)", "forward (inference)")
     _log_log_panel(axes[1], rows, "fwd_bwd_ms", 1.0, "milliseconds (median)", "forward + backward")
+    _log_log_panel(
+        axes[2], rows, "fwd_bwd_floor_pct", 1.0, "% of floor (100 = at the device's limit)",
+        "forward + backward: share of its floor",
+    )  # fmt: skip
     _finish(figure, axes, f"Attention time vs sequence length ({_subtitle(rows)})", path)
 
 

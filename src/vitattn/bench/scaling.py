@@ -34,7 +34,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitattn.attention.common import autotune
+from vitattn.bench.devices import DeviceSpec, device_spec
 from vitattn.bench.environment import environment, half_the_memory, load_average
+from vitattn.bench.floor import (
+    count_dispatches,
+    floor_of,
+    formula_flops,
+    least_bytes,
+    share_of_floor,
+)
 from vitattn.bench.kernels import attention_factory, build_kernel, failure_status, split_variant
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.scaling_table import Row, add_speedups, scaling_table
@@ -132,20 +141,70 @@ def run_scaling(settings: BenchSettings) -> ScalingRun:
         env["threads"], ",".join(sweep.attentions), sweep.seq_lens, sweep.head_dims,
     )  # fmt: skip
     runner = Runner(sweep, on_row=log_row)
+    env["floor_device"] = describe(runner.spec, sweep.dtype)
     rows = runner.run()
     env["steady_heap"] = runner.steady_heap
     return ScalingRun(sweep, rows, scaling_table(rows, sweep.reference), env)
 
 
+def describe(spec: DeviceSpec, dtype: torch.dtype) -> dict[str, Any]:
+    """What the floors are taken against, logged (and written to results.json, check.json)."""
+    figures = spec.summary(dtype)
+    log.info(
+        "floors against %s: %.4g TFLOP/s (%s), %.4g GB/s (%s)", figures["name"],
+        figures["peak_tflops"], figures["dtype"], figures["bandwidth_gb_s"], figures["source"],
+    )  # fmt: skip
+    return figures
+
+
 def log_row(row: Row) -> None:
     if row.ok:
         log.info(
-            "%-14s n=%-6d d=%-4d fwd %9.3f ms  fwd+bwd %9.3f ms  memory %8.1f MiB",
+            "%-14s n=%-6d d=%-4d fwd %9.3f ms  fwd+bwd %9.3f ms  memory %8.1f MiB  "
+            "floor %s ms (%s%%, %s)  %s ops",
             row.attention, row.seq_len, row.head_dim, row.fwd_ms, row.fwd_bwd_ms,
-            (row.memory_bytes or 0) / 2**20,
+            (row.memory_bytes or 0) / 2**20, _g(row.fwd_bwd_floor_ms), _g(row.fwd_bwd_floor_pct),
+            row.floor_bound or "-", row.fwd_bwd_dispatches,
         )  # fmt: skip
     else:
         log.info("%-14s n=%-6d d=%-4d %s", row.attention, row.seq_len, row.head_dim, row.status)
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
+    """The FLOPs of ``row``'s two calls (counted, else by the mechanism's formula), their floors
+    on ``spec`` and the operators each dispatches (:mod:`vitattn.bench.floor`)."""
+    with autotune.untimed():  # count the calls, not impl=auto's timing of them
+        row.fwd_dispatches = count_dispatches(work.forward)
+        row.fwd_bwd_dispatches = count_dispatches(work.forward_backward)
+        output = work.forward()
+    calls = (work.forward, work.forward_backward)
+    counted = [count_gflop(call, quiet=True) for call in calls]
+    flops = [None if gflop is None else gflop * 1e9 for gflop in counted]
+    row.flops_source = "counted"
+    if None in flops and work.attention is not None:  # FlexAttention's operator, say
+        row.flops_source = "formula"
+        shape = work.inputs[0].shape
+        flops = [formula_flops(work.attention, work.module, shape, t) for t in (False, True)]
+    if flops == [None, None]:
+        row.flops_source = None  # neither counted nor a formula: no floor
+    if flops[0] is not None:
+        row.fwd_gflop = flops[0] / 1e9
+    if flops[1] is not None:
+        row.gflop = flops[1] / 1e9
+    for training, count in zip((False, True), flops, strict=True):
+        if count is None:
+            continue
+        least = least_bytes(work.module, work.inputs, output, training)
+        floor = floor_of(count, least, spec, work.inputs[0].dtype, row.flops_source)
+        prefix = "fwd_bwd" if training else "fwd"
+        setattr(row, f"{prefix}_floor_ms", floor.ms)
+        setattr(row, f"{prefix}_least_bytes", least)
+        if training:
+            row.floor_bound = floor.bound
 
 
 class Workload:
@@ -154,6 +213,7 @@ class Workload:
     def __init__(self, sweep: Sweep, attention: str, seq_len: int, head_dim: int) -> None:
         torch.manual_seed(sweep.seed)
         base, knobs = split_variant(attention, sweep.variants, sweep.knobs)
+        self.attention: str | None = base if sweep.level == "kernel" else None  # its formula
         device, dtype = sweep.device, sweep.dtype
         shape: tuple[int, ...]
         if sweep.level == "block":
@@ -212,6 +272,7 @@ class Runner:
         self.memory_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
         self.time_history: dict[tuple[str, int], list[tuple[int, float]]] = {}
         self.steady_heap = False  # whether Sweep.steady_heap could be applied (glibc only)
+        self.spec = device_spec(sweep.device, sweep.dtype)  # peaks the floors are taken against
 
     def new_row(self, attention: str, seq_len: int, head_dim: int) -> Row:
         sweep = self.sweep
@@ -342,13 +403,15 @@ class Runner:
                 for call in (work.forward, work.forward_backward)
             )
             memory = measure_memory(work.forward_backward, sweep.device)
-            row.gflop = count_gflop(work.forward_backward)
+            add_floor(row, work, self.spec)
         except Exception as error:
             row.status = failure_status(error)
             return
         finally:
             del work  # what this grid point allocated goes before the next one starts
             release(sweep.device)
+        row.fwd_floor_pct = share_of_floor(row.fwd_floor_ms, fwd.median_ms)
+        row.fwd_bwd_floor_pct = share_of_floor(row.fwd_bwd_floor_ms, fwd_bwd.median_ms)
         row.fwd_ms, row.fwd_q25_ms, row.fwd_q75_ms = fwd.median_ms, fwd.q25_ms, fwd.q75_ms
         row.fwd_min_ms = fwd.min_ms
         row.fwd_bwd_ms, row.fwd_bwd_min_ms = fwd_bwd.median_ms, fwd_bwd.min_ms

@@ -18,7 +18,7 @@ class Row:
     head_dim: int
     fwd_ms: float | None = None  # medians
     fwd_bwd_ms: float | None = None
-    gflop: float | None = None  # of one forward+backward (torch.utils.flop_counter)
+    gflop: float | None = None  # of one forward+backward (flops_source says how it was found)
     memory_bytes: int | None = None  # see vitattn.bench.memory
     status: str = "ok"
     fwd_q25_ms: float | None = None  # quartiles and the fastest repeat
@@ -34,6 +34,19 @@ class Row:
     peak_tensor_bytes: int | None = None
     memory_method: str | None = None
     speedup_vs_reference: float | None = None
+    # the floor (vitattn.bench.floor): the least time on this device, and the share of it reached
+    fwd_floor_ms: float | None = None
+    fwd_bwd_floor_ms: float | None = None
+    fwd_floor_pct: float | None = None  # floor / measured median, percent
+    fwd_bwd_floor_pct: float | None = None
+    floor_bound: str | None = None  # compute or memory (forward+backward)
+    fwd_gflop: float | None = None  # of the forward alone
+    flops_source: str | None = None  # counted (torch.utils.flop_counter) or formula
+    fwd_least_bytes: int | None = None
+    fwd_bwd_least_bytes: int | None = None
+    fwd_dispatches: int | None = None  # operators dispatched by one call
+    fwd_bwd_dispatches: int | None = None
+    compiled: bool = False  # eager here; a compiled variant's row sets it
     level: str = "kernel"
     batch_size: int = 0
     heads: int = 0

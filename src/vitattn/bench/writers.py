@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.bench.approx import ApproxRow, ApproxRun
+from vitattn.bench.floor import floor_line
 from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
 from vitattn.bench.scaling import ScalingRun
 from vitattn.bench.scaling_table import Row
@@ -51,7 +52,8 @@ def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -
     )
     plot_time(run.rows, output_dir / "time_vs_seq_len.png")
     plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
-    show(output_dir, "results.md", scaling_text(run.rows, run.scaling, run.sweep.reference))
+    floor = run.environment.get("floor_device")
+    show(output_dir, "results.md", scaling_text(run.rows, run.scaling, run.sweep.reference, floor))
     log.info("wrote results.csv, results.json, scaling.csv and figures to %s", output_dir)
     return {"results": rows, "scaling": run.scaling}
 
@@ -62,9 +64,12 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def scaling_text(
-    rows: Sequence[Row], scaling: Sequence[dict[str, Any]], reference: str | None
+    rows: Sequence[Row],
+    scaling: Sequence[dict[str, Any]],
+    reference: str | None,
+    floor_device: dict[str, Any] | None = None,
 ) -> str:
-    """The results table and the exponents table, in Markdown."""
+    """The results table (with the :func:`floor_line`) and the exponents table, in Markdown."""
     speedup = f"x vs {reference}" if reference else "speedup"
     results = [
         {
@@ -81,6 +86,10 @@ def scaling_text(
             "memory MiB": mebibytes(r.memory_bytes),
             "saved MiB": mebibytes(r.saved_bytes),
             speedup: number(r.speedup_vs_reference, 2),
+            "fwd+bwd floor ms": number(r.fwd_bwd_floor_ms),
+            "% of floor": number(r.fwd_bwd_floor_pct, 2),
+            "bound": r.floor_bound or "-",
+            "ops fwd+bwd": "-" if r.fwd_bwd_dispatches is None else r.fwd_bwd_dispatches,
             "status": r.status,
         }
         for r in rows
@@ -100,8 +109,8 @@ def scaling_text(
         for e in scaling
     ]
     return (
-        f"{table(results)}\n\nScaling exponents (slope of log value vs log n; 1 = linear, "
-        f"2 = quadratic)\n\n{table(exponents)}"
+        f"{floor_line(floor_device)}{table(results)}\n\nScaling exponents (slope of log value "
+        f"vs log n; 1 = linear, 2 = quadratic)\n\n{table(exponents)}"
     )
 
 

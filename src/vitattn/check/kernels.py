@@ -5,16 +5,18 @@ than ``kernels.max_call_seconds`` is skipped, and an out-of-memory error ends an
 sweep. Per attention: the crossover n (from which it beats softmax at every larger measured n)
 and the largest n it ran. ``kernels.variants`` adds other settings of a mechanism (by default the
 plain autograd versions of the tiled feature maps; the mechanisms' own rows run ``impl=auto``,
-whose choice per shape, with both times, is in the log).
+whose choice per shape, with both times, is in the log). Every row also has its floor on this
+device, the share of it reached and the operators it dispatches (:mod:`vitattn.bench.floor`);
+``floor_device`` says which figures the floors are taken against.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vitattn.bench.environment import half_the_memory
-from vitattn.bench.scaling import Guard, Runner, Sweep, log_row
+from vitattn.bench.scaling import Guard, Runner, Sweep, describe, log_row
 from vitattn.bench.scaling_table import Row, crossover
 from vitattn.check.settings import CheckSettings
 
@@ -25,6 +27,7 @@ REFERENCE = "softmax"
 class KernelsRun:
     rows: list[Row]
     summary: list[dict[str, Any]]
+    floor_device: dict[str, Any] = field(default_factory=dict)
 
 
 def summarise(rows: list[Row], attentions: list[str], head_dim: int) -> list[dict[str, Any]]:
@@ -68,5 +71,7 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
             max_measure_seconds=2 * (kernels.max_call_seconds or 5),
         ),
     )
-    rows = Runner(sweep, on_row=log_row).run()
-    return KernelsRun(rows, summarise(rows, attentions, kernels.head_dim))
+    runner = Runner(sweep, on_row=log_row)
+    floor_device = describe(runner.spec, sweep.dtype)
+    rows = runner.run()
+    return KernelsRun(rows, summarise(rows, attentions, kernels.head_dim), floor_device)

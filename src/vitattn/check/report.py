@@ -1,6 +1,6 @@
 """What ``vitattn-check`` writes: ``check.json`` (everything), ``check.md`` (the tables, the
-problems first) and ``check_kernels.png`` (kernel time against n), through the project's
-results writer."""
+problems first) and ``check_kernels.png`` (kernel time and its share of the floor against n),
+through the project's results writer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from vitattn.bench.environment import environment
+from vitattn.bench.floor import floor_line
 from vitattn.bench.plots import plot_time
 from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import NumericsRow
@@ -115,6 +116,18 @@ KERNEL_COLUMNS = {
     "crossover_seq_len": "faster than softmax from n",
     "largest_seq_len": "largest n run",
 }
+FLOOR_COLUMNS = {
+    "attention": "attention",
+    "seq_len": "n",
+    "fwd_bwd_ms": "fwd+bwd ms",
+    "fwd_bwd_floor_ms": "floor ms",
+    "fwd_bwd_floor_pct": "% of floor",
+    "floor_bound": "bound",
+    "flops_source": "FLOPs",
+    "fwd_bwd_dispatches": "ops",
+    "status": "status",
+}
+"""The kernels' rows in ``check.md``: each forward+backward against its floor."""
 
 
 FORMATS = {
@@ -193,6 +206,9 @@ def check_text(
             f"{k.heads} heads, d {k.head_dim}; figure: check_kernels.png)",
             "",
             markdown_table(kernels.summary, KERNEL_COLUMNS),
+            "",
+            f"{floor_line(kernels.floor_device)}"
+            f"{markdown_table(_shown([asdict(r) for r in kernels.rows]), FLOOR_COLUMNS)}",
         ]
     return "\n".join(lines)
 
@@ -219,7 +235,11 @@ def write_check(
         "reference": reference,
         "kernels": None
         if kernels is None
-        else {"results": [asdict(r) for r in kernels.rows], "summary": kernels.summary},
+        else {
+            "results": [asdict(r) for r in kernels.rows],
+            "summary": kernels.summary,
+            "floor_device": kernels.floor_device,
+        },
     }
     write_json(output_dir / "check.json", content)
     if kernels is not None:

@@ -51,9 +51,9 @@ def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
-def count_gflop(call: Callable[[], Any]) -> float | None:
+def count_gflop(call: Callable[[], Any], quiet: bool = False) -> float | None:
     """GFLOP of ``call()`` (matrix products, convolutions and fused attention, forward and any
-    backward it runs); ``None`` (and a warning) where counting fails."""
+    backward it runs); ``None`` (and a warning, unless ``quiet``) where counting fails."""
     from torch.utils.flop_counter import FlopCounterMode
 
     try:
@@ -62,16 +62,21 @@ def count_gflop(call: Callable[[], Any]) -> float | None:
             call()
         return counter.get_total_flops() / 1e9
     except Exception as error:  # a kernel the counter cannot trace: the run goes on without it
-        log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
+        if not quiet:
+            log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
         return None
 
 
 def gflop_per_image(net: nn.Module, example: torch.Tensor) -> float | None:
     """GFLOP of one forward+backward pass of ``net`` on one image shaped like ``example``
     (``(1, C, H, W)``), counted on a copy so that ``net``'s state (a counter of random-feature
-    redraws, say) is untouched; ``None`` (and a warning) where counting fails."""
+    redraws, say) is untouched; ``None`` (and a warning) where counting fails.
+
+    The copy is counted on ``example``'s device, wherever ``net`` lies: a Lightning fit on a GPU
+    hands its network back on the CPU, and the FLOPs wanted are those of the device the example
+    names (whose kernels, e.g. ``impl=auto``'s choice, may differ from the CPU's)."""
     try:
-        probe = copy.deepcopy(net).train()
+        probe = copy.deepcopy(net).to(example.device).train()
     except Exception as error:
         log.warning("could not count FLOPs (%s: %s)", type(error).__name__, error)
         return None

@@ -1,0 +1,136 @@
+"""The floor of a call (:mod:`vitattn.bench.floor`) and the device figures it is taken against
+(:mod:`vitattn.bench.devices`): known answers worked out by hand, the datasheet lookup by the
+names CUDA gives, the formulas against ``torch.utils.flop_counter``, the dispatch counter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitattn.bench import devices
+from vitattn.bench.devices import DeviceSpec, device_spec, from_datasheet
+from vitattn.bench.floor import (
+    FORWARD_FLOPS,
+    count_dispatches,
+    floor_of,
+    formula_flops,
+    least_bytes,
+    share_of_floor,
+)
+from vitattn.bench.kernels import build_kernel, registered
+from vitattn.models.flops import count_gflop
+
+CPU = torch.device("cpu")
+
+
+def test_the_floor_is_the_larger_of_compute_and_memory_time() -> None:
+    spec = DeviceSpec("test", {"float32": 1e12, "bfloat16": 4e12}, bandwidth=1e11)
+    # 2 TFLOP at 1 TFLOP/s: 2 s; 1 GB at 100 GB/s: 10 ms.
+    floor = floor_of(2e12, 1e9, spec, torch.float32, "counted")
+    assert (floor.compute_ms, floor.memory_ms) == pytest.approx((2000.0, 10.0))
+    assert floor.ms == pytest.approx(2000.0) and floor.bound == "compute"
+    assert floor.share(4000.0) == pytest.approx(50.0)
+    # In bf16 the same work takes a quarter of the time; 4 GB make it memory-bound.
+    half = floor_of(2e12, 1e11, spec, torch.bfloat16, "formula")
+    assert (half.compute_ms, half.memory_ms, half.bound) == pytest.approx((500.0, 1000.0, "memory"))
+    assert spec.peak(torch.float16) == 1e12  # no figure of its own: the fp32 one
+    assert share_of_floor(1.0, None) is None and share_of_floor(None, 2.0) is None
+
+
+def test_least_bytes_of_softmax_are_its_inputs_output_and_their_gradients() -> None:
+    kernel = build_kernel("softmax", seq_len=64, heads=2, head_dim=16)
+    q, k, v = (torch.randn(3, 2, 64, 16) for _ in range(3))
+    one = 3 * 2 * 64 * 16 * 4  # one (batch, heads, n, d) tensor of fp32
+    out = torch.empty_like(q)
+    assert least_bytes(kernel, [q, k, v], out, training=False) == 4 * one  # q, k, v read, out
+    assert least_bytes(kernel, [q, k, v], out, training=True) == 8 * one  # + grad out, dq, dk, dv
+
+
+def test_least_bytes_of_linformer_add_its_projections_and_their_gradients() -> None:
+    n, k_proj = 64, 8
+    kernel = build_kernel("linformer", seq_len=n, heads=2, head_dim=16, knobs={"k": k_proj})
+    q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
+    one, projections = 2 * n * 16 * 4, 2 * k_proj * n * 4  # E and F, (k x n) each, learned
+    out = torch.empty_like(q)
+    assert least_bytes(kernel, [q, k, v], out, training=False) == 4 * one + projections
+    assert least_bytes(kernel, [q, k, v], out, training=True) == 8 * one + 2 * projections
+
+
+def test_the_softmax_formula_by_hand() -> None:
+    kernel = build_kernel("softmax", seq_len=128, heads=4, head_dim=32)
+    # q k^T and weights x v: 2 n^2 d each, per batch element and head; backward twice that.
+    forward = 2 * 4 * (2 * 128 * 128 * 32) * 2
+    assert formula_flops("softmax", kernel, (2, 4, 128, 32), training=False) == forward
+    assert formula_flops("softmax", kernel, (2, 4, 128, 32), training=True) == 3 * forward
+
+
+# The gather implementation of local attention computes every pair of a tile's span of keys (4
+# times the 7 x 7 window's pairs here); SDPA's backward recomputes q k^T; Nystrom's
+# pseudoinverse and the projections' gradients do a little more than the formulas count.
+AT_LEAST = {"local": (1.0, 5.0)}
+
+
+@pytest.mark.parametrize("name", registered())
+def test_each_formula_agrees_with_the_flop_counter(name: str) -> None:
+    assert set(FORWARD_FLOPS) == set(registered())
+    n = 256
+    kernel = build_kernel(name, seq_len=n, heads=2, head_dim=16)
+    q, k, v = (torch.randn(1, 2, n, 16, requires_grad=True) for _ in range(3))
+
+    def forward() -> None:
+        with torch.no_grad():
+            kernel(q, k, v)
+
+    counted = count_gflop(forward)
+    trained = count_gflop(lambda: kernel(q, k, v).sum().backward())
+    assert counted is not None and trained is not None
+    low, high = AT_LEAST.get(name, (0.9, 1.35))
+    assert low <= counted * 1e9 / formula_flops(name, kernel, q.shape, False) <= high
+    assert low <= trained * 1e9 / formula_flops(name, kernel, q.shape, True) <= high
+
+
+@pytest.mark.parametrize(
+    ("cuda_name", "sheet", "bf16_tflops", "tb_per_s"),
+    [
+        ("NVIDIA H200", "NVIDIA H200 SXM", 989.5, 4.8),
+        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 835.5, 4.8),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 989.5, 3.35),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 756.5, 2.0),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 312.0, 2.039),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 312.0, 1.555),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 312.0, 1.935),
+        ("NVIDIA L4", "NVIDIA L4", 121.0, 0.3),
+        ("Tesla T4", "NVIDIA T4", 8.1, 0.32),  # no bf16 path: its fp32 rate
+    ],
+)
+def test_the_datasheet_of_a_gpu_by_the_name_cuda_gives(
+    cuda_name: str, sheet: str, bf16_tflops: float, tb_per_s: float
+) -> None:
+    spec = from_datasheet(cuda_name)
+    assert spec is not None and spec.name == sheet and not spec.measured
+    assert spec.peak(torch.bfloat16) == pytest.approx(bf16_tflops * 1e12)
+    assert spec.bandwidth == pytest.approx(tb_per_s * 1e12)
+    assert "datasheet" in spec.source
+
+
+def test_an_unlisted_gpu_is_not_matched() -> None:
+    for name in ("NVIDIA L40S", "NVIDIA GeForce RTX 4090", "Some Future GPU"):
+        assert from_datasheet(name) is None, name
+
+
+def test_a_cpu_is_measured_once_per_process() -> None:
+    devices.measured.cache_clear()
+    spec = device_spec(CPU, torch.float32)
+    assert spec.measured and spec.source.startswith("measured")
+    assert spec.peak(torch.float32) > 1e8 and spec.bandwidth > 1e8  # FLOP/s, bytes/s
+    assert device_spec(CPU, torch.float32) is spec  # cached: not measured again
+
+
+def test_the_dispatch_counter_counts_each_operator() -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    assert count_dispatches(lambda: (a @ b).relu()) == 2  # mm, relu
+    assert count_dispatches(lambda: [(a @ b).relu() for _ in range(3)]) == 6
+    x = torch.randn(4, 4, requires_grad=True)
+    # Forward: mul, sum. Backward: ones_like (the scalar's gradient), expand (sum's), mul
+    # (mul's), detach (the leaf's gradient stored).
+    assert count_dispatches(lambda: (x * 2).sum().backward()) == 6
