@@ -1,13 +1,19 @@
-"""An Optuna search's space in Hydra's override grammar, and the check a stored trial's values
-must pass before it may run."""
+"""An Optuna search's space in Hydra's override grammar, the check a stored trial's values must
+pass before it may run, and the samplers of ``hydra/sweeper/sampler``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
+from tests.support.presets import compose_config
 from vitattn.errors import ConfigError
 from vitattn.runs.optuna_space import grid_of, outside_space, parse_space
+from vitattn.runs.optuna_sweeper import make_sampler
 
 SPACE = [
     "optimizer.lr=tag(log, interval(1e-4, 3e-3))",
@@ -56,3 +62,17 @@ def test_a_stored_trial_runs_only_with_values_of_the_space() -> None:
     assert outside_space({"trainer.max_steps": 10**9}, distributions) == (
         "trainer.max_steps=1000000000 is not a setting this search varies"
     )
+
+
+@pytest.mark.parametrize("option", ["tpe", "random", "grid", "cmaes", "nsgaii", "gp"])
+def test_each_sampler_of_the_group_is_optunas(option: str, tmp_path: Path) -> None:
+    from hydra.utils import instantiate
+
+    cfg = compose_config(
+        "train", ["hydra/sweeper=vitattn_optuna", f"hydra/sweeper/sampler={option}"], tmp_path
+    )
+    space = {"attention.k": CategoricalDistribution([4, 8]), "seed": IntDistribution(1, 3)}
+    sampler, grid_size = make_sampler(instantiate(cfg.hydra.sweeper.sampler), space)
+    assert isinstance(sampler, optuna.samplers.BaseSampler)
+    assert type(sampler).__name__ == SAMPLERS[option]
+    assert grid_size == (6 if option == "grid" else None)

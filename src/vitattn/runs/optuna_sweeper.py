@@ -222,12 +222,16 @@ def trial_overrides(trial: Any, distributions: Mapping[str, Any], fixed: Mapping
     """The job's overrides: the values Optuna suggests (a waiting trial's own, checked), the
     fixed ones, and its trial's number in the job's environment."""
     chosen = {name: trial._suggest(name, d) for name, d in distributions.items()}
-    values = [
-        f"{name}={value!r}" if isinstance(value, float) else f"{name}={value}"
-        for name, value in chosen.items()
-    ]
+    values = [f"{name}={override_value(value)}" for name, value in chosen.items()]
     fixed_overrides = [f"{name}={value}" for name, value in fixed.items()]
     return [*values, *fixed_overrides, f"++hydra.job.env_set.{TRIAL_ENV}={trial.number}"]
+
+
+def override_value(value: Any) -> str:
+    """``value`` as Hydra's override grammar reads it back: floats in full, ``None`` as null."""
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def outcome(job: Any, objectives: Sequence[str]) -> tuple[Any, list[float] | None, str | None]:
