@@ -55,15 +55,19 @@ def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep}/optuna.db")
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE  # Optuna's own format
     assert [t.user_attrs["run"] for t in study.trials] == jobs(sweep)
-    assert {json.loads((sweep / j / "metrics.json").read_text())["attention"] for j in jobs(sweep)}
-    assert study.best_value == max(
-        json.loads((sweep / j / "metrics.json").read_text())["val/acc"] for j in jobs(sweep)
-    )
-    results = (sweep / "optimization_results.yaml").read_text()
-    assert f"best_trial: {study.best_trial.number}" in results
+    metrics = [json.loads((sweep / j / "metrics.json").read_text()) for j in jobs(sweep)]
+    assert all(m["attention"] == "linformer" and m["status"] == "completed" for m in metrics)
+    assert study.best_value == max(m["val/acc"] for m in metrics)
+    results = sweep / "optimization_results.yaml"
+    assert f"best_trial: {study.best_trial.number}" in results.read_text()
 
-    # a trial planted in the study with values outside the space is refused, never launched
+    # a trial planted in the study with values outside the space is refused, never launched;
+    # a link planted at the results file is replaced, not written through
     study.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("kept\n")
+    results.unlink()
+    results.symlink_to(elsewhere)
     result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
     said = (result.stdout + result.stderr).splitlines()
     refusals = [line for line in said if "is refused" in line]
@@ -71,6 +75,9 @@ def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
     assert "optimizer.lr=12345.0 is outside hydra.sweeper.params.optimizer.lr" in refusals[0]
     assert states(sweep) == ["COMPLETE"] * 3 + ["FAIL"]
     assert len(jobs(sweep)) == 3
+    assert elsewhere.read_text() == "kept\n"
+    assert not results.is_symlink()
+    assert f"best_trial: {study.best_trial.number}" in results.read_text()
 
 
 @pytest.mark.slow

@@ -123,7 +123,8 @@ def plot_pareto(search: SearchResults, path: Path) -> bool:
         on = trial.number in front
         y, x = trial.values
         axes.scatter(x, y, s=60 if on else 25, color="C3" if on else "C0", zorder=3)
-        axes.annotate(str(trial.number), (x, y), xytext=(5, 4), textcoords="offset points",
+        label = ", ".join([str(trial.number), *map(str, trial.params.values())])
+        axes.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points",
                       fontsize=8, fontweight="bold" if on else "normal")  # fmt: skip
     line = sorted((t.values[1], t.values[0]) for t in search.pareto)
     if len(line) > 1:
@@ -132,7 +133,7 @@ def plot_pareto(search: SearchResults, path: Path) -> bool:
     axes.set_xlabel(_axis(search, 1))
     axes.grid(alpha=0.3)
     axes.set_title(
-        f"Optuna study {search.study}: trials by number; bold and joined: Pareto trials",
+        f"Optuna study {search.study}: trial, its values; bold and joined: Pareto trials",
         fontsize=10,
     )
     save_figure(figure, path, dpi=120)
