@@ -1,5 +1,6 @@
 """An Optuna search's space in Hydra's override grammar, the check a stored trial's values must
-pass before it may run, and the samplers of ``hydra/sweeper/sampler``."""
+pass before it may run, the samplers of ``hydra/sweeper/sampler``, and when a pruner is
+refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
 from tests.support.presets import compose_config
 from vitattn.errors import ConfigError
 from vitattn.runs.optuna_space import grid_of, outside_space, parse_space
-from vitattn.runs.optuna_sweeper import make_sampler
+from vitattn.runs.optuna_sweeper import SearchSettings, check_pruner, make_sampler
 
 SPACE = [
     "optimizer.lr=tag(log, interval(1e-4, 3e-3))",
@@ -76,3 +77,36 @@ def test_each_sampler_of_the_group_is_optunas(option: str, tmp_path: Path) -> No
     assert isinstance(sampler, optuna.samplers.BaseSampler)
     assert type(sampler).__name__ == SAMPLERS[option]
     assert grid_size == (6 if option == "grid" else None)
+
+
+def test_a_pruner_is_refused_where_no_trial_could_report_to_it() -> None:
+    from omegaconf import OmegaConf
+
+    def settings(**changed: object) -> SearchSettings:
+        given = {
+            "sampler": None,
+            "direction": "maximize",
+            "directions": None,
+            "storage": "sqlite:///optuna.db",
+            "study_name": None,
+            "n_trials": 5,
+            "n_jobs": 1,
+            "params": None,
+            "pruner": optuna.pruners.MedianPruner(),
+        }
+        return SearchSettings(**{**given, **changed})
+
+    reporting = OmegaConf.create(
+        {"callbacks": {"optuna_pruning": {"_target_": "vitattn.training.callbacks.OptunaPruning"}}}
+    )
+    pruner = check_pruner(settings(), ["maximize"], reporting)
+    assert isinstance(pruner, optuna.pruners.MedianPruner)
+    assert check_pruner(settings(pruner=None), ["maximize"], OmegaConf.create({})) is None
+    refusals = [
+        (settings(), ["maximize"], OmegaConf.create({"callbacks": {}}), "needs the callback"),
+        (settings(storage=None), ["maximize"], reporting, "needs hydra.sweeper.storage"),
+        (settings(), ["maximize", "maximize"], reporting, "prunes searches of one objective"),
+    ]
+    for given, directions, config, message in refusals:
+        with pytest.raises(ConfigError, match=f"^hydra.sweeper.pruner {message}"):
+            check_pruner(given, directions, config)

@@ -109,10 +109,11 @@ def make_sampler(sampler: Any, distributions: Mapping[str, Any]) -> tuple[Any, i
     return sampler, None
 
 
-def check_pruner(settings: SearchSettings, directions: Sequence[str]) -> Any:
+def check_pruner(settings: SearchSettings, directions: Sequence[str], config: Any) -> Any:
     """The pruner of ``hydra.sweeper.pruner`` (``None``: no pruning), once the search can use
-    it."""
+    it: a storage, one objective, and the callback that reports to it in the jobs' config."""
     import optuna
+    from omegaconf import OmegaConf
 
     pruner = settings.pruner
     if pruner is None:
@@ -131,6 +132,14 @@ def check_pruner(settings: SearchSettings, directions: Sequence[str]) -> Any:
         raise ConfigError(
             "hydra.sweeper.pruner prunes searches of one objective; set hydra.sweeper.pruner=null "
             "for several directions"
+        )
+    callbacks = OmegaConf.select(config, "callbacks", default=None) or {}
+    targets = [str(c.get("_target_", "")) for c in callbacks.values() if hasattr(c, "get")]
+    if not any(target.endswith(".OptunaPruning") for target in targets):
+        raise ConfigError(
+            "hydra.sweeper.pruner needs the callback that reports val/acc to each trial: add "
+            "callbacks.optuna_pruning with _target_: vitattn.training.callbacks.OptunaPruning "
+            "(as configs/hparams_search/optuna.yaml does)"
         )
     return pruner
 
@@ -301,7 +310,7 @@ class Search:
         directions = directions_of(self.settings)
         objectives = objectives_of(self.config, len(directions))
         sampler, grid_size = make_sampler(self.settings.sampler, distributions)
-        pruner = check_pruner(self.settings, directions)
+        pruner = check_pruner(self.settings, directions, self.config)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)  # where the sqlite file usually lives
         study, storage = open_study(self.settings, directions, sampler, pruner)
