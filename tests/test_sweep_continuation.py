@@ -184,8 +184,8 @@ def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> No
 def optuna_command(sweep: Path) -> list[str]:
     return [
         "hparams_search=optuna",
-        "hydra.sweeper.n_trials=4",
-        "hydra.sweeper.sampler.n_startup_trials=4",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler.n_startup_trials=3",
         *TINY,
         *steps(6, 3),
         *plug("pause", PauseAfterStep, step=1),
@@ -201,7 +201,7 @@ def trial_states(database: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_an_optuna_search_cut_after_two_trials_continues_to_four(
+def test_an_optuna_search_cut_after_two_trials_continues_to_three(
     tmp_path: Path, data_dir: Path
 ) -> None:
     sweep = tmp_path / "search"
@@ -216,13 +216,11 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_four(
     run_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
 
     assert {name: tree_digest(sweep / name) for name in first} == first  # not written again
-    assert (
-        trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "FAIL"] + ["COMPLETE"] * 2
-    )  # the cut trial failed, two more to make four
+    assert trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE"]
+    # the cut trial failed, its directory kept; one more to make three
     numbers = sorted(int(p.name.split("_", 1)[0]) for p in sweep.iterdir() if p.name[0].isdigit())
-    assert numbers == [0, 1, 2, 3, 4]  # numbered on: no directory written over
-    for name in (p.name for p in sweep.iterdir() if p.name[:2] in ("3_", "4_")):
-        assert state(sweep / name) == "completed"
+    assert numbers == [0, 1, 2, 3]  # numbered on: no directory written over
+    assert state(next(sweep.glob("3_*"))) == "completed"
 
 
 @pytest.mark.slow

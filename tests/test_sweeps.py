@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -78,34 +77,6 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: 
     for job in ("attention=softmax", "attention=linear"):
         assert json.loads((sweep / job / "metrics.json").read_text())["status"] == "completed"
     assert list((sweep / ".submitit").iterdir())  # the jobs went through submitit
-
-
-@pytest.mark.slow
-def test_optuna_search_runs_two_trials_in_a_sqlite_study(tmp_path: Path, data_dir: Path) -> None:
-    sweep = tmp_path / "sweep"
-    result = run_in_process(
-        "vitattn-train",
-        "hparams_search=optuna",
-        f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db",  # as the README suggests
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.sampler.n_startup_trials=2",
-        *FEW_STEPS,
-        f"hydra.sweep.dir={sweep}",
-        data_dir=data_dir,
-    )
-    # Trials are numbered (a search may try the same values twice) and named by what it chose.
-    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
-    assert [p.name.split("_", 1)[0] for p in jobs] == ["0", "1"]
-    assert all("optimizer.lr=" in p.name and "hparams_search" not in p.name for p in jobs)
-    trials = [json.loads((job / "metrics.json").read_text()) for job in jobs]
-    assert all(t["attention"] == "linformer" and t["status"] == "completed" for t in trials)
-    best = (sweep / "optimization_results.yaml").read_text()
-    assert "best_value" in best and "optimizer.lr" in best
-    assert "Best value" in result.stdout + result.stderr
-    with sqlite3.connect(tmp_path / "optuna.db") as study:
-        assert study.execute("select count(*) from trials where state = 'COMPLETE'").fetchone() == (
-            2,
-        )
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.runs.continuation import continue_interrupted_job
     from vitattn.runs.task import write_metrics
     from vitattn.training import fitting
+    from vitattn.training.callbacks import pruned_at
     from vitattn.training.hparams import training_hyperparameters
     from vitattn.training.lightning_output import tidy_lightning_output
     from vitattn.training.logger import log_hyperparameters, log_results
@@ -64,6 +65,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     remove_partial_checkpoints(RunDir(output_dir).checkpoints)  # left by a killed write
     metrics, tested = fitting.fit_and_test("vitattn-train", trainer, module, datamodule, cfg)
     metrics.update({**figures, "ckpt_path": tested, "status": "completed"})
+    if (step := pruned_at(trainer)) is not None:  # an Optuna search's pruner stopped it
+        metrics.update({"status": "pruned", "pruned_at_step": step})
     if fitting.writes_results(trainer, cfg):
         write_metrics(RunDir(output_dir).metrics_file, metrics)
         log_results(trainer.loggers, metrics, trainer.global_step)
@@ -125,10 +128,10 @@ def validate(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    metrics = run_task("vitattn-train", train, cfg)
-    value = metrics.get(cfg.get("optimized_metric") or "val/acc")
-    return float(value) if value is not None else None
+def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
+    """The run's metrics: a search's sweeper reads the ones ``optimized_metric`` names, and
+    its status (``pruned``)."""
+    return run_task("vitattn-train", train, cfg)
 
 
 def main() -> None:

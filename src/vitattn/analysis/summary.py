@@ -25,6 +25,7 @@ from vitattn.analysis.grouping import (
     load_warning,
 )
 from vitattn.analysis.records import Run, common_root, label_runs, load_run, summary_row
+from vitattn.analysis.search import pareto_files, read_search, search_markdown
 from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.analysis.tables import summary_markdown, write_tables
 from vitattn.runs.files import UnreadableFileError
@@ -72,12 +73,24 @@ def summarize(
     a warning. ``baseline`` names the setting the others are compared with
     (:func:`vitattn.analysis.grouping.choose_baseline`). A sweep summarized in place also gains
     a TensorBoard run per setting of two or more completed seeds, their mean with its band
-    (:func:`vitattn.analysis.seed_runs.write_seed_runs`)."""
+    (:func:`vitattn.analysis.seed_runs.write_seed_runs`). An Optuna search's directory adds a
+    section on its trials and, for two objectives, its Pareto trials and ``pareto.png``
+    (:mod:`vitattn.analysis.search`)."""
     runs = read_runs(paths)
     out = Path(out_dir) if out_dir is not None else Path(paths[0])
     out.mkdir(parents=True, exist_ok=True)
     in_place = len(paths) == 1 and out.resolve() == Path(paths[0]).resolve()  # a sweep
-    return write_summary(summary_of(runs, baseline), out, seed_runs=in_place)
+    summary = summary_of(runs, baseline)
+    search = None
+    try:
+        search = read_search(Path(paths[0])) if len(paths) == 1 else None
+    except UnreadableFileError as error:  # the runs are summarized all the same
+        log.warning("no section on the Optuna search: %s", error)
+    if search is not None:
+        summary = dataclasses.replace(summary, text=f"{summary.text}\n{search_markdown(search)}")
+    written = write_summary(summary, out, seed_runs=in_place)
+    figures = tuple(pareto_files(search, out))
+    return dataclasses.replace(written, files=(*written.files, *figures)) if figures else written
 
 
 def summary_of(runs: Sequence[Run], baseline: str | None = None) -> Summary:

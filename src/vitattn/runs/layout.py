@@ -59,6 +59,8 @@ class RunState(enum.StrEnum):
     INTERRUPTED = "interrupted"
     """Stopped (a signal, a kill) after a checkpoint: resumable from ``last.ckpt``."""
     FAILED = "failed"
+    PRUNED = "pruned"
+    """Stopped early by an Optuna search's pruner: final, as a completed run is."""
     CUT = "cut"
     """Files, but no result and no checkpoint to resume from."""
     NEW = "new"
@@ -70,7 +72,7 @@ def run_state(metrics: Mapping[str, Any], run_dir: Path) -> RunState:
     status, the results an earlier version recorded (completed); else a ``last.ckpt`` to resume
     from (interrupted); else any file (cut); else new."""
     status = metrics.get("status")
-    if status in (RunState.COMPLETED, RunState.FAILED):
+    if status in (RunState.COMPLETED, RunState.FAILED, RunState.PRUNED):
         return RunState(status)
     if status is None and any(metrics.get(key) is not None for key in RESULTS):
         return RunState.COMPLETED

@@ -1,83 +1,398 @@
-"""Hydra's Optuna sweeper, continuing a stored study when a search is run again.
+"""vitattn's Optuna search: a Hydra sweeper on Optuna >= 4's ask-and-tell interface.
 
-``hydra-optuna-sweeper`` loads a stored study (``load_if_exists``) but then asks for
-``n_trials`` *more* trials and numbers its jobs from 0 again, so a search cut after 2 of 20
-trials and run again would run 20 more and write its first jobs over the directories of the
-first run's (``0_...``, ``1_...``). ``ContinuingOptunaSweeper`` (in
-``hydra_plugins.vitattn_optuna``, where Hydra looks for plugins) is that sweeper with three
-changes, made by :func:`continue_study` before it starts:
+Hydra's launcher runs the trials (``hydra/launcher=joblib|slurm`` work as for any sweep); this
+module asks Optuna for each trial's values (:mod:`vitattn.runs.optuna_space` turns
+``hydra.sweeper.params`` into Optuna's distributions), launches its job and tells Optuna what
+the job returned: the value of each metric ``optimized_metric`` names (one, or a list for a
+multi-objective search), ``PRUNED`` for a job that Optuna's pruner stopped
+(:class:`vitattn.training.callbacks.OptunaPruning`), ``FAIL`` for one that failed.
 
-* ``n_trials`` counts the study's finished trials (complete or pruned): a re-run asks for the
-  rest only;
-* jobs are numbered on from the study's trials (job ``n`` is trial ``n``), so no job directory
-  of an earlier run is written again;
-* a trial left running by a killed process is marked failed (the run directory's lock rules out
-  a live one), and its directory is kept as it is.
+The same command run again into the same ``hydra.sweep.dir`` continues the stored study
+(``sqlite:///<sweep>/optuna.db`` unless ``hydra.sweeper.storage`` says otherwise):
 
-``configs/hparams_search/optuna.yaml`` stores the study in the sweep directory
-(``sqlite:///<sweep>/optuna.db``, study ``vitattn``) unless ``hydra.sweeper.storage`` says
-otherwise; with ``storage: null`` the study lives in memory and nothing is continued.
+* ``n_trials`` counts the study's finished trials (complete or pruned): a re-run runs the rest;
+* jobs are numbered on from the study's trials, so no job directory is written again;
+* a trial left running by a killed process is marked failed (the sweep directory's lock rules
+  out a live one), and its directory is kept as it is;
+* a trial the storage holds for later (``WAITING``, e.g. ``study.enqueue_trial``) runs only if
+  its values belong to the search space; otherwise it is refused in one line and marked failed;
+* a storage file that is not an Optuna study is one line naming it, and is left as it is.
+
+The study is Optuna's own: ``optuna.load_study(study_name=..., storage=...)`` and
+``optuna-dashboard`` read it. The best trial, or a multi-objective search's Pareto trials
+(``study.best_trials``), go to ``optimization_results.yaml`` in the sweep directory, written
+through :mod:`vitattn.runs.files` (never through a link).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+import os
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line, write_text
+from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
+
 log = logging.getLogger(__name__)
 
-
-class NumberedOnLauncher:
-    """A launcher whose jobs are numbered from ``offset`` on; everything else is the wrapped
-    launcher's."""
-
-    def __init__(self, launcher: Any, offset: int) -> None:
-        self.launcher = launcher
-        self.offset = offset
-
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-        return self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx + self.offset)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.launcher, name)
+TRIAL_ENV = "VITATTN_OPTUNA_TRIAL"
+"""The environment variable (``hydra.job.env_set``) that tells a job its trial's number."""
+RESULTS_FILE = "optimization_results.yaml"
+DIRECTIONS = ("maximize", "minimize")
+SQLITE = "sqlite:///"
 
 
-def stored_trials(storage: Any, study_name: str | None) -> list[Any]:
-    """The trials of the stored study, marking those left running as failed; ``[]`` when there
-    is no storage or no such study yet."""
-    import optuna
+@dataclass(frozen=True)
+class SearchSettings:
+    """``hydra.sweeper``'s settings (``OptunaSearchConf``)."""
 
-    if not storage or not study_name:
-        return []
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:  # a new study
-        return []
-    for trial in study.trials:
-        if trial.state == optuna.trial.TrialState.RUNNING:
-            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-            log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
-    return study.trials
+    sampler: Any
+    direction: Any
+    directions: Any
+    storage: str | None
+    study_name: str | None
+    n_trials: int
+    n_jobs: int
+    params: Mapping[str, str] | None
+    pruner: Any = None
 
 
-def continue_study(impl: Any, config: Any) -> None:
-    """Make a set-up ``OptunaSweeperImpl`` continue its stored study (see the module's
-    docstring): fewer trials to ask for, jobs numbered on."""
-    import optuna
-
-    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)  # the sqlite file
-    trials = stored_trials(impl.storage, impl.study_name)
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    done = sum(trial.state in finished for trial in trials)
-    if trials:
-        log.info(
-            "continuing study %s: %d of %d trials finished, jobs numbered from %d",
-            impl.study_name,
-            done,
-            impl.n_trials,
-            len(trials),
+def directions_of(settings: SearchSettings) -> list[str]:
+    """The study's directions: ``hydra.sweeper.directions`` (a list), else ``direction`` (one,
+    or a list as Hydra's Optuna sweeper took it)."""
+    given = settings.directions if settings.directions is not None else settings.direction
+    listed = [given] if isinstance(given, str) else list(given or [])
+    key = "directions" if settings.directions is not None else "direction"
+    if not listed or any(str(d) not in DIRECTIONS for d in listed):
+        raise ConfigError(
+            f"hydra.sweeper.{key}={given} is not valid; choose maximize or minimize (a list of "
+            "them for several objectives)"
         )
-    impl.n_trials = max(0, impl.n_trials - done)
-    impl.launcher = NumberedOnLauncher(impl.launcher, len(trials))
+    return [str(d) for d in listed]
+
+
+def objectives_of(config: Any, count: int) -> list[str]:
+    """The metrics the search optimises: ``optimized_metric``, one per direction."""
+    from omegaconf import OmegaConf
+
+    given = OmegaConf.select(config, "optimized_metric", default=None)
+    names = [given] if isinstance(given, str) else list(given or [])
+    if len(names) != count or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(
+            f"optimized_metric={given} is not valid; name {count} metric(s) of metrics.json "
+            f"(e.g. val/acc), one per direction of hydra.sweeper.direction(s)"
+        )
+    return names
+
+
+def make_sampler(sampler: Any, distributions: Mapping[str, Any]) -> tuple[Any, int | None]:
+    """The sampler of ``hydra.sweeper.sampler`` (Hydra builds it with the sweeper), and the grid's
+    size for a ``GridSampler`` (a partial, given the space's values here)."""
+    import functools
+
+    import optuna
+
+    if isinstance(sampler, functools.partial) and sampler.func is optuna.samplers.GridSampler:
+        values = grid_of(distributions)
+        return sampler(search_space=values), math.prod(map(len, values.values()))
+    if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
+        raise ConfigError(
+            f"hydra.sweeper.sampler is {type(sampler).__name__}; choose a sampler of "
+            "optuna.samplers (hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|gp)"
+        )
+    return sampler, None
+
+
+def check_pruner(settings: SearchSettings, directions: Sequence[str], config: Any) -> Any:
+    """The pruner of ``hydra.sweeper.pruner`` (``None``: no pruning), once the search can use
+    it: a storage, one objective, and the callback that reports to it in the jobs' config."""
+    import optuna
+    from omegaconf import OmegaConf
+
+    pruner = settings.pruner
+    if pruner is None:
+        return None
+    if not isinstance(pruner, optuna.pruners.BasePruner):
+        raise ConfigError(
+            f"hydra.sweeper.pruner is {type(pruner).__name__}; choose a pruner of optuna.pruners "
+            "(e.g. {_target_: optuna.pruners.MedianPruner})"
+        )
+    if not settings.storage:
+        raise ConfigError(
+            "hydra.sweeper.pruner needs hydra.sweeper.storage: each job reports to the study "
+            "from its own process (e.g. sqlite:///${hydra.sweep.dir}/optuna.db)"
+        )
+    if len(directions) > 1:
+        raise ConfigError(
+            "hydra.sweeper.pruner prunes searches of one objective; set hydra.sweeper.pruner=null "
+            "for several directions"
+        )
+    callbacks = OmegaConf.select(config, "callbacks", default=None) or {}
+    targets = [str(c.get("_target_", "")) for c in callbacks.values() if hasattr(c, "get")]
+    if not any(target.endswith(".OptunaPruning") for target in targets):
+        raise ConfigError(
+            "hydra.sweeper.pruner needs the callback that reports val/acc to each trial: add "
+            "callbacks.optuna_pruning with _target_: vitattn.training.callbacks.OptunaPruning "
+            "(as configs/hparams_search/optuna.yaml does)"
+        )
+    return pruner
+
+
+def check_storage_file(storage: str) -> None:
+    """Refuse in one line a sqlite storage whose file is not an Optuna study (Optuna would add
+    its tables to another database, or fail in a traceback on a file that is not one)."""
+    if not storage.startswith(SQLITE):
+        return
+    path = Path(storage.removeprefix(SQLITE))
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    problem = None
+    database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # read, never changed
+    try:
+        tables = {row[0] for row in database.execute("select name from sqlite_master")}
+        if not {"studies", "trials"} <= tables:
+            problem = "is a database without an Optuna study"
+    except sqlite3.Error as error:
+        problem = f"is not an Optuna study ({one_line(error)})"
+    finally:
+        database.close()
+    if problem:
+        raise ConfigError(
+            f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
+            "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
+        )
+
+
+def open_study(
+    settings: SearchSettings, directions: list[str], sampler: Any, pruner: Any
+) -> tuple[Any, Any]:
+    """The study ``hydra.sweeper.study_name`` in ``hydra.sweeper.storage``, made if new, with the
+    directions the search asks for, and its storage; a storage that cannot be read is one
+    line."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    url = settings.storage or None
+    if url:
+        check_storage_file(url)
+    try:
+        storage = optuna.storages.get_storage(url)
+        study = optuna.create_study(
+            storage=storage,
+            study_name=settings.study_name,
+            sampler=sampler,
+            pruner=pruner,
+            directions=directions,
+            load_if_exists=True,
+        )
+    except (SQLAlchemyError, RuntimeError, ValueError, OSError) as error:
+        first = next(iter(str(error).strip().splitlines()), type(error).__name__)
+        raise ConfigError(f"hydra.sweeper.storage={url}: {one_line(first)}") from None
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions:
+        raise ConfigError(
+            f"hydra.sweeper.direction(s)={directions}, but study {study.study_name} in {url} "
+            f"was made with {stored}; choose another hydra.sweeper.study_name"
+        )
+    return study, storage
+
+
+def settle_stored_trials(study: Any, storage: Any, distributions: Mapping[str, Any]) -> None:
+    """Mark failed the trials a killed process left running, and the waiting trials whose
+    values do not belong to the space (each refused in one line: never launched)."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        if trial.state == TrialState.RUNNING:
+            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
+            continue
+        values = {**trial.system_attrs.get("fixed_params", {}), **trial.params}
+        why = outside_space(values, distributions)
+        if why is not None:
+            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            log.warning(
+                "trial %d of study %s is refused, marked failed and not launched: %s",
+                trial.number,
+                study.study_name,
+                one_line(why),
+            )
+
+
+def trial_overrides(trial: Any, distributions: Mapping[str, Any], fixed: Mapping[str, str]):
+    """The job's overrides: the values Optuna suggests (a waiting trial's own, checked), the
+    fixed ones, and its trial's number in the job's environment."""
+    chosen = {name: trial._suggest(name, d) for name, d in distributions.items()}
+    values = [f"{name}={override_value(value)}" for name, value in chosen.items()]
+    fixed_overrides = [f"{name}={value}" for name, value in fixed.items()]
+    return [*values, *fixed_overrides, f"++hydra.job.env_set.{TRIAL_ENV}={trial.number}"]
+
+
+def override_value(value: Any) -> str:
+    """``value`` as Hydra's override grammar reads it back: floats in full, ``None`` as null."""
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def outcome(job: Any, objectives: Sequence[str]) -> tuple[Any, list[float] | None, str | None]:
+    """``(state, values, why)`` to tell Optuna of a job's return: complete with the objectives'
+    values, pruned, or failed (with the reason)."""
+    from hydra.core.utils import JobStatus
+    from optuna.trial import TrialState
+
+    if job.status != JobStatus.COMPLETED:
+        error = job._return_value
+        return TrialState.FAIL, None, f"{type(error).__name__}: {one_line(error)}"
+    metrics = job.return_value if isinstance(job.return_value, Mapping) else {}
+    if metrics.get("status") == "pruned":
+        return TrialState.PRUNED, None, None
+    values = []
+    for name in objectives:
+        try:
+            value = float(metrics[name])
+        except (KeyError, TypeError, ValueError):
+            return TrialState.FAIL, None, f"its run recorded no {name}"
+        if not math.isfinite(value):
+            return TrialState.FAIL, None, f"its run recorded {name}={value}"
+        values.append(value)
+    return TrialState.COMPLETE, values, None
+
+
+def tell(study: Any, trial: Any, job: Any, objectives: Sequence[str], sweep_dir: Path) -> bool:
+    """Tell ``study`` the outcome of ``trial``'s ``job``; whether the trial failed."""
+    from omegaconf import OmegaConf
+    from optuna.trial import TrialState
+
+    state, values, why = outcome(job, objectives)
+    output_dir = OmegaConf.select(job.hydra_cfg or {}, "hydra.runtime.output_dir")
+    if output_dir:  # the job's run directory, for the dashboard and the summary
+        trial.set_user_attr("run", os.path.relpath(str(output_dir), sweep_dir))
+    try:
+        study.tell(trial, values=values, state=state)
+    except RuntimeError as error:  # GridSampler stops the study once its grid is done
+        if "Study.stop" not in str(error):
+            raise
+    if why:
+        log.warning("trial %d failed: %s", trial.number, why)
+    return state == TrialState.FAIL
+
+
+def finished(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+@dataclass
+class Search:
+    """One invocation of a search: its settings, the sweep's config and Hydra's launcher."""
+
+    settings: SearchSettings
+    config: Any
+    launcher: Any
+
+    def run(self, arguments: Sequence[str]) -> list[Any]:
+        """Run the trials still missing; the failed jobs' returns (Hydra's basic sweeper, too,
+        raises for them once all have run)."""
+        params = [f"{key}={value}" for key, value in (self.settings.params or {}).items()]
+        distributions, fixed = parse_space([*params, *arguments])
+        if not distributions:
+            raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
+        directions = directions_of(self.settings)
+        objectives = objectives_of(self.config, len(directions))
+        sampler, grid_size = make_sampler(self.settings.sampler, distributions)
+        pruner = check_pruner(self.settings, directions, self.config)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)  # where the sqlite file usually lives
+        study, storage = open_study(self.settings, directions, sampler, pruner)
+        settle_stored_trials(study, storage, distributions)
+        n_trials = min(self.settings.n_trials, grid_size or self.settings.n_trials)
+        done, job_index = finished(study), len(study.trials)
+        log.info(
+            "study %s (%s): %d of %d trials finished, %s, jobs numbered from %d",
+            study.study_name, self.settings.storage or "in memory", done, n_trials,
+            " and ".join(f"{d} {o}" for d, o in zip(directions, objectives, strict=True)),
+            job_index,
+        )  # fmt: skip
+        to_go, failures = max(0, n_trials - done), []
+        while to_go > 0:
+            trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
+            overrides = [trial_overrides(t, distributions, fixed) for t in trials]
+            jobs = self.launcher.launch(overrides, initial_job_idx=job_index)
+            job_index, to_go = job_index + len(jobs), to_go - len(jobs)
+            for trial, job in zip(trials, jobs, strict=True):
+                if tell(study, trial, job, objectives, sweep_dir):
+                    failures.append(job)
+        write_results(study, sweep_dir / RESULTS_FILE, objectives)
+        return failures
+
+
+def trial_record(trial: Any) -> dict[str, Any]:
+    return {
+        "trial": trial.number,
+        "run": trial.user_attrs.get("run"),
+        "values": [float(v) for v in trial.values],
+        "params": dict(trial.params),
+    }
+
+
+def write_results(study: Any, path: Path, objectives: Sequence[str]) -> None:
+    """``optimization_results.yaml``: the best trial (one objective) or the Pareto trials
+    (``study.best_trials``), every complete trial's values, and how many trials ended how."""
+    import yaml
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    results: dict[str, Any] = {
+        "name": "optuna",
+        "study_name": study.study_name,
+        "directions": [d.name.lower() for d in study.directions],
+        "metrics": list(objectives),
+        "states": {s.name: sum(t.state == s for t in trials) for s in TrialState},
+    }
+    if complete and len(study.directions) == 1:
+        best = study.best_trial
+        results.update(best_trial=best.number, best_params=dict(best.params))
+        results["best_value"] = float(best.value)
+        log.info("Best parameters: %s", best.params)
+        log.info("Best value: %s (trial %d)", best.value, best.number)
+    elif complete:
+        results["solutions"] = [trial_record(t) for t in study.best_trials]
+        log.info("Pareto trials: %s", [t.number for t in study.best_trials])
+    results["trials"] = [trial_record(t) for t in complete]
+    write_text(path, yaml.safe_dump(results, sort_keys=False))
+
+
+def job_trial() -> Any:
+    """The Optuna trial this job runs, for its pruner (:class:`OptunaPruning`): the study of
+    ``hydra.sweeper`` with its pruner, and the trial ``$VITATTN_OPTUNA_TRIAL`` numbers; ``None``
+    for a job of no search, or of one that prunes nothing."""
+    from hydra.core.hydra_config import HydraConfig
+
+    number = os.environ.get(TRIAL_ENV, "")
+    if not number.isdigit() or not HydraConfig.initialized():
+        return None
+    sweeper = HydraConfig.get().sweeper
+    if sweeper.get("pruner") is None or not sweeper.get("storage"):
+        return None
+    import optuna
+    from hydra.utils import instantiate
+
+    storage = optuna.storages.get_storage(str(sweeper.storage))
+    study = optuna.load_study(
+        study_name=sweeper.get("study_name"), storage=storage, pruner=instantiate(sweeper.pruner)
+    )
+    study_id = storage.get_study_id_from_name(study.study_name)
+    return optuna.trial.Trial(
+        study, storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
+    )

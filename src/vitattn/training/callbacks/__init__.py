@@ -1,11 +1,13 @@
 """The Lightning callbacks the configs name (``configs/callbacks/*.yaml``): throughput, the
-interruption and preemption guards, the attention maps and the confusion report."""
+interruption and preemption guards, the attention maps, the confusion report and an Optuna
+search's pruning."""
 
 from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt, RandomStateInCheckpoint
 from vitattn.training.callbacks.preemption import RequeueOnPreemption
 from vitattn.training.callbacks.progress import ProgressBar
+from vitattn.training.callbacks.pruning import OptunaPruning, pruned_at
 from vitattn.training.callbacks.stopping import NanGuard, ValidateAtEnd
 from vitattn.training.callbacks.throughput import ImagesPerSecond
 
@@ -15,8 +17,10 @@ __all__ = [
     "ConfusionReport",
     "ImagesPerSecond",
     "NanGuard",
+    "OptunaPruning",
     "ProgressBar",
     "RandomStateInCheckpoint",
     "RequeueOnPreemption",
     "ValidateAtEnd",
+    "pruned_at",
 ]

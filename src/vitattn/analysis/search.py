@@ -1,0 +1,153 @@
+"""What a summary says of an Optuna search (``hparams_search=optuna|optuna_pareto``), read from
+the ``optimization_results.yaml`` its sweeper wrote (:mod:`vitattn.runs.optuna_sweeper`): how
+its trials ended (complete, pruned, failed), its best trial, and for two objectives the Pareto
+trials (``study.best_trials``) as a section of ``summary.md`` and ``pareto.png`` next to
+``frontier.png``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
+from vitattn.runs.optuna_sweeper import RESULTS_FILE
+from vitattn.runs.results import markdown_table
+
+PARETO_FIGURE = "pareto.png"
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int
+    run: str
+    values: tuple[float, ...]
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """An Optuna search's results: its metrics, directions, trials' ends and Pareto trials."""
+
+    study: str
+    metrics: tuple[str, ...]
+    directions: tuple[str, ...]
+    states: dict[str, int]
+    trials: tuple[Trial, ...]
+    """Every complete trial."""
+    pareto: tuple[Trial, ...]
+    """The Pareto trials (two or more objectives), else the best trial."""
+
+
+def _trial(entry: Any, count: int, path: Path) -> Trial:
+    if not isinstance(entry, dict) or not isinstance(entry.get("trial"), int):
+        raise UnreadableFileError(path, "holds a trial without its number")
+    values = entry.get("values")
+    if not isinstance(values, list) or len(values) != count:
+        raise UnreadableFileError(path, f"trial {entry['trial']} holds no {count} values")
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+        raise UnreadableFileError(path, f"trial {entry['trial']} holds values that are not numbers")
+    params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+    run = entry.get("run")
+    return Trial(entry["trial"], str(run) if run else "", tuple(map(float, values)), params)
+
+
+def read_search(sweep_dir: Path) -> SearchResults | None:
+    """The results of the Optuna search in ``sweep_dir``, ``None`` where it holds none; a file
+    that is not as the sweeper writes it is one line (:class:`UnreadableFileError`)."""
+    path = sweep_dir / RESULTS_FILE
+    if not path.is_file():
+        return None
+    content = read_yaml(path)
+    metrics, directions = content.get("metrics"), content.get("directions")
+    if not isinstance(metrics, list) or not isinstance(directions, list) or not metrics:
+        raise UnreadableFileError(path, "names no metrics and directions")
+    if len(metrics) != len(directions):
+        raise UnreadableFileError(path, "names as many metrics as directions")
+    states = content.get("states") if isinstance(content.get("states"), dict) else {}
+    trials = tuple(_trial(t, len(metrics), path) for t in content.get("trials") or [])
+    by_number = {t.number: t for t in trials}
+    if len(metrics) == 1:
+        best = content.get("best_trial")
+        pareto = (by_number[best],) if best in by_number else ()
+    else:
+        pareto = tuple(_trial(t, len(metrics), path) for t in content.get("solutions") or [])
+    return SearchResults(
+        str(content.get("study_name") or ""),
+        tuple(map(str, metrics)),
+        tuple(map(str, directions)),
+        {str(k): int(v) for k, v in states.items() if isinstance(v, int) and v},
+        trials,
+        pareto,
+    )
+
+
+def search_markdown(search: SearchResults) -> str:
+    """The section of ``summary.md`` on the search: how its trials ended, then its best trial
+    or its Pareto trials."""
+    ended = ", ".join(f"{count} {state.lower()}" for state, count in search.states.items())
+    aims = " and ".join(f"{d} {m}" for d, m in zip(search.directions, search.metrics, strict=True))
+    lines = [f"Optuna study {search.study} ({aims}): trials {ended or 'none'}."]
+    if search.states.get("PRUNED"):
+        lines.append("Pruned trials were stopped early by the pruner (status pruned).")
+    title = "Pareto trials (study.best_trials)" if len(search.metrics) > 1 else "Best trial"
+    rows = [
+        {
+            "trial": trial.number,
+            "run": trial.run,
+            **dict(zip(search.metrics, (f"{v:.4g}" for v in trial.values), strict=True)),
+            "params": ", ".join(f"{k}={v}" for k, v in trial.params.items()),
+        }
+        for trial in sorted(search.pareto, key=lambda t: t.values)
+    ]
+    headers = {key: key for key in ("trial", "run", *search.metrics, "params")}
+    table = markdown_table(rows, headers) if rows else "(no complete trial)"
+    return "\n".join([*lines, "", f"{title}:", "", table.rstrip("\n"), ""])
+
+
+def plot_pareto(search: SearchResults, path: Path) -> bool:
+    """``pareto.png`` of a two-objective search: each complete trial at its two values, the
+    Pareto trials in bold and joined; ``False`` (nothing written) for other searches."""
+    if len(search.metrics) != 2 or not search.trials:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = {t.number for t in search.pareto}
+    figure, axes = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
+    for trial in search.trials:
+        on = trial.number in front
+        y, x = trial.values
+        axes.scatter(x, y, s=60 if on else 25, color="C3" if on else "C0", zorder=3)
+        label = ", ".join([str(trial.number), *map(str, trial.params.values())])
+        axes.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points",
+                      fontsize=8, fontweight="bold" if on else "normal")  # fmt: skip
+    line = sorted((t.values[1], t.values[0]) for t in search.pareto)
+    if len(line) > 1:
+        axes.plot(*zip(*line, strict=True), color="grey", linestyle="--", linewidth=1, zorder=1)
+    axes.set_ylabel(_axis(search, 0))
+    axes.set_xlabel(_axis(search, 1))
+    axes.grid(alpha=0.3)
+    axes.set_title(
+        f"Optuna study {search.study}: trial, its values; bold and joined: Pareto trials",
+        fontsize=10,
+    )
+    save_figure(figure, path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _axis(search: SearchResults, index: int) -> str:
+    better = "more" if search.directions[index] == "maximize" else "less"
+    return f"{search.metrics[index]} ({better} is better)"
+
+
+def pareto_files(search: SearchResults | None, out: Path) -> Sequence[Path]:
+    """The search's figure written to ``out``: ``pareto.png`` where it has one."""
+    if search is not None and plot_pareto(search, out / PARETO_FIGURE):
+        return [out / PARETO_FIGURE]
+    return []

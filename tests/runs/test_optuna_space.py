@@ -1,0 +1,112 @@
+"""An Optuna search's space in Hydra's override grammar, the check a stored trial's values must
+pass before it may run, the samplers of ``hydra/sweeper/sampler``, and when a pruner is
+refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
+from tests.support.presets import compose_config
+from vitattn.errors import ConfigError
+from vitattn.runs.optuna_space import grid_of, outside_space, parse_space
+from vitattn.runs.optuna_sweeper import SearchSettings, check_pruner, make_sampler
+
+SPACE = [
+    "optimizer.lr=tag(log, interval(1e-4, 3e-3))",
+    "optimizer.weight_decay=interval(0.0, 0.1)",
+    "attention.k=choice(4, 8, 16)",
+    "model.depth=range(1, 8, 3)",
+    "seed=7",
+]
+
+
+def test_each_sweep_is_the_distribution_hydra_means() -> None:
+    distributions, fixed = parse_space(SPACE)
+    assert distributions == {
+        "optimizer.lr": FloatDistribution(1e-4, 3e-3, log=True),
+        "optimizer.weight_decay": FloatDistribution(0.0, 0.1),
+        "attention.k": CategoricalDistribution([4, 8, 16]),
+        "model.depth": IntDistribution(1, 7, step=3),  # range's stop is left out, as Hydra's
+    }
+    assert fixed == {"seed": "7"}
+    assert parse_space([*SPACE, "attention.k=8"])[0].keys() == {
+        "optimizer.lr",
+        "optimizer.weight_decay",
+        "model.depth",
+    }  # a value given on its own fixes a searched setting
+    grid = grid_of({k: v for k, v in distributions.items() if "optimizer" not in k})
+    assert grid == {"attention.k": [4, 8, 16], "model.depth": [1, 4, 7]}
+    with pytest.raises(ConfigError, match=r"^hydra.sweeper.params.optimizer.lr: a grid search"):
+        grid_of(distributions)
+    with pytest.raises(ConfigError, match=r"interval\(0.1, 0.0\) needs low < high"):
+        parse_space(["optimizer.weight_decay=interval(0.1, 0.0)"])
+
+
+def test_a_stored_trial_runs_only_with_values_of_the_space() -> None:
+    distributions, _ = parse_space(SPACE)
+    assert outside_space({"optimizer.lr": 1e-3, "attention.k": 8}, distributions) is None
+    assert outside_space({}, distributions) is None  # the sampler chooses them all
+    assert outside_space({"optimizer.lr": 12345}, distributions) == (
+        "optimizer.lr=12345 is outside hydra.sweeper.params.optimizer.lr "
+        "(from 0.0001 to 0.003, log)"
+    )
+    assert "attention.k=5 is outside" in outside_space({"attention.k": 5}, distributions)
+    assert "model.depth=2 is outside" in outside_space({"model.depth": 2}, distributions)
+    assert outside_space({"optimizer.lr": "${oc.env:HOME}"}, distributions).startswith(
+        "optimizer.lr='${oc.env:HOME}' is outside"
+    )
+    assert outside_space({"trainer.max_steps": 10**9}, distributions) == (
+        "trainer.max_steps=1000000000 is not a setting this search varies"
+    )
+
+
+@pytest.mark.parametrize("option", ["tpe", "random", "grid", "cmaes", "nsgaii", "gp"])
+def test_each_sampler_of_the_group_is_optunas(option: str, tmp_path: Path) -> None:
+    from hydra.utils import instantiate
+
+    cfg = compose_config(
+        "train", ["hydra/sweeper=vitattn_optuna", f"hydra/sweeper/sampler={option}"], tmp_path
+    )
+    space = {"attention.k": CategoricalDistribution([4, 8]), "seed": IntDistribution(1, 3)}
+    sampler, grid_size = make_sampler(instantiate(cfg.hydra.sweeper.sampler), space)
+    assert isinstance(sampler, optuna.samplers.BaseSampler)
+    assert type(sampler).__name__ == SAMPLERS[option]
+    assert grid_size == (6 if option == "grid" else None)
+
+
+def test_a_pruner_is_refused_where_no_trial_could_report_to_it() -> None:
+    from omegaconf import OmegaConf
+
+    def settings(**changed: object) -> SearchSettings:
+        given = {
+            "sampler": None,
+            "direction": "maximize",
+            "directions": None,
+            "storage": "sqlite:///optuna.db",
+            "study_name": None,
+            "n_trials": 5,
+            "n_jobs": 1,
+            "params": None,
+            "pruner": optuna.pruners.MedianPruner(),
+        }
+        return SearchSettings(**{**given, **changed})
+
+    reporting = OmegaConf.create(
+        {"callbacks": {"optuna_pruning": {"_target_": "vitattn.training.callbacks.OptunaPruning"}}}
+    )
+    pruner = check_pruner(settings(), ["maximize"], reporting)
+    assert isinstance(pruner, optuna.pruners.MedianPruner)
+    assert check_pruner(settings(pruner=None), ["maximize"], OmegaConf.create({})) is None
+    refusals = [
+        (settings(), ["maximize"], OmegaConf.create({"callbacks": {}}), "needs the callback"),
+        (settings(storage=None), ["maximize"], reporting, "needs hydra.sweeper.storage"),
+        (settings(), ["maximize", "maximize"], reporting, "prunes searches of one objective"),
+    ]
+    for given, directions, config, message in refusals:
+        with pytest.raises(ConfigError, match=f"^hydra.sweeper.pruner {message}"):
+            check_pruner(given, directions, config)

@@ -1,0 +1,149 @@
+"""Optuna searches through the console script (``hparams_search=optuna|optuna_pareto``) on
+vitattn's own sweeper: a study continued to more trials, two objectives and their Pareto
+trials, a planted trial outside the space, pruning, a malformed study file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.support.in_process import run_in_process
+from tests.support.presets import FEW_STEPS, TINY, steps
+from tests.support.runners import refusal_message
+from tests.support.tables import markdown_tables
+from tests.support.trees import tree_digest
+from vitattn.runs.layout import RunDir
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def search(sweep: Path, *settings: str, preset: str = "optuna") -> list[str]:
+    return [f"hparams_search={preset}", *settings, f"hydra.sweep.dir={sweep}"]
+
+
+def jobs(sweep: Path) -> list[str]:
+    return sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
+
+
+def states(sweep: Path, name: str = "vitattn") -> list[str]:
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{sweep}/optuna.db")
+    return [trial.state.name for trial in study.trials]
+
+
+@pytest.mark.slow
+def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    sweep = tmp_path / "search"
+
+    def trials(n: int) -> list[str]:
+        return search(sweep, f"hydra.sweeper.n_trials={n}", *FEW_STEPS)
+
+    run_in_process("vitattn-train", *trials(2), data_dir=data_dir)
+    first = {name: tree_digest(sweep / name) for name in jobs(sweep)}
+    result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
+
+    assert states(sweep) == ["COMPLETE"] * 3
+    assert [name.split("_", 1)[0] for name in jobs(sweep)] == ["0", "1", "2"]  # numbered on
+    assert {name: tree_digest(sweep / name) for name in first} == first
+    assert all("optimizer.lr=" in name and "hparams_search" not in name for name in jobs(sweep))
+    assert "Best value" in result.stdout + result.stderr
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep}/optuna.db")
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE  # Optuna's own format
+    assert [t.user_attrs["run"] for t in study.trials] == jobs(sweep)
+    metrics = [json.loads((sweep / j / "metrics.json").read_text()) for j in jobs(sweep)]
+    assert all(m["attention"] == "linformer" and m["status"] == "completed" for m in metrics)
+    assert study.best_value == max(m["val/acc"] for m in metrics)
+    results = sweep / "optimization_results.yaml"
+    assert f"best_trial: {study.best_trial.number}" in results.read_text()
+
+    # a trial planted in the study with values outside the space is refused, never launched;
+    # a link planted at the results file is replaced, not written through
+    study.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("kept\n")
+    results.unlink()
+    results.symlink_to(elsewhere)
+    result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
+    said = (result.stdout + result.stderr).splitlines()
+    refusals = [line for line in said if "is refused" in line]
+    assert len(refusals) == 1 and "trial 3 of study vitattn is refused" in refusals[0]
+    assert "optimizer.lr=12345.0 is outside hydra.sweeper.params.optimizer.lr" in refusals[0]
+    assert states(sweep) == ["COMPLETE"] * 3 + ["FAIL"]
+    assert len(jobs(sweep)) == 3
+    assert elsewhere.read_text() == "kept\n"
+    assert not results.is_symlink()
+    assert f"best_trial: {study.best_trial.number}" in results.read_text()
+
+
+@pytest.mark.slow
+def test_a_pareto_search_stores_two_directions_and_its_pareto_trials(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    sweep = tmp_path / "pareto"
+    settings = ["hydra.sweeper.n_trials=2", *FEW_STEPS]
+    run_in_process(
+        "vitattn-train", *search(sweep, *settings, preset="optuna_pareto"), data_dir=data_dir
+    )
+
+    study = optuna.load_study(study_name="vitattn_pareto", storage=f"sqlite:///{sweep}/optuna.db")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MAXIMIZE"]
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        metrics = json.loads((sweep / trial.user_attrs["run"] / "metrics.json").read_text())
+        assert trial.values == [metrics["val/acc"], metrics["train/images_per_sec"]]
+        assert trial.params["attention"] == metrics["attention"]
+    pareto = sorted(t.number for t in study.best_trials)
+    assert pareto
+    summary = (sweep / "summary.md").read_text()
+    assert "Pareto trials (study.best_trials):" in summary
+    table = markdown_tables(summary.split("Pareto trials (study.best_trials):")[1])[0]
+    assert sorted(int(row[0]) for row in table[1:]) == pareto
+    assert (sweep / "pareto.png").is_file() and (sweep / "frontier.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "pruned"
+    sweep.mkdir()
+    study = optuna.create_study(
+        study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db", direction="maximize"
+    )
+    study.add_trial(  # an earlier trial, far ahead at every step
+        optuna.trial.create_trial(value=1.0, intermediate_values=dict.fromkeys(range(1, 7), 1.0))
+    )
+    pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1}"
+    command = search(sweep, "hydra.sweeper.n_trials=2", pruner, *TINY, *steps(6, 3))
+    run_in_process("vitattn-train", *command, data_dir=data_dir)
+
+    assert states(sweep) == ["COMPLETE", "PRUNED"]
+    (job,) = jobs(sweep)
+    metrics = json.loads((sweep / job / "metrics.json").read_text())
+    assert metrics["status"] == "pruned" and metrics["pruned_at_step"] == 3
+    assert metrics["steps"] == 3  # stopped at its first validation
+    assert RunDir(sweep / job).state() == "pruned"
+    reported = optuna.load_study(study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db")
+    assert reported.trials[1].intermediate_values == {3: metrics["val/acc"]}
+    summary = (sweep / "summary.md").read_text()
+    assert "trials 1 complete, 1 pruned" in summary
+    runs = markdown_tables(summary)[1]
+    assert runs[1][:2] == [job, "pruned"]
+
+
+@pytest.mark.slow
+def test_a_malformed_study_file_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "search"
+    sweep.mkdir()
+    (sweep / "optuna.db").write_bytes(b"not a database, " * 64)
+    result = run_in_process(
+        "vitattn-train", *search(sweep, *FEW_STEPS), data_dir=data_dir, check=False
+    )
+    message = refusal_message("vitattn-train", result)
+    assert message.startswith(f"{sweep}/optuna.db (hydra.sweeper.storage) is not an Optuna study")
+    assert "file is not a database" in message
+    assert (sweep / "optuna.db").read_bytes() == b"not a database, " * 64
+    assert not jobs(sweep)
