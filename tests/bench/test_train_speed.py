@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,13 @@ from omegaconf import OmegaConf
 
 from tests.support.runners import run_cli
 from vitattn.bench.settings import IMPLEMENTATIONS, TrainSettings
-from vitattn.bench.train_speed import StepClock, measure_train_speed, ratios, time_loop
+from vitattn.bench.train_speed import (
+    StepClock,
+    TrainSpeed,
+    measure_train_speed,
+    ratios,
+    time_loop,
+)
 from vitattn.models.module import ViTClassifier
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
@@ -42,13 +49,45 @@ def test_every_loop_is_timed_the_same_way(monkeypatch) -> None:
     clock = iter(float(t) for t in range(100))
     monkeypatch.setattr("vitattn.bench.train_speed.time.perf_counter", lambda: next(clock))
     calls = []
-    windows = time_loop(lambda: calls.append(1), CPU, tiny_train(warmup=2, steps=3, repeats=2))
+    clock = time_loop(lambda: calls.append(1), CPU, tiny_train(warmup=2, steps=3, repeats=2))
     assert len(calls) == 2 + 3 * 2  # warm-up steps, then the windows
-    assert windows == [1.0, 1.0]
+    assert clock.windows(2, 3, 2) == [1.0, 1.0]
     # Lightning's clock ticks at the start and at each step's end: the same windows.
     lightning = StepClock(CPU)
     lightning.ticks = [0.0, 5.0, 7.0, 9.0, 11.0, 13.0]  # a slow first step, then 2 s per step
     assert lightning.windows(warmup=1, steps=2, repeats=2) == [2.0, 2.0]
+
+
+def test_a_compiled_rows_compile_seconds_are_its_warm_up_beyond_the_steady_step() -> None:
+    clock = StepClock(CPU)
+    clock.ticks = [0.0, 30.0, 32.0, 34.0, 36.0, 38.0, 40.0]  # compiling in the first steps
+    steady = statistics.median(clock.windows(warmup=2, steps=2, repeats=2))
+    assert steady == 2.0
+    assert clock.warmup_extra(2, steady) == pytest.approx(32.0 - 2 * 2.0)
+    assert clock.warmup_extra(0, steady) is None  # no warm-up: nothing apart from the steady
+
+
+def speed(implementation: str, compile: bool, images_per_sec: float) -> TrainSpeed:
+    return TrainSpeed(
+        implementation, "vit", "softmax", 16, "32-true", compile, "cpu", 1, images_per_sec,
+        0.0, 1.0,
+    )  # fmt: skip
+
+
+def test_ratios_compare_eager_with_eager_and_compiled_with_compiled() -> None:
+    results = [
+        speed("vitattn", False, 100.0),
+        speed("vitattn", True, 150.0),
+        speed("timm", False, 50.0),
+        speed("timm", True, 100.0),
+        speed("report_style", False, 20.0),
+    ]
+    assert ratios(results) == {
+        "vitattn/timm": 2.0,
+        "vitattn/report_style": 5.0,
+        "vitattn compiled/timm compiled": 1.5,
+        "vitattn compiled/vitattn": 1.5,
+    }
 
 
 @pytest.mark.slow
@@ -148,12 +187,25 @@ def test_bench_mode_train_writes_its_files(tmp_path: Path, data_dir: Path) -> No
     )
     for name in ("plain_loop", "timm", "report_style"):
         assert f"vitattn/{name}:" in result.stdout
+    for name in ("plain_loop compiled", "timm compiled", "vitattn"):
+        assert f"vitattn compiled/{name}:" in result.stdout
     rows = json.loads((tmp_path / "train_speed.json").read_text())["results"]
-    assert [r["implementation"] for r in rows] == ["vitattn", "plain_loop", "timm", "report_style"]
+    # train.compile (the default): each but report_style eager, then compiled beside it
+    assert [(r["implementation"], r["compile"]) for r in rows] == [
+        ("vitattn", False),
+        ("vitattn", True),
+        ("plain_loop", False),
+        ("plain_loop", True),
+        ("timm", False),
+        ("timm", True),
+        ("report_style", False),
+    ]
     assert all(r["status"] == "ok" and r["images_per_sec"] > 0 for r in rows)
-    assert rows[1]["params"] == rows[0]["params"]  # the plain loop trains our network
+    assert all((r["compile_seconds"] is not None) == r["compile"] for r in rows)
+    assert all(r["compile_seconds"] >= 0 for r in rows if r["compile"])
+    assert rows[2]["params"] == rows[0]["params"]  # the plain loop trains our network
     assert (tmp_path / "train_speed.csv").is_file()
-    assert (tmp_path / "train_speed.md").read_text().count("img/s") == 4
+    assert (tmp_path / "train_speed.md").read_text().count("img/s") == 7
 
 
 @pytest.mark.skipif(

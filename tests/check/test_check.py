@@ -64,6 +64,29 @@ def test_the_dry_run_is_typed_and_sized_for_a_cpu(tmp_path: Path) -> None:
     assert settings.training.precision == "32-true"
     assert settings.numerics.dtypes == [DType.float32, DType.bfloat16, DType.float16]
     assert (settings.numerics.seq_len, settings.kernels.seq_lens) == (64, [64, 256])
+    # compiling 12 tiny models costs a minute each on 2 cores: only the reference compiles here
+    assert settings.training.compile is False and settings.reference.compile is True
+
+
+@pytest.mark.slow
+def test_the_training_section_trains_eager_and_compiled_side_by_side(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "check"
+    run_in_process(
+        "vitattn-check",
+        "device=cpu",
+        "sections=[training]",
+        "attentions=[linear]",
+        "training.compile=true",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+    )
+    rows = json.loads((run_dir / "check.json").read_text())["training"]
+    assert [(r["attention"], r["compiled"]) for r in rows] == [("linear", False), ("linear", True)]
+    assert all(r["status"] == "ok" and r["images_per_sec"] > 0 for r in rows)
+    assert rows[0]["compile_seconds"] is None and rows[1]["compile_seconds"] >= 0
+    assert rows[0]["params"] == rows[1]["params"]
 
 
 def test_a_size_given_wins_over_the_profile(tmp_path: Path) -> None:
@@ -158,9 +181,17 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
         assert row["images_per_sec"] > 0 and row["gflop_per_image"] > 0
         assert row["loss_first"] is not None and row["loss_last"] is not None
         assert row["mfu"] is None and row["peak_memory_gb"] is None  # no GPU: no peak to compare
-    reference = result["reference"]
-    assert [r["implementation"] for r in reference["results"]] == ["vitattn", "timm"]
+    assert not any(row["compiled"] for row in training.values())  # the cpu profile's choice
+    reference = result["reference"]  # eager, then compiled beside it (reference.compile)
+    assert [(r["implementation"], r["compile"]) for r in reference["results"]] == [
+        ("vitattn", False),
+        ("vitattn", True),
+        ("timm", False),
+        ("timm", True),
+    ]
+    assert all((r["compile_seconds"] is not None) == r["compile"] for r in reference["results"])
     assert reference["ratios"]["vitattn/timm"] > 0
+    assert reference["ratios"]["vitattn compiled/timm compiled"] > 0
     summary = {r["attention"]: r for r in result["kernels"]["summary"]}
     assert sorted(summary) == sorted([*attentions, "performer_autograd", "random_feature_autograd"])
     assert all(r["largest_seq_len"] == 256 for r in summary.values())

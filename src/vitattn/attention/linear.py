@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.tiling import with_column
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -38,10 +39,12 @@ class LinearAttention(AttentionKernel):
         with torch.autocast(device_type=q.device.type, enabled=False):
             phi_q = elu_feature_map(q.float())
             phi_k = elu_feature_map(k.float())
-            key_values = phi_k.transpose(-2, -1) @ v.float()  # (batch, heads, d, d_v)
-            key_sum = phi_k.sum(dim=-2)  # (batch, heads, d)
-            normaliser = (phi_q @ key_sum.unsqueeze(-1)) + self.eps  # (batch, heads, n, 1)
-            out = (phi_q @ key_values) / normaliser
+            # phi(K)^T [V, 1]: the key sum is the last column of one product, and phi(q) times
+            # it gives numerator and normaliser together (fewer dispatches, docs/attention.md).
+            key_values = phi_k.transpose(-2, -1) @ with_column(v.float(), 1.0)  # (d, d_v + 1)
+            out_plus = phi_q @ key_values  # (batch, heads, n, d_v + 1)
+            d = v.shape[-1]
+            out = out_plus[..., :d] / (out_plus[..., d:] + self.eps)
         return out.to(v.dtype)
 
     def extra_repr(self) -> str:

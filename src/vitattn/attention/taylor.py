@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common.tiling import with_column
 
 
 @register_attention("taylor")
@@ -33,13 +34,16 @@ class TaylorAttention(AttentionKernel):
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_hat = F.normalize(q.float(), dim=-1)
             k_hat = F.normalize(k.float(), dim=-1)
-            values = v.float()
-            tokens = k.shape[-2]
-            numerator = values.sum(dim=-2, keepdim=True) + q_hat @ (
-                k_hat.transpose(-2, -1) @ values
-            )
-            normaliser = tokens + q_hat @ k_hat.sum(dim=-2).unsqueeze(-1) + self.eps
-            out = numerator / normaliser
+            # [V, 1]: the normaliser is the last column of the numerator's products, so one
+            # product of each kind gives both (fewer dispatches, docs/attention.md).
+            values_plus = with_column(v.float(), 1.0)  # (batch, heads, n, d_v + 1)
+            out_plus = torch.baddbmm(
+                values_plus.sum(dim=-2, keepdim=True).flatten(0, -3),  # [sum_j v_j, n]
+                q_hat.flatten(0, -3),
+                (k_hat.transpose(-2, -1) @ values_plus).flatten(0, -3),
+            ).view_as(values_plus)
+            d = v.shape[-1]
+            out = out_plus[..., :d] / (out_plus[..., d:] + self.eps)
         return out.to(v.dtype)
 
     def extra_repr(self) -> str:

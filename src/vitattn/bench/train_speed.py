@@ -5,7 +5,7 @@ On the same data and model size (``train.model``, ``train.overrides``), each of
 
 - ``vitattn``: our pipeline as ``vitattn-train`` runs it (a Lightning Trainer, uint8 data on the
   device, batched augmentation, our ViT with the configured attention, AdamW and its schedule),
-  with any ``model``/``attention``/``precision``/``compile`` setting;
+  with any ``model``/``attention``/``precision`` setting;
 - ``plain_loop``: the same network, built from the same composed train config, trained by a
   hand-written loop on the same data module's batches, with the same on-device augmentation,
   optimizer (the module's parameter groups) and schedule, and no Lightning: ``vitattn/plain_loop``
@@ -19,6 +19,11 @@ A step is everything between two consecutive optimizer steps: fetching and augme
 forward, backward and the update. Every implementation is timed by a :class:`StepClock` the same
 way: the device is synchronised at the end of each step, the first ``warmup`` steps are not
 counted, and the rate is the median over ``repeats`` windows of ``steps`` steps.
+
+With ``train.compile``, ``vitattn``, ``plain_loop`` and ``timm`` also train compiled
+(``torch.compile`` of the forward pass; ``model.compile=true`` for ours), each row beside its
+eager one (``compile`` says which), and a compiled row's ``compile_seconds`` is what its warm-up
+steps took beyond the steady step time (compilation): apart from its steady images/s.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ from vitattn.utils.config import CONFIG_DIR
 
 __all__ = ["IMPLEMENTATIONS", "TrainRun", "TrainSpeed", "measure_train_speed", "run_train"]
 
+COMPILED = ("vitattn", "plain_loop", "timm")
+"""The implementations that also train compiled with ``train.compile`` (``report_style`` is the
+founding report's eager loop)."""
+
 REFERENCE_ATTENTION = {"timm": "softmax (timm fused)", "report_style": "softmax (explicit)"}
 """The attention of each reference network (ours and ``plain_loop`` use ``train.attention``)."""
 
@@ -72,6 +81,7 @@ class TrainSpeed:
     step_ms: float | None
     gflop_per_image: float | None = None  # forward+backward, torch.utils.flop_counter
     mfu: float | None = None  # on a GPU with a known 16-bit peak (vitattn.models.flops)
+    compile_seconds: float | None = None  # compiled rows: the warm-up's seconds beyond steady
     status: str = "ok"
 
 
@@ -96,6 +106,13 @@ class StepClock:
             torch.cuda.synchronize(self.device)
         self.ticks.append(time.perf_counter())
 
+    def warmup_extra(self, warmup: int, step_seconds: float | None) -> float | None:
+        """What the first ``warmup`` steps took beyond ``step_seconds`` each (compilation, at
+        least 0); ``None`` without a warm-up or a steady step time."""
+        if warmup < 1 or step_seconds is None or len(self.ticks) <= warmup:
+            return None
+        return max(0.0, self.ticks[warmup] - self.ticks[0] - warmup * step_seconds)
+
     def windows(self, warmup: int, steps: int, repeats: int) -> list[float]:
         """Seconds per step of each window of ``steps`` steps after the first ``warmup``."""
         ticks = self.ticks[warmup:]
@@ -106,24 +123,25 @@ class StepClock:
         ]
 
 
-def time_loop(step: Callable[[], None], device: torch.device, train: TrainSettings) -> list[float]:
-    """Seconds per step of ``train.repeats`` windows of a plain loop calling ``step``."""
+def time_loop(step: Callable[[], None], device: torch.device, train: TrainSettings) -> StepClock:
+    """The clock of a plain loop calling ``step`` for every step ``train`` times."""
     clock = StepClock(device)
     clock.tick()
     for _ in range(train.total_steps):
         step()
         clock.tick()
-    return clock.windows(train.warmup, train.steps, train.repeats)
+    return clock
 
 
-def train_config(train: TrainSettings) -> DictConfig:
-    """The ``vitattn-train`` config of ours: ``configs/train.yaml`` with the bench's settings."""
+def train_config(train: TrainSettings, compile: bool = False) -> DictConfig:
+    """The ``vitattn-train`` config of ours: ``configs/train.yaml`` with the bench's settings,
+    the network compiled with ``compile``."""
     overrides = [
         f"model={train.model}",
         f"attention={train.attention}",
         f"data.batch_size={train.batch_size}",
         f"trainer.precision={train.precision}",
-        f"model.compile={str(train.compile).lower()}",
+        f"model.compile={str(compile).lower()}",
         *train.overrides,
     ]
     GlobalHydra.instance().clear()  # the bench's own Hydra app is running: compose beside it
@@ -154,8 +172,8 @@ def bare_trainer(device: torch.device, precision: str, steps: int, *callbacks: A
 
 def lightning_windows(
     cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
-) -> tuple[list[float], torch.nn.Module]:
-    """``vitattn``: seconds per step of our real training (a Lightning Trainer), and the net."""
+) -> tuple[StepClock, torch.nn.Module]:
+    """``vitattn``: the step clock of our real training (a Lightning Trainer), and the net."""
     # Imported here, not above: Lightning takes seconds to import and only this mode needs it.
     import lightning as L
 
@@ -171,7 +189,7 @@ def lightning_windows(
 
     trainer = bare_trainer(device, cfg.trainer.precision, train.total_steps, Clock())
     trainer.fit(module, datamodule=datamodule)
-    return clock.windows(train.warmup, train.steps, train.repeats), module.net
+    return clock, module.net
 
 
 def plain_loop_step(
@@ -203,9 +221,10 @@ def reference_step(
     datamodule: Any,
     device: torch.device,
     train: TrainSettings,
+    compile: bool = False,
 ) -> tuple[Callable[[], None], torch.nn.Module]:
     """``timm`` or ``report_style`` with our network's sizes, in a plain loop with AdamW,
-    compiled when ours is (``train.compile``)."""
+    its forward pass compiled with ``compile``."""
     net_cfg = cfg.model
     mlp_dim = net_cfg.mlp_dim
     if mlp_dim is None:
@@ -220,7 +239,7 @@ def reference_step(
     net.to(device)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     step = loop_step(
-        net, batches, optimizer, device=device, precision=train.precision, compile=train.compile
+        net, batches, optimizer, device=device, precision=train.precision, compile=compile
     )
     return step, net
 
@@ -230,30 +249,51 @@ def parameters(module: torch.nn.Module) -> int:
 
 
 def measure_train_speed(train: TrainSettings, device: torch.device) -> list[TrainSpeed]:
-    """Measure ours (always, first) and each other implementation on the same data and sizes."""
-    cfg = train_config(train)
-    datamodule = hydra.utils.instantiate(cfg.data)
+    """Measure ours (always, first) and each other implementation on the same data and sizes,
+    eager, and with ``train.compile`` each of :data:`COMPILED` compiled right after."""
+    configs = {False: train_config(train), True: train_config(train, compile=True)}
+    datamodule = hydra.utils.instantiate(configs[False].data)
     datamodule.prepare_data()
     datamodule.setup("fit")
     results = []
     for implementation in ["vitattn", *(i for i in train.implementations if i != "vitattn")]:
-        torch.manual_seed(0)
-        if implementation == "vitattn":
-            seconds, net = lightning_windows(cfg, datamodule, device, train)
-        else:
-            if implementation == "plain_loop":
-                step, net = plain_loop_step(cfg, datamodule, device, train)
-            else:
-                step, net = reference_step(implementation, cfg, datamodule, device, train)
-            seconds = time_loop(step, device, train)
-        result = speed_of(implementation, parameters(net), seconds, train, device)
-        example = example_image(datamodule, implementation).to(device)
-        result.gflop_per_image = gflop_per_image(net, example)
-        result.mfu = model_flops_utilisation(
-            result.gflop_per_image, result.images_per_sec, device, train.precision
-        )
-        results.append(result)
+        ways = [False, True] if train.compile and implementation in COMPILED else [False]
+        for compile in ways:
+            results.append(measure_one(implementation, configs[compile], datamodule, device, train))
     return results
+
+
+def measure_one(
+    implementation: str,
+    cfg: DictConfig,
+    datamodule: Any,
+    device: torch.device,
+    train: TrainSettings,
+) -> TrainSpeed:
+    """One implementation's row, compiled where ``cfg`` says ``model.compile``."""
+    compile = bool(cfg.model.compile)
+    torch.manual_seed(0)
+    if implementation == "vitattn":
+        clock, net = lightning_windows(cfg, datamodule, device, train)
+    else:
+        if implementation == "plain_loop":
+            step, net = plain_loop_step(cfg, datamodule, device, train)
+        else:
+            step, net = reference_step(implementation, cfg, datamodule, device, train, compile)
+        clock = time_loop(step, device, train)
+    seconds = clock.windows(train.warmup, train.steps, train.repeats)
+    result = speed_of(implementation, parameters(net), seconds, train, device)
+    result.compile = compile
+    if compile:
+        steady = statistics.median(seconds) if seconds else None
+        extra = clock.warmup_extra(train.warmup, steady)
+        result.compile_seconds = None if extra is None else round(extra, 3)
+    example = example_image(datamodule, implementation).to(device)
+    result.gflop_per_image = gflop_per_image(net, example)
+    result.mfu = model_flops_utilisation(
+        result.gflop_per_image, result.images_per_sec, device, train.precision
+    )
+    return result
 
 
 def example_image(datamodule: Any, implementation: str) -> torch.Tensor:
@@ -298,15 +338,28 @@ def speed_of(
 
 
 def ratios(results: list[TrainSpeed]) -> dict[str, float]:
-    """Our images/s over each other's (``vitattn/plain_loop``, ``vitattn/timm``, ...)."""
-    ours = next((r for r in results if r.implementation == "vitattn"), None)
-    if ours is None or ours.images_per_sec is None:
-        return {}
-    return {
-        f"vitattn/{r.implementation}": ours.images_per_sec / r.images_per_sec
-        for r in results
-        if r.implementation != "vitattn" and r.images_per_sec
-    }
+    """Our images/s over each other's, eager against eager (``vitattn/plain_loop``,
+    ``vitattn/timm``, ...) and compiled against compiled (``vitattn compiled/timm compiled``),
+    and ours compiled over ours eager (``vitattn compiled/vitattn``)."""
+    found = {}
+    for compile in (False, True):
+        ours = next(
+            (r for r in results if r.implementation == "vitattn" and r.compile == compile), None
+        )
+        if ours is None or ours.images_per_sec is None:
+            continue
+        suffix = " compiled" if compile else ""
+        for r in results:
+            if r.implementation != "vitattn" and r.compile == compile and r.images_per_sec:
+                name = f"vitattn{suffix}/{r.implementation}{suffix}"
+                found[name] = ours.images_per_sec / r.images_per_sec
+    eager, compiled = (
+        next((r for r in results if r.implementation == "vitattn" and r.compile == c), None)
+        for c in (False, True)
+    )
+    if eager and compiled and eager.images_per_sec and compiled.images_per_sec:
+        found["vitattn compiled/vitattn"] = compiled.images_per_sec / eager.images_per_sec
+    return found
 
 
 def run_train(settings: BenchSettings) -> TrainRun:

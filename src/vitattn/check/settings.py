@@ -64,7 +64,7 @@ class TrainingSettings(Checked):
     batch_size: int = at_least(1)
     steps: int = at_least(4)
     precision: str = MISSING  # auto or Lightning's (32-true, bf16-mixed, 16-mixed)
-    compile: bool = MISSING
+    compile: bool = MISSING  # also train each attention compiled, beside its eager row
     overrides: list[str] = MISSING
 
     def __post_init__(self) -> None:
@@ -80,6 +80,7 @@ class ReferenceSettings(Checked):
     warmup: int = at_least(0)
     steps: int = at_least(1)
     repeats: int = at_least(1)
+    compile: bool = MISSING  # ours and timm's also compiled, beside their eager rows
 
 
 @dataclass

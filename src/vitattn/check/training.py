@@ -4,7 +4,11 @@ speed against timm's ViT of the same size.
 Each attention trains ``training.steps`` steps of ``training.model`` through a Lightning Trainer as
 ``vitattn-train`` runs it (no validation, logging or checkpoints). Step ends are timed after a
 device sync (as ``vitattn-bench mode=train`` does); images/s is over the second half of the steps,
-after compilation, autotuning and the allocator have settled. GFLOP/image is forward+backward,
+after compilation, autotuning and the allocator have settled. With ``training.compile`` each
+attention also trains compiled (``model.compile=true``), its row beside the eager one
+(``compiled``), with ``compile_seconds``: what the first half of the steps took beyond the steady
+step time. The reference section runs ours and timm's eager and, with ``reference.compile``,
+compiled. GFLOP/image is forward+backward,
 counted by :func:`~vitattn.models.flops.gflop_per_image`; MFU is the model FLOPs achieved per
 second over the device's dense 16-bit tensor-core peak
 (:func:`~vitattn.models.flops.model_flops_utilisation`; none on a CPU or an unlisted GPU, or at
@@ -56,11 +60,16 @@ class TrainingRow:
     loss_first: float | None = None  # mean of the first quarter of the steps
     loss_last: float | None = None  # mean of the last quarter
     loss_falling: bool | None = None
+    compiled: bool = False
+    compile_seconds: float | None = None  # compiled: the first half's seconds beyond steady
     status: str = "ok"
 
 
-def bench_settings(settings: CheckSettings, attention: str, **timing: int) -> TrainSettings:
-    """The bench's ``train`` settings for ``attention`` at the check's sizes."""
+def bench_settings(
+    settings: CheckSettings, attention: str, compile: bool = False, **timing: int
+) -> TrainSettings:
+    """The bench's ``train`` settings for ``attention`` at the check's sizes (``compile``: also
+    compiled)."""
     training = settings.training
     return TrainSettings(
         implementations=["vitattn", "timm"],
@@ -68,7 +77,7 @@ def bench_settings(settings: CheckSettings, attention: str, **timing: int) -> Tr
         attention=attention,
         batch_size=training.batch_size,
         precision=training.precision,
-        compile=training.compile,
+        compile=compile,
         warmup=timing.get("warmup", 0),
         steps=timing.get("steps", training.steps),
         repeats=timing.get("repeats", 1),
@@ -100,15 +109,17 @@ class _Recorder:
 
 
 def train_briefly(
-    settings: CheckSettings, attention: str, datamodule: Any
+    settings: CheckSettings, attention: str, datamodule: Any, compile: bool = False
 ) -> tuple[TrainingRow, Any]:
-    """Train ``attention`` for ``training.steps`` steps; its row and the trained module."""
+    """Train ``attention`` for ``training.steps`` steps, compiled with ``compile``; its row and
+    the trained module."""
 
     training, device = settings.training, settings.torch_device
     row = TrainingRow(
         attention, training.model, training.batch_size, training.precision, training.steps
     )
-    cfg = train_config(bench_settings(settings, attention))
+    row.compiled = compile
+    cfg = train_config(bench_settings(settings, attention), compile=compile)
     torch.manual_seed(settings.seed)
     module = hydra.utils.instantiate(cfg.module)
     row.params = sum(p.numel() for p in module.parameters())
@@ -126,6 +137,8 @@ def train_briefly(
     if len(ticks) - half >= 2:
         seconds = (ticks[-1] - ticks[half]) / (len(ticks) - 1 - half)
         row.images_per_sec = training.batch_size / seconds
+        extra = recorder.clock.warmup_extra(half, seconds) if compile else None
+        row.compile_seconds = None if extra is None else round(extra, 3)
     losses = [loss.item() for loss in recorder.losses]
     quarter = max(1, len(losses) // 4)
     if losses:
@@ -146,28 +159,38 @@ def run_training(settings: CheckSettings) -> list[TrainingRow]:
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    ways = [False, True] if settings.training.compile else [False]
     rows = []
     for attention in settings.attentions:
-        try:
-            row, _ = train_briefly(settings, attention, datamodule)
-        except Exception as error:
-            training = settings.training
-            row = TrainingRow(
-                attention, training.model, training.batch_size, training.precision, training.steps
-            )
-            row.status = failure_status(error)
-        log.info(
-            "training %-14s %s images/s, loss %s -> %s, %s",
-            attention,
-            "-" if row.images_per_sec is None else f"{row.images_per_sec:.0f}",
-            row.loss_first,
-            row.loss_last,
-            row.status,
-        )
-        rows.append(row)
-        if settings.torch_device.type == "cuda":
-            torch.cuda.empty_cache()
+        for compile in ways:
+            rows.append(training_row(settings, attention, datamodule, compile))
+            if settings.torch_device.type == "cuda":
+                torch.cuda.empty_cache()
     return rows
+
+
+def training_row(
+    settings: CheckSettings, attention: str, datamodule: Any, compile: bool
+) -> TrainingRow:
+    """:func:`train_briefly`'s row, or the row of its failure."""
+    try:
+        row, _ = train_briefly(settings, attention, datamodule, compile)
+    except Exception as error:
+        training = settings.training
+        row = TrainingRow(
+            attention, training.model, training.batch_size, training.precision, training.steps
+        )
+        row.compiled, row.status = compile, failure_status(error)
+    log.info(
+        "training %-14s %-8s %s images/s, loss %s -> %s, %s",
+        attention,
+        "compiled" if compile else "eager",
+        "-" if row.images_per_sec is None else f"{row.images_per_sec:.0f}",
+        row.loss_first,
+        row.loss_last,
+        row.status,
+    )
+    return row
 
 
 def run_reference(settings: CheckSettings) -> dict[str, Any]:
@@ -183,6 +206,7 @@ def run_reference(settings: CheckSettings) -> dict[str, Any]:
     train = bench_settings(
         settings,
         "softmax",
+        compile=reference.compile,
         warmup=reference.warmup,
         steps=reference.steps,
         repeats=reference.repeats,

@@ -294,6 +294,11 @@ class VisionTransformer(nn.Module):
             return self._compiled_forward(images)
         return self._forward(images)
 
+    def forward_eager(self, images: torch.Tensor) -> torch.Tensor:
+        """The forward pass never compiled, whatever ``compile`` says: a compiled graph does not
+        call the forward hooks registered after it was traced, which probes rely on."""
+        return self._forward(images)
+
     def _forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.forward_features(images)
         pooled = x[:, 0] if self.pool == "cls" else x.mean(dim=1)

@@ -64,7 +64,9 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
     ``steady_steps`` steps of every attempt), the machine's 1-minute load average at the fit's
     start and end with its ``cpu_count`` (a load above it makes speeds incomparable), steps,
     epochs, seconds (with :class:`ImagesPerSecond`, the fit's own, summed over a resumed fit's
-    attempts; ``None`` where an earlier attempt's are not known) and ``attempts``, what
+    attempts; ``None`` where an earlier attempt's are not known) and ``attempts``, with
+    ``model.compile`` the first steps' seconds beyond the steady rate
+    (``train/compile_seconds``: :meth:`ImagesPerSecond.startup_seconds`), what
     :class:`AttentionInsight` cost, and on a GPU the peak of allocated memory."""
     throughput = next((c for c in trainer.callbacks if isinstance(c, ImagesPerSecond)), None)
     summary: dict[str, Any] = {
@@ -84,6 +86,9 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
         total = throughput.total_seconds()
         summary["seconds"] = round(total, 2) if total is not None else None
         summary["attempts"] = throughput.attempts
+        if compiled(trainer.lightning_module):
+            startup = throughput.startup_seconds()
+            summary["train/compile_seconds"] = round(startup, 2) if startup is not None else None
     insight = next((c for c in trainer.callbacks if isinstance(c, AttentionInsight)), None)
     if insight is not None and insight.validations:
         summary.update(insight.cost())
@@ -91,6 +96,13 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
     if device.type == "cuda":
         summary["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     return summary
+
+
+def compiled(module: L.LightningModule) -> bool:
+    """Whether ``module``'s network runs compiled (``model.compile=true``, and compiling did not
+    fall back to eager)."""
+    forward = getattr(getattr(module, "net", None), "_compiled_forward", None)
+    return forward is not None and bool(forward.compiled)
 
 
 def best_validation_accuracy(trainer: L.Trainer) -> float | None:

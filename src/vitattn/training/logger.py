@@ -58,6 +58,7 @@ RESULTS = {
     "seconds": "seconds",
     "peak_memory_gb": "peak_memory_gb",
     "val/acc": "acc_final_val",
+    "train/compile_seconds": "compile_seconds",
 }
 """``metrics.json`` keys shown as results in the HPARAMS view, and their tags there (under
 ``~summary/``), in the view's order: TensorBoard shows the first five, which every training run
@@ -85,6 +86,7 @@ DISPLAY_NAMES = {
     "images_per_sec": "images/s",
     "gflop_per_image": "GFLOP/image",
     "peak_memory_gb": "peak GB",
+    "compile_seconds": "compile s",
     "model/tokens": "tokens",
     "model/mlp_dim": "MLP dim",
     "optimizer/lr": "lr",

@@ -74,7 +74,8 @@ def attention_layers(net: torch.nn.Module) -> list[MultiHeadAttention]:
 def capture_qkv(net: torch.nn.Module, images: torch.Tensor) -> list[QKV]:
     """``[(q, k, v) per layer]``, each ``(images, heads, tokens, head_dim)``, in layer order: a
     forward pre-hook on each layer's kernel receives exactly what the model attends with, after
-    its learned projections. ``net`` is run in evaluation mode (and left so)."""
+    its learned projections. ``net`` is run in evaluation mode (and left so), eager where it
+    has a ``forward_eager`` (a compiled network's graph would not call the hooks)."""
     layers = attention_layers(net)
     captured: dict[int, QKV] = {}
 
@@ -90,7 +91,7 @@ def capture_qkv(net: torch.nn.Module, images: torch.Tensor) -> list[QKV]:
     ]
     try:
         net.eval()
-        net(images)
+        getattr(net, "forward_eager", net)(images)
     finally:
         for handle in handles:
             handle.remove()

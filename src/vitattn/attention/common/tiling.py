@@ -102,9 +102,10 @@ def in_block(block: torch.Tensor, heads: slice, rows: slice, features: int) -> t
 
 
 def with_column(x: torch.Tensor, column: torch.Tensor | float) -> torch.Tensor:
-    """``x`` with one more last-dimension entry: ``column`` (a tensor or a constant)."""
+    """``x`` with one more last-dimension entry: ``column`` (a tensor or a constant: then one
+    padding, one dispatch instead of a fill and a concatenation)."""
     if not isinstance(column, torch.Tensor):
-        column = x.new_full((*x.shape[:-1], 1), column)
+        return torch.nn.functional.pad(x, (0, 1), value=column)
     return torch.cat([x, column], dim=-1)
 
 

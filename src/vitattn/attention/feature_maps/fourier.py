@@ -79,7 +79,12 @@ class FourierTiles(TileFeatures):
         return x.square().sum(dim=-1, keepdim=True).mul_(self.weight_scale)
 
     def key_features(self, x: Tensor, tile: Tile) -> Tensor:
-        """[sin(s x W^T), cos(s x W^T)], written into the reused buffers."""
+        """[sin(s x W^T), cos(s x W^T)], written into the reused buffers (eager), or as one
+        expression that the compiler fuses (under ``torch.compile``, whose Dynamo refuses the
+        non-contiguous halves of the buffer as ``out=``: a graph break per call)."""
+        if torch.compiler.is_compiling():
+            projected = x @ self.frequencies[tile[0]].transpose(1, 2)
+            return torch.cat([projected.sin(), projected.cos()], dim=-1)
         projected = in_block(self.projected, *tile, self.count)
         torch.bmm(x, self.frequencies[tile[0]].transpose(1, 2), out=projected)
         features = in_block(self.block, *tile, self.width)

@@ -50,6 +50,11 @@ class ImagesPerSecond(L.Callback):
     attempt, ``seconds`` adds this attempt's to the earlier ones' and ``attempts`` counts them.
     Resumed from a checkpoint without them (an earlier version's), the earlier seconds are not
     known: :meth:`total_seconds` is ``None`` rather than this attempt's alone.
+
+    What the first steps cost beyond the steady speed (:meth:`startup_seconds`: compilation in a
+    compiled run, and what an eager run's first steps pay too) is their seconds from the start
+    of training to the end of the last warm-up step, less the time their images take at the
+    median steady rate, summed over the attempts (each compiles again).
     """
 
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
@@ -67,6 +72,10 @@ class ImagesPerSecond(L.Callback):
         self.attempts = 1
         self._restored = False
         self._fit_started: float | None = None
+        self.earlier_startup: float | None = 0.0
+        self._train_started: float | None = None
+        self._warmup_images = 0
+        self._warmup_seconds: float | None = None
 
     @property
     def median(self) -> float | None:
@@ -86,9 +95,24 @@ class ImagesPerSecond(L.Callback):
             return None
         return self.earlier_seconds + time.perf_counter() - self._fit_started
 
+    def startup_seconds(self) -> float | None:
+        """The first ``warmup_steps`` steps' seconds beyond the steady rate (at least 0), summed
+        over the attempts; ``None`` before this attempt's warm-up and steady steps are done, or
+        where an earlier attempt's are not known."""
+        median = self.median
+        if self._warmup_seconds is None or median is None or self.earlier_startup is None:
+            return None
+        extra = max(0.0, self._warmup_seconds - self._warmup_images / median)
+        return self.earlier_startup + extra
+
     def state_dict(self) -> dict[str, Any]:
         seconds = self.total_seconds()
-        return {"rates": list(self.rates), "seconds": seconds, "attempts": self.attempts}
+        return {
+            "rates": list(self.rates),
+            "seconds": seconds,
+            "attempts": self.attempts,
+            "startup_seconds": self.startup_seconds(),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The costs of the attempts before this one; a value that is not what :meth:`state_dict`
@@ -100,15 +124,22 @@ class ImagesPerSecond(L.Callback):
         numbers = isinstance(rates, list) and all(_positive(rate) for rate in rates)
         self.earlier_rates = [float(rate) for rate in rates] if numbers else []
         self.earlier_seconds = float(seconds) if _positive(seconds) or seconds == 0 else None
+        startup = state_dict.get("startup_seconds")
+        self.earlier_startup = float(startup) if _positive(startup) or startup == 0 else None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.ckpt_path is not None and not self._restored:
             self.earlier_seconds, self.attempts = None, 2  # resumed from a checkpoint without them
+            self.earlier_startup = None
         self._last_end, self._steps_seen, self._dirty = None, 0, False
         self.rates = list(self.earlier_rates)
         self._recent.clear()
         self.load_avg_start = load_average()
         self._fit_started = time.perf_counter()
+        self._train_started, self._warmup_images, self._warmup_seconds = None, 0, None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._train_started = time.perf_counter()
 
     def _not_training(self, *_: Any) -> None:
         self._dirty = True
@@ -130,6 +161,10 @@ class ImagesPerSecond(L.Callback):
         last, self._last_end = self._last_end, now
         dirty, self._dirty = self._dirty, False
         self._steps_seen += 1
+        if self._steps_seen <= self.warmup_steps:
+            self._warmup_images += len(batch[1]) * trainer.world_size
+            if self._steps_seen == self.warmup_steps and self._train_started is not None:
+                self._warmup_seconds = now - self._train_started
         if last is None or dirty or self._steps_seen <= self.warmup_steps or now <= last:
             return
         rate = len(batch[1]) * trainer.world_size / (now - last)
