@@ -204,3 +204,19 @@ def test_a_row_does_not_depend_on_the_attentions_measured_before_it() -> None:
             assert measured.fwd_ms is not None and measured.fwd_bwd_ms is not None
             assert measured.fwd_ms < measured.fwd_bwd_ms, f"{key}: forward slower than fwd+bwd"
             assert measured.fwd_warmup is not None and 2 <= measured.fwd_warmup <= 20
+
+
+@pytest.mark.slow
+def test_a_compiled_variant_is_timed_in_one_graph_beside_the_eager_row() -> None:
+    """``{attention: linear, compile: true}``: a row marked compiled, against the same floor as
+    the eager one (the mechanism's FLOPs and least bytes), dispatching fewer operators (Inductor
+    fuses them), and no graph break (``fullgraph=True`` would fail the row)."""
+    variants = {"linear_compiled": {"attention": "linear", "compile": True}}
+    sweep = small_sweep(attentions=["linear", "linear_compiled"], seq_lens=[64], variants=variants)
+    eager, compiled = Runner(sweep).run()
+    assert eager.ok and compiled.ok, compiled.status
+    assert (eager.compiled, compiled.compiled) == (False, True)
+    assert compiled.fwd_bwd_floor_ms == eager.fwd_bwd_floor_ms > 0
+    assert compiled.fwd_floor_ms == eager.fwd_floor_ms
+    assert compiled.fwd_bwd_dispatches < eager.fwd_bwd_dispatches
+    assert compiled.fwd_bwd_floor_pct is not None and compiled.fwd_bwd_floor_pct > 0

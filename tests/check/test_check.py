@@ -36,6 +36,11 @@ BAD_INPUTS = [
         ["+kernels.variants.fast.attention=performer", "+kernels.variants.fast.k=3"],
         r"kernels.variants.fast.k is not a setting of configs/attention/performer.yaml",
     ),
+    (["kernels.compiled=[linear,nope]"], r"kernels.compiled=\[nope\] names no registered"),
+    (
+        ["+kernels.variants.fast.attention=linear", "+kernels.variants.fast.compile=yes"],
+        r"kernels.variants.fast.compile='yes' is not valid; choose true or false",
+    ),
     (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
 ]
@@ -66,6 +71,9 @@ def test_the_dry_run_is_typed_and_sized_for_a_cpu(tmp_path: Path) -> None:
     assert (settings.numerics.seq_len, settings.kernels.seq_lens) == (64, [64, 256])
     # compiling 12 tiny models costs a minute each on 2 cores: only the reference compiles here
     assert settings.training.compile is False and settings.reference.compile is True
+    # and one kernel, linear, is also timed compiled: the row linear_compiled
+    assert settings.kernels.compiled == ["linear"]
+    assert settings.kernels.variants["linear_compiled"] == {"attention": "linear", "compile": True}
 
 
 @pytest.mark.slow

@@ -59,6 +59,16 @@ def resolve_attentions(
     return list(dict.fromkeys(names))  # keep order, drop repeats
 
 
+COMPILE = "compile"
+"""A variant's setting that is not a knob: ``compile: true`` times the mechanism compiled
+(``torch.compile(fullgraph=True)``), a row beside its eager one."""
+
+
+def compiled_variant(label: str, variants: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    """Whether the results' name ``label`` is a variant that runs compiled."""
+    return bool((variants or {}).get(label, {}).get(COMPILE, False))
+
+
 def split_variant(
     label: str,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
@@ -71,6 +81,7 @@ def split_variant(
     """
     variant = dict((variants or {}).get(label) or {})
     attention = str(variant.pop("attention", label))
+    variant.pop(COMPILE, None)
     return attention, {**variant, **dict((knobs or {}).get(label) or {})}
 
 

@@ -29,6 +29,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,7 +45,13 @@ from vitattn.bench.floor import (
     least_bytes,
     share_of_floor,
 )
-from vitattn.bench.kernels import attention_factory, build_kernel, failure_status, split_variant
+from vitattn.bench.kernels import (
+    attention_factory,
+    build_kernel,
+    compiled_variant,
+    failure_status,
+    split_variant,
+)
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.scaling_table import Row, add_speedups, scaling_table
 from vitattn.bench.settings import BenchSettings
@@ -181,14 +188,15 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
         row.fwd_dispatches = count_dispatches(work.forward)
         row.fwd_bwd_dispatches = count_dispatches(work.forward_backward)
         output = work.forward()
-    calls = (work.forward, work.forward_backward)
+    # FLOPs of the eager calls: a compiled call's are the same, and its fused kernels uncounted
+    calls = (partial(work.forward, work.eager), partial(work.forward_backward, work.eager))
     counted = [count_gflop(call, quiet=True) for call in calls]
     flops = [None if gflop is None else gflop * 1e9 for gflop in counted]
     row.flops_source = "counted"
     if None in flops and work.attention is not None:  # FlexAttention's operator, say
         row.flops_source = "formula"
         shape = work.inputs[0].shape
-        flops = [formula_flops(work.attention, work.module, shape, t) for t in (False, True)]
+        flops = [formula_flops(work.attention, work.eager, shape, t) for t in (False, True)]
     if flops == [None, None]:
         row.flops_source = None  # neither counted nor a formula: no floor
     if flops[0] is not None:
@@ -198,7 +206,7 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
     for training, count in zip((False, True), flops, strict=True):
         if count is None:
             continue
-        least = least_bytes(work.module, work.inputs, output, training)
+        least = least_bytes(work.eager, work.inputs, output, training)
         floor = floor_of(count, least, spec, work.inputs[0].dtype, row.flops_source)
         prefix = "fwd_bwd" if training else "fwd"
         setattr(row, f"{prefix}_floor_ms", floor.ms)
@@ -235,21 +243,29 @@ class Workload:
             shape = (sweep.batch_size, sweep.heads, seq_len, head_dim)
             self.inputs = [torch.randn(shape, device=device, dtype=dtype) for _ in range(3)]
         self.module.to(device=device, dtype=dtype)
+        self.eager = self.module  # FLOPs and least bytes: the mechanism's, compiled or not
+        if compiled_variant(attention, sweep.variants):
+            # One graph or an error: a break would time the eager pieces between graphs.
+            self.module = torch.compile(self.module, fullgraph=True)
         for tensor in self.inputs:
             tensor.requires_grad_(True)
         self.grad_out = torch.randn(shape, device=device, dtype=dtype)
 
-    def forward(self) -> torch.Tensor:
-        self.module.eval()
+    def forward(self, module: nn.Module | None = None) -> torch.Tensor:
+        """One forward without gradients, of the timed module or the given one."""
+        module = self.module if module is None else module
+        module.eval()
         with torch.no_grad():
-            return self.module(*self.inputs)
+            return module(*self.inputs)
 
-    def forward_backward(self) -> None:
-        self.module.train()
+    def forward_backward(self, module: nn.Module | None = None) -> None:
+        """One forward and backward, of the timed module or the given one."""
+        module = self.module if module is None else module
+        module.train()
         for tensor in self.inputs:
             tensor.grad = None
-        self.module.zero_grad(set_to_none=True)
-        out = self.module(*self.inputs)
+        module.zero_grad(set_to_none=True)
+        out = module(*self.inputs)
         out.backward(self.grad_out)
 
 
@@ -285,6 +301,7 @@ class Runner:
             heads=sweep.heads,
             dtype=str(sweep.dtype).removeprefix("torch."),
             device=str(sweep.device),
+            compiled=compiled_variant(attention, sweep.variants),
         )
 
     def run(self) -> list[Row]:

@@ -46,7 +46,7 @@ class Row:
     fwd_bwd_least_bytes: int | None = None
     fwd_dispatches: int | None = None  # operators dispatched by one call
     fwd_bwd_dispatches: int | None = None
-    compiled: bool = False  # eager here; a compiled variant's row sets it
+    compiled: bool = False  # a variant with compile: true (torch.compile, one graph)
     level: str = "kernel"
     batch_size: int = 0
     heads: int = 0

@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.environment import resolve_device
 from vitattn.bench.kernels import (
+    COMPILE,
     attention_config_path,
     registered,
     require_knob,
@@ -318,7 +319,7 @@ def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
 
 def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[str, dict[str, Any]]:
     """``variants`` (the setting ``prefix``) as ``{name: {attention: <registered>, <knob>:
-    value, ...}}``, all real."""
+    value, ...}}``, all real; ``compile: true`` times the mechanism compiled."""
     for name, entry in variants.items():
         setting = f"{prefix}.{name}"
         if name in ATTENTIONS:
@@ -326,7 +327,10 @@ def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[s
         if not isinstance(entry, dict) or "attention" not in entry:
             raise ConfigError(f"{setting} must be {{attention: <registered name>, <knob>: ...}}")
         attention = resolve_attentions([entry["attention"]], f"{setting}.attention")[0]
-        check_knob_names(setting, attention, {k: v for k, v in entry.items() if k != "attention"})
+        if COMPILE in entry:
+            checks.flag(f"{setting}.{COMPILE}", entry[COMPILE])
+        knobs = {k: v for k, v in entry.items() if k not in ("attention", COMPILE)}
+        check_knob_names(setting, attention, knobs)
     return variants
 
 

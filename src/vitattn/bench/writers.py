@@ -248,10 +248,12 @@ def write_train(run: TrainRun, output_dir: Path) -> dict[str, Any]:
         {"environment": run.environment, "results": rows, "ratios": run.ratios},
     )
     lines = [
-        f"{r.implementation:>13}  {r.attention:<22} {r.params:>9} params  "
+        f"{r.implementation:>13}  {'compiled' if r.compile else 'eager':<8}  {r.attention:<22} "
+        f"{r.params:>9} params  "
         f"{(r.images_per_sec or 0):8.1f} img/s  (spread {(r.spread or 0):.0%})  "
         f"{(r.step_ms or 0):8.1f} ms/step  {number(r.gflop_per_image)} GFLOP/image"
         + ("" if r.mfu is None else f"  MFU {r.mfu:.1%}")
+        + ("" if r.compile_seconds is None else f"  compile {r.compile_seconds:.1f} s")
         for r in run.results
     ]
     lines += [f"{name}: {value:.2f}x" for name, value in run.ratios.items()]

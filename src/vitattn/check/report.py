@@ -103,7 +103,9 @@ NUMERICS_COLUMNS = {
 }
 TRAINING_COLUMNS = {
     "attention": "attention",
+    "compiled": "compiled",
     "images_per_sec": "images/s",
+    "compile_seconds": "compile s",
     "peak_memory_gb": "peak GB",
     "gflop_per_image": "GFLOP/image",
     "mfu": "MFU",
@@ -193,7 +195,12 @@ def check_text(
     if reference is not None:
         lines += ["", "## Against timm's ViT of the same size (softmax)", ""]
         if reference["results"]:
-            columns = {"implementation": "implementation", "images_per_sec": "images/s"}
+            columns = {
+                "implementation": "implementation",
+                "compile": "compiled",
+                "images_per_sec": "images/s",
+                "compile_seconds": "compile s",
+            }
             lines.append(markdown_table(_shown(reference["results"]), columns))
             lines += [""] + [f"{k}: {v:.2f}x" for k, v in reference["ratios"].items()]
         else:

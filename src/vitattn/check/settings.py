@@ -12,7 +12,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from vitattn.bench.kernels import resolve_attentions
+from vitattn.bench.kernels import COMPILE, resolve_attentions
 from vitattn.bench.settings import (
     Checked,
     DType,
@@ -96,11 +96,19 @@ class KernelSettings(Checked):
     repeats: int = at_least(1)
     max_call_seconds: float | None = positive()
     variants: dict[str, Any] = MISSING  # {name: {attention: <registered>, <knob>: value}}
+    compiled: list[str] = MISSING  # also timed compiled, as the variant <name>_compiled
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
-        self.variants = check_variants(self.variants, "kernels.variants")
+        compiled = resolve_attentions(self.compiled, "kernels.compiled")
+        self.variants = check_variants(
+            {
+                **self.variants,
+                **{f"{a}_compiled": {"attention": a, COMPILE: True} for a in compiled},
+            },
+            "kernels.variants",
+        )
 
 
 @dataclass
