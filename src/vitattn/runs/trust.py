@@ -207,16 +207,12 @@ def resolvers_in(text: str, source: str, key: str) -> list[str]:
     return found
 
 
-LOCATION_KEYS = ("dirpath", "save_dir", "default_root_dir", "output_dir", "log_dir")
-"""Settings that say where a run writes: the command decides that (``hydra.run.dir``), never a
-file the run reads."""
-
-
 def check_recorded_override(text: str, source: str) -> None:
     """Refuse in one line a run's recorded override (``source``: the file and its line) that is
     not a plain setting of vitattn's: one that sets, adds or deletes Hydra's own settings (in any
-    prefix form, or through a package ``@hydra``), says where the run writes, names a
-    ``_target_`` vitattn does not build, or calls a resolver other than vitattn's own."""
+    prefix form, or through a package ``@hydra``), names a ``_target_`` vitattn does not build,
+    or calls a resolver other than vitattn's own. What is left must then be a typed setting of
+    vitattn's own configs (:mod:`vitattn.runs.recorded`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -229,11 +225,6 @@ def check_recorded_override(text: str, source: str) -> None:
         raise UntrustedFileError(
             f"{source}: {text!r} sets Hydra's own settings; a run's recorded overrides may set "
             "only vitattn's settings (give it on the command line if you mean it)"
-        )
-    if key.rsplit(".", 1)[-1] in LOCATION_KEYS:
-        raise UntrustedFileError(
-            f"{source}: {text!r} says where the run writes; that is the command's to say "
-            "(hydra.run.dir), not the run's files"
         )
     if override.is_sweep_override():
         raise UntrustedFileError(
