@@ -177,7 +177,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     removed afterwards.
     """
     from filelock import FileLock
-    from torchvision.datasets.utils import download_url, extract_archive
+    from torchvision.datasets.utils import download_url
 
     md5 = ARCHIVE_MD5 if url == URL else None
     lock_path = data_dir / f".{FOLDER}.lock"
@@ -193,7 +193,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
                     with socket_timeout(timeout):
                         download_url(url, staging, ARCHIVE, md5=None)
                     verify_archive(archive, md5)
-                extract_archive(str(archive), staging)
+                unpack_archive(archive, Path(staging))
                 unpacked = Path(staging) / FOLDER
                 if not unpacked.is_dir():
                     raise DataError(
@@ -214,6 +214,27 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     finally:
         with contextlib.suppress(OSError):
             lock_path.unlink()
+
+
+def unpack_archive(archive: Path, target: Path) -> None:
+    """Unpack the tar ``archive`` into ``target`` through the standard library's ``data`` filter
+    (PEP 706): no member outside ``target`` (``../x``, an absolute name), no link leaving it, no
+    device or FIFO, no set-uid bits. Any such member is a :class:`DataError` naming the archive
+    and the member; what was unpacked before it stays in ``target`` (a staging folder, which the
+    caller removes). This holds for every archive, from the official URL or a mirror."""
+    import tarfile
+
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            tar.extractall(target, filter="data")
+    except tarfile.FilterError as error:
+        raise DataError(
+            f"{archive} was not unpacked: {error} (a hostile or broken archive)"
+        ) from None
+    except (tarfile.TarError, EOFError) as error:
+        raise DataError(
+            f"{archive} is not a readable tar ({type(error).__name__}: {error})"
+        ) from None
 
 
 def usable_local_archive(path: Path, md5: str | None) -> Path | None:
