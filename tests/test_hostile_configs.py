@@ -321,8 +321,8 @@ RECORDED_VECTORS.update(
 RECORDED_VECTORS.update(
     {
         "a setting vitattn does not have": (
-            lambda site: ["+trainer.weights_save_path=/tmp"],
-            r"trainer\.weights_save_path, which is not a setting of vitattn's configs",
+            lambda site: ["+trainer.limit_val_batches=2"],
+            r"trainer\.limit_val_batches, which is not a setting of vitattn's configs",
         ),
         "a word setting holds a path": (
             lambda site: ["data.shift=../../victim"],

@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
+from vitattn.runs.checkpoint_values import check_values
 from vitattn.runs.trust import check_data_settings, check_stored_config
 from vitattn.utils.config import flatten
 
@@ -99,6 +100,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    except (OSError, RuntimeError, ValueError, EOFError, MemoryError, RecursionError) as error:
+        raise ConfigError(unreadable_reason(path, error)) from None
     return check_contents(checkpoint, path)
 
 
@@ -117,6 +120,8 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    except (OSError, RuntimeError, ValueError, EOFError, MemoryError, RecursionError) as error:
+        raise ConfigError(unreadable_reason(path, error)) from None
     return data, check_contents(checkpoint, path)
 
 
@@ -124,7 +129,8 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
     """``checkpoint`` once the configs it stores build only what vitattn builds itself: the
     module's settings (``hyper_parameters`` and Lightning's legacy keys) name only allowed
     targets and resolvers, and the data module's settings are plain values; one line naming the
-    file, the key and what it asks for otherwise."""
+    file, the key and what it asks for otherwise. Its values are then typed and bounded
+    (:func:`vitattn.runs.checkpoint_values.check_values`)."""
     if not isinstance(checkpoint, dict):
         raise ConfigError(
             f"{path} is not a vitattn-train checkpoint: it holds a "
@@ -135,7 +141,17 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
             check_stored_config(checkpoint[key], str(path), key)
     if DATA_SETTINGS_KEY in checkpoint:
         check_data_settings(checkpoint[DATA_SETTINGS_KEY], str(path), DATA_SETTINGS_KEY)
+    check_values(checkpoint, str(path))
     return checkpoint
+
+
+def unreadable_reason(path: Path, error: BaseException) -> str:
+    """One line: the file is not a whole checkpoint (cut short, not a torch file)."""
+    reason = next(iter(str(error).splitlines()), "")[:200]
+    return (
+        f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); it may be cut "
+        "short or not a vitattn-train checkpoint"
+    )
 
 
 def unsafe_reason(path: Path, error: BaseException) -> str:

@@ -41,6 +41,9 @@ VITATTN_RESOLVERS = ("project_root",)
 CONFIG_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 """The keys through which Hydra's ``instantiate`` reads a node as something to build."""
 
+MAX_CONFIG_NODES = 100_000
+"""The most containers a stored config may have (vitattn's have about fifty)."""
+
 COMMAND_LINE = "a target you trust can be given on the command line"
 
 
@@ -88,23 +91,40 @@ def plain(content: Any) -> Any:
 def check_stored_config(content: Any, source: str, key: str) -> None:
     """Refuse in one line a config read from ``source`` (a file) that names a ``_target_``
     outside :func:`allowed_targets`, or calls a resolver other than vitattn's own. ``key`` is
-    where ``content`` sits in the file (``hyper_parameters.net``)."""
-    content = plain(content)
-    if isinstance(content, Mapping):
-        if "_target_" in content:
-            check_target(content["_target_"], source, f"{key}._target_")
-        partial = content.get("_partial_", False)
-        if not isinstance(partial, bool):
-            raise UntrustedFileError(
-                f"{source}: {key}._partial_={partial!r} is not true or false; nothing was built"
-            )
-        for name, value in content.items():
-            check_stored_config(value, source, f"{key}.{name}")
-    elif isinstance(content, list | tuple):
-        for index, value in enumerate(content):
-            check_stored_config(value, source, f"{key}[{index}]")
-    elif isinstance(content, str):
-        check_interpolations(content, source, key)
+    where ``content`` sits in the file (``hyper_parameters.net``). The walk has no recursion (a
+    file's nesting has no bound of its own) and visits each container once: one the file refers
+    to twice (a few KB that expand to billions of nodes in any copy), or past
+    :data:`MAX_CONFIG_NODES` containers, is refused."""
+    seen: dict[int, str] = {}
+    pending = [(key, plain(content))]
+    while pending:
+        where, node = pending.pop()
+        if isinstance(node, Mapping | list | tuple):
+            if id(node) in seen or len(seen) >= MAX_CONFIG_NODES:
+                raise UntrustedFileError(
+                    f"{source}: {where} is "
+                    + (
+                        f"the same node as {seen[id(node)]}"
+                        if id(node) in seen
+                        else f"past the {MAX_CONFIG_NODES}th node"
+                    )
+                    + "; a stored config is a tree of settings, as vitattn writes it"
+                )
+            seen[id(node)] = where
+        if isinstance(node, Mapping):
+            if "_target_" in node:
+                check_target(node["_target_"], source, f"{where}._target_")
+            partial = node.get("_partial_", False)
+            if not isinstance(partial, bool):
+                raise UntrustedFileError(
+                    f"{source}: {where}._partial_={partial!r} is not true or false; nothing was "
+                    "built"
+                )
+            pending.extend((f"{where}.{name}", value) for name, value in node.items())
+        elif isinstance(node, list | tuple):
+            pending.extend((f"{where}[{index}]", value) for index, value in enumerate(node))
+        elif isinstance(node, str):
+            check_interpolations(node, source, where)
 
 
 def check_target(target: Any, source: str, key: str) -> None:
