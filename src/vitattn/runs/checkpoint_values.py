@@ -42,23 +42,32 @@ class CheckpointValueError(ConfigError):
     """A checkpoint holds a value outside its type or bound: nothing was built from it."""
 
 
-def leaves(content: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+def leaves(
+    content: Any, key: str = "", source: str = "the checkpoint"
+) -> Iterator[tuple[str, Any]]:
     """``(key, value)`` for every value under ``content`` that is no dict, list or tuple; each
-    container is entered once, however many times it is referred to."""
+    container is entered once, however many times it is referred to, and nesting deeper than
+    :data:`~vitattn.runs.trust.MAX_CONFIG_DEPTH` is refused."""
+    from vitattn.runs.trust import MAX_CONFIG_DEPTH, depth, plain, shown
+
     seen: set[int] = set()
-    pending = [(key, content)]
+    pending: list[tuple[Any, Any]] = [((None, key), content)]
     while pending:
-        where, value = pending.pop()
+        path, value = pending.pop()
+        value = plain(value)  # an older checkpoint's OmegaConf container, nothing resolved
         if isinstance(value, Mapping | list | tuple):
             if id(value) in seen:
                 continue
             seen.add(id(value))
+            if depth(path) > MAX_CONFIG_DEPTH:
+                raise CheckpointValueError(
+                    f"{source}: {key or 'it'} nests deeper than {MAX_CONFIG_DEPTH} levels; "
+                    "nothing was loaded"
+                )
             items = value.items() if isinstance(value, Mapping) else enumerate(value)
-            pending.extend(
-                (f"{where}.{name}" if where else str(name), item) for name, item in items
-            )
+            pending.extend(((path, f".{name}"), item) for name, item in items)
         else:
-            yield where, value
+            yield shown(path).removeprefix("."), value
 
 
 def tensor_problem(tensor: Any) -> str | None:
@@ -84,7 +93,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     import torch
 
     shapes: set[tuple[int, ...]] = set()
-    for key, value in leaves(checkpoint):
+    for key, value in leaves(checkpoint, source=source):
         if isinstance(value, torch.Tensor):
             problem = tensor_problem(value)
             if problem is not None:
@@ -106,7 +115,7 @@ def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: st
     """Each optimizer state tensor of more than one element has the shape of a weight."""
     import torch
 
-    for key, value in leaves(states, "optimizer_states"):
+    for key, value in leaves(states, "optimizer_states", source):
         if (
             isinstance(value, torch.Tensor)
             and value.numel() > 1
@@ -131,7 +140,7 @@ def check_progress(checkpoint: dict[str, Any], source: str) -> None:
     for key in ("global_step", "epoch"):
         if key in checkpoint:
             count(source, key, checkpoint[key])
-    for key, value in leaves(checkpoint.get("loops"), "loops"):
+    for key, value in leaves(checkpoint.get("loops"), "loops", source):
         if not isinstance(value, bool) and value is not None:
             count(source, key, value)
 

@@ -43,6 +43,8 @@ CONFIG_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 
 MAX_CONFIG_NODES = 100_000
 """The most containers a stored config may have (vitattn's have about fifty)."""
+MAX_CONFIG_DEPTH = 64
+"""The deepest a stored config may nest (vitattn's: four levels)."""
 
 COMMAND_LINE = "a target you trust can be given on the command line"
 
@@ -93,38 +95,61 @@ def check_stored_config(content: Any, source: str, key: str) -> None:
     outside :func:`allowed_targets`, or calls a resolver other than vitattn's own. ``key`` is
     where ``content`` sits in the file (``hyper_parameters.net``). The walk has no recursion (a
     file's nesting has no bound of its own) and visits each container once: one the file refers
-    to twice (a few KB that expand to billions of nodes in any copy), or past
-    :data:`MAX_CONFIG_NODES` containers, is refused."""
-    seen: dict[int, str] = {}
-    pending = [(key, plain(content))]
+    to twice (a few KB that expand to billions of nodes in any copy), past
+    :data:`MAX_CONFIG_NODES` containers or :data:`MAX_CONFIG_DEPTH` levels, is refused."""
+    seen: dict[int, Path_] = {}
+    pending: list[tuple[Path_, Any]] = [((None, key), plain(content))]
     while pending:
-        where, node = pending.pop()
+        path, node = pending.pop()
         if isinstance(node, Mapping | list | tuple):
             if id(node) in seen or len(seen) >= MAX_CONFIG_NODES:
+                again = f"the same node as {shown(seen[id(node)])}" if id(node) in seen else ""
                 raise UntrustedFileError(
-                    f"{source}: {where} is "
-                    + (
-                        f"the same node as {seen[id(node)]}"
-                        if id(node) in seen
-                        else f"past the {MAX_CONFIG_NODES}th node"
-                    )
-                    + "; a stored config is a tree of settings, as vitattn writes it"
+                    f"{source}: {shown(path)} is {again or f'past node {MAX_CONFIG_NODES}'}; a "
+                    "stored config is a tree of settings, as vitattn writes it"
                 )
-            seen[id(node)] = where
+            seen[id(node)] = path
+            if depth(path) > MAX_CONFIG_DEPTH:
+                raise UntrustedFileError(
+                    f"{source}: {key} is nested deeper than {MAX_CONFIG_DEPTH} levels; a stored "
+                    "config is a tree of settings, as vitattn writes it"
+                )
         if isinstance(node, Mapping):
             if "_target_" in node:
-                check_target(node["_target_"], source, f"{where}._target_")
+                check_target(node["_target_"], source, f"{shown(path)}._target_")
             partial = node.get("_partial_", False)
             if not isinstance(partial, bool):
                 raise UntrustedFileError(
-                    f"{source}: {where}._partial_={partial!r} is not true or false; nothing was "
-                    "built"
+                    f"{source}: {shown(path)}._partial_={partial!r} is not true or false; "
+                    "nothing was built"
                 )
-            pending.extend((f"{where}.{name}", value) for name, value in node.items())
+            pending.extend(((path, f".{name}"), value) for name, value in node.items())
         elif isinstance(node, list | tuple):
-            pending.extend((f"{where}[{index}]", value) for index, value in enumerate(node))
-        elif isinstance(node, str):
-            check_interpolations(node, source, where)
+            pending.extend(((path, f"[{index}]"), value) for index, value in enumerate(node))
+        elif isinstance(node, str) and "${" in node:
+            check_interpolations(node, source, shown(path))
+
+
+Path_ = tuple[Any, str] | None
+"""Where a node sits, as ``(the parent's, this step)``: spelled out only for a message."""
+
+
+def depth(path: Path_) -> int:
+    """How many steps ``path`` has (at most :data:`MAX_CONFIG_DEPTH` + 2 are counted)."""
+    steps = 0
+    while path is not None and steps <= MAX_CONFIG_DEPTH + 1:
+        path, _ = path
+        steps += 1
+    return steps
+
+
+def shown(path: Path_) -> str:
+    """``hyper_parameters.net[0].x`` from a :data:`Path_`."""
+    steps: list[str] = []
+    while path is not None:
+        path, step = path
+        steps.append(step)
+    return "".join(reversed(steps))
 
 
 def check_target(target: Any, source: str, key: str) -> None:
