@@ -217,11 +217,9 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
 
 
 def unpack_archive(archive: Path, target: Path) -> None:
-    """Unpack the tar ``archive`` into ``target`` through the standard library's ``data`` filter
-    (PEP 706): no member outside ``target`` (``../x``, an absolute name), no link leaving it, no
-    device or FIFO, no set-uid bits. Any such member is a :class:`DataError` naming the archive
-    and the member; what was unpacked before it stays in ``target`` (a staging folder, which the
-    caller removes). This holds for every archive, from the official URL or a mirror."""
+    """Unpack the tar ``archive`` (official or a mirror's) into ``target`` through tarfile's
+    ``data`` filter: a member outside ``target``, a link leaving it or a device is one line
+    (:class:`DataError`) naming the archive; ``target`` is a staging folder the caller removes."""
     import tarfile
 
     try:
