@@ -107,6 +107,11 @@ def wrong_optimizer_shape(checkpoint: dict[str, Any]) -> None:
     checkpoint["optimizer_states"][0]["state"][0]["exp_avg_sq"] = torch.zeros(3000, 3000)
 
 
+def wrong_weight_shape(checkpoint: dict[str, Any]) -> None:
+    """A weight of another shape than its parameter (one that other weights have)."""
+    checkpoint["state_dict"]["net.norm.weight"] = torch.zeros(10)
+
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),
     "embed_dim=8192": (wide_network, r"hyper_parameters\.net\.embed_dim=8192 is not valid"),
@@ -116,6 +121,7 @@ VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a config of shared references": (shared_references, r"is the same node as"),
     "a random state of 7 bytes": (bad_random_state, r"RandomStateInCheckpoint\.torch is not a"),
     "an optimizer state of no weight's shape": (wrong_optimizer_shape, r"no weight of the"),
+    "a weight of another shape": (wrong_weight_shape, r"state_dict\.net\.norm\.weight has shape"),
 }
 
 

@@ -168,7 +168,8 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
     configured ``module.hparams.net``)."""
     try:
-        stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
+        checkpoint = read_checkpoint(ckpt_path)
+        stored = checkpoint["hyper_parameters"]["net"]
     except VitattnError:  # a file that carries code, or configs vitattn does not build
         raise
     except FileNotFoundError as error:
@@ -188,6 +189,7 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     for net in (configured, stored):  # compiling or not does not change the weights
         net.pop("compile", None)
     if stored == configured:
+        check_weight_shapes(checkpoint.get("state_dict"), stored, ckpt_path)
         return
     stored_flat, configured_flat = flatten(stored, "."), flatten(configured, ".")
     differ = sorted(
@@ -202,6 +204,26 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
         f"ckpt_path={ckpt_path} was trained with another network: {shown}; "
         "resume without model/attention overrides, or start a new run"
     )
+
+
+def check_weight_shapes(weights: Any, network: dict[str, Any], source: str) -> None:
+    """Refuse in one line a checkpoint whose weights (``net.<name>``) do not have the shapes of
+    the network its config builds, which is built on the meta device for this (no memory)."""
+    import hydra
+    import torch
+
+    try:
+        with torch.device("meta"):
+            expected = hydra.utils.instantiate(network).state_dict()
+    except Exception:  # a network that cannot be built on the meta device: Lightning checks
+        return
+    for name, tensor in (weights or {}).items():
+        shape = getattr(expected.get(str(name).removeprefix("net.")), "shape", None)
+        if shape is not None and getattr(tensor, "shape", None) != shape:
+            raise ConfigError(
+                f"{source}: state_dict.{name} has shape {tuple(tensor.shape)}, but the network "
+                f"its config builds has {tuple(shape)} there; nothing was loaded"
+            )
 
 
 def best_checkpoint(trainer: Any) -> str | None:
