@@ -280,11 +280,68 @@ RECORDED_VECTORS: dict[str, tuple[Callable[[Site], list[str]], str]] = {
         r"calls the resolver 'oc\.env'",
     ),
     "Hydra's settings deleted": (lambda site: ["~hydra.job_logging"], "sets Hydra's own"),
-    "checkpoints written elsewhere": (
-        lambda site: [f"callbacks.last_checkpoint.dirpath={site.victim_dir}"],
-        "says where the run writes",
-    ),
 }
+
+WHERE = r"says where something is read or written \({key}\)"
+
+PLACE_VECTORS: dict[str, Callable[[Site], list[str]]] = {
+    "callbacks.last_checkpoint.dirpath": lambda site: [
+        f"callbacks.last_checkpoint.dirpath={site.victim_dir}"
+    ],
+    "callbacks.last_checkpoint.filename": lambda site: [
+        "callbacks.last_checkpoint.filename=../../victim/evil_last"
+    ],
+    "logger.csv.name": lambda site: ["logger.csv.name=../../victim/csvdir", "logger=many_loggers"],
+    "logger.tensorboard.save_dir": lambda site: [f"logger.tensorboard.save_dir={site.victim_dir}"],
+    "data.data_dir": lambda site: [
+        f"data.data_dir={site.victim_dir}",
+        "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz",
+    ],
+    "data.url": lambda site: ["data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"],
+    "trainer.default_root_dir": lambda site: [f"trainer.default_root_dir={site.victim_dir}"],
+    "callbacks.model_checkpoint.dirpath": lambda site: [
+        f"callbacks.model_checkpoint.dirpath={site.victim_dir}"
+    ],
+    "callbacks.interrupt_checkpoint.filename": lambda site: [
+        "callbacks.interrupt_checkpoint.filename=../../d/inside"
+    ],
+    "paths.output_dir": lambda site: [f"paths.output_dir={site.victim_dir}"],
+    "paths.data_dir": lambda site: [f"paths.data_dir={site.victim_dir}"],
+    "task_name": lambda site: ["task_name=../../d/inside"],
+}
+"""Settings that say where something is read or written, each recorded by a run: none is
+replayed (the command line or the defaults say where), whatever its key."""
+
+RECORDED_VECTORS.update(
+    {
+        f"{key} from the file": (lines, WHERE.format(key=re.escape(key)))
+        for key, lines in PLACE_VECTORS.items()
+    }
+)
+RECORDED_VECTORS.update(
+    {
+        "a setting vitattn does not have": (
+            lambda site: ["+trainer.limit_val_batches=2"],
+            r"trainer\.limit_val_batches, which is not a setting of vitattn's configs",
+        ),
+        "a word setting holds a path": (
+            lambda site: ["data.shift=../../victim"],
+            r"is not a plain word .* the type of data\.shift",
+        ),
+        "a size that is not a number": (
+            lambda site: ["model.embed_dim=[32,32]"],
+            r"is not an integer within .* the type of model\.embed_dim",
+        ),
+        "a group choice that is not in configs": (
+            lambda site: ["attention=../../d/inside"],
+            r"is not a choice of attention",
+        ),
+        "the checkpoint plugin deleted": (
+            lambda site: ["~trainer.plugins"],
+            r"may delete only one of the callbacks or loggers",
+        ),
+    }
+)
 
 
 @pytest.mark.parametrize("vector", sorted(RECORDED_VECTORS))
@@ -301,6 +358,23 @@ def test_a_runs_recorded_overrides_are_settings_not_hydras_machinery(
     assert SECRET not in result.stdout + result.stderr
     assert site.unharmed()
     assert tree_digest(site.root) == before
+
+
+def test_a_checkpoint_of_someone_elses_run_replays_no_place_from_its_files(
+    site: Site, data_dir: Path
+) -> None:
+    """``ckpt_path=<their run>/checkpoints/last.ckpt`` replays that run's overrides as
+    ``resume=true`` does: a file name that climbs out of the run is refused in one line naming
+    the file and its line, and nothing is written, not even in the run."""
+    line = write_overrides(site, ["callbacks.last_checkpoint.filename=../../victim/evil_last"])
+    before = tree_digest(site.root)
+    message = refused_in_process(
+        "vitattn-train", f"ckpt_path={site.checkpoint}", "trainer.max_steps=12", data_dir=data_dir
+    )
+    assert message.startswith(f"{site.overrides} line {line}: "), message
+    assert "callbacks.last_checkpoint.filename" in message
+    assert tree_digest(site.root) == before and site.unharmed()
+    assert not list(site.root.rglob("evil_last*"))
 
 
 @pytest.mark.parametrize(

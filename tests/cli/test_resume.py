@@ -68,25 +68,38 @@ def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path
     ]
 
 
+def test_a_recorded_checkpoint_path_is_never_replayed(tmp_path: Path) -> None:
+    """The checkpoint to continue from is the command's: a ``ckpt_path`` the run recorded (its
+    own, or someone else's checkpoint) is left out, whether the command gives ``resume=true`` or
+    ``ckpt_path=``."""
+    run = run_with_overrides(tmp_path, "- ckpt_path=/elsewhere/their.ckpt\n- model.heads=2\n")
+    last = run / "checkpoints" / "last.ckpt"
+    for command in (["resume=true", f"hydra.run.dir={run}"], [f"ckpt_path={last}"]):
+        arguments = resume_arguments(command)
+        assert [arg for arg in arguments if arg.startswith("ckpt_path=")] == [f"ckpt_path={last}"]
+        assert "model.heads=2" in arguments
+
+
 def test_a_run_recorded_before_its_callbacks_moved_continues_under_their_new_names(
     tmp_path: Path,
 ) -> None:
     """A run whose overrides name a callback by its earlier path (``vitattn.callbacks.NanGuard``)
-    resumes with the current one, which the configs name and Hydra imports."""
+    resumes with the current one, which the configs name and Hydra imports. A callback the
+    recorded overrides *add* is not a setting of vitattn's configs: it is refused, even one that
+    vitattn builds, and is given on the command line instead."""
     run = run_with_overrides(
         tmp_path,
-        "- +callbacks.guard._target_=vitattn.callbacks.NanGuard\n"
+        "- callbacks.nan_guard._target_=vitattn.callbacks.NanGuard\n"
         "- '+callbacks.maps={_target_: vitattn.insight.AttentionInsight, every_n_steps: 5}'\n"
         "- +callbacks.other._target_=vitattn.callbacks_of_mine.NanGuard\n",
     )
     resume = ["resume=true", f"hydra.run.dir={run}"]
     with pytest.raises(ConfigError, match=r"line 3: .*vitattn\.callbacks_of_mine\.NanGuard"):
         resume_arguments(resume)
-    arguments = resume_arguments([*resume, "~callbacks.other"])
-    assert arguments[:2] == [
-        "+callbacks.guard._target_=vitattn.training.callbacks.NanGuard",
-        "+callbacks.maps={_target_: vitattn.training.callbacks.AttentionInsight, every_n_steps: 5}",
-    ]
+    with pytest.raises(ConfigError, match=r"line 2: .*callbacks\.maps, which is not a setting"):
+        resume_arguments([*resume, "~callbacks.other"])
+    arguments = resume_arguments([*resume, "~callbacks.other", "~callbacks.maps"])
+    assert arguments[:1] == ["callbacks.nan_guard._target_=vitattn.training.callbacks.NanGuard"]
     from hydra.utils import get_class
 
     for old, new in MOVED_TARGETS.items():

@@ -337,3 +337,88 @@ def test_a_complete_archive_in_the_data_dir_is_used_without_a_download(
     dm.prepare_data()
     dm.setup("test")
     assert len(dm.test_set) == 1017
+
+
+def hostile_archive(folder: Path, data_dir: Path, kind: str) -> Path:
+    """``folder/cifar-10-python.tar.gz``: the real subset plus one hostile member of ``kind``
+    (a name that climbs out, an absolute name, a link leaving the target and a file written
+    through it, a character device)."""
+    import io
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cifar-10-python.tar.gz"
+
+    def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, link
+        info.size = len(b"pwned") if kind == tarfile.REGTYPE else 0
+        return info
+
+    hostile = {
+        "../../PWNED": [member("../../PWNED")],
+        "/absolute": [member(str(folder.parent / "PWNED"))],
+        "a link out": [
+            member(f"{FOLDER}/out", tarfile.SYMTYPE, "../../../victim"),
+            member(f"{FOLDER}/out/kept.txt"),
+        ],
+        "a hard link out": [member(f"{FOLDER}/hard", tarfile.LNKTYPE, "../../../victim/kept.txt")],
+        "a device": [member(f"{FOLDER}/null", tarfile.CHRTYPE)],
+    }[kind]
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(data_dir / FOLDER, arcname=FOLDER)
+        for info in hostile:
+            archive.addfile(info, io.BytesIO(b"pwned") if info.isreg() else None)
+    return folder
+
+
+HOSTILE_MEMBERS = ["../../PWNED", "/absolute", "a link out", "a hard link out", "a device"]
+
+
+@pytest.mark.parametrize("kind", HOSTILE_MEMBERS)
+def test_a_hostile_archive_writes_nothing_outside_its_target(
+    kind: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """Unpacking goes through tarfile's ``data`` filter: the member is refused in one line
+    naming the archive (an absolute name is made relative: it lands inside the target), and
+    nothing outside the target is written."""
+    from tests.support.trees import tree_digest
+    from vitattn.data.cifar10 import unpack_archive
+
+    served = hostile_archive(tmp_path / "served", data_dir, kind)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "kept.txt").write_text("keep")
+    target = tmp_path / "a" / "b"
+    target.mkdir(parents=True)
+    before = {name: tree_digest(tmp_path / name) for name in ("served", "victim")}
+    archive = served / "cifar-10-python.tar.gz"
+    if kind == "/absolute":
+        unpack_archive(archive, target)
+        assert (target / str(tmp_path / "PWNED").lstrip("/")).read_bytes() == b"pwned"
+    else:
+        with pytest.raises(DataError, match=rf"^{archive} was not unpacked: ") as refused:
+            unpack_archive(archive, target)
+        assert "\n" not in str(refused.value)
+    assert {name: tree_digest(tmp_path / name) for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "served", "victim"]
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path.parent / "PWNED").exists()
+
+
+@pytest.mark.parametrize("kind", ["../../PWNED", "a link out"])
+def test_a_mirrors_hostile_archive_is_refused_and_nothing_is_kept(
+    kind: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """The download path end to end, from a mirror (no MD5 to check): the archive is refused,
+    nothing is written outside the data directory, and nothing is kept in it."""
+    served = hostile_archive(tmp_path / "served", data_dir, kind)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "kept.txt").write_text("keep")
+    target = tmp_path / "data"
+    with archive_url(served) as url, pytest.raises(DataError, match="was not unpacked") as refused:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    assert "\n" not in str(refused.value)
+    assert (victim / "kept.txt").read_text() == "keep" and len(list(victim.iterdir())) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "served", "victim"]
+    assert leftovers(target) == [] and not (target / FOLDER).exists()

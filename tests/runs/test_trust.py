@@ -211,8 +211,6 @@ def test_a_recorded_override_never_sets_hydra_in_any_prefix_form(prefix: str, ke
         ("model.attention._target_=builtins.eval", "builtins.eval"),
         ("+tags=${oc.env:SECRET}", "resolver 'oc.env'"),
         ("+tags=[1,'${oc.env:SECRET}']", "resolver 'oc.env'"),
-        ("paths.output_dir=/home/someone", "where the run writes"),
-        ("callbacks.last_checkpoint.dirpath=/tmp", "where the run writes"),
         ("seed=1,2", "a sweep"),
         ("not an override", "not an override"),
     ],

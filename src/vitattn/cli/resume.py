@@ -10,6 +10,7 @@ from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_text
 from vitattn.runs.layout import RunDir
+from vitattn.runs.recorded import RecordedSettings
 from vitattn.runs.trust import check_recorded_override, with_current_targets
 
 
@@ -21,7 +22,9 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     (``<run>/.hydra/overrides.yaml``) come first, so the model and data are rebuilt as they were,
     then the ones given now (e.g. a larger ``trainer.max_steps``); ``hydra.run.dir`` points at the
     run, so TensorBoard curves, checkpoints and ``metrics.json`` continue there. The recorded
-    overrides are data: each is checked (:func:`recorded_overrides`) before it is used.
+    overrides are data: each is checked (:func:`recorded_overrides`,
+    :func:`~vitattn.runs.trust.check_recorded_override`, and typed by
+    :class:`~vitattn.runs.recorded.RecordedSettings`) before it is used.
     """
     if any(arg in MULTIRUN_FLAGS for arg in arguments):
         return arguments
@@ -56,8 +59,12 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     given_now = {"ckpt_path", "resume", *(arg.split("=", 1)[0].lstrip("+~") for arg in arguments)}
     previous = [(with_current_targets(arg), line) for arg, line in recorded_overrides(recorded)]
     kept = [(arg, line) for arg, line in previous if not set_now(key_of(arg), given_now)]
-    for arg, line in kept:
-        check_recorded_override(arg, f"{recorded} line {line}")
+    sources = [(arg, f"{recorded} line {line}") for arg, line in kept]
+    for arg, source in sources:
+        check_recorded_override(arg, source)
+    settings = RecordedSettings.of(sources, overrides_of(arguments))
+    for arg, source in sources:
+        settings.check(arg, source)
     return [*(arg for arg, _ in kept), *without_recorded_additions(arguments, previous)]
 
 

@@ -177,7 +177,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     removed afterwards.
     """
     from filelock import FileLock
-    from torchvision.datasets.utils import download_url, extract_archive
+    from torchvision.datasets.utils import download_url
 
     md5 = ARCHIVE_MD5 if url == URL else None
     lock_path = data_dir / f".{FOLDER}.lock"
@@ -193,7 +193,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
                     with socket_timeout(timeout):
                         download_url(url, staging, ARCHIVE, md5=None)
                     verify_archive(archive, md5)
-                extract_archive(str(archive), staging)
+                unpack_archive(archive, Path(staging))
                 unpacked = Path(staging) / FOLDER
                 if not unpacked.is_dir():
                     raise DataError(
@@ -214,6 +214,25 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     finally:
         with contextlib.suppress(OSError):
             lock_path.unlink()
+
+
+def unpack_archive(archive: Path, target: Path) -> None:
+    """Unpack the tar ``archive`` (official or a mirror's) into ``target`` through tarfile's
+    ``data`` filter: a member outside ``target``, a link leaving it or a device is one line
+    (:class:`DataError`) naming the archive; ``target`` is a staging folder the caller removes."""
+    import tarfile
+
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            tar.extractall(target, filter="data")
+    except tarfile.FilterError as error:
+        raise DataError(
+            f"{archive} was not unpacked: {error} (a hostile or broken archive)"
+        ) from None
+    except (tarfile.TarError, EOFError) as error:
+        raise DataError(
+            f"{archive} is not a readable tar ({type(error).__name__}: {error})"
+        ) from None
 
 
 def usable_local_archive(path: Path, md5: str | None) -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from vitattn.lora.adapters import (
     count_parameters,
     load_plain_weights,
     merge,
+    resolve_targets,
 )
 from vitattn.models.module import ViTClassifier
 from vitattn.runs.files import write_with
@@ -38,6 +40,11 @@ class LoRAClassifier(ViTClassifier):
     def __init__(self, lora: Mapping[str, Any] | None = None, **classifier: Any) -> None:
         super().__init__(**classifier)
         settings = LoRASettings.from_mapping(lora)
+        if settings.rank > 0 and isinstance(settings.target_modules, str):
+            # A pattern given on the command line is stored as the layer names it selects: a
+            # checkpoint names layers, never a pattern (vitattn.runs.checkpoint_values).
+            names = resolve_targets(self.net, settings.target_modules)
+            settings = dataclasses.replace(settings, target_modules=names)
         self.save_hyperparameters({**self.hparams, "lora": settings.as_dict()}, logger=False)
         self.net = apply_lora(self.net, settings)
 

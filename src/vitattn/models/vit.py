@@ -18,6 +18,7 @@ from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.multihead import MultiHeadAttention
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
+from vitattn.utils.sizes import check_network_sizes
 
 POOLS = ("mean", "cls")
 POS_EMBED_INITS = ("sincos", "random")
@@ -217,6 +218,10 @@ class VisionTransformer(nn.Module):
         compile: bool = False,
     ) -> None:
         super().__init__()
+        sizes = dict(image_size=image_size, patch_size=patch_size, in_channels=in_channels)
+        sizes.update(num_classes=num_classes, embed_dim=embed_dim, depth=depth, heads=heads)
+        sizes.update(mlp_dim=mlp_dim, mlp_ratio=mlp_ratio)
+        check_network_sizes(sizes, upper=True)  # before any weight is allocated
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
         checks.fraction("model.drop_path", drop_path)

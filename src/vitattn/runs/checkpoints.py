@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
+from vitattn.runs.checkpoint_values import check_values
 from vitattn.runs.trust import check_data_settings, check_stored_config
 from vitattn.utils.config import flatten
 
@@ -99,6 +100,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    except (OSError, RuntimeError, ValueError, EOFError, MemoryError, RecursionError) as error:
+        raise ConfigError(unreadable_reason(path, error)) from None
     return check_contents(checkpoint, path)
 
 
@@ -117,6 +120,8 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(unsafe_reason(path, error)) from None
+    except (OSError, RuntimeError, ValueError, EOFError, MemoryError, RecursionError) as error:
+        raise ConfigError(unreadable_reason(path, error)) from None
     return data, check_contents(checkpoint, path)
 
 
@@ -124,7 +129,8 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
     """``checkpoint`` once the configs it stores build only what vitattn builds itself: the
     module's settings (``hyper_parameters`` and Lightning's legacy keys) name only allowed
     targets and resolvers, and the data module's settings are plain values; one line naming the
-    file, the key and what it asks for otherwise."""
+    file, the key and what it asks for otherwise. Its values are then typed and bounded
+    (:func:`vitattn.runs.checkpoint_values.check_values`)."""
     if not isinstance(checkpoint, dict):
         raise ConfigError(
             f"{path} is not a vitattn-train checkpoint: it holds a "
@@ -135,7 +141,17 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
             check_stored_config(checkpoint[key], str(path), key)
     if DATA_SETTINGS_KEY in checkpoint:
         check_data_settings(checkpoint[DATA_SETTINGS_KEY], str(path), DATA_SETTINGS_KEY)
+    check_values(checkpoint, str(path))
     return checkpoint
+
+
+def unreadable_reason(path: Path, error: BaseException) -> str:
+    """One line: the file is not a whole checkpoint (cut short, not a torch file)."""
+    reason = next(iter(str(error).splitlines()), "")[:200]
+    return (
+        f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); it may be cut "
+        "short or not a vitattn-train checkpoint"
+    )
 
 
 def unsafe_reason(path: Path, error: BaseException) -> str:
@@ -152,7 +168,8 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
     configured ``module.hparams.net``)."""
     try:
-        stored = read_checkpoint(ckpt_path)["hyper_parameters"]["net"]
+        checkpoint = read_checkpoint(ckpt_path)
+        stored = checkpoint["hyper_parameters"]["net"]
     except VitattnError:  # a file that carries code, or configs vitattn does not build
         raise
     except FileNotFoundError as error:
@@ -172,6 +189,7 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     for net in (configured, stored):  # compiling or not does not change the weights
         net.pop("compile", None)
     if stored == configured:
+        check_weight_shapes(checkpoint.get("state_dict"), stored, ckpt_path)
         return
     stored_flat, configured_flat = flatten(stored, "."), flatten(configured, ".")
     differ = sorted(
@@ -186,6 +204,26 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
         f"ckpt_path={ckpt_path} was trained with another network: {shown}; "
         "resume without model/attention overrides, or start a new run"
     )
+
+
+def check_weight_shapes(weights: Any, network: dict[str, Any], source: str) -> None:
+    """Refuse in one line a checkpoint whose weights (``net.<name>``) do not have the shapes of
+    the network its config builds, which is built on the meta device for this (no memory)."""
+    import hydra
+    import torch
+
+    try:
+        with torch.device("meta"):
+            expected = hydra.utils.instantiate(network).state_dict()
+    except Exception:  # a network that cannot be built on the meta device: Lightning checks
+        return
+    for name, tensor in (weights or {}).items():
+        shape = getattr(expected.get(str(name).removeprefix("net.")), "shape", None)
+        if shape is not None and getattr(tensor, "shape", None) != shape:
+            raise ConfigError(
+                f"{source}: state_dict.{name} has shape {tuple(tensor.shape)}, but the network "
+                f"its config builds has {tuple(shape)} there; nothing was loaded"
+            )
 
 
 def best_checkpoint(trainer: Any) -> str | None:

@@ -41,6 +41,11 @@ VITATTN_RESOLVERS = ("project_root",)
 CONFIG_KEYS = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 """The keys through which Hydra's ``instantiate`` reads a node as something to build."""
 
+MAX_CONFIG_NODES = 100_000
+"""The most containers a stored config may have (vitattn's have about fifty)."""
+MAX_CONFIG_DEPTH = 64
+"""The deepest a stored config may nest (vitattn's: four levels)."""
+
 COMMAND_LINE = "a target you trust can be given on the command line"
 
 
@@ -88,23 +93,63 @@ def plain(content: Any) -> Any:
 def check_stored_config(content: Any, source: str, key: str) -> None:
     """Refuse in one line a config read from ``source`` (a file) that names a ``_target_``
     outside :func:`allowed_targets`, or calls a resolver other than vitattn's own. ``key`` is
-    where ``content`` sits in the file (``hyper_parameters.net``)."""
-    content = plain(content)
-    if isinstance(content, Mapping):
-        if "_target_" in content:
-            check_target(content["_target_"], source, f"{key}._target_")
-        partial = content.get("_partial_", False)
-        if not isinstance(partial, bool):
-            raise UntrustedFileError(
-                f"{source}: {key}._partial_={partial!r} is not true or false; nothing was built"
-            )
-        for name, value in content.items():
-            check_stored_config(value, source, f"{key}.{name}")
-    elif isinstance(content, list | tuple):
-        for index, value in enumerate(content):
-            check_stored_config(value, source, f"{key}[{index}]")
-    elif isinstance(content, str):
-        check_interpolations(content, source, key)
+    where ``content`` sits in the file (``hyper_parameters.net``). The walk has no recursion (a
+    file's nesting has no bound of its own) and visits each container once: one the file refers
+    to twice (a few KB that expand to billions of nodes in any copy), past
+    :data:`MAX_CONFIG_NODES` containers or :data:`MAX_CONFIG_DEPTH` levels, is refused."""
+    seen: dict[int, Path_] = {}
+    pending: list[tuple[Path_, Any]] = [((None, key), plain(content))]
+    while pending:
+        path, node = pending.pop()
+        if isinstance(node, Mapping | list | tuple):
+            if id(node) in seen or len(seen) >= MAX_CONFIG_NODES:
+                again = f"the same node as {shown(seen[id(node)])}" if id(node) in seen else ""
+                raise UntrustedFileError(
+                    f"{source}: {shown(path)} is {again or f'past node {MAX_CONFIG_NODES}'}; a "
+                    "stored config is a tree of settings, as vitattn writes it"
+                )
+            seen[id(node)] = path
+            if depth(path) > MAX_CONFIG_DEPTH:
+                raise UntrustedFileError(
+                    f"{source}: {key} is nested deeper than {MAX_CONFIG_DEPTH} levels; a stored "
+                    "config is a tree of settings, as vitattn writes it"
+                )
+        if isinstance(node, Mapping):
+            if "_target_" in node:
+                check_target(node["_target_"], source, f"{shown(path)}._target_")
+            partial = node.get("_partial_", False)
+            if not isinstance(partial, bool):
+                raise UntrustedFileError(
+                    f"{source}: {shown(path)}._partial_={partial!r} is not true or false; "
+                    "nothing was built"
+                )
+            pending.extend(((path, f".{name}"), value) for name, value in node.items())
+        elif isinstance(node, list | tuple):
+            pending.extend(((path, f"[{index}]"), value) for index, value in enumerate(node))
+        elif isinstance(node, str) and "${" in node:
+            check_interpolations(node, source, shown(path))
+
+
+Path_ = tuple[Any, str] | None
+"""Where a node sits, as ``(the parent's, this step)``: spelled out only for a message."""
+
+
+def depth(path: Path_) -> int:
+    """How many steps ``path`` has (at most :data:`MAX_CONFIG_DEPTH` + 2 are counted)."""
+    steps = 0
+    while path is not None and steps <= MAX_CONFIG_DEPTH + 1:
+        path, _ = path
+        steps += 1
+    return steps
+
+
+def shown(path: Path_) -> str:
+    """``hyper_parameters.net[0].x`` from a :data:`Path_`."""
+    steps: list[str] = []
+    while path is not None:
+        path, step = path
+        steps.append(step)
+    return "".join(reversed(steps))
 
 
 def check_target(target: Any, source: str, key: str) -> None:
@@ -207,16 +252,12 @@ def resolvers_in(text: str, source: str, key: str) -> list[str]:
     return found
 
 
-LOCATION_KEYS = ("dirpath", "save_dir", "default_root_dir", "output_dir", "log_dir")
-"""Settings that say where a run writes: the command decides that (``hydra.run.dir``), never a
-file the run reads."""
-
-
 def check_recorded_override(text: str, source: str) -> None:
     """Refuse in one line a run's recorded override (``source``: the file and its line) that is
     not a plain setting of vitattn's: one that sets, adds or deletes Hydra's own settings (in any
-    prefix form, or through a package ``@hydra``), says where the run writes, names a
-    ``_target_`` vitattn does not build, or calls a resolver other than vitattn's own."""
+    prefix form, or through a package ``@hydra``), names a ``_target_`` vitattn does not build,
+    or calls a resolver other than vitattn's own. What is left must then be a typed setting of
+    vitattn's own configs (:mod:`vitattn.runs.recorded`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -229,11 +270,6 @@ def check_recorded_override(text: str, source: str) -> None:
         raise UntrustedFileError(
             f"{source}: {text!r} sets Hydra's own settings; a run's recorded overrides may set "
             "only vitattn's settings (give it on the command line if you mean it)"
-        )
-    if key.rsplit(".", 1)[-1] in LOCATION_KEYS:
-        raise UntrustedFileError(
-            f"{source}: {text!r} says where the run writes; that is the command's to say "
-            "(hydra.run.dir), not the run's files"
         )
     if override.is_sweep_override():
         raise UntrustedFileError(

@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vitattn.errors import ConfigError
+
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 """The repository root (``src/vitattn/utils/config.py`` is three levels below it)."""
 
@@ -38,6 +40,13 @@ def groups_help(*groups: str) -> str:
     tree so a new option shows up without editing the help text. A group whose ``default``
     composes several of its files (``callbacks``) shows those as parts of ``default``, each
     one dropped with ``~group.part``."""
+    for group in groups:  # a name, never a path: the resolver's argument may come from a file
+        if not (isinstance(group, str) and group.isidentifier() and (CONFIG_DIR / group).is_dir()):
+            known = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
+            raise ConfigError(
+                f"vitattn_groups: {str(group)[:80]!r} is not a config group; choose among "
+                f"{', '.join(known)}"
+            )
     width = max(len(group) for group in groups)
     lines = []
     for group in groups:

@@ -1,0 +1,204 @@
+"""What a checkpoint's values may be: bounded, typed, and no tensor that claims more memory
+than the file holds.
+
+:func:`check_values` runs on every checkpoint vitattn or Lightning reads (through
+:func:`vitattn.runs.checkpoints.check_contents`), before anything is built or restored from it,
+so each refusal is one line naming the file and the key:
+
+* every tensor, wherever it sits (weights, optimizer state, callbacks' state), is a plain strided
+  tensor whose storage holds all its elements: no stride-0 view (``expand``) and no overlapping
+  strides, whose first ``+=`` or copy would ask for far more memory than the file has;
+* an optimizer state tensor has the shape of one of the checkpoint's weights;
+* the network's sizes and the LoRA rank are within :mod:`vitattn.utils.sizes`' bounds, and LoRA's
+  ``target_modules`` is a list of layer names (never a regular expression from a file);
+* Lightning's progress counters (``loops``, ``global_step``, ``epoch``) are counts within
+  :data:`MAX_COUNT`, and the state of vitattn's own callbacks and data module has the types and
+  sizes they write.
+
+Each container of the checkpoint is visited once (shared references included).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from vitattn.errors import ConfigError
+from vitattn.utils.sizes import MAX_LORA_RANK, bounded, check_network_sizes
+
+MAX_COUNT = 10**12
+"""The largest step, batch or epoch count a checkpoint may hold."""
+
+LAYER_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,15}")
+"""A LoRA target from a file: a layer's (dotted) name, no pattern."""
+MAX_TARGETS = 1024
+
+RNG_STATE_BYTES = (5056, 16)
+"""The sizes of a torch generator's state: CPU (Mersenne Twister) and CUDA (Philox)."""
+
+
+class CheckpointValueError(ConfigError):
+    """A checkpoint holds a value outside its type or bound: nothing was built from it."""
+
+
+def leaves(
+    content: Any, key: str = "", source: str = "the checkpoint"
+) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` for every value under ``content`` that is no dict, list or tuple; each
+    container is entered once, however many times it is referred to, and nesting deeper than
+    :data:`~vitattn.runs.trust.MAX_CONFIG_DEPTH` is refused."""
+    from vitattn.runs.trust import MAX_CONFIG_DEPTH, depth, plain, shown
+
+    seen: set[int] = set()
+    pending: list[tuple[Any, Any]] = [((None, key), content)]
+    while pending:
+        path, value = pending.pop()
+        value = plain(value)  # an older checkpoint's OmegaConf container, nothing resolved
+        if isinstance(value, Mapping | list | tuple):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if depth(path) > MAX_CONFIG_DEPTH:
+                raise CheckpointValueError(
+                    f"{source}: {key or 'it'} nests deeper than {MAX_CONFIG_DEPTH} levels; "
+                    "nothing was loaded"
+                )
+            items = value.items() if isinstance(value, Mapping) else enumerate(value)
+            pending.extend(((path, f".{name}"), item) for name, item in items)
+        else:
+            yield shown(path).removeprefix("."), value
+
+
+def tensor_problem(tensor: Any) -> str | None:
+    """Why ``tensor`` (read from a file) would ask for more memory than it holds, or ``None``."""
+    import torch
+
+    if tensor.layout != torch.strided:
+        return f"a {tensor.layout} tensor, not a plain one"
+    if any(
+        stride == 0 and size > 1 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    ):
+        return f"a stride-0 view claiming shape {tuple(tensor.shape)}"
+    claimed = tensor.numel() * tensor.element_size()
+    held = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+    if claimed > held:
+        return f"a view claiming {claimed} bytes over {max(held, 0)} bytes of storage"
+    return None
+
+
+def check_values(checkpoint: dict[str, Any], source: str) -> None:
+    """Refuse in one line (:class:`CheckpointValueError`, naming ``source``) a checkpoint whose
+    values are outside their types or bounds (see the module's docstring)."""
+    import torch
+
+    shapes: set[tuple[int, ...]] = set()
+    for key, value in leaves(checkpoint, source=source):
+        if isinstance(value, torch.Tensor):
+            problem = tensor_problem(value)
+            if problem is not None:
+                raise CheckpointValueError(f"{source}: {key} is {problem}; nothing was loaded")
+            if key.startswith("state_dict."):
+                shapes.add(tuple(value.shape))
+    check_optimizer_states(checkpoint.get("optimizer_states"), shapes, source)
+    check_progress(checkpoint, source)
+    check_own_state(checkpoint, source)
+    settings = checkpoint.get("hyper_parameters")
+    if isinstance(settings, Mapping):
+        if isinstance(settings.get("net"), Mapping):
+            check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
+        if isinstance(settings.get("lora"), Mapping):
+            check_lora(settings["lora"], source)
+
+
+def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: str) -> None:
+    """Each optimizer state tensor of more than one element has the shape of a weight."""
+    import torch
+
+    for key, value in leaves(states, "optimizer_states", source):
+        if (
+            isinstance(value, torch.Tensor)
+            and value.numel() > 1
+            and tuple(value.shape) not in shapes
+        ):
+            raise CheckpointValueError(
+                f"{source}: {key} has shape {tuple(value.shape)}, which no weight of the "
+                "checkpoint has; nothing was loaded"
+            )
+
+
+def count(source: str, key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise CheckpointValueError(
+            f"{source}: {key}={value!r} is not a count (an integer 0 <= count <= {MAX_COUNT}); "
+            "nothing was loaded"
+        )
+
+
+def check_progress(checkpoint: dict[str, Any], source: str) -> None:
+    """Lightning's loop progress and step counters: counts (flags where Lightning writes one)."""
+    for key in ("global_step", "epoch"):
+        if key in checkpoint:
+            count(source, key, checkpoint[key])
+    for key, value in leaves(checkpoint.get("loops"), "loops", source):
+        if not isinstance(value, bool) and value is not None:
+            count(source, key, value)
+
+
+def check_own_state(checkpoint: dict[str, Any], source: str) -> None:
+    """The state vitattn's random-state callback and data module write: generator states of a
+    generator's size, and a batch count."""
+    callbacks = checkpoint.get("callbacks")
+    random_state = callbacks.get("RandomStateInCheckpoint") if isinstance(callbacks, dict) else None
+    if isinstance(random_state, dict):
+        key = "callbacks.RandomStateInCheckpoint"
+        generator_state(source, f"{key}.torch", random_state.get("torch"))
+        cuda = random_state.get("cuda", [])
+        if not isinstance(cuda, list | tuple) or len(cuda) > 64:
+            raise CheckpointValueError(f"{source}: {key}.cuda is not a list of generator states")
+        for index, state in enumerate(cuda):
+            generator_state(source, f"{key}.cuda[{index}]", state)
+    data = checkpoint.get("CIFAR10DataModule")
+    if isinstance(data, dict):
+        if data.get("augment_generator") is not None:
+            generator_state(
+                source, "CIFAR10DataModule.augment_generator", data["augment_generator"]
+            )
+        if "batches_done_in_epoch" in data:
+            count(source, "CIFAR10DataModule.batches_done_in_epoch", data["batches_done_in_epoch"])
+
+
+def generator_state(source: str, key: str, state: Any) -> None:
+    import torch
+
+    if not (
+        isinstance(state, torch.Tensor)
+        and state.dtype == torch.uint8
+        and state.ndim == 1
+        and state.numel() in RNG_STATE_BYTES
+    ):
+        raise CheckpointValueError(
+            f"{source}: {key} is not a generator's state (a uint8 tensor of "
+            f"{' or '.join(map(str, RNG_STATE_BYTES))} bytes); nothing was loaded"
+        )
+
+
+def check_lora(lora: Mapping[str, Any], source: str) -> None:
+    """A LoRA rank within :data:`MAX_LORA_RANK`, and ``target_modules`` a list of layer names:
+    a regular expression from a file could take forever to match."""
+    where = f"{source}: hyper_parameters.lora"
+    if "rank" in lora:
+        bounded(where, "rank", lora["rank"], MAX_LORA_RANK, low=0)
+    targets = lora.get("target_modules")
+    if targets is None:
+        return
+    if not (
+        isinstance(targets, list | tuple)
+        and len(targets) <= MAX_TARGETS
+        and all(isinstance(t, str) and LAYER_NAME.fullmatch(t) for t in targets)
+    ):
+        raise CheckpointValueError(
+            f"{where}.target_modules={str(targets)[:80]!r} is not a list of layer names "
+            "(attn.qkv, blocks.0.mlp.fc1, ...); a checkpoint names layers, never a pattern; "
+            "nothing was loaded"
+        )

@@ -1,0 +1,256 @@
+"""A run's recorded overrides, replayed by ``resume=true`` and ``ckpt_path=<run>``: typed
+settings of vitattn's own configs, never where anything goes.
+
+``<run>/.hydra/overrides.yaml`` is a file of the run, and the run may be someone else's. A line
+of it is replayed only when it is one of (:class:`RecordedSettings`):
+
+* a choice of one of vitattn's config groups that exists in ``configs/`` (``attention=linear``);
+* a setting that the config composed from vitattn's own ``configs/`` (with the recorded group
+  choices) already has, given in that setting's type: a flag for a flag, an integer for an
+  integer, a finite number for a number (all within :data:`LARGEST_NUMBER`), and for a word
+  setting a plain word (``val/acc``, ``bf16-mixed``; no ``..``, no leading ``/`` or ``~``, no
+  interpolation);
+* the deletion of one of the callbacks or loggers (``~callbacks.throughput``);
+* a plain value (a flag, a number, a word) of a node whose ``_target_`` the command line gives
+  now (``+callbacks.mine._target_=mypkg.Mine``: the user's own callback, and its recorded
+  ``+callbacks.mine.step=3``).
+
+Never a setting that says *where* (:func:`says_where`): a file or folder name, a URL, anything
+under ``paths`` or ``hydra``, or a setting whose default is derived from another
+(``${paths.output_dir}/checkpoints``). Those come from the command line or the defaults.
+Anything else is refused in one line naming the file, its line and the override.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from vitattn.errors import ConfigError
+from vitattn.utils.config import CONFIG_DIR, group_options
+
+LARGEST_NUMBER = 10**9
+"""The largest magnitude a recorded number may have (a step count, a size, a seed)."""
+
+WHERE_NAMES = re.compile(r"(dir|dirpath|path|paths|file|filename|url|uri|name|root|version)$")
+"""Names of settings that say where something is read or written (``data_dir``, ``url``,
+``filename``, ``logger.csv.name``, ``default_root_dir``, ``ckpt_path``, ``task_name``...)."""
+
+WHERE_GROUPS = ("hydra", "paths")
+
+WORD = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+:-]{0,63}(/[A-Za-z0-9_+-][A-Za-z0-9_.+:-]{0,63})?")
+"""A word setting's value from a file: ``val/acc``, ``bf16-mixed``, ``mean``."""
+
+DELETABLE = ("callbacks", "logger")
+"""Groups whose parts a recorded override may delete (``~callbacks.throughput``)."""
+
+COMMAND_LINE = "give it on the command line if you mean it"
+
+
+class RecordedOverrideError(ConfigError):
+    """A recorded override is not a typed setting of vitattn's: nothing was run or written."""
+
+
+def says_where(key: str) -> bool:
+    """Whether the setting ``key`` (``logger.csv.name``) names a place: a path, a file name, a
+    URL, or anything under ``paths`` or ``hydra``."""
+    parts = key.replace("/", ".").split(".")
+    return parts[0] in WHERE_GROUPS or any(WHERE_NAMES.search(part.lower()) for part in parts)
+
+
+def is_group(key: str, config_dir: Path = CONFIG_DIR) -> bool:
+    """Whether ``key`` is one of vitattn's config groups (``attention``, ``logger``)."""
+    return "." not in key and "/" not in key and (config_dir / key).is_dir()
+
+
+class RecordedSettings:
+    """The settings a run's recorded overrides may set: those of the config that vitattn's own
+    ``configs/<config_name>.yaml`` composes with ``group_choices`` (the recorded and the given
+    group choices, each checked first), with their types."""
+
+    def __init__(
+        self,
+        group_choices: Iterable[str],
+        config_name: str = "train",
+        config_dir: Path = CONFIG_DIR,
+    ) -> None:
+        from hydra import compose, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+
+        self.config_dir = config_dir
+        self.user_nodes: set[str] = set()
+        """Nodes whose ``_target_`` the command line gives now: the user's own (a callback of
+        theirs), whose recorded plain settings are replayed under it."""
+        choices = list(group_choices)
+        was_initialized = GlobalHydra.instance().is_initialized()
+        try:
+            with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+                self.config = compose(config_name, overrides=choices)
+        except Exception as error:  # a combination of choices that does not compose
+            first = next(iter(str(error).splitlines()), type(error).__name__)
+            raise RecordedOverrideError(
+                f"the group choices {choices} do not compose ({first})"
+            ) from None
+        finally:
+            if not was_initialized:
+                GlobalHydra.instance().clear()
+
+    @classmethod
+    def of(
+        cls, recorded: Iterable[tuple[str, str]], given: Iterable[str], config_name: str = "train"
+    ) -> RecordedSettings:
+        """The settings of the config composed with the recorded group choices (``(text,
+        source)``; each refused in one line unless its option exists) and then those ``given``
+        on the command line (an unknown one is left to the command line's own check)."""
+        choices, given = [], list(given)
+        for text, source in recorded:
+            override = cls.parse(text, source)
+            if is_group(override.key_or_group) and not override.is_delete():
+                check_group_choice(override, text, source)
+                choices.append(text)
+        for text in given:
+            try:
+                override = cls.parse(text, "the command line")
+                if is_group(override.key_or_group) and not override.is_delete():
+                    check_group_choice(override, text, "the command line")
+                    choices.append(text)
+            except RecordedOverrideError:
+                continue
+        settings = cls(choices, config_name)
+        settings.user_nodes = {
+            text.split("=", 1)[0].lstrip("+").removesuffix("._target_")
+            for text in given
+            if text.split("=", 1)[0].endswith("._target_")
+        }
+        return settings
+
+    @staticmethod
+    def parse(text: str, source: str) -> Any:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import HydraException
+
+        try:
+            return OverridesParser.create().parse_override(text)
+        except HydraException:
+            raise RecordedOverrideError(
+                f"{source}: {text!r} is not an override (key=value)"
+            ) from None
+
+    def check(self, text: str, source: str) -> None:
+        """Refuse in one line the recorded override ``text`` (``source``: the file and its line)
+        unless it is a typed setting of vitattn's (see the module's docstring)."""
+        override = self.parse(text, source)
+        key = override.key_or_group
+        if says_where(key) or says_where(override.package or ""):
+            raise RecordedOverrideError(
+                f"{source}: {text!r} says where something is read or written ({key}); a run's "
+                f"files never do: that comes from the command line or the defaults; {COMMAND_LINE}"
+            )
+        if override.is_delete():
+            if (
+                key.split(".")[0] in DELETABLE
+                and key.count(".") == 1
+                and self.node(key) is not None
+            ):
+                return
+            raise RecordedOverrideError(
+                f"{source}: {text!r} deletes {key}; a run's recorded overrides may delete only "
+                f"one of the callbacks or loggers (~callbacks.<name>); {COMMAND_LINE}"
+            )
+        if is_group(key, self.config_dir):
+            check_group_choice(override, text, source, self.config_dir)
+            return
+        node = self.node(key)
+        if node is None and key.rpartition(".")[0] in self.user_nodes:
+            expected = "optional"  # a setting of a node the user gives now: plain values only
+        elif node is None:
+            raise RecordedOverrideError(
+                f"{source}: {text!r} sets {key}, which is not a setting of vitattn's configs; a "
+                f"run's recorded overrides may only change existing settings; {COMMAND_LINE}"
+            )
+        elif key.rsplit(".", 1)[-1] == "_target_":
+            return  # checked against vitattn's own targets (vitattn.runs.trust.check_target)
+        else:
+            expected = self.type_of(node, key, text, source)
+        if not fits(override.value(), expected):
+            raise RecordedOverrideError(
+                f"{source}: {text!r} is not {DESCRIBED[expected]}, the type of {key}; a run's "
+                f"recorded overrides hold plain settings only; {COMMAND_LINE}"
+            )
+
+    def node(self, key: str) -> Any:
+        """The config node at ``key`` in the composed defaults, or ``None``."""
+        from omegaconf import OmegaConf
+
+        node: Any = self.config
+        for part in key.split("."):
+            if not OmegaConf.is_dict(node) or part not in node:
+                return None
+            node = node._get_node(part)
+        return node
+
+    @staticmethod
+    def type_of(node: Any, key: str, text: str, source: str) -> str:
+        """``flag``, ``integer``, ``number`` or ``word``: the type of the setting at ``node``."""
+        from omegaconf import OmegaConf
+
+        value = None if OmegaConf.is_config(node) else node._value()
+        if OmegaConf.is_config(node) or (isinstance(value, str) and "${" in value):
+            raise RecordedOverrideError(
+                f"{source}: {text!r} sets {key}, which is not a plain setting (a config node or "
+                f"one derived from others); {COMMAND_LINE}"
+            )
+        if isinstance(value, bool):
+            return "flag"
+        if isinstance(value, int):
+            return "integer"
+        if isinstance(value, float):
+            return "number"
+        if isinstance(value, str):
+            return "word"
+        return "optional"  # null by default: a flag, a number or a word
+
+
+def check_group_choice(
+    override: Any, text: str, source: str, config_dir: Path = CONFIG_DIR
+) -> None:
+    """Refuse in one line a group choice that is not an option of ``configs/<group>/``."""
+    group = override.key_or_group
+    values = override.value()
+    values = values if isinstance(values, list) else [values]
+    options = group_options(group, config_dir)
+    if override.package or not all(isinstance(v, str) and v in options for v in values):
+        raise RecordedOverrideError(
+            f"{source}: {text!r} is not a choice of {group} ({', '.join(options)}); a run's "
+            f"recorded overrides may only choose among configs/{group}/"
+        )
+
+
+DESCRIBED = {
+    "flag": "true or false",
+    "integer": f"an integer within +-{LARGEST_NUMBER}",
+    "number": f"a finite number within +-{LARGEST_NUMBER}",
+    "word": "a plain word (letters, digits, _.+:- and one /; no path)",
+    "optional": "null, a flag, a number or a plain word",
+}
+
+
+def fits(value: Any, expected: str) -> bool:
+    """Whether a recorded ``value`` (as Hydra parses it) has the ``expected`` type."""
+    if value is None:
+        return expected in ("word", "optional", "number", "integer")
+    if isinstance(value, bool):
+        return expected in ("flag", "optional")
+    if isinstance(value, int | float):
+        if not (math.isfinite(value) and abs(value) <= LARGEST_NUMBER):
+            return False
+        return expected in ("number", "optional") or (
+            expected == "integer" and isinstance(value, int)
+        )
+    if isinstance(value, str):
+        plain = WORD.fullmatch(value) is not None and ".." not in value
+        return plain and expected in ("word", "optional")
+    return False

@@ -1,0 +1,121 @@
+"""A run's recorded overrides are typed settings of vitattn's configs (issue 43): each rule of
+:mod:`vitattn.runs.recorded` on the config vitattn composes, without a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitattn.runs.recorded import RecordedOverrideError, RecordedSettings, says_where
+
+SOURCE = "run/.hydra/overrides.yaml line 4"
+
+
+@pytest.fixture(scope="module")
+def recorded() -> RecordedSettings:
+    """The settings of a run recorded with ``attention=local`` and ``logger=many_loggers``."""
+    return RecordedSettings.of(
+        [("attention=local", "f line 1"), ("logger=many_loggers", "f line 2")], ["trainer=cpu"]
+    )
+
+
+REPLAYED = [
+    "model.embed_dim=32",
+    "trainer.max_steps=12",
+    "optimizer.lr=1e-3",
+    "optimizer.lr=1",  # an integer for a number
+    "data.hflip=false",
+    "trainer.precision=bf16-mixed",
+    "callbacks.model_checkpoint.monitor=val/loss",
+    "attention.window=5",  # a setting of the recorded group choice
+    "model.mlp_dim=64",  # null by default: a number
+    "summary.baseline=softmax",  # null by default: a word
+    "seed=3",
+    "attention=linear",
+    "~callbacks.throughput",
+    "~logger.csv",
+]
+
+
+@pytest.mark.parametrize("text", REPLAYED)
+def test_typed_settings_of_vitattns_configs_are_replayed(
+    recorded: RecordedSettings, text: str
+) -> None:
+    recorded.check(text, SOURCE)
+
+
+REFUSED = {
+    "callbacks.last_checkpoint.filename=../../victim/evil_last": "says where",
+    "logger.csv.name=../../victim/csvdir": "says where",
+    "logger.csv.version=../x": "says where",
+    "logger.tensorboard.save_dir=/tmp": "says where",
+    "data.data_dir=/elsewhere": "says where",
+    "data.url=http://127.0.0.1:9/a.tar.gz": "says where",
+    "paths.root_dir=/elsewhere": "says where",
+    "++paths.anything=1": "says where",
+    "trainer.default_root_dir=/elsewhere": "says where",
+    "callbacks.interrupt_checkpoint.dirpath=/elsewhere": "says where",
+    "ckpt_path=/elsewhere/their.ckpt": "says where",
+    "task_name=../../x": "says where",
+    "model.embed_dim=abc": "is not an integer",
+    "model.embed_dim=2.5": "is not an integer",
+    "model.embed_dim=10000000000": "is not an integer",
+    "optimizer.lr=nan": "is not a finite number",
+    "optimizer.lr=inf": "is not a finite number",
+    "data.hflip=1": "is not true or false",
+    "data.shift=../../victim": "is not a plain word",
+    "data.shift=/etc/passwd": "is not a plain word",
+    "data.shift=${paths.root_dir}": "is not a plain word",
+    "model.pool=[mean]": "is not a plain word",
+    "model.attention=x": "not a plain setting",
+    "module.net={depth: 1}": "not a plain setting",
+    "+trainer.limit_val_batches=2": "not a setting of vitattn's configs",
+    "+callbacks.x.step=3": "not a setting of vitattn's configs",
+    "attention=../../d/inside": "is not a choice of attention",
+    "attention@model.attention=linear": "is not a choice of attention",
+    "~trainer.plugins": "may delete only one of the callbacks or loggers",
+    "~paths": "says where",
+}
+
+
+@pytest.mark.parametrize("text", sorted(REFUSED))
+def test_anything_else_is_refused_in_one_line_naming_the_line(
+    recorded: RecordedSettings, text: str
+) -> None:
+    with pytest.raises(RecordedOverrideError, match=REFUSED[text].replace(".", r"\.")) as refused:
+        recorded.check(text, SOURCE)
+    assert str(refused.value).startswith(f"{SOURCE}: ") and "\n" not in str(refused.value)
+
+
+def test_a_recorded_group_choice_must_exist_before_anything_is_composed() -> None:
+    with pytest.raises(
+        RecordedOverrideError, match=r"^f line 1: 'attention=flash' is not a choice"
+    ):
+        RecordedSettings.of([("attention=flash", "f line 1")], [])
+
+
+def test_the_settings_of_a_node_the_command_line_gives_are_plain_values() -> None:
+    """``+callbacks.mine._target_=...`` given now: its recorded settings are replayed when they
+    are plain values, and refused when they say where or are not plain."""
+    settings = RecordedSettings.of([], ["+callbacks.mine._target_=mypkg.Mine"])
+    settings.check("+callbacks.mine.step=3", SOURCE)
+    with pytest.raises(RecordedOverrideError, match="says where"):
+        settings.check("+callbacks.mine.dirpath=/elsewhere", SOURCE)
+    with pytest.raises(RecordedOverrideError, match="null, a flag, a number or a plain word"):
+        settings.check("+callbacks.mine.step=../../x", SOURCE)
+
+
+@pytest.mark.parametrize(
+    ("key", "where"),
+    [
+        ("data.data_dir", True),
+        ("callbacks.x.filename", True),
+        ("logger.wandb.name", True),
+        ("hydra.run.dir", True),
+        ("paths.log_dir", True),
+        ("trainer.max_steps", False),
+        ("callbacks.model_checkpoint.monitor", False),
+        ("model.embed_dim", False),
+    ],
+)
+def test_says_where(key: str, where: bool) -> None:
+    assert says_where(key) is where

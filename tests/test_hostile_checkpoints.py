@@ -1,0 +1,240 @@
+"""What a checkpoint's values say is typed and bounded (issue 43): a real checkpoint of
+``vitattn-train``, edited as an attacker would (a tensor that claims 40 GB, a network of 8192
+dimensions, counters of -10^9, a config of shared references, a LoRA pattern that backtracks, a
+file cut short), goes through the console scripts a user runs. Each is refused in one line naming
+the checkpoint, quickly, under a memory cap, and nothing that was there changes: a refused
+resume leaves the run's ``metrics.json`` as it was."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.runners import BIN, refusal_message
+from tests.support.trees import copy_run, tree_digest
+from vitattn.utils.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+
+MEMORY_CAP = 5 << 30
+"""Address space for a command: a refused run of a console script maps about 4 GB (torch,
+OpenBLAS' threads); 1 GB more, so that a check that comes after an allocation fails the test."""
+
+
+def capped(program: str, *args: str, data_dir: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """``program args`` as a process under :data:`MEMORY_CAP`, and the seconds it took."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+    environment = {
+        **os.environ,
+        "VITATTN_DATA_DIR": str(data_dir),
+        "HYDRA_FULL_ERROR": "0",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(BIN / program), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+        preexec_fn=cap,
+    )
+    return result, time.monotonic() - started
+
+
+@pytest.fixture
+def run(tmp_path: Path, tiny_run: Path, elsewhere: Path) -> Path:
+    """A copy of a trained run, beside ``elsewhere`` (a folder outside it)."""
+    return copy_run(tiny_run, tmp_path / "run")
+
+
+def edit(checkpoint_path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    change(checkpoint)
+    torch.save(checkpoint, checkpoint_path)
+
+
+def expand_optimizer_state(checkpoint: dict[str, Any]) -> None:
+    """An Adam moment as a stride-0 view of one number: a few bytes on disk, 40 GB claimed."""
+    state = checkpoint["optimizer_states"][0]["state"][0]
+    state["exp_avg"] = torch.zeros(1).expand(100_000, 100_000)
+
+
+def wide_network(checkpoint: dict[str, Any]) -> None:
+    checkpoint["hyper_parameters"]["net"]["embed_dim"] = 8192
+
+
+def negative_progress(checkpoint: dict[str, Any]) -> None:
+    progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    progress["total"]["completed"] = -(10**9)
+    checkpoint["global_step"] = -(10**9)
+
+
+def huge_progress(checkpoint: dict[str, Any]) -> None:
+    checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["ready"] = 10**18
+
+
+def text_progress(checkpoint: dict[str, Any]) -> None:
+    checkpoint["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"] = "7"
+
+
+def shared_references(checkpoint: dict[str, Any]) -> None:
+    """A list that refers to itself 2 x 40 deep: 2^40 nodes to a walk that does not remember."""
+    node: list[Any] = [0]
+    for _ in range(40):
+        node = [node, node]
+    checkpoint["hyper_parameters"]["net"]["attention"]["extra"] = node
+
+
+def bad_random_state(checkpoint: dict[str, Any]) -> None:
+    checkpoint["callbacks"]["RandomStateInCheckpoint"]["torch"] = torch.zeros(7, dtype=torch.uint8)
+
+
+def wrong_optimizer_shape(checkpoint: dict[str, Any]) -> None:
+    checkpoint["optimizer_states"][0]["state"][0]["exp_avg_sq"] = torch.zeros(3000, 3000)
+
+
+def wrong_weight_shape(checkpoint: dict[str, Any]) -> None:
+    """A weight of another shape than its parameter (one that other weights have)."""
+    checkpoint["state_dict"]["net.norm.weight"] = torch.zeros(10)
+
+
+VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),
+    "embed_dim=8192": (wide_network, r"hyper_parameters\.net\.embed_dim=8192 is not valid"),
+    "counters of -10^9": (negative_progress, r"global_step=-1000000000 is not a count"),
+    "a counter of 10^18": (huge_progress, r"epoch_progress\.current\.ready=.* is not a count"),
+    "a counter as text": (text_progress, r"_batches_that_stepped='7' is not a count"),
+    "a config of shared references": (shared_references, r"is the same node as"),
+    "a random state of 7 bytes": (bad_random_state, r"RandomStateInCheckpoint\.torch is not a"),
+    "an optimizer state of no weight's shape": (wrong_optimizer_shape, r"no weight of the"),
+    "a weight of another shape": (wrong_weight_shape, r"state_dict\.net\.norm\.weight has shape"),
+}
+
+
+@pytest.mark.parametrize("vector", sorted(VECTORS))
+def test_a_resume_refuses_a_checkpoints_values_in_one_line_and_changes_nothing(
+    run: Path, elsewhere: Path, vector: str, data_dir: Path
+) -> None:
+    change, refusal = VECTORS[vector]
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(checkpoint, change)
+    before = tree_digest(run.parent)
+    result, seconds = capped(
+        "vitattn-train",
+        "resume=true",
+        f"hydra.run.dir={run}",
+        "trainer.max_steps=12",
+        data_dir=data_dir,
+    )
+    message = refusal_message("vitattn-train", result)
+    assert message.startswith(f"{checkpoint}: "), message
+    assert re.search(refusal, message), message
+    assert tree_digest(run.parent) == before  # metrics.json too: not rewritten to "failed"
+    assert seconds < 60
+
+
+def regex_adapters(checkpoint: dict[str, Any]) -> None:
+    """A LoRA checkpoint whose targets are a pattern that backtracks on every layer name."""
+    checkpoint["hyper_parameters"]["lora"] = {
+        "rank": 2,
+        "alpha": 4.0,
+        "dropout": 0.0,
+        "target_modules": "(a|a)*(a|a)*(a|a)*(a|a)*b$",
+        "train_head": True,
+    }
+
+
+def huge_rank(checkpoint: dict[str, Any]) -> None:
+    regex_adapters(checkpoint)
+    checkpoint["hyper_parameters"]["lora"].update(target_modules=["attn.qkv"], rank=10**6)
+
+
+def cut_short(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+COMMANDS = {
+    "vitattn-eval": ["trainer=cpu"],
+    "vitattn-finetune": ["trainer=cpu", "trainer.max_steps=2"],
+    "vitattn-bench": ["mode=approx"],
+}
+
+
+@pytest.mark.parametrize("program", sorted(COMMANDS))
+@pytest.mark.parametrize("vector", ["a LoRA pattern", "a LoRA rank of 10^6", "cut short"])
+def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
+    run: Path, elsewhere: Path, program: str, vector: str, data_dir: Path
+) -> None:
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    if vector == "cut short":
+        cut_short(checkpoint)
+        refusal = "is not a readable checkpoint"
+    elif vector == "a LoRA pattern":
+        edit(checkpoint, regex_adapters)
+        refusal = "target_modules=.* is not a list of layer names"
+    else:
+        edit(checkpoint, huge_rank)
+        refusal = r"hyper_parameters\.lora\.rank=1000000 is not valid"
+    out = run.parent / "out"
+    before = tree_digest(run.parent)
+    started = time.monotonic()
+    message = refused_in_process(
+        program,
+        *COMMANDS[program],
+        f"ckpt_path={checkpoint}",
+        f"hydra.run.dir={out}",
+        creates=out,
+        data_dir=data_dir,
+    )
+    assert message.startswith(f"{checkpoint}"), message
+    assert re.search(refusal, message), message
+    assert tree_digest(run.parent) == before
+    assert time.monotonic() - started < 60
+
+
+def test_a_truncated_checkpoint_through_a_resume_is_one_line(run: Path, data_dir: Path) -> None:
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    cut_short(checkpoint)
+    before = tree_digest(run)
+    message = refused_in_process(
+        "vitattn-train", "resume=true", f"hydra.run.dir={run}", data_dir=data_dir
+    )
+    assert str(checkpoint) in message and "\n" not in message, message
+    assert tree_digest(run) == before
+
+
+def test_a_stored_config_cannot_list_folders_outside_configs(run: Path, data_dir: Path) -> None:
+    """``vitattn_groups`` is vitattn's own resolver, so a stored config may call it; given a
+    path that climbs out of ``configs/``, it is refused in one line and lists nothing."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(
+        checkpoint,
+        lambda c: c["hyper_parameters"]["net"].update(pool="${vitattn_groups:../../../etc}"),
+    )
+    out = run.parent / "out"
+    result = run_in_process(
+        "vitattn-eval",
+        "trainer=cpu",
+        f"ckpt_path={checkpoint}",
+        f"hydra.run.dir={out}",
+        data_dir=data_dir,
+        check=False,
+    )
+    message = refusal_message("vitattn-eval", result)
+    assert "vitattn_groups: '../../../etc' is not a config group" in message, message
+    assert "passwd" not in result.stdout + result.stderr
