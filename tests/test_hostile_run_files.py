@@ -256,7 +256,7 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     ("file", "content", "problem"),
     [
         ("metrics.json", "[]", "holds a list where a mapping belongs"),
-        (".hydra/config.yaml", "model: [", "is not YAML (line 1, column 9: "),
+        (".hydra/config.yaml", "model: [", "is not YAML (line 2, column 1: "),
         (".hydra/config.yaml", "- a list\n", "holds a list where a mapping belongs"),
     ],
 )

@@ -23,7 +23,7 @@ from typing import Any
 
 from vitattn.data.shifts import SHIFTS
 from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, write_text
-from vitattn.runs.layout import METRICS, RunDir, RunState, run_state
+from vitattn.runs.layout import METRICS, RunDir, RunState, refuse_links_read, run_state
 from vitattn.runs.layout import find_runs as layout_find_runs
 from vitattn.runs.results import markdown_table, write_csv
 
@@ -81,6 +81,7 @@ def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
     for run_dir in layout_find_runs(directories, marker=(METRICS,)):
         run = RunDir(run_dir)
         try:
+            refuse_links_read(run_dir)
             metrics = read_json(run.metrics_file, dict)
         except UnreadableFileError as error:
             metrics = {"status": "failed", "error": str(error)}

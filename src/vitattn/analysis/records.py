@@ -23,7 +23,7 @@ from typing import Any
 
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.files import read_json, read_yaml
-from vitattn.runs.layout import RunDir, run_state
+from vitattn.runs.layout import RunDir, refuse_links_read, run_state
 
 SUMMARY_COLUMNS = (
     "run",
@@ -143,6 +143,7 @@ def load_run(path: Path) -> Run:
     """The run in ``path``; a file of it that cannot be read is one line
     (:class:`vitattn.runs.files.UnreadableFileError`)."""
     run = RunDir(path)
+    refuse_links_read(path)
     config = read_yaml(run.config_file, dict)
     overrides = [str(o) for o in _optional(run.overrides_file, read_yaml, list)]
     metrics = _optional(run.metrics_file, read_json, dict)
