@@ -202,7 +202,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
 
 def failure_notes(runs: Sequence[FinetuneRun]) -> list[str]:
     """A line per failed run (one whose ``metrics.json`` cannot be read among them): its error."""
-    failed = [r for r in runs if not r.completed and r.metrics.get("status") == "failed"]
+    failed = [r for r in runs if run_state(r.metrics, r.path) is RunState.FAILED]
     return [
         f"Failed: {run.path.name} (rank={run.rank}, shift={run.shift}): "
         f"{run.metrics.get('error', 'no error recorded')}"

@@ -23,7 +23,7 @@ from typing import Any
 
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.files import read_json, read_yaml
-from vitattn.runs.layout import RunDir, refuse_links_read, run_state
+from vitattn.runs.layout import RunDir, RunState, refuse_links_read, run_state
 
 SUMMARY_COLUMNS = (
     "run",
@@ -99,9 +99,14 @@ class Run:
         return int(steps) if finite and steps > 0 else None
 
     @property
-    def status(self) -> str:
+    def state(self) -> RunState:
         """The run's state (:func:`vitattn.runs.layout.run_state`)."""
-        return str(run_state(self.metrics, self.path))
+        return run_state(self.metrics, self.path)
+
+    @property
+    def status(self) -> str:
+        """The run's state as its row shows it."""
+        return str(self.state)
 
     @property
     def settings(self) -> dict[str, str]:

@@ -108,7 +108,7 @@ def write_summary(summary: Summary, out: Path, seed_runs: bool = False) -> Summa
     seeds = {s.label: [member.run.path for member in s.completed] for s in summary.settings}
     try:
         return dataclasses.replace(written, seed_runs=tuple(write_seed_runs(out, seeds)))
-    except ValueError as error:
+    except (ValueError, UnreadableFileError) as error:
         warning = f"no TensorBoard runs of seed means: {error}"
         return dataclasses.replace(written, warnings=(*summary.warnings, warning))
 
