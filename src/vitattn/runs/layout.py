@@ -13,6 +13,7 @@ metrics already read, :func:`run_state`).
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -102,6 +103,67 @@ def files_agree(run_dir: Path) -> bool:
 
 def _regular_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
+
+
+METRICS_TEXT = (
+    "status",
+    "error",
+    "signal",
+    "attention",
+    "model",
+    "ckpt_path",
+    "test_ckpt_path",
+    "merged_ckpt_path",
+    "lora/target_modules",
+    "data/shift",
+    "degenerate",
+)
+"""The keys of ``metrics.json`` that hold text; ``lora/train_head`` holds true or false, and every
+other key a number, or numbers in lists and mappings (``test/confusion_matrix``,
+``test/acc_per_class``), or null."""
+METRICS_FLAGS = ("lora/train_head",)
+
+
+def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``metrics`` (read from the ``metrics.json`` at ``path``) if each value has the type
+    vitattn writes there: text for :data:`METRICS_TEXT`, true or false for
+    :data:`METRICS_FLAGS`, a number for every other key (null for any); else one line naming
+    ``path`` and the key (:class:`UnreadableFileError`)."""
+    for key, value in metrics.items():
+        if value is None:
+            continue
+        if key in METRICS_TEXT:
+            fits, kind = isinstance(value, str), "text"
+        elif key in METRICS_FLAGS:
+            fits, kind = isinstance(value, bool), "true or false"
+        else:
+            fits, kind = _numbers(value), "a number"
+        if not fits:
+            shown = one_line(json.dumps(value))
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise UnreadableFileError(path, f'"{one_line(key)}" is {shown}, not {kind}')
+    return dict(metrics)
+
+
+def _numbers(value: Any) -> bool:
+    """Whether ``value`` is a number, or lists and mappings of numbers (walked without
+    recursion; the reader bounds their depth)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, bool) or not isinstance(item, int | float):
+            return False
+    return True
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """The ``metrics.json`` at ``path``, read by the bounded reader and typed
+    (:func:`typed_metrics`)."""
+    return typed_metrics(read_json(path, dict), path)
 
 
 def _under(*parts: str) -> property:
