@@ -13,6 +13,7 @@ regression fails instead of eating the machine."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -241,6 +242,8 @@ def two_seeds(run: Path) -> Path:
     for seed in (1, 2):
         job = copy_run(run, sweep / f"seed={seed}")
         (job / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n")
+        config = job / ".hydra" / "config.yaml"
+        config.write_text(re.sub(r"(?m)^seed: .*$", f"seed: {seed}", config.read_text()))
     return sweep
 
 
