@@ -65,7 +65,7 @@ BOMBS: dict[str, tuple[str, Callable[[], str], str]] = {
     "overrides 50,000 deep": (
         ".hydra/overrides.yaml",
         lambda: bombs.nested_list(50_000),
-        "is not YAML (line 1, column 1001: exceeded maximum nesting depth)",
+        "is not valid YAML at line 1, column 1001: exceeded maximum nesting depth",
     ),
     "overrides 60 MB": (
         ".hydra/overrides.yaml",

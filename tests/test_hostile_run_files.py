@@ -256,7 +256,7 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     ("file", "content", "problem"),
     [
         ("metrics.json", "[]", "holds a list where a mapping belongs"),
-        (".hydra/config.yaml", "model: [", "is not YAML (line 2, column 1: "),
+        (".hydra/config.yaml", "model: [", "is not valid YAML at line 2, column 1: "),
         (".hydra/config.yaml", "- a list\n", "holds a list where a mapping belongs"),
     ],
 )
@@ -326,6 +326,6 @@ def test_the_lora_table_shows_a_malformed_run_as_failed(
     shown = capsys.readouterr().out
     for name, file, problem in [
         ("rank=4", "metrics.json", "holds a list where a mapping belongs"),
-        ("rank=8", ".hydra/overrides.yaml", "is not YAML"),
+        ("rank=8", ".hydra/overrides.yaml", "is not valid YAML"),
     ]:
         assert f"Failed: {name} (rank=None, shift=None): {sweep / name / file}: {problem}" in shown

@@ -333,10 +333,10 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ("a: [", "is not YAML (line 2, column 1: did not find expected node content"),
+        ("a: [", "is not valid YAML at line 2, column 1: did not find expected node content"),
         ("- a\n", "holds a list where a mapping belongs"),
         ("", "is empty where a mapping belongs"),
-        ("!!python/object:os.system {}", "is not YAML"),
+        ("!!python/object:os.system {}", "is not valid YAML"),
     ],
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:

@@ -273,7 +273,7 @@ def _yaml_content(path: Path, text: str, expected: type) -> Any:
     except BoundExceededError as error:
         raise UnreadableFileError(path, str(error)) from None
     except yaml.YAMLError as error:
-        raise UnreadableFileError(path, f"is not YAML ({_yaml_problem(error)})") from None
+        raise UnreadableFileError(path, f"is not valid YAML{_yaml_problem(error)}") from None
     except RecursionError:
         raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
     if content is None:
@@ -323,10 +323,11 @@ def check_yaml_events(events: Iterable[Any]) -> None:
 
 
 def _yaml_problem(error: Exception) -> str:
+    """`` at line L, column C: <problem>`` (or ``: <problem>`` without a position)."""
     mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return " ".join(f"{where}{problem}".split())
+    problem = " ".join((getattr(error, "problem", None) or str(error)).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {problem}"
 
 
 def whole_number(content: dict[str, Any], key: str, path: Path) -> int:

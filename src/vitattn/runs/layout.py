@@ -258,7 +258,9 @@ def check_run_files(run_dir: Path) -> None:
     """Refuse in one line, before a command reads or writes anything else of ``run_dir``: a
     symbolic link in it (:func:`refuse_planted_links`), and a file of :data:`RUN_FILES` that the
     bounded reader refuses (too large, an anchor or alias, too deep, too many values, not the
-    kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without any."""
+    kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without any; what
+    its items say is checked by the command that replays them
+    (:func:`vitattn.cli.resume.recorded_overrides`)."""
     if not run_dir.is_dir():
         return
     refuse_planted_links(run_dir)
@@ -270,8 +272,10 @@ def check_run_files(run_dir: Path) -> None:
             read_json(path, dict)
             continue
         text = read_text(path, follow_links=False)
-        if parts[-1] != OVERRIDES or text.strip():
-            parse_yaml(path, text, list if parts[-1] == OVERRIDES else dict)
+        if parts[-1] != OVERRIDES:
+            parse_yaml(path, text, dict)
+        elif text.strip():  # its items are checked by the command that replays them
+            parse_yaml(path, text, object)
 
 
 def find_runs(
