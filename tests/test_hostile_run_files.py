@@ -178,16 +178,12 @@ def test_a_malformed_metrics_file_is_one_line_on_resume(
     assert tree_digest(run) == inside
 
 
-@pytest.mark.parametrize("content", ["[{", '{"not": "a list"}', "link"])
+@pytest.mark.parametrize("content", ["[{", '{"not": "a list"}'])
 def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
     run: Path, elsewhere: Path, content: str, data_dir: Path
 ) -> None:
     attempts = run / "failed_attempts.json"
-    if content == "link":
-        (elsewhere / "list.json").write_text('[{"secret": "of another file"}]')
-        plant(attempts, elsewhere / "list.json")
-    else:
-        attempts.write_text(content)
+    attempts.write_text(content)
     finished = (run / "metrics.json").read_bytes()
     outside = tree_digest(elsewhere)
     crash = plug("crash", CrashAtStep, step=10)
@@ -199,13 +195,24 @@ def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
     (recorded,) = json.loads(attempts.read_text())
     assert recorded["error"] == "RuntimeError: boom at step 10"
     aside = run / "failed_attempts.json.unreadable-1"
-    if content == "link":
-        assert aside.is_symlink()
-    else:
-        assert aside.read_text() == content
+    assert aside.read_text() == content
     assert f"{attempts}: " in result.stdout + result.stderr  # a warning names the file
     assert (run / "metrics.json").read_bytes() == finished
     assert tree_digest(elsewhere) == outside
+
+
+def test_a_linked_attempts_file_is_refused_before_the_resume(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    """A run holds no link (issue 43): a linked ``failed_attempts.json`` is refused before
+    anything runs; one planted while the run writes is set aside unread
+    (``tests/runs/test_run_files.py``)."""
+    (elsewhere / "list.json").write_text('[{"secret": "of another file"}]')
+    attempts = plant(run / "failed_attempts.json", elsewhere / "list.json")
+    outside, inside = tree_digest(elsewhere), tree_digest(run)
+    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{attempts} is a symbolic link (to {elsewhere / 'list.json'}): ")
+    assert tree_digest(elsewhere) == outside and tree_digest(run) == inside
 
 
 # --- a sweep continuation ----------------------------------------------------------------------
