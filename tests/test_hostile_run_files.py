@@ -178,16 +178,12 @@ def test_a_malformed_metrics_file_is_one_line_on_resume(
     assert tree_digest(run) == inside
 
 
-@pytest.mark.parametrize("content", ["[{", '{"not": "a list"}', "link"])
+@pytest.mark.parametrize("content", ["[{", '{"not": "a list"}'])
 def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
     run: Path, elsewhere: Path, content: str, data_dir: Path
 ) -> None:
     attempts = run / "failed_attempts.json"
-    if content == "link":
-        (elsewhere / "list.json").write_text('[{"secret": "of another file"}]')
-        plant(attempts, elsewhere / "list.json")
-    else:
-        attempts.write_text(content)
+    attempts.write_text(content)
     finished = (run / "metrics.json").read_bytes()
     outside = tree_digest(elsewhere)
     crash = plug("crash", CrashAtStep, step=10)
@@ -199,13 +195,24 @@ def test_an_unreadable_attempts_file_is_set_aside_and_the_failure_recorded(
     (recorded,) = json.loads(attempts.read_text())
     assert recorded["error"] == "RuntimeError: boom at step 10"
     aside = run / "failed_attempts.json.unreadable-1"
-    if content == "link":
-        assert aside.is_symlink()
-    else:
-        assert aside.read_text() == content
+    assert aside.read_text() == content
     assert f"{attempts}: " in result.stdout + result.stderr  # a warning names the file
     assert (run / "metrics.json").read_bytes() == finished
     assert tree_digest(elsewhere) == outside
+
+
+def test_a_linked_attempts_file_is_refused_before_the_resume(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    """A run holds no link (issue 43): a linked ``failed_attempts.json`` is refused before
+    anything runs; one planted while the run writes is set aside unread
+    (``tests/runs/test_run_files.py``)."""
+    (elsewhere / "list.json").write_text('[{"secret": "of another file"}]')
+    attempts = plant(run / "failed_attempts.json", elsewhere / "list.json")
+    outside, inside = tree_digest(elsewhere), tree_digest(run)
+    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{attempts} is a symbolic link (to {elsewhere / 'list.json'}): ")
+    assert tree_digest(elsewhere) == outside and tree_digest(run) == inside
 
 
 # --- a sweep continuation ----------------------------------------------------------------------
@@ -256,7 +263,7 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     ("file", "content", "problem"),
     [
         ("metrics.json", "[]", "holds a list where a mapping belongs"),
-        (".hydra/config.yaml", "model: [", "is not YAML (line 1, column 9: "),
+        (".hydra/config.yaml", "model: [", "is not valid YAML at line 2, column 1: "),
         (".hydra/config.yaml", "- a list\n", "holds a list where a mapping belongs"),
     ],
 )
@@ -326,6 +333,6 @@ def test_the_lora_table_shows_a_malformed_run_as_failed(
     shown = capsys.readouterr().out
     for name, file, problem in [
         ("rank=4", "metrics.json", "holds a list where a mapping belongs"),
-        ("rank=8", ".hydra/overrides.yaml", "is not YAML"),
+        ("rank=8", ".hydra/overrides.yaml", "is not valid YAML"),
     ]:
         assert f"Failed: {name} (rank=None, shift=None): {sweep / name / file}: {problem}" in shown

@@ -178,7 +178,10 @@ def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> No
     job.mkdir()
     assert set_aside(job).name == "2"
     (job.mkdir(), (job / "metrics.json").write_text(json.dumps({"status": "completed"})))
-    assert state(job) == "completed"
+    assert state(job) == "cut"  # a lone metrics.json saying so is not a completed job
+    (job / ".hydra").mkdir()
+    (job / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    assert state(job) == "completed"  # its files agree
 
 
 def optuna_command(sweep: Path) -> list[str]:

@@ -11,12 +11,14 @@ from vitattn.analysis.lora import find_runs, lora_table, to_markdown, write_tabl
 
 
 def fake_multirun(root: Path) -> Path:
-    """Jobs as vitattn-finetune -m writes them: <job>/.hydra/overrides.yaml + metrics.json."""
+    """Jobs as vitattn-finetune -m writes them: <job>/.hydra/ (config.yaml, overrides.yaml) +
+    metrics.json."""
     job = 0
     for shift, base in (("quantize", 0.40), ("rotate", 0.30), ("invert", 0.10)):
         for rank in (0, 1, 8):
             path = root / str(job)
             (path / ".hydra").mkdir(parents=True)
+            (path / ".hydra" / "config.yaml").write_text(f"lora:\n  rank: {rank}\n")
             (path / ".hydra" / "overrides.yaml").write_text(
                 f"- lora.rank={rank}\n- data.shift={shift}\n- ckpt_path=/base.ckpt\n"
             )
@@ -70,7 +72,8 @@ def test_lora_table_from_a_multirun_directory(tmp_path: Path) -> None:
 def test_lora_table_averages_seeds(tmp_path: Path) -> None:
     for job, acc in enumerate((0.5, 0.7)):
         path = tmp_path / str(job)
-        path.mkdir()
+        (path / ".hydra").mkdir(parents=True)  # a completed run has its config
+        (path / ".hydra" / "config.yaml").write_text("lora:\n  rank: 2\n")
         metrics = {
             "test/acc": acc,
             "test/acc_base": 0.2,

@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -18,12 +19,14 @@ from tensorboard.plugins.custom_scalar.metadata import CONFIG_SUMMARY_TAG
 from tests.support.trees import tree_digest
 from vitattn.analysis.seed_runs import (
     CATEGORY,
+    MANIFEST,
     MARKER,
     TAGS,
     band_tags,
     run_name,
     write_seed_runs,
 )
+from vitattn.runs.files import UnreadableFileError
 from vitattn.training.logger import LAYOUT
 
 Curves = Mapping[str, Sequence[tuple[int, float]]]
@@ -242,6 +245,44 @@ def test_a_folder_that_is_not_an_aggregate_is_never_replaced(sweep):
         write_seed_runs(root, groups)
     assert (squatter / "notes.txt").read_text() == "mine"
     assert (root / AGGREGATES["data=cifar10/small"] / MARKER).is_file()  # nothing removed
+
+
+def test_a_planted_marker_deletes_nothing(sweep):
+    """A marker is a claim: in a job's folder, or in an aggregate's folder that no longer looks
+    as it was written, or with the sweep's record naming a job, nothing is removed."""
+    root, groups = sweep
+    write_seed_runs(root, groups)
+    job = groups["attention=performer"][0]  # a seed's run, its events and files
+    (job / MARKER).write_text("{}\n")  # the 3-byte marker of issue 43
+    changed = root / AGGREGATES["attention=linear"]
+    (changed / "notes.txt").write_text("mine")  # an aggregate someone wrote into
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["seed_runs"].append({"name": job.name, "marker": "0" * 64})
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    before = tree_digest(job)
+    with pytest.raises(ValueError, match="is not an aggregate of seeds"):
+        write_seed_runs(root, groups)  # the changed aggregate is kept, and said
+    assert (changed / "notes.txt").read_text() == "mine"
+    groups.pop("attention=linear")
+    write_seed_runs(root, groups)
+    assert tree_digest(job) == before and (job / MARKER).is_file()
+    assert (changed / "notes.txt").read_text() == "mine"
+    assert json.loads((root / MANIFEST).read_text())["seed_runs"] == [
+        {"name": AGGREGATES[label], "marker": ANY} for label in groups if label in AGGREGATES
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry", [{"name": "../elsewhere", "marker": "0"}, {"name": "."}, "text", None]
+)
+def test_a_record_naming_no_folder_of_the_sweep_is_one_line(sweep, elsewhere, entry):
+    root, groups = sweep
+    root.joinpath(MANIFEST).write_text(json.dumps({"seed_runs": [entry]}))
+    with pytest.raises(UnreadableFileError) as raised:
+        write_seed_runs(root, groups)
+    assert str(raised.value).startswith(f"{root / MANIFEST}: records ")
+    assert "\n" not in str(raised.value)
+    assert sorted(elsewhere.iterdir()) == [elsewhere / "kept.txt"]
 
 
 def test_runs_without_the_curves_do_not_count_as_seeds(sweep, tmp_path):

@@ -111,6 +111,8 @@ def with_a_new_knob(ratio: float = 0.5) -> float:
 
 def test_finished_runs(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.json"
+    (tmp_path / ".hydra").mkdir()  # a completed run has its config (runs.layout.run_state)
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 1\n")
     trainer = OmegaConf.create({"max_steps": 40, "max_epochs": 10})
     assert finished_run(metrics, trainer) is None  # no metrics.json: nothing finished
     metrics.write_text('{"status": "interrupted", "steps": 25, "epochs": 0}')

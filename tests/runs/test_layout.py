@@ -15,9 +15,14 @@ from vitattn.analysis.records import Run
 from vitattn.runs.layout import RunDir, RunState, find_runs, run_state
 
 
-def make_run(path: Path, metrics: Any = None, checkpoint: bool = False) -> RunDir:
+def make_run(
+    path: Path, metrics: Any = None, checkpoint: bool = False, config: bool = True
+) -> RunDir:
     run = RunDir(path)
     path.mkdir(parents=True)
+    if config:
+        run.hydra_dir.mkdir()
+        run.config_file.write_text("seed: 1\n")
     if metrics is not None:
         run.metrics_file.write_text(json.dumps(metrics))
     if checkpoint:
@@ -53,6 +58,32 @@ def test_one_rule_decides_a_runs_state(
     assert FinetuneRun(run.path, recorded, []).completed == (
         state is RunState.COMPLETED and recorded.get("test/acc") is not None
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "checkpoints", "state"),
+    [
+        (False, None, RunState.CUT),  # a lone metrics.json saying completed
+        (False, "last.ckpt", RunState.INTERRUPTED),  # no config: resumable, not completed
+        (True, "empty", RunState.CUT),  # a checkpoints/ folder with no checkpoint in it
+        (True, "link", RunState.CUT),  # its checkpoint a link to another run's
+        (True, "best.ckpt", RunState.COMPLETED),
+        (True, None, RunState.COMPLETED),  # a run that saved no checkpoint
+    ],
+)
+def test_a_completed_status_counts_only_where_the_files_agree(
+    tmp_path: Path, elsewhere: Path, config: bool, checkpoints: str | None, state: RunState
+) -> None:
+    metrics = {"status": "completed", "test/acc": 0.5}
+    run = make_run(tmp_path / "run", metrics, config=config)
+    if checkpoints is not None:
+        run.checkpoints.mkdir()
+    if checkpoints == "link":
+        (run.checkpoints / "best.ckpt").symlink_to(elsewhere / "kept.txt")
+    elif checkpoints not in (None, "empty"):
+        (run.checkpoints / checkpoints).write_bytes(b"weights")
+    assert run.state() is state
+    assert Run(run.path, [], {}, metrics).status == state  # the summary says the same
 
 
 def test_a_run_that_does_not_exist_is_new(tmp_path: Path) -> None:

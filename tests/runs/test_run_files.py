@@ -35,8 +35,8 @@ from vitattn.runs.files import (
     write_text,
     write_with,
 )
-from vitattn.runs.layout import planted_links, refuse_planted_links
-from vitattn.runs.lock import hold_run_directory, in_use_message, release_run_directory
+from vitattn.runs.layout import planted_links
+from vitattn.runs.lock import hold_run_directory, in_use_message
 from vitattn.runs.process import this_process
 from vitattn.runs.results import write_csv, write_json
 from vitattn.runs.task import ATTEMPTS_FILE, record_failure
@@ -245,16 +245,35 @@ def test_a_link_where_a_file_is_written_through_is_refused_before_the_lock(
     assert (elsewhere / "kept.txt").read_bytes() == KEPT
 
 
-def test_links_a_run_may_hold_are_not_refused(run: Path, elsewhere: Path) -> None:
-    plant(run / "kept.txt", elsewhere / "kept.txt")  # not a file vitattn writes
-    plant(run / "metrics.json", elsewhere / "kept.txt")  # replaced, never written through
-    plant(run / "checkpoints" / "last.ckpt", elsewhere / "kept.txt")  # replaced too
-    refuse_planted_links(run)
-    hold_run_directory(run, "vitattn-train")
-    try:
-        assert json.loads((run / ".vitattn.lock.json").read_text())["program"] == "vitattn-train"
-    finally:
-        release_run_directory(run)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kept.txt",  # not a file vitattn writes
+        "metrics.json",  # a file vitattn replaces
+        "checkpoints/last.ckpt",
+        "checkpoints",  # a folder: checkpoints -> <another run>/checkpoints
+        "csv",
+        "attention",
+        ".hydra",
+        "tensorboard/deeper/folder",
+    ],
+)
+def test_a_run_holds_no_link_at_all(run: Path, elsewhere: Path, name: str) -> None:
+    target = elsewhere / "kept.txt" if "." in Path(name).name else elsewhere
+    link = plant(run / name, target)
+    assert planted_links(run) == [link]
+    with pytest.raises(UnsafeWriteError) as raised:
+        hold_run_directory(run, "vitattn-train")
+    assert_one_line(raised.value, link)
+    assert not (run / ".vitattn.lock").exists()
+    assert sorted(elsewhere.iterdir()) == [elsewhere / "kept.txt"]
+    assert (elsewhere / "kept.txt").read_bytes() == KEPT
+
+
+def test_a_linked_run_directory_is_refused(tmp_path: Path, run: Path) -> None:
+    link = tmp_path / "linked"
+    link.symlink_to(run)
+    assert planted_links(link) == [link]
 
 
 def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> None:
@@ -278,7 +297,7 @@ def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> 
         ("", "is not JSON (Expecting value"),
         ("null", "holds nothing (null) where a mapping belongs"),
         ("3", "holds a number where a mapping belongs"),
-        ("[" * 100_000, "is nested too deeply"),
+        ("[" * 100_000, "is nested more than 64 deep"),
     ],
 )
 def test_malformed_json_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:
@@ -314,10 +333,10 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ("a: [", "is not YAML (line 1, column 5: expected the node content"),
+        ("a: [", "is not valid YAML at line 2, column 1: did not find expected node content"),
         ("- a\n", "holds a list where a mapping belongs"),
         ("", "is empty where a mapping belongs"),
-        ("!!python/object:os.system {}", "is not YAML"),
+        ("!!python/object:os.system {}", "is not valid YAML"),
     ],
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:
@@ -347,6 +366,9 @@ def test_counts_as_vitattn_writes_them(run: Path) -> None:
 
 
 def completed_run(run: Path) -> Path:
+    """A completed run's files as the state rule reads them: its config and ``metrics.json``."""
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("seed: 1\n")
     metrics = run / "metrics.json"
     write_json(metrics, {"status": "completed", "steps": 8})
     return metrics

@@ -28,11 +28,16 @@ def run_cli(
     check: bool = True,
     timeout: float = 600,
     env: dict[str, str] | None = None,
+    memory: int | None = None,
 ) -> subprocess.CompletedProcess:
     """Run console script ``program`` (``vitattn-train``, ...) with ``args`` on the data in
     ``data_dir``; with ``check``, a non-zero exit fails the test with the output's tail. The
     repository root is on ``PYTHONPATH``, so that a run can use the callbacks and plugins of
-    :mod:`tests.support` (``+callbacks.x._target_=tests.support.faults.SigtermAtStep``)."""
+    :mod:`tests.support` (``+callbacks.x._target_=tests.support.faults.SigtermAtStep``). With
+    ``memory``, the process's address space is capped at that many bytes
+    (:func:`tests.support.bombs.capped`): a file that makes it take more fails the test."""
+    from tests.support.bombs import capped
+
     environment = {
         **os.environ,
         "VITATTN_DATA_DIR": str(data_dir),
@@ -48,6 +53,7 @@ def run_cli(
         text=True,
         env=environment,
         timeout=timeout,
+        preexec_fn=None if memory is None else capped(memory),
     )
     return checked(result) if check else result
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from vitattn.analysis.records import Run
 from vitattn.analysis.uncertainty import Estimate, accuracy_estimate, mean_interval
+from vitattn.runs.layout import RunState
 
 DEFAULT_BASELINE = "attention=softmax"
 
@@ -43,7 +44,8 @@ class RunRow:
 
     @property
     def completed(self) -> bool:
-        return self.row["status"] == "completed"
+        """Whether the run completed, as the one rule says (:attr:`Run.state`)."""
+        return self.run.state is RunState.COMPLETED
 
 
 @dataclass(frozen=True)

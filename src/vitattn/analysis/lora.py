@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.data.shifts import SHIFTS
-from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, write_text
-from vitattn.runs.layout import METRICS, RunDir, RunState, run_state
+from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, write_text
+from vitattn.runs.layout import (
+    METRICS,
+    RunDir,
+    RunState,
+    read_metrics,
+    refuse_links_read,
+    run_state,
+)
 from vitattn.runs.layout import find_runs as layout_find_runs
 from vitattn.runs.results import markdown_table, write_csv
 
@@ -66,7 +73,7 @@ class FinetuneRun:
     @property
     def shift(self) -> str | None:
         value = self._setting("data/shift", "data.shift")
-        return str(value) if value is not None else None
+        return one_line(value) if value is not None else None
 
     @property
     def completed(self) -> bool:
@@ -81,7 +88,8 @@ def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
     for run_dir in layout_find_runs(directories, marker=(METRICS,)):
         run = RunDir(run_dir)
         try:
-            metrics = read_json(run.metrics_file, dict)
+            refuse_links_read(run_dir)
+            metrics = read_metrics(run.metrics_file)
         except UnreadableFileError as error:
             metrics = {"status": "failed", "error": str(error)}
         try:
@@ -201,10 +209,10 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
 
 def failure_notes(runs: Sequence[FinetuneRun]) -> list[str]:
     """A line per failed run (one whose ``metrics.json`` cannot be read among them): its error."""
-    failed = [r for r in runs if not r.completed and r.metrics.get("status") == "failed"]
+    failed = [r for r in runs if run_state(r.metrics, r.path) is RunState.FAILED]
     return [
-        f"Failed: {run.path.name} (rank={run.rank}, shift={run.shift}): "
-        f"{run.metrics.get('error', 'no error recorded')}"
+        f"Failed: {one_line(run.path.name)} (rank={run.rank}, shift={run.shift}): "
+        f"{one_line(run.metrics.get('error', 'no error recorded'))}"
         for run in failed
     ]
 

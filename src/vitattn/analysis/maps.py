@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitattn.runs.files import save_figure
+from vitattn.runs.arrays import read_npz
+from vitattn.runs.files import UnreadableFileError, one_line, save_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,16 +54,19 @@ def load_maps(run_dir: str | Path) -> AttentionMaps | None:
     """The maps of the run at ``run_dir``; ``None`` if it has none, or (with a warning) if the
     file cannot be read or does not hold images and a rollout of the shapes above."""
     path = Path(run_dir) / MAPS_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        with np.load(path, allow_pickle=False) as content:
-            images = np.asarray(content["images"])
-            rollout = np.asarray(content["rollout"], dtype=np.float32)
-            step = int(content["step"]) if "step" in content else None
-            attention = str(content["attention"]) if "attention" in content else ""
-    except (OSError, KeyError, ValueError) as error:
-        log.warning("skipping %s: %s", path, error)
+        content = read_npz(path)  # headers checked before anything is inflated
+        images = np.asarray(content["images"])
+        rollout = np.asarray(content["rollout"], dtype=np.float32)
+        step = int(content["step"]) if "step" in content else None
+        attention = str(content["attention"]) if "attention" in content else ""
+    except UnreadableFileError as error:
+        log.warning("skipping %s", error)
+        return None
+    except (KeyError, TypeError, ValueError) as error:
+        log.warning("skipping %s: %s", path, one_line(error))
         return None
     if images.ndim == 3:  # grayscale without its channel axis
         images = images[..., None]

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.analysis.events import read_scalars
-from vitattn.runs.files import read_json, read_yaml
-from vitattn.runs.layout import RunDir, run_state
+from vitattn.runs.files import one_line, read_yaml
+from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
 
 SUMMARY_COLUMNS = (
     "run",
@@ -99,9 +99,14 @@ class Run:
         return int(steps) if finite and steps > 0 else None
 
     @property
-    def status(self) -> str:
+    def state(self) -> RunState:
         """The run's state (:func:`vitattn.runs.layout.run_state`)."""
-        return str(run_state(self.metrics, self.path))
+        return run_state(self.metrics, self.path)
+
+    @property
+    def status(self) -> str:
+        """The run's state as its row shows it."""
+        return str(self.state)
 
     @property
     def settings(self) -> dict[str, str]:
@@ -143,9 +148,10 @@ def load_run(path: Path) -> Run:
     """The run in ``path``; a file of it that cannot be read is one line
     (:class:`vitattn.runs.files.UnreadableFileError`)."""
     run = RunDir(path)
+    refuse_links_read(path)
     config = read_yaml(run.config_file, dict)
     overrides = [str(o) for o in _optional(run.overrides_file, read_yaml, list)]
-    metrics = _optional(run.metrics_file, read_json, dict)
+    metrics = _optional(run.metrics_file, lambda path, _: read_metrics(path), dict)
     hydra = _optional(run.hydra_file, read_yaml, dict).get("hydra")
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
@@ -166,10 +172,11 @@ def common_root(paths: Sequence[Path]) -> Path:
 
 
 def relative_name(run: Run, root: Path) -> str:
+    """The run's folder relative to ``root``, control characters escaped (:func:`one_line`)."""
     try:
-        return str(run.path.resolve().relative_to(root)) or "."
+        return one_line(run.path.resolve().relative_to(root)) or "."
     except ValueError:
-        return str(run.path.resolve())
+        return one_line(run.path.resolve())
 
 
 def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
@@ -185,10 +192,10 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     differing = [key for key in keys if len({v[key] for v in values}) > 1]
     if differing:
         for run, value in zip(runs, values, strict=True):
-            run.label = ", ".join(f"{key}={value[key] or '(unset)'}" for key in differing)
+            run.label = one_line(", ".join(f"{key}={value[key] or '(unset)'}" for key in differing))
     elif len({str(run.seed) for run in runs}) > 1:
         for run in runs:
-            run.label = root.name or str(root)
+            run.label = one_line(root.name or root)
     else:
         for run in runs:
             run.label = relative_name(run, root)
@@ -221,9 +228,9 @@ def summary_row(run: Run, root: Path) -> dict[str, Any]:
         "run": relative_name(run, root),
         "status": run.status,
         "label": run.label,
-        "attention": run.attention,
+        "attention": one_line(run.attention),
         "knobs": json.dumps(run.knobs(), sort_keys=True),
-        "model": run.model,
+        "model": one_line(run.model),
         "seed": run.seed,
         "params": metrics.get("params"),
         "best_val_acc": max(val_acc) if val_acc else None,
@@ -239,7 +246,7 @@ def summary_row(run: Run, root: Path) -> dict[str, Any]:
         "load_avg_start": metrics.get("load_avg_start"),
         "load_avg_end": metrics.get("load_avg_end"),
         "cpu_count": metrics.get("cpu_count"),
-        "error": metrics.get("error"),
+        "error": None if metrics.get("error") is None else one_line(metrics["error"]),
     }
 
 

@@ -28,8 +28,12 @@ s / sqrt(n)`` with ``s`` the standard deviation over seeds (``ddof=1``), as in t
 (:mod:`vitattn.analysis.curves` computes it with :func:`reduce_tag`). Two seeds give a wide
 band (t = 12.7): they say little.
 
-Each aggregate folder holds a marker file, :data:`MARKER`; rewriting a sweep's aggregates removes
-every marked folder of the sweep and only those. tensorboard-reducer would read and average the
+Each aggregate folder holds a marker file, :data:`MARKER`, saying what it reduces. A marker is a
+claim, not a command: the sweep's own record, :data:`MANIFEST` (written in the sweep directory
+before the folders it lists), names each aggregate folder written here with the SHA-256 of its
+marker, and rewriting a sweep's aggregates removes only a folder that is listed there and still
+looks as it was written (:func:`written_here`). A marker planted in a job's folder removes
+nothing. tensorboard-reducer would read and average the
 runs too, but it writes one run per reduction (``-mean``, ``-std``), has no t interval and needs
 pandas; the runs are read here by the project's reader (TensorBoard's ``EventAccumulator``) and
 written by torch's ``SummaryWriter``.
@@ -48,7 +52,7 @@ import numpy as np
 
 from vitattn.analysis.events import read_scalar_events
 from vitattn.analysis.uncertainty import CONFIDENCE
-from vitattn.runs.files import write_text
+from vitattn.runs.files import UnreadableFileError, one_line, read_json, write_text
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""
@@ -130,16 +134,75 @@ def reduce_tag(runs: Sequence[Events], tag: str, confidence: float = CONFIDENCE)
     return Band(np.array(steps), walls.mean(axis=0), mean, mean - half, mean + half)
 
 
+MANIFEST = ".vitattn-seed-runs.json"
+"""The sweep's record of the aggregate runs written into it: ``{"seed_runs": [{"name": <folder>,
+"marker": <SHA-256 of its marker>}]}``."""
+
+
+def recorded_seed_runs(sweep_dir: Path) -> dict[str, str]:
+    """The aggregate folders :data:`MANIFEST` records in ``sweep_dir`` (name to its marker's
+    SHA-256); none where there is no record. A record that is not as written here is one line
+    (:class:`vitattn.runs.files.UnreadableFileError`)."""
+    path = sweep_dir / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return {}
+    entries = read_json(path, dict, follow_links=False).get("seed_runs")
+    recorded: dict[str, str] = {}
+    for entry in entries if isinstance(entries, list) else [None]:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        digest = entry.get("marker") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and _plain_name(name) and isinstance(digest, str)):
+            raise UnreadableFileError(
+                path, f"records {one_line(entry)[:80]}, not a folder of this sweep"
+            )
+        recorded[name] = digest
+    return recorded
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and Path(name).name == name and "\0" not in name
+
+
+def written_here(folder: Path, digest: str) -> bool:
+    """Whether ``folder`` still looks as :func:`write_seed_run` wrote it: a folder (not a link)
+    holding its marker, whose SHA-256 is ``digest``, and TensorBoard event files, nothing else."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for entry in folder.iterdir():
+        if entry.is_symlink() or not entry.is_file():
+            return False
+        if entry.name == MARKER:
+            if hashlib.sha256(entry.read_bytes()).hexdigest() != digest:
+                return False
+        elif not entry.name.startswith("events.out.tfevents."):
+            return False
+    return (folder / MARKER).is_file()
+
+
 def is_seed_run(path: Path) -> bool:
-    """Whether ``path`` is an aggregate run written by :func:`write_seed_runs`."""
-    return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
+    """Whether ``path`` is an aggregate run written by :func:`write_seed_runs`: recorded in its
+    sweep's :data:`MANIFEST` and looking as it was written."""
+    digest = recorded_seed_runs(path.parent).get(path.name)
+    return digest is not None and written_here(path, digest)
 
 
 def remove_seed_runs(sweep_dir: Path) -> None:
-    """Remove every aggregate run directly in ``sweep_dir`` (marked folders only)."""
-    for child in sweep_dir.iterdir():
-        if is_seed_run(child):
-            shutil.rmtree(child)
+    """Remove the aggregate runs that ``sweep_dir``'s :data:`MANIFEST` records and that still
+    look as they were written; nothing else, whatever marker it holds."""
+    for name, digest in recorded_seed_runs(sweep_dir).items():
+        if written_here(sweep_dir / name, digest):
+            shutil.rmtree(sweep_dir / name)
+
+
+def marker_text(label: str, runs: Sequence[Path], folder: Path, tags: Sequence[str]) -> str:
+    """What :data:`MARKER` says of the aggregate run at ``folder``."""
+    record = {
+        "label": label,
+        "runs": [_relative(run, folder.parent) for run in runs],
+        "tags": list(tags),
+        "band": f"Student's t {CONFIDENCE:.0%} interval of the mean",
+    }
+    return json.dumps(record, indent=2) + "\n"
 
 
 def write_seed_run(
@@ -150,13 +213,7 @@ def write_seed_run(
     from torch.utils.tensorboard import SummaryWriter
 
     folder.mkdir()
-    record = {
-        "label": label,
-        "runs": [_relative(run, folder.parent) for run in runs],
-        "tags": list(tags),
-        "band": f"Student's t {CONFIDENCE:.0%} interval of the mean",
-    }
-    write_text(folder / MARKER, json.dumps(record, indent=2) + "\n")
+    write_text(folder / MARKER, marker_text(label, runs, folder, tags))
     writer = SummaryWriter(log_dir=str(folder))
     try:
         for tag in tags:
@@ -216,7 +273,16 @@ def write_seed_runs(
                 f"{sweep_dir / name} exists and is not an aggregate of seeds: move it to write one"
             )
     remove_seed_runs(sweep_dir)
+    record = [
+        {"name": name, "marker": _digest(marker_text(label, runs, sweep_dir / name, tags))}
+        for name, (label, runs, _) in planned.items()
+    ]  # recorded before the folders exist: one left half written is still known as ours
+    write_text(sweep_dir / MANIFEST, json.dumps({"seed_runs": record}, indent=2) + "\n")
     return [
         write_seed_run(sweep_dir / name, label, runs, events, tags)
         for name, (label, runs, events) in planned.items()
     ]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

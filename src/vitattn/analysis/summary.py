@@ -28,7 +28,7 @@ from vitattn.analysis.records import Run, common_root, label_runs, load_run, sum
 from vitattn.analysis.search import pareto_files, read_search, search_markdown
 from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.analysis.tables import summary_markdown, write_tables
-from vitattn.runs.files import UnreadableFileError
+from vitattn.runs.files import UnreadableFileError, one_line
 from vitattn.runs.layout import find_runs
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def write_summary(summary: Summary, out: Path, seed_runs: bool = False) -> Summa
     seeds = {s.label: [member.run.path for member in s.completed] for s in summary.settings}
     try:
         return dataclasses.replace(written, seed_runs=tuple(write_seed_runs(out, seeds)))
-    except ValueError as error:
+    except (ValueError, UnreadableFileError) as error:
         warning = f"no TensorBoard runs of seed means: {error}"
         return dataclasses.replace(written, warnings=(*summary.warnings, warning))
 
@@ -140,9 +140,8 @@ def read_runs(paths: Sequence[str | Path]) -> list[Run]:
             runs.append(load_run(path))
         except Exception as error:  # one broken job must not hide the others
             named = isinstance(error, UnreadableFileError)  # names its file and what is wrong
-            log.warning(
-                "skipping %s: %s", path, error if named else f"{type(error).__name__}: {error}"
-            )
+            said = error if named else f"{type(error).__name__}: {error}"
+            log.warning("skipping %s: %s", one_line(path), one_line(said))
     if not runs:
         raise FileNotFoundError(f"no readable run directories under {list(paths)}")
     return runs

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
+from vitattn.runs.layout import RunDir, check_run_files
 from vitattn.runs.lock import hold_run_directory
 from vitattn.runs.task import remember_run_directory
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
@@ -53,6 +54,7 @@ def console_main(
     Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line."""
     arguments = sys.argv[1:]
     try:
+        check_given_runs(arguments)
         if prepare is not None:
             arguments = prepare(arguments)
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
@@ -138,6 +140,24 @@ def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
     given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
     value = given.get("hydra.run.dir")
     return Path(value) if value and "${" not in value else None
+
+
+def check_given_runs(arguments: Sequence[str]) -> None:
+    """Refuse in one line, before anything reads or writes them, the run directories a single
+    run's command names (``hydra.run.dir``, the run of ``ckpt_path``) when one holds a symbolic
+    link or a file the bounded reader refuses (:func:`vitattn.runs.layout.check_run_files`); a
+    sweep's jobs are checked by :func:`check_continuation`."""
+    if any(arg in MULTIRUN_FLAGS or arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+        return
+    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
+    runs = [explicit_run_dir(arguments)]
+    ckpt_path = given.get("ckpt_path")
+    if ckpt_path and ckpt_path != "null" and "${" not in ckpt_path:
+        of_checkpoint = RunDir.of_checkpoint(Path(ckpt_path).expanduser())
+        runs.append(of_checkpoint.path if of_checkpoint is not None else None)
+    for run in runs:
+        if run is not None:
+            check_run_files(run.expanduser())
 
 
 def basic_sweep(arguments: Sequence[str]) -> bool:

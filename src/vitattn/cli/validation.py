@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
-from vitattn.runs.layout import RunDir
+from vitattn.runs.layout import RunDir, RunState, run_state
 from vitattn.utils import checks
 
 SKIPPED_NODES = ("hydra", "paths")
@@ -121,7 +121,7 @@ def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
     if not metrics_path.exists() and not metrics_path.is_symlink():
         return None
     metrics = read_json(metrics_path, dict)
-    if metrics.get("status") != "completed":
+    if run_state(metrics, metrics_path.parent) is not RunState.COMPLETED:
         return None
     steps = whole_number(metrics, "steps", metrics_path)
     epochs = whole_number(metrics, "epochs", metrics_path)

@@ -40,7 +40,7 @@ from vitattn.runs.files import (
     read_yaml,
     refuse_link,
 )
-from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, refuse_planted_links
+from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, check_run_files
 from vitattn.utils.config import job_directory_name
 
 ATTEMPTS = ATTEMPTS_DIR
@@ -191,7 +191,7 @@ def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Pa
 
 def check_job_files(run_dir: Path) -> None:
     """Refuse in one line a job directory of a sweep being continued that holds a symbolic link
-    where a file is written through (its log, ``.hydra/``, a temporary), whose place in
+    anywhere or a file the bounded reader refuses (:func:`check_run_files`), whose place in
     ``.attempts/`` is a link, whose ``metrics.json`` cannot be read, or, for an interrupted
     job, whose ``last.ckpt`` carries code or configs vitattn does not build (read as a resume
     reads it, :func:`vitattn.runs.checkpoints.read_checkpoint`): reads only."""
@@ -200,7 +200,7 @@ def check_job_files(run_dir: Path) -> None:
         refuse_link(path)
     if not run_dir.is_dir():
         return
-    refuse_planted_links(run_dir)
+    check_run_files(run_dir)
     run = RunDir(run_dir)
     if run.metrics_file.exists() or run.metrics_file.is_symlink():
         read_json(run.metrics_file, dict)

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,9 +34,13 @@ from vitattn.errors import ConfigError, TrainingError
 PARTIAL = ".partial"
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-MAX_READ = 64 << 20
+MAX_READ = 16 << 20
 """The largest run file read (``metrics.json``, ``.hydra/config.yaml``, ...): far more than any
-vitattn writes."""
+vitattn writes (``docs/runs.md`` gives the largest measured)."""
+MAX_DEPTH = 64
+"""The deepest nesting of a YAML or JSON run file read (vitattn's configs nest a few levels)."""
+MAX_NODES = 100_000
+"""The most values (mappings, lists, scalars) in a YAML or JSON run file read."""
 
 
 ADVICE = "it is not as vitattn writes it: restore it or remove it"
@@ -215,39 +219,115 @@ def _checked(path: Path, content: Any, expected: type) -> Any:
 
 def read_json(path: Path, expected: type = dict, *, follow_links: bool = True) -> Any:
     """``path``'s JSON, which must be an ``expected`` (``dict`` or ``list``); anything else,
-    or a file that cannot be read, is one line (:class:`UnreadableFileError`). Without
+    or a file that cannot be read, is one line (:class:`UnreadableFileError`). The file is
+    bounded (:data:`MAX_READ`, :data:`MAX_DEPTH`, :data:`MAX_NODES`). Without
     ``follow_links``, a symbolic link at ``path`` is such a file too (for a file whose content
     is copied into a run directory: a link would copy another file's)."""
+    text = read_text(path, follow_links)
     try:
-        content = json.loads(read_text(path, follow_links))
+        content = json.loads(text)
     except json.JSONDecodeError as error:
         raise UnreadableFileError(path, f"is not JSON ({error})") from None
     except RecursionError:
-        raise UnreadableFileError(path, "is nested too deeply") from None
+        raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
+    _check_bounds(path, content)
     return _checked(path, content, expected)
 
 
+def _check_bounds(path: Path, content: Any) -> None:
+    """Refuse ``content`` (read from ``path``) nested deeper than :data:`MAX_DEPTH` or holding
+    more than :data:`MAX_NODES` values; walked without recursion."""
+    pending, nodes = [(content, 1)], 0
+    while pending:
+        value, depth = pending.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep")
+        if nodes > MAX_NODES:
+            raise UnreadableFileError(path, f"holds more than {MAX_NODES} values")
+        children = value.values() if isinstance(value, dict) else value
+        if isinstance(value, dict | list):
+            pending.extend((child, depth + 1) for child in children)
+
+
 def read_yaml(path: Path, expected: type = dict) -> Any:
-    """``path``'s YAML (plain data, ``yaml.safe_load``), which must be an ``expected``; an empty
-    file, other content or a file that cannot be read is one line (:class:`UnreadableFileError`)."""
+    """``path``'s YAML (plain data, :class:`RunFileLoader`: no anchors or aliases, bounded by
+    :data:`MAX_READ`, :data:`MAX_DEPTH` and :data:`MAX_NODES`), which must be an ``expected``;
+    an empty file, other content or a file that cannot be read is one line
+    (:class:`UnreadableFileError`)."""
+    return _yaml_content(path, read_text(path), expected)
+
+
+def parse_yaml(path: Path, text: str, expected: type = dict) -> Any:
+    """``text`` (read from ``path``, which errors name) as :func:`read_yaml` reads a file."""
+    return _yaml_content(path, text, expected)
+
+
+def _yaml_content(path: Path, text: str, expected: type) -> Any:
     import yaml
 
+    loader = run_file_loader()
     try:
-        content = yaml.safe_load(read_text(path))
+        check_yaml_events(yaml.parse(text, Loader=loader))
+        content = yaml.load(text, Loader=loader)  # a SafeLoader, its events checked
+    except BoundExceededError as error:
+        raise UnreadableFileError(path, str(error)) from None
     except yaml.YAMLError as error:
-        raise UnreadableFileError(path, f"is not YAML ({_yaml_problem(error)})") from None
+        raise UnreadableFileError(path, f"is not valid YAML{_yaml_problem(error)}") from None
     except RecursionError:
-        raise UnreadableFileError(path, "is nested too deeply") from None
+        raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
     if content is None:
         raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
     return _checked(path, content, expected)
 
 
+class BoundExceededError(ValueError):
+    """A YAML run file holds an anchor or alias, or exceeds :data:`MAX_DEPTH` or
+    :data:`MAX_NODES`: what it is, without the file's name (:func:`read_yaml` adds it)."""
+
+
+def run_file_loader() -> type:
+    """The YAML loader of run files: libyaml's ``CSafeLoader`` where PyYAML has it (a run file
+    of :data:`MAX_READ` bytes is parsed in about a second; the pure-Python ``SafeLoader`` takes
+    a minute), else ``SafeLoader``. Plain data only; :func:`check_yaml_events` runs first."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def check_yaml_events(events: Iterable[Any]) -> None:
+    """Refuse, from the parser's events and before any node is built, an anchor or an alias
+    (vitattn never writes them; an alias bomb is a few KB that expand to gigabytes), nesting
+    deeper than :data:`MAX_DEPTH` and more than :data:`MAX_NODES` values
+    (:class:`BoundExceededError`)."""
+    import yaml
+
+    depth = nodes = 0
+    for event in events:
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            where = event.start_mark
+            raise BoundExceededError(
+                f"holds a YAML anchor or alias (line {where.line + 1}, column "
+                f"{where.column + 1}), which vitattn never writes"
+            )
+        if isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise BoundExceededError(f"holds more than {MAX_NODES} values")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise BoundExceededError(f"is nested more than {MAX_DEPTH} deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def _yaml_problem(error: Exception) -> str:
+    """`` at line L, column C: <problem>`` (or ``: <problem>`` without a position)."""
     mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return " ".join(f"{where}{problem}".split())
+    problem = " ".join((getattr(error, "problem", None) or str(error)).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {problem}"
 
 
 def whole_number(content: dict[str, Any], key: str, path: Path) -> int:

@@ -13,13 +13,23 @@ metrics already read, :func:`run_state`).
 from __future__ import annotations
 
 import enum
+import json
+import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.runs.files import UnreadableFileError, read_json, read_yaml, unsafe
+from vitattn.runs.files import (
+    UnreadableFileError,
+    one_line,
+    parse_yaml,
+    read_json,
+    read_text,
+    read_yaml,
+    unsafe,
+)
 
 METRICS = "metrics.json"
 ATTEMPTS_FILE = "failed_attempts.json"
@@ -41,13 +51,6 @@ ATTEMPTS_DIR = ".attempts"
 MULTIRUN = "multirun.yaml"
 """Hydra's record of a sweep, at the top of its directory, written before its first job."""
 
-WRITTEN_THROUGH = (MULTIRUN, "hparams.yaml")
-"""Files libraries write at the top of a run or sweep directory by opening them as they are
-(Hydra's ``multirun.yaml``, Lightning's ``hparams.yaml``); besides these, every name that starts
-with ``.`` (``.hydra``, ``.vitattn.lock``, ``.<name>.partial``, ``.attempts``),
-``events.out.tfevents.`` (TensorBoard's) or ``optuna.db`` (a search's study and its journal),
-and every ``*.log``."""
-
 RESULTS = ("test/acc", "val/acc")
 """Figures only a run that reached its end records without a ``status`` (earlier versions)."""
 
@@ -68,19 +71,101 @@ class RunState(enum.StrEnum):
 
 def run_state(metrics: Mapping[str, Any], run_dir: Path) -> RunState:
     """The one rule for a run's state, from its ``metrics.json`` (``metrics``, ``{}`` where there
-    is none) and its directory: the status it records (completed or failed); else, without a
-    status, the results an earlier version recorded (completed); else a ``last.ckpt`` to resume
-    from (interrupted); else any file (cut); else new."""
+    is none) and its directory. Completed: the status it records (or, without a status, the
+    results an earlier version recorded) says so and the run's files agree
+    (:func:`files_agree`); failed or pruned: its status says so; else a ``last.ckpt`` to resume from
+    (interrupted); else any file (cut); else new."""
     status = metrics.get("status")
-    if status in (RunState.COMPLETED, RunState.FAILED, RunState.PRUNED):
-        return RunState(status)
-    if status is None and any(metrics.get(key) is not None for key in RESULTS):
+    legacy = status is None and any(metrics.get(key) is not None for key in RESULTS)
+    if (status == RunState.COMPLETED or legacy) and files_agree(run_dir):
         return RunState.COMPLETED
-    if (run_dir / CHECKPOINTS / LAST_CHECKPOINT).is_file():
+    if status in (RunState.FAILED, RunState.PRUNED):
+        return RunState(status)
+    if _regular_file(run_dir / CHECKPOINTS / LAST_CHECKPOINT):
         return RunState.INTERRUPTED
     if run_dir.is_dir() and any(run_dir.iterdir()):
         return RunState.CUT
     return RunState.NEW
+
+
+def files_agree(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds what a run that completed leaves: its config
+    (``.hydra/config.yaml``) as a file, and, where it has a ``checkpoints/`` folder (a run
+    that saved none has none), a checkpoint in it. A lone ``metrics.json`` saying
+    ``completed`` is not a completed run."""
+    if not _regular_file(run_dir / HYDRA_DIR / CONFIG):
+        return False
+    checkpoints = run_dir / CHECKPOINTS
+    if checkpoints.is_symlink():
+        return False
+    if not checkpoints.exists():
+        return True
+    return checkpoints.is_dir() and any(_regular_file(path) for path in checkpoints.glob("*.ckpt"))
+
+
+def _regular_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+METRICS_TEXT = (
+    "status",
+    "error",
+    "signal",
+    "attention",
+    "model",
+    "ckpt_path",
+    "test_ckpt_path",
+    "merged_ckpt_path",
+    "lora/target_modules",
+    "data/shift",
+    "degenerate",
+)
+"""The keys of ``metrics.json`` that hold text; ``lora/train_head`` holds true or false, and every
+other key a number, or numbers in lists and mappings (``test/confusion_matrix``,
+``test/acc_per_class``), or null."""
+METRICS_FLAGS = ("lora/train_head",)
+
+
+def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``metrics`` (read from the ``metrics.json`` at ``path``) if each value has the type
+    vitattn writes there: text for :data:`METRICS_TEXT`, true or false for
+    :data:`METRICS_FLAGS`, a number for every other key (null for any); else one line naming
+    ``path`` and the key (:class:`UnreadableFileError`)."""
+    for key, value in metrics.items():
+        if value is None:
+            continue
+        if key in METRICS_TEXT:
+            fits, kind = isinstance(value, str), "text"
+        elif key in METRICS_FLAGS:
+            fits, kind = isinstance(value, bool), "true or false"
+        else:
+            fits, kind = _numbers(value), "a number"
+        if not fits:
+            shown = one_line(json.dumps(value))
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise UnreadableFileError(path, f'"{one_line(key)}" is {shown}, not {kind}')
+    return dict(metrics)
+
+
+def _numbers(value: Any) -> bool:
+    """Whether ``value`` is a number, or lists and mappings of numbers (walked without
+    recursion; the reader bounds their depth)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, bool) or not isinstance(item, int | float):
+            return False
+    return True
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """The ``metrics.json`` at ``path``, read by the bounded reader and typed
+    (:func:`typed_metrics`)."""
+    return typed_metrics(read_json(path, dict), path)
 
 
 def _under(*parts: str) -> property:
@@ -126,35 +211,73 @@ class RunDir:
 
 
 def planted_links(run_dir: Path) -> list[Path]:
-    """The symbolic links in ``run_dir`` at names that are written by opening them as they are:
-    at its top, those :data:`WRITTEN_THROUGH` describes; everything in ``.hydra/`` and ``csv/``;
-    ``.<name>.partial`` in ``checkpoints/``."""
-
-    def links(folder: Path, chosen: Callable[[str], bool]) -> list[Path]:
-        if folder.is_symlink() or not folder.is_dir():
-            return []
-        return sorted(p for p in folder.iterdir() if p.is_symlink() and chosen(p.name))
-
-    found = links(run_dir, _written_at_the_top)
-    found += links(run_dir / HYDRA_DIR, lambda name: True)
-    found += links(run_dir / CHECKPOINTS, lambda name: name.startswith("."))
-    found += links(run_dir / "csv", lambda name: True)  # Lightning's CSVLogger (logger=csv)
-    return found
-
-
-def _written_at_the_top(name: str) -> bool:
-    return (
-        name.startswith((".", "events.out.tfevents.", "optuna.db"))
-        or name.endswith(".log")
-        or name in WRITTEN_THROUGH
-    )
+    """Every symbolic link at or below ``run_dir`` (``run_dir`` itself if it is one), links never
+    followed, in order of their paths. A run or sweep directory holds none: vitattn writes no
+    link, and a folder that is one (``checkpoints -> <another run>/checkpoints``) would make a
+    resume write and delete in another run."""
+    if run_dir.is_symlink():
+        return [run_dir]
+    found: list[Path] = []
+    pending = [run_dir]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(Path(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+    return sorted(found)
 
 
 def refuse_planted_links(run_dir: Path) -> None:
-    """Refuse in one line a run or sweep directory holding a :func:`planted_links` link."""
+    """Refuse in one line naming it a symbolic link in a run or sweep directory
+    (:func:`planted_links`), before anything is read from it or written to it."""
     found = planted_links(run_dir)
     if found:
         raise unsafe(found[0])
+
+
+def refuse_links_read(run_dir: Path) -> None:
+    """Refuse in one line (:class:`UnreadableFileError`) reading a run directory that holds a
+    symbolic link (:func:`planted_links`): a summary leaves such a run out, naming the link."""
+    found = planted_links(run_dir)
+    if found:
+        target = one_line(os.readlink(found[0]))
+        raise UnreadableFileError(
+            found[0], f"is a symbolic link (to {target}), and a run holds none", "remove it"
+        )
+
+
+RUN_FILES = ((HYDRA_DIR, CONFIG), (HYDRA_DIR, OVERRIDES), (HYDRA_DIR, HYDRA_CONFIG), (METRICS,))
+"""The YAML and JSON files of a run that a command reads before it starts."""
+
+
+def check_run_files(run_dir: Path) -> None:
+    """Refuse in one line, before a command reads or writes anything else of ``run_dir``: a
+    symbolic link in it (:func:`refuse_planted_links`), and a file of :data:`RUN_FILES` that the
+    bounded reader refuses (too large, an anchor or alias, too deep, too many values, not the
+    kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without any; what
+    its items say is checked by the command that replays them
+    (:func:`vitattn.cli.resume.recorded_overrides`)."""
+    if not run_dir.is_dir():
+        return
+    refuse_planted_links(run_dir)
+    for parts in RUN_FILES:
+        path = run_dir.joinpath(*parts)
+        if not path.exists():
+            continue
+        if path.suffix == ".json":
+            read_json(path, dict)
+            continue
+        text = read_text(path, follow_links=False)
+        if parts[-1] != OVERRIDES:
+            parse_yaml(path, text, dict)
+        elif text.strip():  # its items are checked by the command that replays them
+            parse_yaml(path, text, object)
 
 
 def find_runs(

@@ -1,0 +1,325 @@
+"""A run's files are data, round two (issue 43): a file is read within bounds, a run holds no
+link (folders included), a marker deletes nothing, a number is a number, and what a file says
+reaches the console escaped; through the console scripts a user runs.
+
+Each test copies one real run of ``vitattn-train`` (trained once for the module), plants a real
+hostile file (an alias bomb, nesting 50,000 deep, 60 MB, a folder linked to another run, a
+3-byte marker, a zip bomb, text where a number belongs, terminal escapes), runs the command and
+checks: one last line naming the file, no traceback, nothing outside the run changed, no
+completed job lost. Commands that a bomb would make take gigabytes run as processes of their
+own under a memory cap (:data:`tests.support.bombs.MEMORY_CAP`) and a 60 s timeout, so that a
+regression fails instead of eating the machine."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support import bombs
+from tests.support.in_process import refused_in_process
+from tests.support.presets import FEW_STEPS
+from tests.support.runners import refusal_message, run_cli
+from tests.support.trees import KEPT, copy_run, tree_digest
+from vitattn.runs.files import MAX_READ
+from vitattn.utils.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+
+RESUME = ["resume=true", "trainer.max_steps=12"]
+"""Four more steps of the trained run (it completed at step 8)."""
+LIMIT = 60
+"""Seconds a hostile command may take before the test fails."""
+PLOT_CURVES = str(PROJECT_ROOT / "scripts" / "plot_curves.py")
+LORA_TABLE = str(PROJECT_ROOT / "scripts" / "lora_table.py")
+SIXTY_MB = 60 << 20
+
+
+@pytest.fixture
+def run(tmp_path: Path, tiny_run: Path) -> Path:
+    """A copy of the module's tiny run, unlocked."""
+    return copy_run(tiny_run, tmp_path / "runs" / "run")
+
+
+def refused_capped(program: str, *args: str, data_dir: Path) -> str:
+    """``program args`` as a process of its own under the memory cap and :data:`LIMIT`: its
+    one-line refusal (exit status 1, no traceback)."""
+    result = run_cli(
+        program, *args, data_dir=data_dir, check=False, timeout=LIMIT, memory=bombs.MEMORY_CAP
+    )
+    return refusal_message(program, result)
+
+
+# --- bounded reading ------------------------------------------------------------------------
+
+
+ALIAS = "holds a YAML anchor or alias (line 1, column "
+BOMBS: dict[str, tuple[str, Callable[[], str], str]] = {
+    "config alias bomb": (".hydra/config.yaml", bombs.alias_bomb, ALIAS),
+    "overrides alias bomb": (".hydra/overrides.yaml", bombs.alias_bomb_list, ALIAS),
+    "hydra alias bomb": (".hydra/hydra.yaml", bombs.alias_bomb, ALIAS),
+    "overrides 50,000 deep": (
+        ".hydra/overrides.yaml",
+        lambda: bombs.nested_list(50_000),
+        "is not valid YAML at line 1, column 1001: exceeded maximum nesting depth",
+    ),
+    "overrides 60 MB": (
+        ".hydra/overrides.yaml",
+        lambda: bombs.oversized(SIXTY_MB, "- seed=1\n"),
+        f"is {SIXTY_MB} bytes, more than vitattn writes there",
+    ),
+    "config 60 MB": (
+        ".hydra/config.yaml",
+        lambda: bombs.oversized(SIXTY_MB),
+        f"is {SIXTY_MB} bytes, more than vitattn writes there",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BOMBS))
+def test_a_bomb_in_a_runs_files_is_one_line_within_memory_and_time(
+    run: Path, elsewhere: Path, case: str, data_dir: Path
+) -> None:
+    name, content, problem = BOMBS[case]
+    path = run / name
+    path.write_text(content())
+    outside, inside = tree_digest(elsewhere), tree_digest(run)
+    said = refused_capped("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{path}: {problem}"), said
+    assert tree_digest(run) == inside and tree_digest(elsewhere) == outside
+
+
+MORE_BOMBS = {
+    "config 100 deep": (
+        ".hydra/config.yaml",
+        bombs.nested_block_mapping(100),
+        "is nested more than 64 deep",
+    ),
+    "config 150,000 values": (
+        ".hydra/config.yaml",
+        "seed: " + bombs.flood(150_000),
+        "holds more than 100000 values",
+    ),
+    "an anchor alone": (".hydra/hydra.yaml", "hydra: &a {}\n", "holds a YAML anchor or alias"),
+    "metrics 50,000 deep": ("metrics.json", bombs.nested_list(50_000), "is nested more than 64"),
+    "metrics 60 MB": (
+        "metrics.json",
+        '{"status": "completed"' + " " * SIXTY_MB + "}",
+        f"is {SIXTY_MB + 23} bytes, more than vitattn writes there",
+    ),
+    "metrics 200,000 values": (
+        "metrics.json",
+        '{"x": ' + bombs.flood(200_000) + "}",
+        "holds more than 100000 values",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MORE_BOMBS))
+def test_other_bombs_are_one_line_before_a_resume(
+    run: Path, elsewhere: Path, case: str, data_dir: Path
+) -> None:
+    name, content, problem = MORE_BOMBS[case]
+    path = run / name
+    path.write_text(content)
+    outside, inside = tree_digest(elsewhere), tree_digest(run)
+    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{path}: {problem}"), said
+    assert tree_digest(run) == inside and tree_digest(elsewhere) == outside
+
+
+def test_the_size_cap_is_far_above_what_vitattn_writes(tiny_run: Path) -> None:
+    largest = max(
+        path.stat().st_size
+        for path in tiny_run.rglob("*")
+        if path.suffix in (".json", ".yaml") and path.is_file()
+    )
+    print(f"largest YAML or JSON file of a run: {largest} bytes; cap {MAX_READ} bytes")
+    assert largest * 100 < MAX_READ
+
+
+# --- no links in a run ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("folder", "logger"),
+    [
+        ("checkpoints", []),
+        ("csv", ["logger=many_loggers"]),
+        ("attention", []),
+        (".hydra", []),
+    ],
+)
+def test_a_folder_linked_to_another_run_is_refused_before_a_resume(
+    run: Path, tmp_path: Path, folder: str, logger: list[str], data_dir: Path
+) -> None:
+    """``checkpoints -> <another run>/checkpoints`` once made a resume overwrite that run's
+    ``last.ckpt`` and delete its best; ``csv -> ...`` overwrote another ``metrics.csv``."""
+    other = copy_run(run, tmp_path / "others" / "other")
+    (other / "csv").mkdir(exist_ok=True)
+    (other / "csv" / "metrics.csv").write_bytes(KEPT)
+    shutil.rmtree(run / folder, ignore_errors=True)
+    link = run / folder
+    link.symlink_to(other / folder, target_is_directory=True)
+    theirs, inside = tree_digest(other), tree_digest(run)
+    said = refused_in_process(
+        "vitattn-train", *RESUME, *logger, f"hydra.run.dir={run}", data_dir=data_dir
+    )
+    assert said.startswith(f"{link} is a symbolic link (to {other / folder}): "), said
+    assert tree_digest(other) == theirs  # the other run's checkpoints and CSV as they were
+    assert tree_digest(run) == inside and link.is_symlink()
+
+
+def test_a_checkpoints_run_with_a_link_is_refused_for_ckpt_path(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    link = run / "attention" / "maps.npz"
+    link.unlink()
+    link.symlink_to(elsewhere / "kept.txt")
+    inside = tree_digest(run)
+    said = refused_in_process(
+        "vitattn-train", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", data_dir=data_dir
+    )
+    assert said.startswith(f"{link} is a symbolic link"), said
+    assert tree_digest(run) == inside and (elsewhere / "kept.txt").read_bytes() == KEPT
+
+
+def sweep_of(run: Path, status: str = "completed") -> tuple[Path, list[str]]:
+    """The trained run as the one job of a sweep, its ``metrics.json`` saying ``status``."""
+    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.runs.continuation import planned_jobs
+
+    sweep = run.parent / "sweep"
+    command = ["-m", *FEW_STEPS, f"hydra.sweep.dir={sweep}"]
+    (job,) = planned_jobs(overrides_of(name_jobs_by_what_differs(command)), sweep)
+    sweep.mkdir()
+    run.rename(job.directory)
+    metrics = json.loads((job.directory / "metrics.json").read_text())
+    (job.directory / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
+    return job.directory, command
+
+
+@pytest.mark.parametrize(
+    ("status", "plant"),
+    [
+        ("interrupted", "checkpoints"),
+        ("completed", "csv"),
+        ("failed", "attention"),
+        ("completed", "alias bomb"),
+    ],
+)
+def test_a_linked_folder_or_a_bomb_in_a_sweeps_job_is_refused_before_any_job_runs(
+    run: Path, elsewhere: Path, status: str, plant: str, data_dir: Path
+) -> None:
+    job, command = sweep_of(run, status)
+    if plant == "alias bomb":
+        path = job / ".hydra" / "config.yaml"
+        path.write_text(bombs.alias_bomb())
+        expected = f"{path}: {ALIAS}"
+    else:
+        shutil.rmtree(job / plant, ignore_errors=True)
+        (job / plant).symlink_to(elsewhere, target_is_directory=True)
+        expected = f"{job / plant} is a symbolic link (to {elsewhere}): "
+    outside, sweep = tree_digest(elsewhere), tree_digest(job.parent)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert said.startswith(expected), said
+    assert tree_digest(elsewhere) == outside and sorted(elsewhere.iterdir()) == [
+        elsewhere / "kept.txt"
+    ]
+    assert tree_digest(job.parent) == sweep  # nothing moved, nothing ran
+
+
+# --- the summary ------------------------------------------------------------------------------
+
+
+def two_seeds(run: Path) -> Path:
+    """A sweep of the trained run at two seeds (``seed=1``, ``seed=2``), both completed."""
+    sweep = run.parent / "seeds"
+    for seed in (1, 2):
+        job = copy_run(run, sweep / f"seed={seed}")
+        (job / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n")
+        config = job / ".hydra" / "config.yaml"
+        config.write_text(re.sub(r"(?m)^seed: .*$", f"seed: {seed}", config.read_text()))
+    return sweep
+
+
+def test_a_planted_marker_makes_the_summary_delete_no_job(run: Path, data_dir: Path) -> None:
+    """A 3-byte ``.vitattn-seed-run.json`` in a completed job's folder once made the summary
+    remove that job."""
+    from vitattn.analysis.seed_runs import MANIFEST, MARKER
+
+    sweep = two_seeds(run)
+    for job in sweep.iterdir():
+        (job / MARKER).write_text("{}\n")
+    jobs = {job.name: tree_digest(job) for job in sweep.iterdir()}
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    assert "Traceback" not in result.stderr
+    assert {job: tree_digest(sweep / job) for job in jobs} == jobs  # every job kept
+    (aggregate,) = [p for p in sweep.iterdir() if p.name not in jobs and p.is_dir()]
+    recorded = json.loads((sweep / MANIFEST).read_text())["seed_runs"]
+    assert [entry["name"] for entry in recorded] == [aggregate.name]
+    run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)  # again
+    assert {job: tree_digest(sweep / job) for job in jobs} == jobs
+    assert aggregate.is_dir()  # replaced: it is listed and looks as written
+
+
+def test_a_zip_bomb_of_attention_maps_is_one_line_within_memory_and_time(
+    run: Path, data_dir: Path
+) -> None:
+    """``attention/maps.npz`` of 3.4 MB that inflates to 3.5 GB: the summary leaves the maps
+    out in one line, its headers read before anything is inflated."""
+    maps = bombs.zip_bomb(run / "attention" / "maps.npz")
+    assert maps.stat().st_size < 4 << 20
+    result = run_cli(
+        "python",
+        PLOT_CURVES,
+        str(run),
+        data_dir=data_dir,
+        timeout=LIMIT,
+        memory=bombs.MEMORY_CAP,
+    )
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if str(maps) in line]
+    assert f"skipping {maps}: declares 3489660928 bytes of arrays" in line
+    assert (run / "summary.md").is_file()  # the rest of the summary is written
+
+
+@pytest.mark.parametrize("script", ["plot_curves", "lora_table"])
+def test_text_where_a_number_belongs_is_one_line(run: Path, script: str, data_dir: Path) -> None:
+    sweep = two_seeds(run)
+    path = sweep / "seed=1" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, "test/acc": "0.99\x1b[2J", "lora/rank": 4}))
+    command = PLOT_CURVES if script == "plot_curves" else LORA_TABLE
+    result = run_cli("python", command, str(sweep), data_dir=data_dir, timeout=LIMIT, check=False)
+    shown = result.stdout + result.stderr
+    assert "Traceback" not in shown and "\x1b" not in shown
+    problem = f'{path}: "test/acc" is "0.99\\u001b[2J", not a number'
+    (line,) = [line for line in shown.splitlines() if problem in line]
+    assert line.startswith("Failed: seed=1" if script == "lora_table" else "skipping ")
+
+
+def test_what_a_jobs_files_say_reaches_the_console_escaped(run: Path, data_dir: Path) -> None:
+    """Terminal escapes and line breaks in a job's overrides, its attention's name and its
+    folder's name are printed escaped: no escape reaches the terminal, no line is forged."""
+    sweep = two_seeds(run)
+    hostile = sweep / "seed=2\x1b]0;title\x07"
+    (sweep / "seed=2").rename(hostile)
+    (hostile / ".hydra" / "overrides.yaml").write_text(
+        '- seed=2\n- "model.depth=2\\e[31m\\nFORGED: all runs completed"\n'
+    )
+    metrics = json.loads((hostile / "metrics.json").read_text())
+    (hostile / "metrics.json").write_text(
+        json.dumps({**metrics, "status": "failed", "attention": "soft\x1b[2Jmax"})
+    )
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    shown = result.stdout + result.stderr
+    assert "Traceback" not in shown
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert not any(line.startswith("FORGED") for line in shown.splitlines())
+    assert "model.depth=2\\x1b[31m\\nFORGED" in result.stdout  # the label, escaped
+    assert "not completed: seed=2\\x1b]0;title\\x07" in result.stdout
