@@ -105,3 +105,35 @@ def test_a_run_recorded_before_its_callbacks_moved_continues_under_their_new_nam
     for old, new in MOVED_TARGETS.items():
         assert new in allowed_targets(), old
         assert get_class(new).__name__ == old.rsplit(".", 1)[-1]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('- &a ["x", "x"]\n- &b [*a, *a]\n- [*b, *b]\n', "anchor"),
+        ("- " + "[" * 100 + "]" * 100 + "\n", "deep"),
+    ],
+    ids=["alias bomb", "nested 100 deep"],
+)
+def test_recorded_overrides_are_read_within_the_bounds_of_run_files(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """``overrides.yaml`` is read by the bounded reader's rules even where this function is the
+    first to read it: an anchor or alias, or nesting past the bound, is one line naming the file,
+    before a node is built."""
+    from vitattn.cli.resume import recorded_overrides
+
+    path = tmp_path / "overrides.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        recorded_overrides(path)
+    message = str(raised.value)
+    assert message.startswith(str(path)) and said in message and "\n" not in message
+
+
+def test_recorded_overrides_keep_their_lines(tmp_path: Path) -> None:
+    from vitattn.cli.resume import recorded_overrides
+
+    path = tmp_path / "overrides.yaml"
+    path.write_text("- attention=linear\n- seed=3\n")
+    assert recorded_overrides(path) == [("attention=linear", 1), ("seed=3", 2)]

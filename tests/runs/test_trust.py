@@ -305,3 +305,20 @@ def test_the_checkpoint_plugin_checks_what_lightning_loads(tmp_path: Path) -> No
     loaded = AtomicCheckpointIO().load_checkpoint(path)
     (state,) = loaded["callbacks"].values()
     assert state["best_model_path"] == ""
+
+
+def test_a_linked_checkpoints_folder_holds_nothing_of_the_run(tmp_path: Path) -> None:
+    """``checkpoints -> <another run>/checkpoints``: resolving the link first would find the other
+    run's files "inside"; a linked folder holds nothing that Lightning may read or delete."""
+    other = tmp_path / "other" / "checkpoints"
+    other.mkdir(parents=True)
+    (other / "best.ckpt").write_bytes(b"theirs")
+    folder = tmp_path / "run" / "checkpoints"
+    folder.parent.mkdir()
+    folder.symlink_to(other)
+    paths = [str(folder / "best.ckpt"), str(other / "best.ckpt")]
+    checkpoint = model_checkpoint_state(
+        folder, best_model_path=paths[0], best_k_models={paths[1]: 1.0}
+    )
+    assert sorted(confine_callback_state(checkpoint, folder)) == sorted(paths)
+    assert (other / "best.ckpt").read_bytes() == b"theirs"

@@ -8,7 +8,12 @@ import yaml
 
 from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
 from vitattn.errors import ConfigError
-from vitattn.runs.files import read_text
+from vitattn.runs.files import (
+    BoundExceededError,
+    check_yaml_events,
+    read_text,
+    run_file_loader,
+)
 from vitattn.runs.layout import RunDir
 from vitattn.runs.recorded import RecordedSettings
 from vitattn.runs.trust import check_recorded_override, with_current_targets
@@ -95,9 +100,13 @@ def recorded_overrides(path: Path) -> list[tuple[str, int]]:
     """The overrides a run recorded (Hydra's ``.hydra/overrides.yaml``: a YAML list of
     ``key=value`` strings), each with its line in the file; one line naming the file when it is
     a link, unreadable, or not such a list."""
-    text = read_text(path, follow_links=False)  # a link, a FIFO, bad UTF-8: one line
+    text = read_text(path, follow_links=False)  # a link, a FIFO, bad UTF-8, too large: one line
     try:
-        document = yaml.compose(text, Loader=yaml.SafeLoader)
+        # bounded before a node is built: no anchors or aliases, depth, values (runs/files.py)
+        check_yaml_events(yaml.parse(text, Loader=run_file_loader()))
+        document = yaml.compose(text, Loader=run_file_loader())
+    except BoundExceededError as error:
+        raise ConfigError(f"{path} {error}") from None
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""

@@ -24,6 +24,7 @@ What a user types on the command line is not checked here: that is the user's ch
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -291,10 +292,16 @@ and deletes when a better checkpoint replaces them."""
 
 
 def within(path: Any, folder: Path) -> bool:
-    """Whether ``path`` (a path from a file) lies in ``folder`` after resolving ``..`` and
-    links; a value that is no path (a NUL byte in it, a number) does not."""
+    """Whether ``path`` (a path from a file) lies in ``folder`` both as written (``..``
+    collapsed, no link followed) and where it really is (links resolved), with ``folder`` not a
+    link itself: a ``checkpoints`` folder linked to another run's holds nothing of this run's. A
+    value that is no path (a NUL byte in it, a number) does not lie in it."""
     try:
-        return inside(Path(str(path)), folder)
+        if folder.is_symlink():
+            return False
+        written = Path(os.path.normpath(os.path.abspath(str(path))))
+        homes = (Path(os.path.normpath(os.path.abspath(folder))), folder.resolve())
+        return any(written.is_relative_to(home) for home in homes) and inside(written, folder)
     except (ValueError, OSError):
         return False
 
