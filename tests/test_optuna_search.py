@@ -118,7 +118,7 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
     )
     pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1}"
     command = search(sweep, "hydra.sweeper.n_trials=2", pruner, *TINY, *steps(6, 3))
-    run_in_process("vitattn-train", *command, data_dir=data_dir)
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir)
 
     assert states(sweep) == ["COMPLETE", "PRUNED"]
     (job,) = jobs(sweep)
@@ -132,6 +132,9 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
     assert "trials 1 complete, 1 pruned" in summary
     runs = markdown_tables(summary)[1]
     assert runs[1][:2] == [job, "pruned"]
+    assert "1 of 1 runs pruned by the search" in summary and "not completed" not in summary
+    said = result.stdout + result.stderr
+    assert f"pruned by the search: {job}" in said and "not completed" not in said
 
 
 @pytest.mark.slow

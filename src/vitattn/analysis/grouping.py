@@ -83,7 +83,10 @@ class Setting:
         """What the table's reader must know: runs not completed, an exact-by-construction
         mechanism."""
         notes = []
-        unfinished = len(self.runs) - len(self.completed)
+        pruned = sum(member.row["status"] == "pruned" for member in self.runs)
+        unfinished = len(self.runs) - len(self.completed) - pruned
+        if pruned:
+            notes.append(f"{pruned} of {len(self.runs)} runs pruned by the search")
         if unfinished:
             notes.append(f"{unfinished} of {len(self.runs)} runs not completed")
         notes += sorted({f"exact: {row['degenerate']}" for row in self.rows if row["degenerate"]})

@@ -156,7 +156,11 @@ def report(summary: Summary) -> str:
         f"wrote {path} (TensorBoard: the mean of its seeds with a 95% band)"
         for path in summary.seed_runs
     ]
-    failed = [member.row["run"] for member in summary.runs if not member.completed]
+    stopped = [member.row for member in summary.runs if not member.completed]
+    pruned = [row["run"] for row in stopped if row["status"] == "pruned"]
+    failed = [row["run"] for row in stopped if row["status"] != "pruned"]
+    if pruned:
+        lines.append(f"pruned by the search: {', '.join(pruned)}")
     if failed:
         lines.append(f"not completed: {', '.join(failed)}")
     return "\n".join(lines)
