@@ -192,19 +192,18 @@ def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
         refusal = r"hyper_parameters\.lora\.rank=1000000 is not valid"
     out = run.parent / "out"
     before = tree_digest(run.parent)
-    started = time.monotonic()
-    message = refused_in_process(
-        program,
-        *COMMANDS[program],
-        f"ckpt_path={checkpoint}",
-        f"hydra.run.dir={out}",
-        creates=out,
-        data_dir=data_dir,
-    )
+    command = [*COMMANDS[program], f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
+    if vector == "a LoRA rank of 10^6":  # what allocates: a process of its own, memory capped
+        result, seconds = capped(program, *command, data_dir=data_dir)
+        message = refusal_message(program, result, creates=out)
+    else:
+        started = time.monotonic()
+        message = refused_in_process(program, *command, creates=out, data_dir=data_dir)
+        seconds = time.monotonic() - started
     assert message.startswith(f"{checkpoint}"), message
     assert re.search(refusal, message), message
     assert tree_digest(run.parent) == before
-    assert time.monotonic() - started < 60
+    assert seconds < 60
 
 
 def test_a_truncated_checkpoint_through_a_resume_is_one_line(run: Path, data_dir: Path) -> None:

@@ -5,36 +5,13 @@ arithmetic, sets the time."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from vitattn.bench.floor import DispatchCounter
 
-class DispatchCounter(TorchDispatchMode):
-    """Counts the aten operations dispatched inside it, by name (``ops``) and in all (``total``);
-    ``computing`` leaves out views (``view``, ``transpose``, ``expand``, ``detach``, ...), which
-    launch nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-        self.views = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[str(func.overloadpacket)] += 1
-        self.views += bool(func.is_view)
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
-    @property
-    def computing(self) -> int:
-        return self.total - self.views
+__all__ = ["DispatchCounter", "forward_backward_dispatches"]
 
 
 def forward_backward_dispatches(

@@ -23,6 +23,7 @@ the operators its compiled artifact calls, not those it fused.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,14 +210,26 @@ def formula_flops(
 
 
 class DispatchCounter(PassThroughMode):
-    """Counts the operators dispatched while active (a higher-order operator is one)."""
+    """Counts the operators dispatched while active (a higher-order operator is one), by name
+    (``ops``) and in all (``count``); ``computing`` leaves out views (``view``, ``transpose``,
+    ``expand``, ``detach``, ...), which launch nothing."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
+        self.ops: Counter[str] = Counter()
+        self.views = 0
 
     def observe(self, func: Any, out: Any) -> None:
-        self.count += 1
+        self.ops[str(getattr(func, "overloadpacket", func))] += 1
+        self.views += bool(getattr(func, "is_view", False))
+
+    @property
+    def count(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def computing(self) -> int:
+        return self.count - self.views
 
 
 def count_dispatches(call: Callable[[], Any]) -> int:
