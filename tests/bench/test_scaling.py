@@ -12,7 +12,8 @@ from tests.support.presets import compose_config
 from vitattn.bench import scaling
 from vitattn.bench.app import benchmark
 from vitattn.bench.environment import half_the_memory
-from vitattn.bench.scaling import Guard, Runner, Sweep, predict
+from vitattn.bench.grid import Guard, Sweep
+from vitattn.bench.scaling import Runner, predict
 from vitattn.bench.scaling_table import Row, crossover, fit_exponent
 from vitattn.bench.settings import load_settings
 
@@ -129,11 +130,12 @@ def test_a_call_the_counter_cannot_count_takes_its_formula(monkeypatch) -> None:
     """Where ``torch.utils.flop_counter`` fails (FlexAttention's operator, say), the floor comes
     from the mechanism's formula, and says so."""
     from vitattn.bench.floor import formula_flops
+    from vitattn.bench.kernels import build_kernel
 
     monkeypatch.setattr(scaling, "count_gflop", lambda call, quiet=False: None)
     (row,) = Runner(small_sweep(attentions=["softmax"], seq_lens=[32])).run()
     assert row.ok and row.flops_source == "formula"
-    kernel = scaling.build_kernel("softmax", seq_len=32, heads=2, head_dim=8)
+    kernel = build_kernel("softmax", seq_len=32, heads=2, head_dim=8)
     forward = formula_flops("softmax", kernel, (1, 2, 32, 8), False)
     assert (row.fwd_gflop, row.gflop) == pytest.approx((forward / 1e9, 3 * forward / 1e9))
     assert row.fwd_bwd_floor_ms is not None and row.fwd_bwd_floor_pct is not None

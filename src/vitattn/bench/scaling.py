@@ -27,13 +27,12 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any
 
 import torch
-from torch import nn
 
 from vitattn.attention.common import autotune
 from vitattn.bench.devices import DeviceSpec, device_spec
@@ -45,56 +44,18 @@ from vitattn.bench.floor import (
     least_bytes,
     share_of_floor,
 )
+from vitattn.bench.grid import Guard, Sweep, Workload
 from vitattn.bench.kernels import (
-    attention_factory,
-    build_kernel,
     compiled_variant,
     failure_status,
-    split_variant,
 )
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.scaling_table import Row, add_speedups, scaling_table
 from vitattn.bench.settings import BenchSettings
 from vitattn.bench.timing import steady_heap, time_call
 from vitattn.models.flops import count_gflop
-from vitattn.models.vit import Block
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Guard:
-    """Limits that skip a size predicted to be too large for the machine."""
-
-    max_memory_bytes: float | None = None
-    max_call_seconds: float | None = None
-    free_below: int = 1024  # sizes up to this always run, unpredicted
-    max_measure_seconds: float | None = 30.0  # per timing: fewer repeats when calls are slow
-
-
-@dataclass
-class Sweep:
-    """The grid and the settings shared by every measurement."""
-
-    attentions: list[str]
-    seq_lens: list[int]
-    head_dims: list[int]
-    batch_size: int
-    heads: int
-    dtype: torch.dtype
-    device: torch.device
-    warmup: int
-    repeats: int
-    level: str = "kernel"
-    warmup_max: int | None = None  # None: exactly `warmup` calls (see vitattn.bench.timing)
-    settle: float = 0.1
-    steady_heap: bool = False
-    mlp_ratio: float = 2.0
-    knobs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    reference: str | None = "softmax"
-    seed: int = 0
-    guard: Guard = field(default_factory=Guard)
 
 
 @dataclass
@@ -213,60 +174,6 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
         setattr(row, f"{prefix}_least_bytes", least)
         if training:
             row.floor_bound = floor.bound
-
-
-class Workload:
-    """The module, inputs and the two calls (forward, forward+backward) of one grid point."""
-
-    def __init__(self, sweep: Sweep, attention: str, seq_len: int, head_dim: int) -> None:
-        torch.manual_seed(sweep.seed)
-        base, knobs = split_variant(attention, sweep.variants, sweep.knobs)
-        self.attention: str | None = base if sweep.level == "kernel" else None  # its formula
-        device, dtype = sweep.device, sweep.dtype
-        shape: tuple[int, ...]
-        if sweep.level == "block":
-            dim = sweep.heads * head_dim
-            self.module: nn.Module = Block(
-                dim=dim,
-                heads=sweep.heads,
-                mlp_dim=round(dim * sweep.mlp_ratio),
-                seq_len=seq_len,
-                attention=attention_factory(base, knobs),
-                dropout=0.0,
-            )
-            shape = (sweep.batch_size, seq_len, dim)
-            self.inputs = [torch.randn(shape, device=device, dtype=dtype)]
-        else:
-            self.module = build_kernel(
-                base, seq_len=seq_len, heads=sweep.heads, head_dim=head_dim, knobs=knobs
-            )
-            shape = (sweep.batch_size, sweep.heads, seq_len, head_dim)
-            self.inputs = [torch.randn(shape, device=device, dtype=dtype) for _ in range(3)]
-        self.module.to(device=device, dtype=dtype)
-        self.eager = self.module  # FLOPs and least bytes: the mechanism's, compiled or not
-        if compiled_variant(attention, sweep.variants):
-            # One graph or an error: a break would time the eager pieces between graphs.
-            self.module = torch.compile(self.module, fullgraph=True)
-        for tensor in self.inputs:
-            tensor.requires_grad_(True)
-        self.grad_out = torch.randn(shape, device=device, dtype=dtype)
-
-    def forward(self, module: nn.Module | None = None) -> torch.Tensor:
-        """One forward without gradients, of the timed module or the given one."""
-        module = self.module if module is None else module
-        module.eval()
-        with torch.no_grad():
-            return module(*self.inputs)
-
-    def forward_backward(self, module: nn.Module | None = None) -> None:
-        """One forward and backward, of the timed module or the given one."""
-        module = self.module if module is None else module
-        module.train()
-        for tensor in self.inputs:
-            tensor.grad = None
-        module.zero_grad(set_to_none=True)
-        out = module(*self.inputs)
-        out.backward(self.grad_out)
 
 
 def predict(history: list[tuple[int, float]], seq_len: int) -> float | None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitattn.bench.environment import half_the_memory
-from vitattn.bench.scaling import Guard, Runner, Sweep, describe, log_row
+from vitattn.bench.grid import Guard, Sweep
+from vitattn.bench.scaling import Runner, describe, log_row
 from vitattn.bench.scaling_table import Row, crossover
 from vitattn.check.settings import CheckSettings
 
