@@ -44,8 +44,8 @@ DEFECTS = [
     Defect(
         "linear: key mean for key sum",
         "linear.py",
-        "key_sum = phi_k.sum(dim=-2)",
-        "key_sum = phi_k.mean(dim=-2)",
+        "with_column(v.float(), 1.0)",
+        "with_column(v.float(), 1.0 / k.shape[-2])",
     ),
     Defect(
         "efficient: keys normalised over features",

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.support.in_process import run_in_process
+from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import FEW_STEPS, TINY, steps
 from tests.support.runners import refusal_message
 from tests.support.tables import markdown_tables
@@ -62,12 +62,17 @@ def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
     assert f"best_trial: {study.best_trial.number}" in results.read_text()
 
     # a trial planted in the study with values outside the space is refused, never launched;
-    # a link planted at the results file is replaced, not written through
+    # a link planted at the results file refuses the search, and nothing is written through it
     study.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text("kept\n")
     results.unlink()
     results.symlink_to(elsewhere)
+    # no link in a sweep directory (issue 43): the search is refused in one line, before a trial
+    said_link = refused_in_process("vitattn-train", *trials(3), data_dir=data_dir)
+    assert said_link.startswith(f"{results} is a symbolic link"), said_link
+    assert states(sweep) == ["COMPLETE"] * 3 + ["WAITING"] and elsewhere.read_text() == "kept\n"
+    results.unlink()
     result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
     said = (result.stdout + result.stderr).splitlines()
     refusals = [line for line in said if "is refused" in line]
@@ -76,7 +81,6 @@ def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
     assert states(sweep) == ["COMPLETE"] * 3 + ["FAIL"]
     assert len(jobs(sweep)) == 3
     assert elsewhere.read_text() == "kept\n"
-    assert not results.is_symlink()
     assert f"best_trial: {study.best_trial.number}" in results.read_text()
 
 

@@ -201,7 +201,8 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     assert reference["ratios"]["vitattn/timm"] > 0
     assert reference["ratios"]["vitattn compiled/timm compiled"] > 0
     summary = {r["attention"]: r for r in result["kernels"]["summary"]}
-    assert sorted(summary) == sorted([*attentions, "performer_autograd", "random_feature_autograd"])
+    variants = ["performer_autograd", "random_feature_autograd", "linear_compiled"]
+    assert sorted(summary) == sorted([*attentions, *variants])
     assert all(r["largest_seq_len"] == 256 for r in summary.values())
     text = (run_dir / "check.md").read_text()
     for heading in ("## Problems", "## Numerics", "## Training", "## Against timm", "## Kernels"):
@@ -212,6 +213,12 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     for row in kernels["results"]:
         assert row["fwd_bwd_floor_ms"] > 0 and row["fwd_bwd_floor_pct"] > 0, row
         assert row["fwd_bwd_dispatches"] > 0 and row["flops_source"] == "counted", row
+        assert row["compiled"] == (row["attention"] == "linear_compiled"), row
+    by_name = {(r["attention"], r["seq_len"]): r for r in kernels["results"]}
+    for n in (64, 256):  # compiled: the same floor, fewer operators (Inductor fused them)
+        eager, compiled = by_name["linear", n], by_name["linear_compiled", n]
+        assert compiled["fwd_bwd_floor_ms"] == eager["fwd_bwd_floor_ms"]
+        assert compiled["fwd_bwd_dispatches"] < eager["fwd_bwd_dispatches"]
     assert "% of floor" in text and "| ops" in text and "measured in this process" in text
 
 
