@@ -22,9 +22,8 @@ import pytest
 
 from tests.support import bombs
 from tests.support.in_process import refused_in_process
-from tests.support.presets import FEW_STEPS
 from tests.support.runners import refusal_message, run_cli
-from tests.support.trees import KEPT, copy_run, tree_digest
+from tests.support.trees import KEPT, copy_run, sweep_job, tree_digest
 from vitattn.runs.files import MAX_READ
 from vitattn.utils.config import PROJECT_ROOT
 
@@ -80,19 +79,6 @@ BOMBS: dict[str, tuple[str, Callable[[], str], str]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(BOMBS))
-def test_a_bomb_in_a_runs_files_is_one_line_within_memory_and_time(
-    run: Path, elsewhere: Path, case: str, data_dir: Path
-) -> None:
-    name, content, problem = BOMBS[case]
-    path = run / name
-    path.write_text(content())
-    outside, inside = tree_digest(elsewhere), tree_digest(run)
-    said = refused_capped("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
-    assert said.startswith(f"{path}: {problem}"), said
-    assert tree_digest(run) == inside and tree_digest(elsewhere) == outside
-
-
 MORE_BOMBS = {
     "config 100 deep": (
         ".hydra/config.yaml",
@@ -119,15 +105,19 @@ MORE_BOMBS = {
 }
 
 
-@pytest.mark.parametrize("case", list(MORE_BOMBS))
-def test_other_bombs_are_one_line_before_a_resume(
+@pytest.mark.parametrize("case", [*BOMBS, *MORE_BOMBS])
+def test_a_bomb_in_a_runs_files_is_one_line_within_memory_and_time(
     run: Path, elsewhere: Path, case: str, data_dir: Path
 ) -> None:
-    name, content, problem = MORE_BOMBS[case]
+    """A resume of a run with the bomb planted: the bombs of :data:`BOMBS` (gigabytes or
+    minutes unbounded) run as a process of their own under the memory cap and :data:`LIMIT`,
+    the others (:data:`MORE_BOMBS`) in this process."""
+    name, content, problem = BOMBS.get(case) or MORE_BOMBS[case]
     path = run / name
-    path.write_text(content)
+    path.write_text(content() if callable(content) else content)
     outside, inside = tree_digest(elsewhere), tree_digest(run)
-    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    refuse = refused_capped if case in BOMBS else refused_in_process
+    said = refuse("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
     assert said.startswith(f"{path}: {problem}"), said
     assert tree_digest(run) == inside and tree_digest(elsewhere) == outside
 
@@ -188,21 +178,6 @@ def test_a_checkpoints_run_with_a_link_is_refused_for_ckpt_path(
     assert tree_digest(run) == inside and (elsewhere / "kept.txt").read_bytes() == KEPT
 
 
-def sweep_of(run: Path, status: str = "completed") -> tuple[Path, list[str]]:
-    """The trained run as the one job of a sweep, its ``metrics.json`` saying ``status``."""
-    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
-    from vitattn.runs.continuation import planned_jobs
-
-    sweep = run.parent / "sweep"
-    command = ["-m", *FEW_STEPS, f"hydra.sweep.dir={sweep}"]
-    (job,) = planned_jobs(overrides_of(name_jobs_by_what_differs(command)), sweep)
-    sweep.mkdir()
-    run.rename(job.directory)
-    metrics = json.loads((job.directory / "metrics.json").read_text())
-    (job.directory / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
-    return job.directory, command
-
-
 @pytest.mark.parametrize(
     ("status", "plant"),
     [
@@ -215,7 +190,7 @@ def sweep_of(run: Path, status: str = "completed") -> tuple[Path, list[str]]:
 def test_a_linked_folder_or_a_bomb_in_a_sweeps_job_is_refused_before_any_job_runs(
     run: Path, elsewhere: Path, status: str, plant: str, data_dir: Path
 ) -> None:
-    job, command = sweep_of(run, status)
+    job, command = sweep_job(run, status)
     if plant == "alias bomb":
         path = job / ".hydra" / "config.yaml"
         path.write_text(bombs.alias_bomb())

@@ -20,9 +20,9 @@ import pytest
 
 from tests.support.faults import CrashAtStep
 from tests.support.in_process import refused_in_process, run_in_process
-from tests.support.presets import FEW_STEPS, plug
+from tests.support.presets import plug
 from tests.support.runners import refusal_message, refused, run_cli
-from tests.support.trees import KEPT, copy_run, tree_digest
+from tests.support.trees import KEPT, copy_run, sweep_job, tree_digest
 from vitattn.utils.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -216,22 +216,6 @@ def test_a_linked_attempts_file_is_refused_before_the_resume(
 
 
 # --- a sweep continuation ----------------------------------------------------------------------
-
-
-def sweep_job(run: Path, status: str) -> tuple[Path, list[str]]:
-    """The trained run as the one job of a sweep, its ``metrics.json`` saying ``status``; the
-    job's directory and the sweep's command."""
-    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
-    from vitattn.runs.continuation import planned_jobs
-
-    sweep = run.parent / "sweep"
-    command = ["-m", *FEW_STEPS, f"hydra.sweep.dir={sweep}"]
-    (job,) = planned_jobs(overrides_of(name_jobs_by_what_differs(command)), sweep)
-    sweep.mkdir()
-    run.rename(job.directory)
-    metrics = json.loads((job.directory / "metrics.json").read_text())
-    edit_metrics(job.directory, json.dumps({**metrics, "status": status}))
-    return job.directory, command
 
 
 @pytest.mark.parametrize(

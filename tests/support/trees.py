@@ -4,6 +4,7 @@ file outside a run that a hostile file must leave as it is."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -27,3 +28,20 @@ def tree_digest(root: Path) -> dict[str, str]:
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }
+
+
+def sweep_job(run: Path, status: str) -> tuple[Path, list[str]]:
+    """The trained ``run`` moved in as the one job of a sweep beside it, its ``metrics.json``
+    saying ``status``: the job's directory and the sweep's command."""
+    from tests.support.presets import FEW_STEPS
+    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.runs.continuation import planned_jobs
+
+    sweep = run.parent / "sweep"
+    command = ["-m", *FEW_STEPS, f"hydra.sweep.dir={sweep}"]
+    (job,) = planned_jobs(overrides_of(name_jobs_by_what_differs(command)), sweep)
+    sweep.mkdir()
+    run.rename(job.directory)
+    metrics = json.loads((job.directory / "metrics.json").read_text())
+    (job.directory / "metrics.json").write_text(json.dumps({**metrics, "status": status}))
+    return job.directory, command
