@@ -90,31 +90,63 @@ def test_each_formula_agrees_with_the_flop_counter(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cuda_name", "sheet", "bf16_tflops", "tb_per_s"),
+    ("cuda_name", "sheet", "fp32", "bf16", "fp16", "tb_per_s"),
     [
-        ("NVIDIA H200", "NVIDIA H200 SXM", 989.5, 4.8),
-        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 835.5, 4.8),
-        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 989.5, 3.35),
-        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 756.5, 2.0),
-        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 312.0, 2.039),
-        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 312.0, 1.555),
-        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 312.0, 1.935),
-        ("NVIDIA L4", "NVIDIA L4", 121.0, 0.3),
-        ("Tesla T4", "NVIDIA T4", 8.1, 0.32),  # no bf16 path: its fp32 rate
+        ("NVIDIA H200", "NVIDIA H200 SXM", 67.0, 989.5, 989.5, 4.8),
+        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 60.0, 835.5, 835.5, 4.8),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 67.0, 989.5, 989.5, 3.35),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 51.0, 756.5, 756.5, 2.0),
+        ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 60.0, 835.5, 835.5, 3.9),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 19.5, 312.0, 312.0, 2.039),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 19.5, 312.0, 312.0, 1.555),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 19.5, 312.0, 312.0, 1.935),
+        ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB", 19.5, 312.0, 312.0, 1.555),
+        ("NVIDIA A10", "NVIDIA A10", 31.2, 125.0, 125.0, 0.6),
+        ("NVIDIA L40S", "NVIDIA L40S", 91.6, 362.05, 362.05, 0.864),
+        ("NVIDIA L4", "NVIDIA L4", 30.3, 121.0, 121.0, 0.3),
+        # No bf16 path on Volta or Turing: no bf16 figure, fp16 on the tensor cores.
+        ("Tesla V100-SXM2-16GB", "NVIDIA V100 SXM2", 15.7, None, 125.0, 0.9),
+        ("Tesla V100-PCIE-32GB", "NVIDIA V100 PCIe", 14.0, None, 112.0, 0.9),
+        ("Tesla T4", "NVIDIA T4", 8.1, None, 65.0, 0.32),
     ],
 )
 def test_the_datasheet_of_a_gpu_by_the_name_cuda_gives(
-    cuda_name: str, sheet: str, bf16_tflops: float, tb_per_s: float
+    cuda_name: str, sheet: str, fp32: float, bf16: float | None, fp16: float, tb_per_s: float
 ) -> None:
     spec = from_datasheet(cuda_name)
     assert spec is not None and spec.name == sheet and not spec.measured
-    assert spec.peak(torch.bfloat16) == pytest.approx(bf16_tflops * 1e12)
+    tera = {dtype: flops / 1e12 for dtype, flops in spec.peak_flops.items()}
+    expected = {"float32": fp32, "float16": fp16} | ({} if bf16 is None else {"bfloat16": bf16})
+    assert tera == pytest.approx(expected)
     assert spec.bandwidth == pytest.approx(tb_per_s * 1e12)
-    assert "datasheet" in spec.source
+    assert "datasheet" in spec.source and "https://" in spec.source
+
+
+def test_a_t4_floors_fp16_on_its_tensor_cores_and_bf16_at_its_fp32_rate() -> None:
+    """Issue: the T4 had no 16-bit figure, so an fp16 call's floor took the fp32 8.1 TFLOP/s
+    (eight times too slow a floor). fp16 is 65 now; bf16, which Turing has no path for, keeps
+    the fp32 rate."""
+    t4 = from_datasheet("Tesla T4")
+    assert t4 is not None
+    assert t4.peak(torch.float16) == pytest.approx(65e12)
+    assert t4.peak(torch.bfloat16) == t4.peak(torch.float32) == pytest.approx(8.1e12)
+    # 6.5 TFLOP and few bytes: 100 ms in fp16, 802 ms in bf16.
+    assert floor_of(6.5e12, 1.0, t4, torch.float16, "formula").ms == pytest.approx(100.0)
+    assert floor_of(6.5e12, 1.0, t4, torch.bfloat16, "formula").ms == pytest.approx(6500 / 8.1)
+    assert t4.summary(torch.float16)["peak_tflops"] == pytest.approx(65.0)
 
 
 def test_an_unlisted_gpu_is_not_matched() -> None:
-    for name in ("NVIDIA L40S", "NVIDIA GeForce RTX 4090", "Some Future GPU"):
+    # Whole words only: an L40 is neither an L4 nor an L40S, an A10G not an A10, a V100S not a
+    # V100, a GH200 not an H200; their figures differ, so they are measured.
+    for name in (
+        "NVIDIA L40",
+        "NVIDIA A10G",
+        "Tesla V100S-PCIE-32GB",
+        "NVIDIA GH200 480GB",
+        "NVIDIA GeForce RTX 4090",
+        "Some Future GPU",
+    ):
         assert from_datasheet(name) is None, name
 
 

@@ -41,28 +41,72 @@ def test_counting_leaves_the_network_as_it_was() -> None:
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
 
 
+def _name_the_gpu(monkeypatch, name: str) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+
+
+GPU = torch.device("cuda", 0)
+
+
 def test_mfu_divides_achieved_model_flops_by_the_gpus_16_bit_peak(monkeypatch) -> None:
     from vitattn.models import flops
 
+    # The H100 and H200 peaks are the datasheets' 989.5 (MFU used 989 before its table and the
+    # floor's became one), the A100's 312 as before.
     names = {
-        "NVIDIA H100 80GB HBM3": 989.0,
-        "NVIDIA H100 PCIe": 756.0,
+        "NVIDIA H200": 989.5,
+        "NVIDIA H100 80GB HBM3": 989.5,
+        "NVIDIA H100 PCIe": 756.5,
         "NVIDIA A100-SXM4-80GB": 312.0,
-        "NVIDIA L40S": 362.0,
+        "NVIDIA L40S": 362.05,
         "NVIDIA L4": 121.0,
-        "Tesla T4": 65.0,
         "Some Future GPU": None,
     }
-    gpu = torch.device("cuda", 0)
     for name, peak in names.items():
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
-        assert flops.peak_tflops(gpu, "bf16-mixed") == peak, name
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "Tesla T4")
-    assert flops.peak_tflops(gpu, "32-true") is None  # not the 16-bit path: no peak to claim
+        _name_the_gpu(monkeypatch, name)
+        assert flops.peak_tflops(GPU, "bf16-mixed") == peak, name
+        assert flops.peak_tflops(GPU, "16-mixed") == peak, name
+    _name_the_gpu(monkeypatch, "NVIDIA H100 80GB HBM3")
+    assert flops.peak_tflops(GPU, "32-true") is None  # not the 16-bit path: no peak to claim
+    assert flops.peak_tflops(GPU, "transformer-engine") is None
     assert flops.peak_tflops(torch.device("cpu"), "bf16-mixed") is None
+    # 0.9895 GFLOP/image at 100,000 images/s on a 989.5 TFLOP/s H100 SXM is 10% of its peak.
+    assert flops.model_flops_utilisation(0.9895, 100_000, GPU, "bf16-mixed") == pytest.approx(0.1)
+    assert flops.model_flops_utilisation(None, 100_000, GPU, "bf16-mixed") is None
+    assert flops.model_flops_utilisation(0.9895, 100_000, GPU, "32-true") is None
+
+
+def test_mfu_on_a_part_without_a_bf16_path_has_no_peak(monkeypatch) -> None:
+    """A T4 has fp16 tensor cores (65 TFLOP/s) but no bf16 path, a V100 likewise (125): MFU at
+    bf16 compares with nothing rather than with the fp16 figure."""
+    from vitattn.models import flops
+
+    for name, fp16 in (("Tesla T4", 65.0), ("Tesla V100-SXM2-16GB", 125.0)):
+        _name_the_gpu(monkeypatch, name)
+        assert flops.peak_tflops(GPU, "16-mixed") == fp16, name
+        assert flops.peak_tflops(GPU, "bf16-mixed") is None, name
+        assert flops.model_flops_utilisation(1.0, 10_000, GPU, "bf16-mixed") is None, name
     # 0.65 GFLOP/image at 10,000 images/s on a 65 TFLOP/s T4 is 10% of its peak.
-    assert flops.model_flops_utilisation(0.65, 10_000, gpu, "16-mixed") == pytest.approx(0.1)
-    assert flops.model_flops_utilisation(None, 10_000, gpu, "16-mixed") is None
+    _name_the_gpu(monkeypatch, "Tesla T4")
+    assert flops.model_flops_utilisation(0.65, 10_000, GPU, "16-mixed") == pytest.approx(0.1)
+
+
+def test_mfu_and_the_floor_read_one_table(monkeypatch) -> None:
+    """Every listed GPU: MFU's peak in bf16 and fp16 is the floor's figure in that dtype (and
+    none where the floor falls back to fp32 for want of one)."""
+    from vitattn.bench.devices import from_datasheet
+    from vitattn.models import flops
+    from vitattn.utils.datasheets import DATASHEETS
+
+    for sheet in DATASHEETS:
+        name = " ".join(sheet.parts)
+        spec = from_datasheet(name)
+        assert spec is not None and spec.name == sheet.name, name
+        _name_the_gpu(monkeypatch, name)
+        for precision, dtype in (("bf16-mixed", "bfloat16"), ("16-true", "float16")):
+            peak = flops.peak_tflops(GPU, precision)
+            own = spec.peak_flops.get(dtype)
+            assert (peak is None and own is None) or peak * 1e12 == pytest.approx(own), name
 
 
 def test_a_network_elsewhere_is_counted_on_the_examples_device(caplog) -> None:

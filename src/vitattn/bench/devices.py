@@ -1,14 +1,15 @@
 """What a device can do at best: its dense peak FLOP/s per dtype and its memory bandwidth.
 
-GPUs named in :data:`DATASHEETS` take the figures of their vendor's datasheet (dense, without
-the 2:4 sparsity the datasheets also quote, which no attention here uses). Any other device, a
-CPU always, is measured once per process (:func:`measured`): the peak as the best of a few timed
-square matrix products in the dtype, the bandwidth as the best of a few copies of a tensor far
-larger than any cache (read once, written once). Measured figures say so (``source``), and they
+GPUs listed in :data:`vitattn.utils.datasheets.DATASHEETS` (the one table, which MFU reads too)
+take the figures of their vendor's datasheet (dense, without the 2:4 sparsity the datasheets also
+quote, which no attention here uses). Any other device, a CPU always, is measured once per
+process (:func:`measured`): the peak as the best of a few timed square matrix products in the
+dtype, the bandwidth as the best of a few copies of a tensor far larger than any cache (read
+once, written once). Measured figures say so (``source``), and they
 are what this process reaches with its threads, not what the part could reach alone.
 
 fp32 is the CUDA cores' fp32 rate (PyTorch multiplies fp32 matrices without TF32 unless told);
-a dtype a part has no faster path for (bf16 on a T4) takes its fp32 figure.
+a dtype a part has no tensor-core path for (bf16 on a T4 or a V100) takes its fp32 figure.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from vitattn.bench.environment import cpu_name
+from vitattn.utils.datasheets import datasheet
 
 TERA = 1e12
 
@@ -53,58 +55,15 @@ class DeviceSpec:
         }
 
 
-def _sheet(name: str, fp32: float, half: float | None, tb_per_s: float, source: str) -> DeviceSpec:
-    flops = {"float32": fp32 * TERA}
-    if half is not None:
-        flops |= {"bfloat16": half * TERA, "float16": half * TERA}
-    return DeviceSpec(name, flops, tb_per_s * TERA, source)
-
-
-A100_SHEET = (
-    "NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf, "
-    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)"
-)
-H100_SHEET = (
-    "NVIDIA H100 Tensor Core GPU datasheet "
-    "(https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)"
-)
-H200_SHEET = (
-    "NVIDIA H200 Tensor Core GPU datasheet (https://www.nvidia.com/en-us/data-center/h200/)"
-)
-L4_SHEET = "NVIDIA L4 Tensor Core GPU datasheet (https://www.nvidia.com/en-us/data-center/l4/)"
-T4_SHEET = (
-    "NVIDIA T4 Tensor Core GPU datasheet (https://www.nvidia.com/content/dam/en-zz/Solutions/"
-    "Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf); Turing has no bf16 path"
-)
-
-DATASHEETS: tuple[tuple[tuple[str, ...], DeviceSpec], ...] = (
-    # (parts that must all be in torch.cuda.get_device_name(), figures); the first match wins,
-    # so the more specific names come first. TFLOP/s fp32, bf16/fp16 dense; TB/s.
-    (("H200", "NVL"), _sheet("NVIDIA H200 NVL", 60.0, 835.5, 4.8, H200_SHEET)),
-    (("H200",), _sheet("NVIDIA H200 SXM", 67.0, 989.5, 4.8, H200_SHEET)),
-    (("H100", "NVL"), _sheet("NVIDIA H100 NVL", 60.0, 835.5, 3.9, H100_SHEET)),
-    (("H100", "PCIe"), _sheet("NVIDIA H100 PCIe", 51.0, 756.5, 2.0, H100_SHEET)),
-    (("H100",), _sheet("NVIDIA H100 SXM", 67.0, 989.5, 3.35, H100_SHEET)),
-    (("A100", "80GB", "PCIE"), _sheet("NVIDIA A100 80GB PCIe", 19.5, 312.0, 1.935, A100_SHEET)),
-    (("A100", "80GB"), _sheet("NVIDIA A100 80GB SXM", 19.5, 312.0, 2.039, A100_SHEET)),
-    (("A100",), _sheet("NVIDIA A100 40GB", 19.5, 312.0, 1.555, A100_SHEET)),
-    (("L4",), _sheet("NVIDIA L4", 30.3, 121.0, 0.3, L4_SHEET)),
-    (("T4",), _sheet("NVIDIA T4", 8.1, None, 0.32, T4_SHEET)),
-)
-"""The GPUs whose figures come from their datasheets (docs/bench.md lists them)."""
-
-
 def from_datasheet(device_name: str) -> DeviceSpec | None:
-    """The datasheet figures of a GPU named ``device_name`` (as ``torch.cuda.get_device_name``
-    says it: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla T4"), or ``None`` if unlisted."""
-    upper = device_name.upper()
-    for parts, spec in DATASHEETS:
-        if all(part.upper() in upper for part in parts):
-            if "L4" in parts and "L40" in upper:  # an L40 or L40S is not an L4
-                continue
-            return spec
-    return None
+    """The datasheet figures (:mod:`vitattn.utils.datasheets`) of a GPU named ``device_name`` (as
+    ``torch.cuda.get_device_name`` says it: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla T4"),
+    or ``None`` if unlisted."""
+    sheet = datasheet(device_name)
+    if sheet is None:
+        return None
+    flops = {dtype: tflops * TERA for dtype, tflops in sheet.tflops.items()}
+    return DeviceSpec(sheet.name, flops, sheet.tb_per_s * TERA, sheet.source)
 
 
 def device_spec(device: torch.device, dtype: torch.dtype) -> DeviceSpec:

@@ -10,10 +10,10 @@ attention also trains compiled (``model.compile=true``), its row beside the eage
 step time. The reference section runs ours and timm's eager and, with ``reference.compile``,
 compiled. GFLOP/image is forward+backward,
 counted by :func:`~vitattn.models.flops.gflop_per_image`; MFU is the model FLOPs achieved per
-second over the device's dense 16-bit tensor-core peak
-(:func:`~vitattn.models.flops.model_flops_utilisation`; none on a CPU or an unlisted GPU, or at
-32-bit precision). The loss is "falling" when the mean of the last quarter of
-the steps is below that of the first quarter.
+second over the device's dense tensor-core peak in the run's 16-bit dtype
+(:func:`~vitattn.models.flops.model_flops_utilisation`; none on a CPU or an unlisted GPU, at
+32-bit precision, or at bf16 on a part without a bf16 path such as a T4). The loss is
+"falling" when the mean of the last quarter of the steps is below that of the first quarter.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from vitattn.attention.common import autotune
+from vitattn.utils.datasheets import datasheet
 
 log = logging.getLogger(__name__)
 
@@ -87,29 +88,27 @@ def gflop_per_image(net: nn.Module, example: torch.Tensor) -> float | None:
     return count_gflop(forward_backward)
 
 
-PEAK_TFLOPS = {
-    "H200": 989.0,
-    "H100 NVL": 835.0,
-    "H100 PCIe": 756.0,
-    "H100": 989.0,  # the SXM part calls itself "NVIDIA H100 80GB HBM3"
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10": 125.0,
-    "V100": 125.0,
-    "T4": 65.0,
-}
-"""Dense fp16/bf16 tensor-core peak TFLOP/s by a GPU name's part (NVIDIA datasheets; the first
-part found in ``torch.cuda.get_device_name()`` wins, so longer names come first)."""
+def sixteen_bit_dtype(precision: str) -> str | None:
+    """The dtype a Lightning ``precision`` ("bf16-mixed", "16-mixed", "bf16-true", "32-true")
+    multiplies in on the tensor cores' 16-bit path: ``bfloat16``, ``float16``, or ``None``."""
+    if precision.startswith("bf16"):
+        return "bfloat16"
+    if precision.startswith("16"):
+        return "float16"
+    return None
 
 
 def peak_tflops(device: torch.device, precision: str) -> float | None:
-    """The 16-bit peak of ``device`` for MFU, or ``None`` where there is none to compare with:
-    a CPU, an unlisted GPU, or a precision that does not run on the tensor cores' 16-bit path."""
-    if device.type != "cuda" or not precision.startswith(("16", "bf16")):
+    """The dense 16-bit tensor-core peak of ``device`` in ``precision``'s dtype, from its
+    datasheet (:mod:`vitattn.utils.datasheets`, the table the bench's floors read too), or
+    ``None`` where there is none to compare with: a CPU, an unlisted GPU, a precision that does
+    not run on the tensor cores' 16-bit path, or a part without a path in that dtype (bf16 on a
+    T4 or a V100)."""
+    dtype = sixteen_bit_dtype(precision)
+    if device.type != "cuda" or dtype is None:
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for part, peak in PEAK_TFLOPS.items() if part in name), None)
+    sheet = datasheet(torch.cuda.get_device_name(device))
+    return None if sheet is None else sheet.tflops.get(dtype)
 
 
 def model_flops_utilisation(
