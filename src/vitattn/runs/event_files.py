@@ -68,13 +68,14 @@ def event_files(folder: Path) -> list[Path]:
 
 
 def check_event_files(
-    folder: Path,
-    max_bytes: int = MAX_EVENT_BYTES,
-    max_records: int = MAX_EVENT_RECORDS,
+    folder: Path, max_bytes: int | None = None, max_records: int | None = None
 ) -> list[Path]:
     """The event files of ``folder`` (:func:`event_files`), each checked as the module says, all
-    of them together within ``max_bytes`` and ``max_records``; the first that is not is one line
-    naming it (:class:`UnreadableFileError`)."""
+    of them together within ``max_bytes`` and ``max_records`` (default :data:`MAX_EVENT_BYTES`
+    and :data:`MAX_EVENT_RECORDS`, read when called); the first that is not is one line naming
+    it (:class:`UnreadableFileError`)."""
+    max_bytes = MAX_EVENT_BYTES if max_bytes is None else max_bytes
+    max_records = MAX_EVENT_RECORDS if max_records is None else max_records
     total = records = 0
     files = event_files(folder)
     for path in files:
@@ -84,7 +85,7 @@ def check_event_files(
                 raise UnreadableFileError(
                     path, f"brings the run's event files to {total} bytes, more than {max_bytes}"
                 )
-            records += count_records(path, handle, max_records - records)
+            records = count_records(path, handle, records, max_records)
     return files
 
 
@@ -110,19 +111,20 @@ def open_event_file(path: Path) -> IO[bytes]:
     return os.fdopen(descriptor, "rb")
 
 
-def count_records(path: Path, handle: IO[bytes], max_records: int) -> int:
-    """The records of the event file ``handle`` (``path``, which errors name), read header by
-    header through a memory map, their data skipped: each header's CRC must match and each
-    record declare at most :data:`MAX_RECORD_BYTES`; a last record cut short ends the count.
-    More than ``max_records`` is one line. The CRC of each length is computed once (records of
+def count_records(path: Path, handle: IO[bytes], counted: int, max_records: int) -> int:
+    """``counted`` (the records of a run's files before this one) and the records of the event
+    file ``handle`` (``path``, which errors name), read header by header through a memory map,
+    their data skipped: each header's CRC must match and each record declare at most
+    :data:`MAX_RECORD_BYTES`; a last record cut short ends the count. More than ``max_records``
+    in all is one line. The CRC of each length is computed once (records of
     n distinct lengths take n^2 / 2 bytes or more, so at most about 32,000 within
     :data:`MAX_EVENT_BYTES`)."""
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
     size = os.fstat(handle.fileno()).st_size
     if size == 0:
-        return 0
-    position = records = 0
+        return counted
+    position, records = 0, counted
     crcs: dict[int, int] = {}  # by length: a file's records take few lengths (the CRC is Python)
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         while position + HEADER.size <= size:
