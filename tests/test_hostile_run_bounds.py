@@ -6,9 +6,10 @@ Each test copies one real run of ``vitattn-train`` (trained once for the module)
 hostile file (an alias bomb, nesting 50,000 deep, 60 MB, a folder linked to another run, a
 3-byte marker, a zip bomb, an event record claiming a terabyte, text where a number belongs,
 terminal escapes), runs the command and checks: one last line naming the file, no traceback,
-nothing outside the run changed, no completed job lost. Commands that a bomb would make take gigabytes run as processes of their
-own under a memory cap (:data:`tests.support.bombs.MEMORY_CAP`) and a 60 s timeout, so that a
-regression fails instead of eating the machine."""
+nothing outside the run changed, no completed job lost. Commands that a bomb would make take
+gigabytes run as processes of their own under a memory cap
+(:data:`tests.support.bombs.MEMORY_CAP`) and a 60 s timeout, so that a regression fails instead
+of eating the machine."""
 
 from __future__ import annotations
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from tests.support import bombs
 from vitattn.analysis.events import read_scalar_events
@@ -107,6 +109,27 @@ def test_lengths_that_fail_their_crc_are_one_line(tmp_path: Path) -> None:
         handle.write(b"not events at all, " * 20)
     said = refused(tmp_path, path)
     assert f"has a record at byte {size} whose length fails its CRC: not events" in said
+
+
+def test_a_record_that_is_not_an_event_is_one_line(tmp_path: Path) -> None:
+    path = write_events(tmp_path)
+    size = path.stat().st_size
+    junk = b"\xff" * 12
+    length = struct.pack("<Q", len(junk))
+    with path.open("ab") as handle:  # framed as a record, CRCs valid
+        handle.write(length + struct.pack("<I", masked_crc32c(length)) + junk)
+        handle.write(struct.pack("<I", masked_crc32c(junk)))
+    said = refused(tmp_path, path)
+    assert f"has a record at byte {size} that is not a TensorBoard event" in said
+
+
+def test_a_runs_tags_are_bounded(tmp_path: Path) -> None:
+    """TensorBoard holds about 3.4 KB per tag: 20 MB of distinct tags took 1.65 GB."""
+    write_events(tmp_path, tag="val/acc")
+    second = write_events(tmp_path, tag="val/loss")
+    assert len(check_event_files(tmp_path, max_tags=2)) == 2
+    said = refused(tmp_path, second, max_tags=1)
+    assert "brings the run's events to more than 1 tags" in said
 
 
 def test_a_file_cut_in_its_last_record_is_read_as_tensorboard_reads_it(tmp_path: Path) -> None:

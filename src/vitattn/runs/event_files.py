@@ -5,20 +5,24 @@ TensorBoard's reader (without TensorFlow: ``tensorboard.compat.tensorflow_stub``
 before it reads them, so a 200-byte file whose second record claims 2^40 bytes is a
 ``MemoryError`` (30 GB too; under a 3 GB address-space cap, measured in issue 43). It keeps
 every scalar (vitattn asks for all of them), about 215 bytes of memory per scalar record, and
-reads about 0.7 MB of scalar records a second (20 MB: 29 s, 124 MB). A FIFO named like an event
-file blocks its ``open`` for ever; a file that is not events it reads as nothing, in silence.
+reads scalar records at about 0.4 to 0.7 MB a second (20 MB: 29 s, 124 MB; 100 MB: 247 s,
+487 MB, on two loaded cores); each distinct tag costs about 3.4 KB (20 MB of 479,000 tags:
+1.65 GB). A FIFO named like an event file blocks its ``open`` for ever; a file that is not
+events it reads as nothing, in silence.
 
 So, before TensorBoard opens a run's event files (:func:`check_event_files`), each file it
 would read (:func:`is_event_file`) is:
 
 * a regular file, opened without following a link (``O_NOFOLLOW``, and ``O_NONBLOCK`` so a
   FIFO does not block);
-* within :data:`MAX_EVENT_BYTES` and :data:`MAX_EVENT_RECORDS`, all of a run's files together;
+* within :data:`MAX_EVENT_BYTES`, :data:`MAX_EVENT_RECORDS` and :data:`MAX_EVENT_TAGS`, all of
+  a run's files together;
 * framed as TFRecords (uint64 length, uint32 masked CRC-32C of the length, the data, uint32
   masked CRC of the data), every record's length CRC checked and every record at most
   :data:`MAX_RECORD_BYTES`. The last record may be cut short (a run killed while its writer
   flushed leaves one; TensorBoard reads the records before it), but it too declares at most
-  :data:`MAX_RECORD_BYTES`, so nothing asks for more.
+  :data:`MAX_RECORD_BYTES`, so nothing asks for more;
+* made of TensorBoard ``Event`` protos (each complete record parsed, once, for its tags).
 
 A refusal is one line naming the file (:class:`vitattn.runs.files.UnreadableFileError`). The
 files are checked, then read by name: a file swapped in between is not checked (the run's
@@ -31,6 +35,7 @@ import mmap
 import os
 import stat
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -39,19 +44,33 @@ from vitattn.runs.files import CLOEXEC, NOFOLLOW, UnreadableFileError, one_line
 MAX_EVENT_BYTES = 512 << 20
 """The most bytes of event files read from one run: five times the largest run vitattn's presets
 write (``experiment=vit_best``: 156 validations of eight attention images of about 70 KB each,
-90 MB; a run of the tiny settings writes 421 KB). TensorBoard reads scalar records at about
-0.7 MB/s and keeps about 4.5 times their bytes in memory, so :data:`MAX_EVENT_RECORDS` bounds a
-file of scalars well before this does."""
-MAX_EVENT_RECORDS = 1 << 22
-"""The most records (one per scalar, image or summary logged) read from one run: ten times the
-400,000 of ``experiment=vit_best`` logging five scalars at each of its 78,000 steps. TensorBoard
-keeps about 215 bytes per scalar record: at most 0.9 GB."""
+90 MB; a run of the tiny settings writes 421 KB). Scalars are bounded by
+:data:`MAX_EVENT_RECORDS` well before this."""
+MAX_EVENT_RECORDS = 1 << 21
+"""The most records (one per scalar, image or summary logged) read from one run, 2,097,152: five
+times the 400,000 of ``experiment=vit_best`` on a CPU (five scalars at each of 78,000 steps; on
+a GPU, logging every 25 steps, 20,000). TensorBoard holds that many scalar records (100 MB) in
+487 MB and reads them in about 4 minutes."""
+MAX_EVENT_TAGS = 10_000
+"""The most distinct tags read from one run: vitattn logs about 30, plus three per layer (the
+fidelity, the entropy gap and the attention image): about 420 at its largest depth, 128.
+TensorBoard holds about 3.4 KB per tag: 34 MB."""
 MAX_RECORD_BYTES = 64 << 20
 """The largest record read: a record of an image vitattn logs takes about 70 KB."""
 HEADER = struct.Struct("<QI")
 """A record's header: its data's length and the masked CRC-32C of those 8 bytes."""
 FOOTER = 4
 """A record's last bytes: the masked CRC-32C of its data."""
+
+
+@dataclass
+class Tally:
+    """What a run's event files checked so far hold, and the bounds they are held to."""
+
+    max_records: int
+    max_tags: int
+    records: int = 0
+    tags: set[str] = field(default_factory=set)
 
 
 def is_event_file(name: str) -> bool:
@@ -68,15 +87,21 @@ def event_files(folder: Path) -> list[Path]:
 
 
 def check_event_files(
-    folder: Path, max_bytes: int | None = None, max_records: int | None = None
+    folder: Path,
+    max_bytes: int | None = None,
+    max_records: int | None = None,
+    max_tags: int | None = None,
 ) -> list[Path]:
     """The event files of ``folder`` (:func:`event_files`), each checked as the module says, all
-    of them together within ``max_bytes`` and ``max_records`` (default :data:`MAX_EVENT_BYTES`
-    and :data:`MAX_EVENT_RECORDS`, read when called); the first that is not is one line naming
-    it (:class:`UnreadableFileError`)."""
+    of them together within ``max_bytes``, ``max_records`` and ``max_tags`` (default
+    :data:`MAX_EVENT_BYTES`, :data:`MAX_EVENT_RECORDS` and :data:`MAX_EVENT_TAGS`, read when
+    called); the first that is not is one line naming it (:class:`UnreadableFileError`)."""
     max_bytes = MAX_EVENT_BYTES if max_bytes is None else max_bytes
-    max_records = MAX_EVENT_RECORDS if max_records is None else max_records
-    total = records = 0
+    tally = Tally(
+        MAX_EVENT_RECORDS if max_records is None else max_records,
+        MAX_EVENT_TAGS if max_tags is None else max_tags,
+    )
+    total = 0
     files = event_files(folder)
     for path in files:
         with open_event_file(path) as handle:
@@ -85,7 +110,7 @@ def check_event_files(
                 raise UnreadableFileError(
                     path, f"brings the run's event files to {total} bytes, more than {max_bytes}"
                 )
-            records = count_records(path, handle, records, max_records)
+            check_records(path, handle, tally)
     return files
 
 
@@ -111,41 +136,66 @@ def open_event_file(path: Path) -> IO[bytes]:
     return os.fdopen(descriptor, "rb")
 
 
-def count_records(path: Path, handle: IO[bytes], counted: int, max_records: int) -> int:
-    """``counted`` (the records of a run's files before this one) and the records of the event
-    file ``handle`` (``path``, which errors name), read header by header through a memory map,
-    their data skipped: each header's CRC must match and each record declare at most
-    :data:`MAX_RECORD_BYTES`; a last record cut short ends the count. More than ``max_records``
-    in all is one line. The CRC of each length is computed once (records of
-    n distinct lengths take n^2 / 2 bytes or more, so at most about 32,000 within
-    :data:`MAX_EVENT_BYTES`)."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
+def check_records(path: Path, handle: IO[bytes], tally: Tally) -> None:
+    """Check the records of the event file ``handle`` (``path``, which errors name) through a
+    memory map, adding them to ``tally``: each header's CRC must match, each record declare at
+    most :data:`MAX_RECORD_BYTES` and be an ``Event``; a last record cut short ends the file.
+    More records or tags than ``tally`` allows, all files together, is one line. The CRC of each
+    length is computed once (records of n distinct lengths take n^2 / 2 bytes or more, so at
+    most about 32,000 within :data:`MAX_EVENT_BYTES`)."""
     size = os.fstat(handle.fileno()).st_size
     if size == 0:
-        return counted
-    position, records = 0, counted
+        return
+    position = 0
     crcs: dict[int, int] = {}  # by length: a file's records take few lengths (the CRC is Python)
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         while position + HEADER.size <= size:
-            length, crc = HEADER.unpack_from(data, position)
-            if length not in crcs:
-                crcs[length] = masked_crc32c(data[position : position + 8])
-            if crcs[length] != crc:
+            length = _length(path, data, position, crcs)
+            start, position = position, position + HEADER.size + length + FOOTER
+            tally.records += 1
+            if tally.records > tally.max_records:
                 raise UnreadableFileError(
-                    path, f"has a record at byte {position} whose length fails its CRC: not events"
+                    path, f"brings the run's events to more than {tally.max_records} records"
                 )
-            if length > MAX_RECORD_BYTES:
-                left = size - position - HEADER.size
-                raise UnreadableFileError(
-                    path,
-                    f"has a record at byte {position} declaring {length} bytes, more than "
-                    f"{MAX_RECORD_BYTES} (and {left} are left in the file)",
-                )
-            records += 1
-            if records > max_records:
-                raise UnreadableFileError(
-                    path, f"brings the run's events to more than {max_records} records"
-                )
-            position += HEADER.size + length + FOOTER
-    return records
+            if position <= size:  # a cut last record is left to TensorBoard, which stops there
+                _add_tags(path, data[start + HEADER.size : position - FOOTER], start, tally)
+
+
+def _length(path: Path, data: mmap.mmap, position: int, crcs: dict[int, int]) -> int:
+    """The data length the record at ``position`` declares, its CRC checked and its size within
+    :data:`MAX_RECORD_BYTES`."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    length, crc = HEADER.unpack_from(data, position)
+    if length not in crcs:
+        crcs[length] = masked_crc32c(data[position : position + 8])
+    if crcs[length] != crc:
+        raise UnreadableFileError(
+            path, f"has a record at byte {position} whose length fails its CRC: not events"
+        )
+    if length > MAX_RECORD_BYTES:
+        left = len(data) - position - HEADER.size
+        raise UnreadableFileError(
+            path,
+            f"has a record at byte {position} declaring {length} bytes, more than "
+            f"{MAX_RECORD_BYTES} (and {left} are left in the file)",
+        )
+    return length
+
+
+def _add_tags(path: Path, record: bytes, position: int, tally: Tally) -> None:
+    """Add the tags of the ``Event`` ``record`` (at ``position`` of ``path``) to ``tally``."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    try:
+        event = Event.FromString(record)
+    except DecodeError:
+        raise UnreadableFileError(
+            path, f"has a record at byte {position} that is not a TensorBoard event"
+        ) from None
+    tally.tags.update(value.tag for value in event.summary.value)
+    if len(tally.tags) > tally.max_tags:
+        raise UnreadableFileError(
+            path, f"brings the run's events to more than {tally.max_tags} tags"
+        )
