@@ -144,6 +144,19 @@ def test_the_size_cap_is_far_above_what_vitattn_writes(tiny_run: Path) -> None:
     assert largest * 100 < MAX_READ
 
 
+def test_the_event_caps_are_far_above_what_vitattn_writes(tiny_run: Path) -> None:
+    """The tiny run's event files (421 KB, 51 records, 21 tags) fit in a hundredth of each cap
+    (:mod:`vitattn.runs.event_files` sizes them from the largest preset)."""
+    from vitattn.runs import event_files as events
+
+    assert events.check_event_files(
+        tiny_run,
+        max_bytes=events.MAX_EVENT_BYTES // 100,
+        max_records=events.MAX_EVENT_RECORDS // 100,
+        max_tags=events.MAX_EVENT_TAGS // 100,
+    )
+
+
 # --- no links in a run ------------------------------------------------------------------------
 
 

@@ -47,14 +47,15 @@ write (``experiment=vit_best``: 156 validations of eight attention images of abo
 90 MB; a run of the tiny settings writes 421 KB). Scalars are bounded by
 :data:`MAX_EVENT_RECORDS` well before this."""
 MAX_EVENT_RECORDS = 1 << 21
-"""The most records (one per scalar, image or summary logged) read from one run, 2,097,152: five
-times the 400,000 of ``experiment=vit_best`` on a CPU (five scalars at each of 78,000 steps; on
-a GPU, logging every 25 steps, 20,000). TensorBoard holds that many scalar records (100 MB) in
+"""The most records (one per scalar, image or summary logged) read from one run, 2,097,152: a run
+logs three or four scalars a step (the tiny settings: 51 records for 8 steps), so
+``experiment=vit_best`` (78,000 steps) writes about 300,000 on a CPU, which logs every step, and
+15,000 on a GPU (every 25 steps). TensorBoard holds 2.1 million scalar records (100 MB) in
 487 MB and reads them in about 4 minutes."""
 MAX_EVENT_TAGS = 10_000
-"""The most distinct tags read from one run: vitattn logs about 30, plus three per layer (the
-fidelity, the entropy gap and the attention image): about 420 at its largest depth, 128.
-TensorBoard holds about 3.4 KB per tag: 34 MB."""
+"""The most distinct tags read from one run: the tiny settings log 21; each layer past the first
+adds three (its fidelity, entropy gap and attention image), about 400 at the largest depth
+vitattn builds, 128. TensorBoard holds about 3.4 KB per tag: 34 MB."""
 MAX_RECORD_BYTES = 64 << 20
 """The largest record read: a record of an image vitattn logs takes about 70 KB."""
 HEADER = struct.Struct("<QI")
