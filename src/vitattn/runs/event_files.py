@@ -82,7 +82,9 @@ def is_event_file(name: str) -> bool:
 
 def event_files(folder: Path) -> list[Path]:
     """The entries of ``folder`` TensorBoard would read as event files, links not followed, in
-    order of their names (the order TensorBoard reads them in)."""
+    order of their names (the order TensorBoard reads them in); none where there is no folder."""
+    if not folder.is_dir():
+        return []
     with os.scandir(folder) as entries:
         return sorted(Path(entry.path) for entry in entries if is_event_file(entry.name))
 
