@@ -31,7 +31,6 @@ folder is someone else's to write while vitattn reads it, as with any reader of 
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -139,66 +138,70 @@ def open_event_file(path: Path) -> IO[bytes]:
     return os.fdopen(descriptor, "rb")
 
 
+class LengthCrcs(dict[int, int]):
+    """The masked CRC-32C of each record length's 8 bytes, computed once per length: TensorBoard's
+    CRC is pure Python, and a file's records take few lengths (records of n distinct lengths take
+    n^2 / 2 bytes or more, so at most about 32,000 within :data:`MAX_EVENT_BYTES`)."""
+
+    def __missing__(self, length: int) -> int:
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+        self[length] = masked_crc32c(struct.pack("<Q", length))
+        return self[length]
+
+
 def check_records(path: Path, handle: IO[bytes], tally: Tally) -> None:
-    """Check the records of the event file ``handle`` (``path``, which errors name) through a
-    memory map, adding them to ``tally``: each header's CRC must match, each record declare at
-    most :data:`MAX_RECORD_BYTES` and be an ``Event``; a last record cut short ends the file.
-    More records or tags than ``tally`` allows, all files together, is one line. The CRC of each
-    length is computed once (records of n distinct lengths take n^2 / 2 bytes or more, so at
-    most about 32,000 within :data:`MAX_EVENT_BYTES`)."""
+    """Check the records of the event file ``handle`` (``path``, which errors name), adding them
+    to ``tally``: each header's CRC must match (:func:`record_length`), each record be an
+    ``Event``; a last record cut short ends the file (its data is not read). More records or tags
+    than ``tally`` allows, all files together, is one line. Read with plain reads, not a memory
+    map: a file cut short by its writer meanwhile is a short read, not a ``SIGBUS``."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+
     size = os.fstat(handle.fileno()).st_size
-    if size == 0:
-        return
     position = 0
-    crcs: dict[int, int] = {}  # by length: a file's records take few lengths (the CRC is Python)
-    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        while position + HEADER.size <= size:
-            length = _length(path, data, position, crcs)
-            start, position = position, position + HEADER.size + length + FOOTER
-            tally.records += 1
-            if tally.records > tally.max_records:
-                raise UnreadableFileError(
-                    path, f"brings the run's events to more than {tally.max_records} records"
-                )
-            if position <= size:  # a cut last record is left to TensorBoard, which stops there
-                _add_tags(path, data[start + HEADER.size : position - FOOTER], start, tally)
+    crcs = LengthCrcs()
+    while position + HEADER.size <= size:
+        header = handle.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return  # cut short since its size was read
+        length = record_length(path, header, position, size, crcs)
+        start, position = position, position + HEADER.size + length + FOOTER
+        tally.records += 1
+        if tally.records > tally.max_records:
+            raise UnreadableFileError(
+                path, f"brings the run's events to more than {tally.max_records} records"
+            )
+        record = handle.read(length + FOOTER) if position <= size else b""
+        if len(record) < length + FOOTER:
+            return  # a cut last record is left to TensorBoard, which stops there
+        try:
+            event = Event.FromString(record[:length])
+        except DecodeError:
+            raise UnreadableFileError(
+                path, f"has a record at byte {start} that is not a TensorBoard event"
+            ) from None
+        tally.tags.update(value.tag for value in event.summary.value)
+        if len(tally.tags) > tally.max_tags:
+            raise UnreadableFileError(
+                path, f"brings the run's events to more than {tally.max_tags} tags"
+            )
 
 
-def _length(path: Path, data: mmap.mmap, position: int, crcs: dict[int, int]) -> int:
-    """The data length the record at ``position`` declares, its CRC checked and its size within
-    :data:`MAX_RECORD_BYTES`."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
-    length, crc = HEADER.unpack_from(data, position)
-    if length not in crcs:
-        crcs[length] = masked_crc32c(data[position : position + 8])
+def record_length(path: Path, header: bytes, position: int, size: int, crcs: LengthCrcs) -> int:
+    """The data length the record ``header`` (at ``position`` of a file of ``size`` bytes)
+    declares, its CRC checked and its size within :data:`MAX_RECORD_BYTES`."""
+    length, crc = HEADER.unpack(header)
     if crcs[length] != crc:
         raise UnreadableFileError(
             path, f"has a record at byte {position} whose length fails its CRC: not events"
         )
     if length > MAX_RECORD_BYTES:
-        left = len(data) - position - HEADER.size
+        left = size - position - HEADER.size
         raise UnreadableFileError(
             path,
             f"has a record at byte {position} declaring {length} bytes, more than "
             f"{MAX_RECORD_BYTES} (and {left} are left in the file)",
         )
     return length
-
-
-def _add_tags(path: Path, record: bytes, position: int, tally: Tally) -> None:
-    """Add the tags of the ``Event`` ``record`` (at ``position`` of ``path``) to ``tally``."""
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto.event_pb2 import Event
-
-    try:
-        event = Event.FromString(record)
-    except DecodeError:
-        raise UnreadableFileError(
-            path, f"has a record at byte {position} that is not a TensorBoard event"
-        ) from None
-    tally.tags.update(value.tag for value in event.summary.value)
-    if len(tally.tags) > tally.max_tags:
-        raise UnreadableFileError(
-            path, f"brings the run's events to more than {tally.max_tags} tags"
-        )
