@@ -4,11 +4,12 @@ reaches the console escaped; through the console scripts a user runs.
 
 Each test copies one real run of ``vitattn-train`` (trained once for the module), plants a real
 hostile file (an alias bomb, nesting 50,000 deep, 60 MB, a folder linked to another run, a
-3-byte marker, a zip bomb, text where a number belongs, terminal escapes), runs the command and
-checks: one last line naming the file, no traceback, nothing outside the run changed, no
-completed job lost. Commands that a bomb would make take gigabytes run as processes of their
-own under a memory cap (:data:`tests.support.bombs.MEMORY_CAP`) and a 60 s timeout, so that a
-regression fails instead of eating the machine."""
+3-byte marker, a zip bomb, an event record claiming a terabyte, text where a number belongs,
+terminal escapes), runs the command and checks: one last line naming the file, no traceback,
+nothing outside the run changed, no completed job lost. Commands that a bomb would make take
+gigabytes run as processes of their own under a memory cap
+(:data:`tests.support.bombs.MEMORY_CAP`) and a 60 s timeout, so that a regression fails instead
+of eating the machine."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 from tests.support import bombs
 from tests.support.in_process import refused_in_process
 from tests.support.runners import refusal_message, run_cli
+from tests.support.tables import read_csv
 from tests.support.trees import KEPT, copy_run, sweep_job, tree_digest
 from vitattn.runs.files import MAX_READ
 from vitattn.utils.config import PROJECT_ROOT
@@ -130,6 +132,19 @@ def test_the_size_cap_is_far_above_what_vitattn_writes(tiny_run: Path) -> None:
     )
     print(f"largest YAML or JSON file of a run: {largest} bytes; cap {MAX_READ} bytes")
     assert largest * 100 < MAX_READ
+
+
+def test_the_event_caps_are_far_above_what_vitattn_writes(tiny_run: Path) -> None:
+    """The tiny run's event files (421 KB, 51 records, 21 tags) fit in a hundredth of each cap
+    (:mod:`vitattn.runs.event_files` sizes them from the largest preset)."""
+    from vitattn.runs import event_files as events
+
+    assert events.check_event_files(
+        tiny_run,
+        max_bytes=events.MAX_EVENT_BYTES // 100,
+        max_records=events.MAX_EVENT_RECORDS // 100,
+        max_tags=events.MAX_EVENT_TAGS // 100,
+    )
 
 
 # --- no links in a run ------------------------------------------------------------------------
@@ -261,6 +276,34 @@ def test_a_zip_bomb_of_attention_maps_is_one_line_within_memory_and_time(
     (line,) = [line for line in result.stderr.splitlines() if str(maps) in line]
     assert f"skipping {maps}: declares 3489660928 bytes of arrays" in line
     assert (run / "summary.md").is_file()  # the rest of the summary is written
+
+
+def test_an_event_record_claiming_a_terabyte_is_one_line_within_memory_and_time(
+    run: Path, data_dir: Path
+) -> None:
+    """An event file whose last record claims 2^40 bytes (a 200-byte record): TensorBoard's
+    reader asked Python for them, a ``MemoryError`` that left the run out of the summary. The
+    record headers are read first: the run keeps its row from ``metrics.json``, its curves are
+    left out in one line naming the file."""
+    from vitattn.runs.event_files import event_files
+
+    planted = bombs.length_bomb(event_files(run)[0])
+    result = run_cli(
+        "python",
+        PLOT_CURVES,
+        str(run),
+        data_dir=data_dir,
+        timeout=LIMIT,
+        memory=bombs.MEMORY_CAP,
+    )
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if str(planted) in line]
+    assert f"skipping {planted}: has a record at byte " in line
+    assert f"declaring {1 << 40} bytes" in line
+    (row,) = read_csv(run / "summary.csv")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert float(row["test_acc"]) == pytest.approx(metrics["test/acc"])
+    assert row["best_val_acc"] == ""  # no curves
 
 
 @pytest.mark.parametrize("script", ["plot_curves", "lora_table"])

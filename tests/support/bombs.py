@@ -1,6 +1,6 @@
 """Hostile run files made in a moment: a YAML alias bomb, nesting, a flood of values, a file past
-the size cap, an ``.npz`` that inflates a thousandfold; and a child process under a memory cap,
-so that a regression fails instead of eating the machine."""
+the size cap, an ``.npz`` that inflates a thousandfold, an event record claiming a terabyte; and
+a child process under a memory cap, so that a regression fails instead of eating the machine."""
 
 from __future__ import annotations
 
@@ -91,6 +91,18 @@ def zip_bomb(path: Path, inflated: int = 3_500_000_000, member: str = "rollout.n
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(local + data + central + end)
+    return path
+
+
+def length_bomb(path: Path, claimed: int = 1 << 40) -> Path:
+    """Append to the TensorBoard event file ``path`` a record whose header claims ``claimed``
+    bytes (its CRC valid) and 100 bytes of it: TensorBoard's reader asks Python for the
+    ``claimed`` bytes before it reads them."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    length = struct.pack("<Q", claimed)
+    with path.open("ab") as handle:
+        handle.write(length + struct.pack("<I", masked_crc32c(length)) + bytes(100))
     return path
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from vitattn.runs.event_files import check_event_files
+from vitattn.runs.files import UnreadableFileError
+
 
 def read_scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
     """All scalars of a run as ``{tag: [(step, wall_time, value), ...]}`` sorted by step.
@@ -13,12 +16,19 @@ def read_scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, 
     such folder) as TensorBoard does: one accumulator over the whole folder, in the order the
     files were written, so that a resumed run's purge marker hides the steps a killed run had
     logged past its checkpoint. A run that was fitted and then tested has one file per stage.
+
+    The files are checked first (:func:`vitattn.runs.event_files.check_event_files`: regular
+    files, no link, within a size and a count of records, each record's length framed and
+    bounded); one that is not is one line naming it (:class:`UnreadableFileError`), and
+    TensorBoard reads nothing of the run.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = Path(run_dir)
     folder = run_dir / "tensorboard" if (run_dir / "tensorboard").is_dir() else run_dir
-    if not any(folder.glob("events.out.tfevents.*")):
+    if folder.is_symlink():
+        raise UnreadableFileError(folder, "is a symbolic link, and a run holds none", "remove it")
+    if not check_event_files(folder):
         return {}
     accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     tensorboard_log = logging.getLogger("tensorboard")

@@ -3,8 +3,15 @@ one row per run.
 
 A *run directory* is what ``vitattn-train`` writes: ``.hydra/`` (config and overrides),
 TensorBoard event files (in the directory itself, or in ``tensorboard/`` for older runs; read
-with TensorBoard's own ``EventAccumulator``), ``metrics.json`` and, with the attention-maps
-callback, ``attention/maps.npz``. A multirun directory holds one run directory per job.
+with TensorBoard's own ``EventAccumulator`` once they are checked within bounds), ``metrics.json``
+and, with the attention-maps callback, ``attention/maps.npz``. A multirun directory holds one run
+directory per job.
+
+A run whose ``.hydra/`` files or ``metrics.json`` cannot be read is left out of a summary
+(:func:`load_run` raises). A run whose event files are refused
+(:mod:`vitattn.runs.event_files`: a link, a FIFO, too large, not framed as events) keeps its row
+from ``metrics.json``, without curves, and one warning line names the file (:func:`curves`), as
+a refused ``attention/maps.npz`` leaves out the maps alone.
 
 Runs are labelled by the overrides that differ between the runs shown (``attention=linear``),
 never by those they share; runs that differ only by ``seed`` share a label, hence a line.
@@ -13,6 +20,7 @@ never by those they share; runs that differ only by ``seed`` share a label, henc
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections import Counter
@@ -22,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.analysis.events import read_scalars
-from vitattn.runs.files import one_line, read_yaml
+from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
 
 SUMMARY_COLUMNS = (
@@ -52,6 +60,8 @@ SUMMARY_COLUMNS = (
 
 
 SEED_KEY = "seed"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,7 +165,17 @@ def load_run(path: Path) -> Run:
     hydra = _optional(run.hydra_file, read_yaml, dict).get("hydra")
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
-    return Run(path, overrides, config, metrics, read_scalars(path), choices=choices)
+    return Run(path, overrides, config, metrics, curves(path), choices=choices)
+
+
+def curves(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """The scalars of the run in ``path`` (:func:`vitattn.analysis.events.read_scalars`); none,
+    with a warning line naming the file, where its event files are refused."""
+    try:
+        return read_scalars(path)
+    except UnreadableFileError as error:
+        log.warning("skipping %s", error)
+        return {}
 
 
 def _optional(path: Path, read: Any, expected: type) -> Any:

@@ -244,9 +244,10 @@ def write_seed_runs(
 ) -> list[Path]:
     """Write one aggregate run into ``sweep_dir`` per setting of ``groups`` (a setting's label,
     as the sweep summary labels it, to its runs' directories, one per seed) that has two or more
-    runs with any of ``tags``; see the module's docstring for what it holds. The aggregate runs
-    of an earlier call are replaced: a setting left with fewer than two seeds loses its folder.
-    Returns the folders written, in the order of ``groups``.
+    runs with any of ``tags`` (a run whose event files are refused has none); see the module's
+    docstring for what it holds. The aggregate runs of an earlier call are replaced: a setting
+    left with fewer than two seeds loses its folder. Returns the folders written, in the order
+    of ``groups``.
 
     Raises:
         ValueError: ``sweep_dir`` is not a directory, two settings would share a folder, or a
@@ -257,7 +258,9 @@ def write_seed_runs(
         raise ValueError(f"no sweep directory at {sweep_dir}")
     planned: dict[str, tuple[str, list[Path], list[Events]]] = {}
     for label, runs in groups.items():
-        read = [(Path(run), read_scalar_events(run)) for run in runs]
+        if len(runs) < 2:
+            continue
+        read = [(Path(run), _events(Path(run))) for run in runs]
         kept = [(run, events) for run, events in read if any(tag in events for tag in tags)]
         if len(kept) < 2:
             continue
@@ -282,6 +285,15 @@ def write_seed_runs(
         write_seed_run(sweep_dir / name, label, runs, events, tags)
         for name, (label, runs, events) in planned.items()
     ]
+
+
+def _events(run: Path) -> Events:
+    """The run's scalars; none where its event files are refused (the summary that read the run
+    has said so in one line), so the mean leaves it out as it leaves out a run without curves."""
+    try:
+        return read_scalar_events(run)
+    except UnreadableFileError:
+        return {}
 
 
 def _digest(text: str) -> str:
