@@ -2,13 +2,10 @@
 
 TensorBoard's reader (without TensorFlow: ``tensorboard.compat.tensorflow_stub``'s
 ``PyRecordReader_New``) trusts each record's 8-byte length: it asks Python for that many bytes
-before it reads them, so a 200-byte file whose second record claims 2^40 bytes is a
-``MemoryError`` (30 GB too; under a 3 GB address-space cap, measured in issue 43). It keeps
-every scalar (vitattn asks for all of them), about 215 bytes of memory per scalar record, and
-reads scalar records at about 0.4 to 0.7 MB a second (20 MB: 29 s, 124 MB; 100 MB: 247 s,
-487 MB, on two loaded cores); each distinct tag costs about 3.4 KB (20 MB of 479,000 tags:
-1.65 GB). A FIFO named like an event file blocks its ``open`` for ever; a file that is not
-events it reads as nothing, in silence.
+before it reads them. It keeps every scalar (vitattn asks for all of them) and a few KB per
+distinct tag, reads records at pure Python's pace, opens a FIFO named like an event file and
+waits for ever, and reads a file that is not events as nothing, in silence (what each costs, as
+measured: docs/runs.md, "Event files").
 
 So, before TensorBoard opens a run's event files (:func:`check_event_files`), each file it
 would read (:func:`is_event_file`) is:
@@ -42,19 +39,17 @@ from vitattn.runs.files import CLOEXEC, NOFOLLOW, UnreadableFileError, one_line
 
 MAX_EVENT_BYTES = 512 << 20
 """The most bytes of event files read from one run: five times the largest run vitattn's presets
-write (``experiment=vit_best``: 156 validations of eight attention images of about 70 KB each,
-90 MB; a run of the tiny settings writes 421 KB). Scalars are bounded by
-:data:`MAX_EVENT_RECORDS` well before this."""
+write (``experiment=vit_best``, mostly its attention images: docs/runs.md). Scalars are bounded
+by :data:`MAX_EVENT_RECORDS` well before this."""
 MAX_EVENT_RECORDS = 1 << 21
 """The most records (one per scalar, image or summary logged) read from one run, 2,097,152: a run
 logs three or four scalars a step (the tiny settings: 51 records for 8 steps), so
-``experiment=vit_best`` (78,000 steps) writes about 300,000 on a CPU, which logs every step, and
-15,000 on a GPU (every 25 steps). TensorBoard holds 2.1 million scalar records (100 MB) in
-487 MB and reads them in about 4 minutes."""
+a long preset run writes a few hundred thousand on a CPU, which logs every step (docs/runs.md
+has the figures), and TensorBoard holds this many in well under a GB."""
 MAX_EVENT_TAGS = 10_000
 """The most distinct tags read from one run: the tiny settings log 21; each layer past the first
 adds three (its fidelity, entropy gap and attention image), about 400 at the largest depth
-vitattn builds, 128. TensorBoard holds about 3.4 KB per tag: 34 MB."""
+vitattn builds, 128; TensorBoard holds a few KB per tag."""
 MAX_RECORD_BYTES = 64 << 20
 """The largest record read: a record of an image vitattn logs takes about 70 KB."""
 HEADER = struct.Struct("<QI")
