@@ -102,11 +102,13 @@ def check_training_state(
     names = {id(param): f"net.{name}" for name, param in net.named_parameters()}
     params = [(names[id(p)], tuple(p.shape)) for group in groups for p in group["params"]]
     check_optimizer_state(checkpoint.get("optimizer_states"), groups, params, written, source)
-    writer = "the configured scheduler" if scheduler is None else str(scheduler.get("_target_"))
+    writer = "a constant rate (~scheduler)" if scheduler is None else str(scheduler.get("_target_"))
     check_like(checkpoint.get("lr_schedulers"), written.schedulers, "lr_schedulers", source, writer)
 
 
 def refuse(source: str, key: str, problem: str) -> CheckpointValueError:
+    """The one line refusing ``key`` of the checkpoint ``source``: ``<source>: <key> <problem>;
+    nothing was loaded``."""
     return CheckpointValueError(f"{source}: {key} {problem}; nothing was loaded")
 
 
@@ -121,7 +123,11 @@ def check_optimizer_state(
     and the state of each one it holds as the configured optimizer writes it (``params``: the
     name and shape of each parameter, in the groups' order)."""
     if not isinstance(states, list | tuple) or len(states) != 1:
-        held = f"{len(states)} optimizer states" if isinstance(states, list | tuple) else "none"
+        held = (
+            f"{len(states)} optimizer states"
+            if isinstance(states, list | tuple)
+            else ("none" if states is None else f"a {type(states).__name__}")
+        )
         raise refuse(
             source,
             "optimizer_states",
