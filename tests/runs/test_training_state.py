@@ -161,6 +161,22 @@ CASES: dict[str, tuple[Any, str]] = {
         lambda s: groups(s)[0].__setitem__("amsgrad", True),
         r"param_groups\.0\.amsgrad is True, but the configured optimizer has False",
     ),
+    "a beta of 1": (
+        lambda s: groups(s)[0].__setitem__("betas", (1.0, 0.999)),
+        r"param_groups\.0 has settings torch\.optim\.adamw\.AdamW refuses \(Invalid beta",
+    ),
+    "a negative learning rate": (
+        lambda s: groups(s)[1].__setitem__("lr", -1.0),
+        r"param_groups\.1 has settings torch\.optim\.adamw\.AdamW refuses \(Invalid learning",
+    ),
+    "a step of -1": (
+        lambda s: moments(s).__setitem__("step", torch.tensor(-1.0)),
+        r"state\.0\.step is -1\.0, but the optimizer keeps a count there",
+    ),
+    "a step of a half": (
+        lambda s: moments(s).__setitem__("step", torch.tensor(0.5)),
+        r"state\.0\.step is 0\.5, but the optimizer keeps a count there",
+    ),
     "a setting torch does not have": (
         lambda s: groups(s)[0].__setitem__("__class__", 1),
         r"param_groups\.0\.__class__ is no setting of the configured optimizer's groups",
@@ -285,11 +301,12 @@ VALUES = st.one_of(
     st.lists(st.floats(-1, 1), max_size=3),
     st.dictionaries(st.text(max_size=3), st.integers(0, 3), max_size=2),
     st.sampled_from([(2, 2), (3,), (1,), ()]).map(torch.ones),
+    st.sampled_from([-1.0, 0.5, 0.0, float("nan")]).map(torch.tensor),
     st.sampled_from([torch.int64, torch.bool, torch.float16]).map(lambda t: torch.ones(1, dtype=t)),
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_one_value_is_refused_in_one_line_or_restores_and_steps(data: Any) -> None:
     """Any leaf of a real training state (a moment, a step, a group's setting, the scheduler's

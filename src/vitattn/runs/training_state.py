@@ -10,8 +10,9 @@ against what vitattn's own objects write, built from the run's config:
 * the optimizer: the parameter groups of the network (:func:`vitattn.utils.parameters.
   parameter_groups`, on the network built on the meta device), and the state and group settings
   the configured optimizer writes after one step on a dummy parameter per group; each state
-  tensor is a float tensor with the shape of the parameter it belongs to, or a scalar where the
-  optimizer keeps one (Adam's ``step``);
+  tensor is a float tensor with the shape of the parameter it belongs to, or a scalar count
+  where the optimizer keeps one (Adam's ``step``); a group's settings are of the types the
+  optimizer writes, its flags the configured ones, and within the ranges its constructor checks;
 * the schedule: the ``state_dict()`` of the configured scheduler on that dummy optimizer (none
   with ``~scheduler``): the same keys, each value of the same type, lists of the same length,
   numbers finite, integers counts within :data:`~vitattn.runs.checkpoint_values.MAX_COUNT`.
@@ -50,6 +51,8 @@ class WrittenState:
     """The optimizer's parameter groups' settings (``lr``, ``betas``...), without ``params``."""
     schedulers: list[dict[str, Any]]
     """The ``state_dict()`` of each scheduler: one, or none with ``~scheduler``."""
+    optimizer: type
+    """The configured optimizer's class, whose constructor checks a group's settings' ranges."""
 
 
 def written_state(
@@ -80,6 +83,7 @@ def written_state(
         state=dict(written["state"][0]),
         groups=[{k: v for k, v in g.items() if k != "params"} for g in written["param_groups"]],
         schedulers=[] if schedule is None else [schedule.state_dict()],
+        optimizer=type(built),
     )
 
 
@@ -203,7 +207,29 @@ def check_param_groups(
                     f"is {value}, but the configured optimizer has {settings[setting]} (a "
                     "resume continues with the run's optimizer settings)",
                 )
+        check_group_ranges(group, written.optimizer, where, source)
     return listed
+
+
+def check_group_ranges(group: Mapping[str, Any], optimizer: type, where: str, source: str) -> None:
+    """A group's settings within the ranges the optimizer's own constructor accepts (``betas``
+    below 1, ``lr`` and ``eps`` not negative...): torch checks them when it builds an optimizer,
+    not when it loads a state, and a beta of 1 fails at the first step."""
+    import inspect
+
+    import torch
+
+    accepted = inspect.signature(optimizer).parameters
+    settings = {k: v for k, v in group.items() if k in accepted and k != "params"}
+    try:
+        optimizer([torch.nn.Parameter(torch.zeros(DUMMY_SHAPE))], **settings)
+    except (ValueError, TypeError, RuntimeError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise refuse(
+            source,
+            where,
+            f"has settings {optimizer.__module__}.{optimizer.__name__} refuses ({reason})",
+        ) from None
 
 
 def check_parameter_state(
@@ -239,12 +265,22 @@ def check_parameter_state(
                 where,
                 f"is {kind}; the optimizer writes a {expected.dtype} tensor there",
             )
-        if tuple(expected.shape) != DUMMY_SHAPE:  # a scalar, as Adam's step
+        if tuple(expected.shape) != DUMMY_SHAPE:  # a scalar: a count, as Adam's step
             if value.numel() != 1:
                 raise refuse(
                     source,
                     where,
                     f"has shape {tuple(value.shape)}, but the optimizer keeps a scalar there",
+                )
+            number = value.item()
+            if not (math.isfinite(number) and float(number).is_integer()) or not (
+                0 <= number <= MAX_COUNT
+            ):
+                raise refuse(  # a step of -1 divides by zero at the first step
+                    source,
+                    where,
+                    f"is {number}, but the optimizer keeps a count there (a whole number 0 <= "
+                    f"n <= {MAX_COUNT})",
                 )
         elif tuple(value.shape) != shape:
             index = key.rsplit(".", 1)[-1]
