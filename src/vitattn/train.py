@@ -81,7 +81,8 @@ def resumed_step(cfg: DictConfig, module: Any) -> int | None:
 
     if not cfg.get("ckpt_path"):
         return None
-    check_checkpoint_matches(cfg.ckpt_path, module.hparams.net)
+    training = {"optimizer": module.hparams.optimizer, "scheduler": module.hparams.scheduler}
+    check_checkpoint_matches(cfg.ckpt_path, module.hparams.net, training)
     return int(read_checkpoint(cfg.ckpt_path)["global_step"])
 
 

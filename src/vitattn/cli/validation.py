@@ -134,14 +134,22 @@ def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
 
 
 def check_resume(cfg: DictConfig) -> None:
-    """A ``ckpt_path`` to continue from must be a checkpoint of the configured network, and its
-    run must have steps left to train; refuse in one line otherwise, touching nothing."""
+    """A ``ckpt_path`` to continue from must be a checkpoint of the configured network, whose
+    training state is what the configured optimizer and scheduler write, and its run must have
+    steps left to train; refuse in one line otherwise, touching nothing."""
     from vitattn.runs.checkpoints import check_checkpoint_matches
 
     ckpt_path = cfg.get("ckpt_path")
     if not ckpt_path:
         return
-    check_checkpoint_matches(str(ckpt_path), OmegaConf.to_container(cfg.model, resolve=True))
+    scheduler = cfg.get("scheduler")
+    training = {
+        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
+        "scheduler": None if scheduler is None else OmegaConf.to_container(scheduler, resolve=True),
+    }
+    check_checkpoint_matches(
+        str(ckpt_path), OmegaConf.to_container(cfg.model, resolve=True), training
+    )
     run_dir = Path(str(ckpt_path)).expanduser().parent.parent
     reason = finished_run(RunDir(run_dir).metrics_file, cfg.trainer)
     if reason is not None:

@@ -16,6 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
+from vitattn.utils.parameters import parameter_groups
 
 
 def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:
@@ -137,19 +138,8 @@ class ViTClassifier(L.LightningModule):
         return self._evaluate(batch, "test")  # the logits, for vitattn.training.callbacks.confusion
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """Weight decay on matrices only: biases, norms and embeddings are not decayed (timm)."""
-        skip = getattr(self.net, "no_weight_decay", set)()
-        decay, no_decay = [], []
-        for name, param in self.net.named_parameters():
-            if not param.requires_grad:
-                continue
-            (no_decay if param.ndim <= 1 or name in skip else decay).append(param)
-        # The names label the learning-rate curves (train/lr/decay, train/lr/no_decay; one
-        # train/lr while they are equal: vitattn.training.logger.merge_equal_learning_rates).
-        return [
-            {"params": decay, "name": "decay"},
-            {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
-        ]
+        """Weight decay on matrices only (:func:`vitattn.utils.parameters.parameter_groups`)."""
+        return parameter_groups(self.net)
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = hydra.utils.instantiate(self.hparams.optimizer)(params=self.parameter_groups())

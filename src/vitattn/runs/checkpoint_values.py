@@ -8,7 +8,10 @@ so each refusal is one line naming the file and the key:
 * every tensor, wherever it sits (weights, optimizer state, callbacks' state), is a plain strided
   tensor whose storage holds all its elements: no stride-0 view (``expand``) and no overlapping
   strides, whose first ``+=`` or copy would ask for far more memory than the file has;
-* an optimizer state tensor has the shape of one of the checkpoint's weights;
+* an optimizer state tensor has the shape of one of the checkpoint's weights: a cheap check for
+  every command, which needs no config (a sweep continuation reads each ``last.ckpt`` this way);
+  a resume checks each parameter's state against the network and optimizer its config builds
+  (:mod:`vitattn.runs.training_state`);
 * the network's sizes and the LoRA rank are within :mod:`vitattn.utils.sizes`' bounds, and LoRA's
   ``target_modules`` is a list of layer names (never a regular expression from a file);
 * Lightning's progress counters (``loops``, ``global_step``, ``epoch``) are counts within

@@ -19,6 +19,7 @@ import functools
 import logging
 import pickle
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.checkpoint_values import check_values
+from vitattn.runs.training_state import check_training_state
 from vitattn.runs.trust import check_data_settings, check_stored_config
 from vitattn.utils.config import flatten
 
@@ -164,9 +166,14 @@ def unsafe_reason(path: Path, error: BaseException) -> str:
     )
 
 
-def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
+def check_checkpoint_matches(
+    ckpt_path: str, network: Any, training: Mapping[str, Any] | None = None
+) -> None:
     """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
-    configured ``module.hparams.net``)."""
+    configured ``module.hparams.net``), or whose weights do not have its shapes. With
+    ``training`` (the configured ``optimizer`` and ``scheduler``, the latter ``None`` for a
+    constant rate), the training state a resume restores is checked against what they write
+    (:func:`vitattn.runs.training_state.check_training_state`)."""
     try:
         checkpoint = read_checkpoint(ckpt_path)
         stored = checkpoint["hyper_parameters"]["net"]
@@ -189,7 +196,14 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     for net in (configured, stored):  # compiling or not does not change the weights
         net.pop("compile", None)
     if stored == configured:
-        check_weight_shapes(checkpoint.get("state_dict"), stored, ckpt_path)
+        net = meta_network(stored)
+        if net is None:  # a network that cannot be built on the meta device: Lightning checks
+            return
+        check_weight_shapes(checkpoint.get("state_dict"), net, ckpt_path)
+        if training is not None:
+            check_training_state(
+                checkpoint, net, training["optimizer"], training.get("scheduler"), ckpt_path
+            )
         return
     stored_flat, configured_flat = flatten(stored, "."), flatten(configured, ".")
     differ = sorted(
@@ -206,17 +220,23 @@ def check_checkpoint_matches(ckpt_path: str, network: Any) -> None:
     )
 
 
-def check_weight_shapes(weights: Any, network: dict[str, Any], source: str) -> None:
-    """Refuse in one line a checkpoint whose weights (``net.<name>``) do not have the shapes of
-    the network its config builds, which is built on the meta device for this (no memory)."""
+def meta_network(network: dict[str, Any]) -> Any:
+    """The network ``network`` configures, built on the meta device (no memory); ``None`` if it
+    does not build there."""
     import hydra
     import torch
 
     try:
         with torch.device("meta"):
-            expected = hydra.utils.instantiate(network).state_dict()
-    except Exception:  # a network that cannot be built on the meta device: Lightning checks
-        return
+            return hydra.utils.instantiate(network)
+    except Exception:
+        return None
+
+
+def check_weight_shapes(weights: Any, net: Any, source: str) -> None:
+    """Refuse in one line a checkpoint whose weights (``net.<name>``) do not have the shapes of
+    ``net``, the network its config builds (on the meta device: :func:`meta_network`)."""
+    expected = net.state_dict()
     for name, tensor in (weights or {}).items():
         shape = getattr(expected.get(str(name).removeprefix("net.")), "shape", None)
         if shape is not None and getattr(tensor, "shape", None) != shape:
