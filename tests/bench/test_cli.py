@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.in_process import run_before_the_app
 from tests.support.runners import run_cli
 
 # A grid small enough for a test: two attentions, two sizes, one quick repeat.
@@ -86,11 +87,15 @@ REFUSALS = [
 def test_bad_input_ends_in_one_line_and_no_run_directory(
     command: list[str], arguments: list[str], message: str, tmp_path: Path, data_dir: Path
 ) -> None:
+    """``vitattn-bench`` in this process up to its app (no torch to import again); ``python -m``
+    as a process of its own, which is what it tests."""
     run_dir = tmp_path / "run"
     program, *before = command
-    result = run_cli(
-        program, *before, *arguments, f"hydra.run.dir={run_dir}", data_dir=data_dir, check=False
-    )
+    arguments = [*before, *arguments, f"hydra.run.dir={run_dir}"]
+    if command == BENCH:
+        result = run_before_the_app(program, *arguments, data_dir=data_dir)
+    else:
+        result = run_cli(program, *arguments, data_dir=data_dir, check=False)
     lines = result.stderr.strip().splitlines()  # one line, no traceback
     assert (result.returncode, len(lines)) == (1, 1), result.stderr
     assert lines[0].startswith(f"vitattn-bench: error: {message}")
