@@ -257,6 +257,17 @@ def test_a_planted_marker_makes_the_summary_delete_no_job(run: Path, data_dir: P
     assert aggregate.is_dir()  # replaced: it is listed and looks as written
 
 
+def summary_line_naming(planted: Path, run: Path, data_dir: Path) -> str:
+    """``scripts/plot_curves.py`` on ``run`` as a process of its own under the memory cap and
+    :data:`LIMIT`: no traceback, and the one line it printed naming ``planted``."""
+    result = run_cli(
+        "python", PLOT_CURVES, str(run), data_dir=data_dir, timeout=LIMIT, memory=bombs.MEMORY_CAP
+    )
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if str(planted) in line]
+    return line
+
+
 def test_a_zip_bomb_of_attention_maps_is_one_line_within_memory_and_time(
     run: Path, data_dir: Path
 ) -> None:
@@ -264,16 +275,7 @@ def test_a_zip_bomb_of_attention_maps_is_one_line_within_memory_and_time(
     out in one line, its headers read before anything is inflated."""
     maps = bombs.zip_bomb(run / "attention" / "maps.npz")
     assert maps.stat().st_size < 4 << 20
-    result = run_cli(
-        "python",
-        PLOT_CURVES,
-        str(run),
-        data_dir=data_dir,
-        timeout=LIMIT,
-        memory=bombs.MEMORY_CAP,
-    )
-    assert "Traceback" not in result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if str(maps) in line]
+    line = summary_line_naming(maps, run, data_dir)
     assert f"skipping {maps}: declares 3489660928 bytes of arrays" in line
     assert (run / "summary.md").is_file()  # the rest of the summary is written
 
@@ -288,16 +290,7 @@ def test_an_event_record_claiming_a_terabyte_is_one_line_within_memory_and_time(
     from vitattn.runs.event_files import event_files
 
     planted = bombs.length_bomb(event_files(run)[0])
-    result = run_cli(
-        "python",
-        PLOT_CURVES,
-        str(run),
-        data_dir=data_dir,
-        timeout=LIMIT,
-        memory=bombs.MEMORY_CAP,
-    )
-    assert "Traceback" not in result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if str(planted) in line]
+    line = summary_line_naming(planted, run, data_dir)
     assert f"skipping {planted}: has a record at byte " in line
     assert f"declaring {1 << 40} bytes" in line
     (row,) = read_csv(run / "summary.csv")
