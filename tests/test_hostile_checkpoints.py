@@ -109,6 +109,16 @@ def wrong_weight_shape(checkpoint: dict[str, Any]) -> None:
     checkpoint["state_dict"]["net.norm.weight"] = torch.zeros(10)
 
 
+def missing_weight(checkpoint: dict[str, Any]) -> None:
+    """A weight of the network left out: Lightning's strict load failed with a traceback."""
+    del checkpoint["state_dict"]["net.norm.bias"]
+
+
+def extra_weight(checkpoint: dict[str, Any]) -> None:
+    """A weight no layer of the network has, its name holding a terminal escape."""
+    checkpoint["state_dict"]["net.planted\x1b[2J"] = torch.zeros(2)
+
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),
     "embed_dim=8192": (wide_network, r"hyper_parameters\.net\.embed_dim=8192 is not valid"),
@@ -128,6 +138,11 @@ VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         r"writes an integer",
     ),
     "a weight of another shape": (wrong_weight_shape, r"state_dict\.net\.norm\.weight has shape"),
+    "a weight missing": (missing_weight, r"state_dict lacks net\.norm\.bias, which the network"),
+    "a weight more": (
+        extra_weight,
+        r"state_dict holds net\.planted\\x1b\[2J, which no weight of the network its config",
+    ),
 }
 
 ALLOCATING = {"a stride-0 optimizer state", "embed_dim=8192"}

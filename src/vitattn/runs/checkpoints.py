@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.checkpoint_values import check_values
+from vitattn.runs.files import one_line
 from vitattn.runs.training_state import check_training_state
 from vitattn.runs.trust import check_data_settings, check_stored_config
 from vitattn.utils.config import flatten
@@ -234,11 +235,29 @@ def meta_network(network: dict[str, Any]) -> Any:
 
 
 def check_weight_shapes(weights: Any, net: Any, source: str) -> None:
-    """Refuse in one line a checkpoint whose weights (``net.<name>``) do not have the shapes of
-    ``net``, the network its config builds (on the meta device: :func:`meta_network`)."""
-    expected = net.state_dict()
-    for name, tensor in (weights or {}).items():
-        shape = getattr(expected.get(str(name).removeprefix("net.")), "shape", None)
+    """Refuse in one line a checkpoint whose weights are not those of ``net``, the network its
+    config builds (on the meta device: :func:`meta_network`): the same names (``net.<name>``),
+    none missing and none more (Lightning's strict load would fail with a traceback), each of
+    the same shape."""
+    expected = {f"net.{name}": tensor for name, tensor in net.state_dict().items()}
+    if not isinstance(weights, Mapping):
+        raise ConfigError(f"{source}: it holds no state_dict of weights; nothing was loaded")
+    names = {str(name) for name in weights}
+    missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
+    if missing or extra:
+        odd = missing or extra
+        more = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+        said = (
+            "lacks {}{}, which the network"
+            if missing
+            else "holds {}{}, which no weight of the network"
+        )
+        raise ConfigError(
+            f"{source}: state_dict {said.format(one_line(odd[0]), more)} its config builds has; "
+            "nothing was loaded"
+        )
+    for name, tensor in weights.items():
+        shape = getattr(expected.get(str(name)), "shape", None)
         if shape is not None and getattr(tensor, "shape", None) != shape:
             raise ConfigError(
                 f"{source}: state_dict.{name} has shape {tuple(tensor.shape)}, but the network "
