@@ -1,6 +1,7 @@
 """Optuna searches through the console script (``hparams_search=optuna|optuna_pareto``) on
-vitattn's own sweeper: a study continued to more trials, two objectives and their Pareto
-trials, a planted trial outside the space, pruning, a malformed study file."""
+vitattn's own sweeper: two objectives and their Pareto trials, pruning, a malformed study file.
+A study continued after a kill, a trial planted outside the space and a link at the results
+file: ``tests/test_sweep_continuation.py``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.in_process import run_in_process
 from tests.support.presets import FEW_STEPS, TINY, steps
 from tests.support.runners import refusal_message
 from tests.support.tables import markdown_tables
-from tests.support.trees import tree_digest
 from vitattn.runs.layout import RunDir
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -32,56 +32,6 @@ def jobs(sweep: Path) -> list[str]:
 def states(sweep: Path, name: str = "vitattn") -> list[str]:
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{sweep}/optuna.db")
     return [trial.state.name for trial in study.trials]
-
-
-@pytest.mark.slow
-def test_a_search_of_two_trials_continued_to_three_and_a_planted_trial(
-    tmp_path: Path, data_dir: Path
-) -> None:
-    sweep = tmp_path / "search"
-
-    def trials(n: int) -> list[str]:
-        return search(sweep, f"hydra.sweeper.n_trials={n}", *FEW_STEPS)
-
-    run_in_process("vitattn-train", *trials(2), data_dir=data_dir)
-    first = {name: tree_digest(sweep / name) for name in jobs(sweep)}
-    result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
-
-    assert states(sweep) == ["COMPLETE"] * 3
-    assert [name.split("_", 1)[0] for name in jobs(sweep)] == ["0", "1", "2"]  # numbered on
-    assert {name: tree_digest(sweep / name) for name in first} == first
-    assert all("optimizer.lr=" in name and "hparams_search" not in name for name in jobs(sweep))
-    assert "Best value" in result.stdout + result.stderr
-    study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep}/optuna.db")
-    assert study.direction == optuna.study.StudyDirection.MAXIMIZE  # Optuna's own format
-    assert [t.user_attrs["run"] for t in study.trials] == jobs(sweep)
-    metrics = [json.loads((sweep / j / "metrics.json").read_text()) for j in jobs(sweep)]
-    assert all(m["attention"] == "linformer" and m["status"] == "completed" for m in metrics)
-    assert study.best_value == max(m["val/acc"] for m in metrics)
-    results = sweep / "optimization_results.yaml"
-    assert f"best_trial: {study.best_trial.number}" in results.read_text()
-
-    # a trial planted in the study with values outside the space is refused, never launched;
-    # a link planted at the results file refuses the search, and nothing is written through it
-    study.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})
-    elsewhere = tmp_path / "elsewhere.yaml"
-    elsewhere.write_text("kept\n")
-    results.unlink()
-    results.symlink_to(elsewhere)
-    # no link in a sweep directory (issue 43): the search is refused in one line, before a trial
-    said_link = refused_in_process("vitattn-train", *trials(3), data_dir=data_dir)
-    assert said_link.startswith(f"{results} is a symbolic link"), said_link
-    assert states(sweep) == ["COMPLETE"] * 3 + ["WAITING"] and elsewhere.read_text() == "kept\n"
-    results.unlink()
-    result = run_in_process("vitattn-train", *trials(3), data_dir=data_dir)
-    said = (result.stdout + result.stderr).splitlines()
-    refusals = [line for line in said if "is refused" in line]
-    assert len(refusals) == 1 and "trial 3 of study vitattn is refused" in refusals[0]
-    assert "optimizer.lr=12345.0 is outside hydra.sweeper.params.optimizer.lr" in refusals[0]
-    assert states(sweep) == ["COMPLETE"] * 3 + ["FAIL"]
-    assert len(jobs(sweep)) == 3
-    assert elsewhere.read_text() == "kept\n"
-    assert f"best_trial: {study.best_trial.number}" in results.read_text()
 
 
 @pytest.mark.slow
