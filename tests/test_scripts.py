@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,39 @@ def test_plant_defects_reports_the_test_that_catches_a_defect(data_dir: Path) ->
     )  # fmt: skip
     assert missed.returncode == 1 and "| MISSED |" in missed.stdout
     assert linear.read_bytes() == before  # planted in a copy, never in the working tree
+
+
+def gpu_check_plan(tmp_path: Path, budget: int, **env: str) -> list[list[str]]:
+    """``scripts/gpu_check.sh`` with ``PLAN=1``: each part's name, cap and overrides."""
+    script = PROJECT_ROOT / "scripts" / "gpu_check.sh"
+    result = subprocess.run(
+        ["bash", str(script), str(tmp_path / "out"), str(budget)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PLAN": "1", **env},
+        check=True,
+        timeout=60,
+    )
+    return [line.split("\t") for line in result.stdout.splitlines()]
+
+
+def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
+    tmp_path: Path,
+) -> None:
+    """The one prepared call for a lent GPU: numerics, the training section in groups of
+    attentions, the reference and the kernels, each under its own cap, the caps within the
+    budget, every attention trained once."""
+    plan = gpu_check_plan(tmp_path, 480, ATTENTIONS="a b c d e", TRAINING_PARTS="2")
+    assert [name for name, _, _ in plan] == [
+        "numerics", "training-1", "training-2", "reference", "kernels"
+    ]  # fmt: skip
+    assert sum(int(cap) for _, cap, _ in plan) <= 480
+    overrides = {name: arguments for name, _, arguments in plan}
+    assert overrides["training-1"] == "sections=[training] attentions=[a,b,c]"
+    assert overrides["training-2"] == "sections=[training] attentions=[d,e]"
+    assert overrides["kernels"] == "sections=[kernels] attentions=[a,b,c,d,e]"
+    assert not (tmp_path / "out" / "parts.tsv").exists()  # a plan runs and records nothing
+    one_each = gpu_check_plan(tmp_path, 480, ATTENTIONS="a b", TRAINING_PARTS="9")
+    assert [name for name, _, _ in one_each if name.startswith("training")] == [
+        "training-1", "training-2"
+    ]  # fmt: skip

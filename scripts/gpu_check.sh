@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# vitattn-check on a GPU lent for a few minutes, in one call: every section, and each group of
+# attentions of the training section, under its own share of a time budget, each part's check.md
+# and check.json written under OUT as the part ends, so that a cap that cuts one part keeps the
+# rest.
+#
+#   scripts/gpu_check.sh OUT [SECONDS]        # SECONDS: the whole budget, default 480
+#
+# Environment:
+#   DEVICE=gpu|cpu     the check's profile (default gpu; cpu tries the script on a laptop)
+#   ATTENTIONS="a b"   the attentions to check (default: every registered one)
+#   TRAINING_PARTS=N   the training section in N parts of as many attentions (default 4; each
+#                      part starts Python, torch and Lightning again: seconds each)
+#   WHEELS=DIR         wheels to install first with --target OUT/.site (a machine's image that
+#                      has torch, Lightning and timm but not Hydra: scripts/offline_wheels.sh)
+#   VITATTN_DATA_DIR   a CIFAR-10 folder (cifar-10-batches-py inside): the training section
+#   PLAN=1             print each part's cap and overrides, and run nothing
+#
+# Run from the repository root; vitattn is imported from src/ whether or not it is installed.
+# OUT/parts.tsv lists each part, its exit status (124: cut by its cap) and its seconds.
+set -uo pipefail
+
+if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    [[ $# -lt 1 ]] && exit 2 || exit 0
+fi
+OUT="$1"
+BUDGET="${2:-480}"
+DEVICE="${DEVICE:-gpu}"
+PYTHON="${PYTHON:-python3}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+if [[ -n "${WHEELS:-}" ]]; then
+    "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$OUT/.site" "$WHEELS"/*.whl \
+        || { echo "gpu_check: could not install the wheels in $WHEELS" >&2; exit 1; }
+fi
+export PYTHONPATH="$ROOT/src${WHEELS:+:$OUT/.site}${PYTHONPATH:+:$PYTHONPATH}"
+
+if [[ -z "${ATTENTIONS:-}" ]]; then
+    ATTENTIONS="$("$PYTHON" -c 'from vitattn.attention import ATTENTIONS; print(*sorted(ATTENTIONS))')" \
+        || { echo "gpu_check: vitattn does not import here (WHEELS=?)" >&2; exit 1; }
+fi
+read -r -a attentions <<< "$ATTENTIONS"
+listed="[$(IFS=,; echo "${attentions[*]}")]"
+
+[[ -z "${PLAN:-}" ]] && printf 'part\texit\tseconds\n' > "$OUT/parts.tsv"
+
+# part NAME SECONDS OVERRIDES...: one vitattn-check run in OUT/NAME, cut after SECONDS.
+part() {
+    local name="$1" cap="$2" started status
+    shift 2
+    if [[ -n "${PLAN:-}" ]]; then
+        printf '%s\t%s\t%s\n' "$name" "$cap" "$*"
+        return
+    fi
+    started=$SECONDS
+    timeout --kill-after=15 "$cap" "$PYTHON" -m vitattn.check "device=$DEVICE" "$@" \
+        "hydra.run.dir=$OUT/$name" > "$OUT/$name.log" 2>&1
+    status=$?
+    printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - started))" >> "$OUT/parts.tsv"
+    echo "gpu_check: $name: exit $status after $((SECONDS - started)) s (cap $cap s)"
+}
+
+# The budget's shares: numerics 10%, training 45% (TRAINING_PARTS parts), reference 15%,
+# kernels 30%.
+share() { echo $(( BUDGET * $1 / 100 > 20 ? BUDGET * $1 / 100 : 20 )); }
+part numerics "$(share 10)" "sections=[numerics]" "attentions=$listed"
+parts="${TRAINING_PARTS:-4}"
+(( parts < 1 )) && parts=1
+(( parts > ${#attentions[@]} )) && parts=${#attentions[@]}
+size=$(( (${#attentions[@]} + parts - 1) / parts ))
+per_part=$(( $(share 45) / parts > 20 ? $(share 45) / parts : 20 ))
+for (( first = 0; first < ${#attentions[@]}; first += size )); do
+    group=("${attentions[@]:first:size}")
+    part "training-$((first / size + 1))" "$per_part" "sections=[training]" \
+        "attentions=[$(IFS=,; echo "${group[*]}")]"
+done
+part reference "$(share 15)" "sections=[reference]"
+part kernels "$(share 30)" "sections=[kernels]" "attentions=$listed"
+
+[[ -n "${PLAN:-}" ]] && exit 0
+echo "gpu_check: the parts, and each one's problems line:"
+while IFS=$'\t' read -r name status seconds; do
+    [[ "$name" == part ]] && continue
+    problems="no check.md (cut or failed: $name.log)"
+    if [[ -f "$OUT/$name/check.md" ]]; then
+        problems="$(grep -A2 '^## Problems' "$OUT/$name/check.md" | sed -n '3p')"
+    fi
+    printf '  %-24s exit %-4s %5s s  %s\n' "$name" "$status" "$seconds" "$problems"
+done < "$OUT/parts.tsv"
