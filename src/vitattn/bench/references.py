@@ -16,17 +16,17 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from vitattn.data.augment import normalize
+from vitattn.models.flops import sixteen_bit_dtype
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def autocast(device: torch.device, precision: str) -> Any:
     """The autocast context of a Lightning ``precision`` (``bf16-mixed``, ``16-mixed``, ...)."""
-    if precision.startswith("bf16"):
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision.startswith("16"):
-        return torch.autocast(device.type, dtype=torch.float16)
-    return torch.autocast(device.type, enabled=False)
+    dtype = sixteen_bit_dtype(precision)
+    if dtype is None:
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=getattr(torch, dtype))
 
 
 def loop_step(

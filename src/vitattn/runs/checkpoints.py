@@ -245,17 +245,15 @@ def check_weight_shapes(weights: Any, net: Any, source: str) -> None:
     names = {str(name) for name in weights}
     missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
     if missing or extra:
-        odd = missing or extra
-        more = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
-        said = (
-            "lacks {}{}, which the network"
+        differing = missing or extra
+        first = one_line(differing[0])
+        more = f" (and {len(differing) - 1} more)" if len(differing) > 1 else ""
+        problem = (
+            f"lacks {first}{more}, which the network its config builds has"
             if missing
-            else "holds {}{}, which no weight of the network"
+            else f"holds {first}{more}, which no weight of the network its config builds has"
         )
-        raise ConfigError(
-            f"{source}: state_dict {said.format(one_line(odd[0]), more)} its config builds has; "
-            "nothing was loaded"
-        )
+        raise ConfigError(f"{source}: state_dict {problem}; nothing was loaded")
     for name, tensor in weights.items():
         shape = getattr(expected.get(str(name)), "shape", None)
         if shape is not None and getattr(tensor, "shape", None) != shape:
