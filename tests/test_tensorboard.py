@@ -283,6 +283,12 @@ def test_the_test_writes_a_confusion_matrix_and_the_worst_mistakes(sweep: Path) 
     drawn = pixels[(pixels < 245).any(axis=-1)]  # all but the white background
     assert len(drawn) > 0.2 * pixels.shape[0] * pixels.shape[1]
     assert drawn.mean() > 60  # CIFAR-10's mean intensity is about 120; the black grid read 1
+    # Drawn once: the run directory's PNG holds the very pixels TensorBoard shows.
+    for name in ("confusion_matrix", "most_confident_errors"):
+        (image,) = accumulator.Images(f"~summary/{name}")
+        shown = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)).convert("RGB"))
+        saved = np.asarray(Image.open(run / f"{name}.png").convert("RGB"))
+        assert np.array_equal(shown, saved), name
 
 
 def test_mistakes_are_shown_as_the_images_before_normalisation(data_dir: Path) -> None:
@@ -399,3 +405,17 @@ def test_only_real_tensorboard_writers_on_rank_zero_get_images(tmp_path, monkeyp
     assert list(summary_writers([DummyLogger(), real])) == [real.experiment]
     monkeypatch.setattr(rank_zero_only, "rank", 1)
     assert list(summary_writers([real])) == []
+
+
+def test_the_mistakes_grid_shows_grey_and_colour_images_pixel_for_pixel() -> None:
+    from vitattn.training.callbacks.confusion import drawn, errors_figure
+
+    grey = torch.full((1, 32, 32), 77, dtype=torch.uint8)  # one channel, as vit_pixel's data
+    red = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    red[0] = 200
+    for image, colour in ((grey, (77, 77, 77)), (red, (200, 0, 0))):
+        worst = [(0.9, image, 0, 1)] * 9  # two rows: eight, then one
+        pixels = drawn(errors_figure(worst, ["cat", "dog"]), dpi=120)
+        assert pixels.dtype == np.uint8 and pixels.shape[-1] == 3
+        painted = (pixels == np.array(colour, dtype=np.uint8)).all(axis=-1).sum()
+        assert painted >= 9 * 32 * 32  # nine images, each at least its own size, unblended

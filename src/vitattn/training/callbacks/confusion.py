@@ -8,6 +8,9 @@
   ``test/confusion_matrix`` and ``test/acc_per_class``;
 * the test images the model got wrong with the highest confidence, each titled with its true
   and predicted class: ``most_confident_errors.png`` and ``~summary/most_confident_errors``.
+
+Each figure is drawn once: the PNG and the TensorBoard image are the same pixels (every run ends
+with this report, so what it costs, every run costs).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import lightning as L
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from vitattn.runs.files import save_figure
+from vitattn.runs.files import save_pixels
 from vitattn.training.logger import SUMMARY_GROUP, summary_writers
 
 
@@ -89,12 +92,27 @@ class ConfusionReport(L.Callback):
         for name, figure in figures.items():
             if figure is None:
                 continue
-            save_figure(figure, run_dir / f"{name}.png", dpi=120, bbox_inches="tight")
+            pixels = drawn(figure, dpi=120)
+            save_pixels(pixels, run_dir / f"{name}.png")
             for writer in summary_writers(trainer.loggers):
-                writer.add_figure(f"{SUMMARY_GROUP}/{name}", figure, trainer.global_step)
-            import matplotlib.pyplot as plt
+                tag = f"{SUMMARY_GROUP}/{name}"
+                writer.add_image(tag, pixels, trainer.global_step, dataformats="HWC")
 
-            plt.close(figure)
+
+def drawn(figure: Any, dpi: int) -> Any:
+    """``figure`` drawn once at ``dpi`` by matplotlib's Agg canvas, as ``(H, W, 3)`` uint8 pixels
+    (what TensorBoard's ``add_figure`` draws, without a second drawing for the file); the figure
+    is closed."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure.set_dpi(dpi)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3].copy()
+    plt.close(figure)
+    return pixels
 
 
 def displayable(images: torch.Tensor, datamodule: Any) -> torch.Tensor:
@@ -140,25 +158,36 @@ def confusion_figure(matrix: torch.Tensor, names: list[Any]) -> Any:
 
 
 def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list[Any]) -> Any:
-    """The most confident mistakes as a grid of titled images, or ``None`` if there are none."""
+    """The most confident mistakes as a grid of titled images (eight to a row, pixels shown as
+    they are), or ``None`` if there are none. The grid is one image with its titles written over
+    it: sixteen axes and a layout engine cost a run's end about a second on a CPU."""
     if not worst:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     columns = min(8, len(worst))
     rows = -(-len(worst) // columns)
-    figure, axes = plt.subplots(
-        rows, columns, figsize=(1.9 * columns, 2.1 * rows), squeeze=False, layout="constrained"
-    )
-    for axis in axes.flat:
-        axis.axis("off")
-    for axis, (confidence, image, true, predicted) in zip(axes.flat, worst, strict=False):
-        picture = image.permute(1, 2, 0).numpy()
-        axis.imshow(picture.squeeze(-1) if picture.shape[-1] == 1 else picture, cmap="gray")
-        axis.set_title(error_title(names[true], names[predicted], confidence), fontsize=7)
+    height, width = worst[0][1].shape[-2:]
+    pad, band = max(1, width // 10), max(1, height // 5)  # between images; above each, its title
+    cell_width, cell_height = width + pad, band + height + pad
+    grid = np.full((rows * cell_height, columns * cell_width, 3), 255, dtype=np.uint8)
+    inches = 1.7 * columns
+    grid_inches = inches * grid.shape[0] / grid.shape[1]
+    figure = plt.figure(figsize=(inches, grid_inches + 0.3))  # 0.3 inch for the title
+    axes = figure.add_axes((0.0, 0.0, 1.0, grid_inches / (grid_inches + 0.3)))
+    for index, (confidence, image, true, predicted) in enumerate(worst):
+        row, column = divmod(index, columns)
+        top, left = row * cell_height + band, column * cell_width + pad // 2
+        rgb = image.expand(3, -1, -1).permute(1, 2, 0).numpy()  # a grey image as three channels
+        grid[top : top + height, left : left + width] = rgb
+        title = error_title(names[true], names[predicted], confidence)
+        axes.text(left + width / 2, top - 0.5, title, ha="center", va="bottom", fontsize=7)
+    axes.imshow(grid, interpolation="nearest")
+    axes.set_axis_off()
     figure.suptitle("Most confident test mistakes (true → predicted, confidence)", fontsize=9)
     return figure
 
