@@ -114,13 +114,27 @@ def maps_figure(
         for label, maps in rows
     ]
     label_inches = 0.08 * max(len(line) for label in labels for line in label.splitlines())
-    width = max(CELL_INCHES * columns + label_inches + 1.3, 0.11 * len(title))
+    grid_inches = (CELL_INCHES * columns, CELL_INCHES * len(rows))
+    width = max(grid_inches[0] + label_inches + 1.3, 0.11 * len(title))
+    height = grid_inches[1] + 0.9
+    # Placed by hand, in inches: the labels on the left, the grid, 1.3 inches on the right for
+    # the colour bar, 0.9 above for the titles (a layout engine placing every cell made this
+    # figure the slowest part of a sweep's summary).
+    left = label_inches + 0.2 + (width - grid_inches[0] - label_inches - 1.3) / 2
+    bottom = 0.15
     figure, axes = plt.subplots(
         len(rows),
         columns,
-        figsize=(width, CELL_INCHES * len(rows) + 0.9),
-        layout="constrained",
+        figsize=(width, height),
         squeeze=False,
+        gridspec_kw={
+            "left": left / width,
+            "right": (left + grid_inches[0]) / width,
+            "bottom": bottom / height,
+            "top": (bottom + grid_inches[1]) / height,
+            "wspace": 0.06,
+            "hspace": 0.06,
+        },
     )
     for row, (label, (_, maps)) in enumerate(zip(labels, rows, strict=True)):
         for column in range(columns):
@@ -128,12 +142,17 @@ def maps_figure(
             if row == 0:
                 axes[row][column].set_title(f"image {column + 1}", fontsize=9)
         axes[row][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9, labelpad=8)
+    bar_height = min(grid_inches[1] * 0.9, 2.5 * CELL_INCHES)  # at most about two rows tall
+    bar = figure.add_axes(
+        (
+            (left + grid_inches[0] + 0.25) / width,
+            (bottom + (grid_inches[1] - bar_height) / 2) / height,
+            0.15 / width,
+            bar_height / height,
+        )
+    )
     figure.colorbar(
-        ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP),
-        ax=axes,
-        shrink=min(0.9, 2.5 / len(rows)),  # at most about two rows tall
-        aspect=15,
-        label="attention rollout",
+        ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP), cax=bar, label="attention rollout"
     )
     if title:
         figure.suptitle(title)
