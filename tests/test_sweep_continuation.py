@@ -239,7 +239,7 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_three(
     assert [t.user_attrs["run"] for t in complete] == [jobs[i].name for i in (0, 1, 3)]
     metrics = [json.loads((jobs[i] / "metrics.json").read_text()) for i in (0, 1, 3)]
     assert all(m["attention"] == "linformer" and m["status"] == "completed" for m in metrics)
-    assert study.best_value == max(m["val/acc"] for m in metrics)
+    assert study.best_value == max(m["val/acc_best"] for m in metrics)
     results = sweep / "optimization_results.yaml"
     assert f"best_trial: {study.best_trial.number}" in results.read_text()
 

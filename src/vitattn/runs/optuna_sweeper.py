@@ -86,7 +86,7 @@ def objectives_of(config: Any, count: int) -> list[str]:
     if len(names) != count or not all(isinstance(n, str) and n for n in names):
         raise ConfigError(
             f"optimized_metric={given} is not valid; name {count} metric(s) of metrics.json "
-            f"(e.g. val/acc), one per direction of hydra.sweeper.direction(s)"
+            f"(e.g. val/acc_best), one per direction of hydra.sweeper.direction(s)"
         )
     return names
 

@@ -160,7 +160,7 @@ def confusion_figure(matrix: torch.Tensor, names: list[Any]) -> Any:
 def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list[Any]) -> Any:
     """The most confident mistakes as a grid of titled images (eight to a row, pixels shown as
     they are), or ``None`` if there are none. The grid is one image with its titles written over
-    it: sixteen axes and a layout engine cost a run's end about a second on a CPU."""
+    it, which one drawing makes, rather than sixteen axes placed by a layout engine."""
     if not worst:
         return None
     import matplotlib
