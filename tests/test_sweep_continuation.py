@@ -208,9 +208,9 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_three(
     tmp_path: Path, data_dir: Path
 ) -> None:
     """Killed in its third trial, the same command runs only what is missing: the cut trial
-    failed, jobs numbered on, the study Optuna's own. Then what the study or the sweep holds
-    is data: a trial planted outside the space is refused in one line and never launched, and
-    a link planted at the results file refuses the search before anything is written."""
+    failed, jobs numbered on, the study Optuna's own. What the study or the sweep holds is data:
+    a link planted at the results file refuses the search before anything is written, and a
+    trial planted outside the space is refused in one line and never launched."""
     import optuna
 
     sweep = tmp_path / "search"
@@ -222,17 +222,36 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_three(
     first = {p.name: tree_digest(p) for p in sweep.iterdir() if p.name[:2] in ("0_", "1_")}
     assert len(first) == 2 and trial_states(sweep / "optuna.db")[:2] == ["COMPLETE"] * 2
 
+    storage = f"sqlite:///{sweep}/optuna.db"
+    planted = optuna.load_study(study_name="vitattn", storage=storage)
+    planted.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})  # trial 3
+    results = sweep / "optimization_results.yaml"
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("kept\n")
+    results.unlink(missing_ok=True)
+    results.symlink_to(elsewhere)
+    said = refused_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
+    assert said.startswith(f"{results} is a symbolic link"), said  # no link in a sweep
+    assert trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "RUNNING", "WAITING"]
+    assert elsewhere.read_text() == "kept\n"  # nothing written, through the link or beside it
+    results.unlink()
+
     result = run_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
 
     assert {name: tree_digest(sweep / name) for name in first} == first  # not written again
-    assert trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE"]
-    # the cut trial failed, its directory kept; one more to make three
+    states = trial_states(sweep / "optuna.db")
+    assert states == ["COMPLETE", "COMPLETE", "FAIL", "FAIL", "COMPLETE"]
+    # the cut trial failed, its directory kept; the planted one refused; one more to make three
+    lines = (result.stdout + result.stderr).splitlines()
+    refusals = [line for line in lines if "is refused" in line]
+    assert len(refusals) == 1 and "trial 3 of study vitattn is refused" in refusals[0]
+    assert "optimizer.lr=12345.0 is outside hydra.sweeper.params.optimizer.lr" in refusals[0]
     jobs = sorted((p for p in sweep.iterdir() if p.name[0].isdigit()), key=lambda p: p.name)
-    assert [int(p.name.split("_", 1)[0]) for p in jobs] == [0, 1, 2, 3]  # numbered on
-    assert state(jobs[3]) == "completed"
+    assert [int(p.name.split("_", 1)[0]) for p in jobs] == [0, 1, 2, 4]  # numbered on
+    assert state(jobs[3]) == "completed"  # the refused trial 3 launched nothing
     assert all("optimizer.lr=" in p.name and "hparams_search" not in p.name for p in jobs)
+    assert "lr=12345" not in " ".join(p.name for p in jobs)
     assert "Best value" in result.stdout + result.stderr
-    storage = f"sqlite:///{sweep}/optuna.db"
     study = optuna.load_study(study_name=None, storage=storage)  # Optuna's own format
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
@@ -240,26 +259,8 @@ def test_an_optuna_search_cut_after_two_trials_continues_to_three(
     metrics = [json.loads((jobs[i] / "metrics.json").read_text()) for i in (0, 1, 3)]
     assert all(m["attention"] == "linformer" and m["status"] == "completed" for m in metrics)
     assert study.best_value == max(m["val/acc_best"] for m in metrics)
-    results = sweep / "optimization_results.yaml"
     assert f"best_trial: {study.best_trial.number}" in results.read_text()
-
-    study.enqueue_trial({"optimizer.lr": 12345.0, "attention.k": 8})
-    elsewhere = tmp_path / "elsewhere.yaml"
-    elsewhere.write_text("kept\n")
-    results.unlink()
-    results.symlink_to(elsewhere)
-    said = refused_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
-    assert said.startswith(f"{results} is a symbolic link"), said  # no link in a sweep
-    assert trial_states(sweep / "optuna.db")[-1] == "WAITING" and elsewhere.read_text() == "kept\n"
-    results.unlink()
-    result = run_in_process("vitattn-train", *optuna_command(sweep), data_dir=data_dir)
-    lines = (result.stdout + result.stderr).splitlines()
-    refusals = [line for line in lines if "is refused" in line]
-    assert len(refusals) == 1 and "trial 4 of study vitattn is refused" in refusals[0]
-    assert "optimizer.lr=12345.0 is outside hydra.sweeper.params.optimizer.lr" in refusals[0]
-    assert trial_states(sweep / "optuna.db") == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE", "FAIL"]
-    assert len([p for p in sweep.iterdir() if p.name[0].isdigit()]) == 4  # nothing launched
-    assert f"best_trial: {study.best_trial.number}" in results.read_text()
+    assert not results.is_symlink() and elsewhere.read_text() == "kept\n"
 
 
 @pytest.mark.slow
