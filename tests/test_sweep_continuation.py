@@ -295,6 +295,7 @@ def test_a_preempted_slurm_job_saves_at_its_step_is_requeued_and_continues(
     assert state(job) == "completed"
 
 
+@pytest.mark.slow
 def test_seeds_added_to_a_finished_sweep_run_only_the_new_jobs(
     tmp_path: Path, data_dir: Path
 ) -> None:
