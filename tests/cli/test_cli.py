@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.in_process import refused_in_process
-from tests.support.runners import run_cli
+from tests.support.runners import BIN, run_cli
 from vitattn.cli.console import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
@@ -119,6 +120,19 @@ def test_help_names_the_app_examples_and_its_groups(
     section = text.split("== Config groups (group=option) ==\n")[1].split("\n\n")[0]
     listed = {line.split()[0] for line in section.splitlines()}
     assert set(groups) <= listed and not set(absent) & listed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", ["vitattn-train", "vitattn-bench", "vitattn-check"])
+def test_help_piped_into_a_reader_that_stops_is_quiet(program: str) -> None:
+    """``--help | head``: the reader closes the pipe before the help is written; no traceback."""
+    process = subprocess.Popen(
+        [str(BIN / program), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader is gone before the first line
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 1 and errors.decode() == ""
 
 
 @pytest.mark.slow

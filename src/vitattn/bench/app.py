@@ -20,15 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
-from vitattn.bench.approx import run_approx
-from vitattn.bench.scaling import run_scaling
 from vitattn.bench.settings import Mode, load_settings, recorded, refuse_moved_settings
-from vitattn.bench.spectrum import run_spectrum
-from vitattn.bench.train_speed import run_train
-from vitattn.bench.writers import write_approx, write_scaling, write_spectrum, write_train
 from vitattn.cli.console import console_main
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
@@ -38,6 +32,16 @@ PROGRAM = "vitattn-bench"
 
 def benchmark(cfg: DictConfig) -> dict[str, Any]:
     """Run the mode ``cfg.mode`` and write its files to the run directory."""
+    # The runners (torch and the attentions) are imported here, not with the app: its --help,
+    # its refusals and Hydra's composition need none of them.
+    import torch
+
+    from vitattn.bench.approx import run_approx
+    from vitattn.bench.scaling import run_scaling
+    from vitattn.bench.spectrum import run_spectrum
+    from vitattn.bench.train_speed import run_train
+    from vitattn.bench.writers import write_approx, write_scaling, write_spectrum, write_train
+
     settings = load_settings(cfg)
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)

@@ -14,28 +14,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from vitattn.attention import ATTENTIONS
-from vitattn.bench.environment import resolve_device
-from vitattn.bench.kernels import (
-    COMPILE,
-    attention_config_path,
-    registered,
-    require_knob,
-    resolve_attentions,
-    split_variant,
-)
 from vitattn.cli.console import composition_message, overrides_of
 from vitattn.errors import ConfigError
-from vitattn.runs.checkpoints import read_checkpoint
 from vitattn.utils import checks
 from vitattn.utils.config import group_options
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, the attention registry and the checkpoint reader are imported where a check needs them:
+# the schema alone (what `vitattn-bench --help` and composition need) imports none of them.
 
 SCHEMA = "bench_schema"
 NOT_OURS = ("data", "paths", "hydra")
@@ -65,6 +59,8 @@ class DType(Enum):
 
     @property
     def torch(self) -> torch.dtype:
+        import torch
+
         return getattr(torch, self.value)
 
 
@@ -244,6 +240,10 @@ class BenchSettings(Checked):
             )
         self.seq_lens = sizes("seq_lens", self.seq_lens)
         self.head_dims = sizes("head_dims", self.head_dims)
+        # The checks against the device and the attention registry import torch: after the rest.
+        from vitattn.bench.environment import resolve_device
+        from vitattn.bench.kernels import registered, resolve_attentions
+
         self.device = str(resolve_device(self.device))
         self.variants = check_variants(self.variants)
         self.knobs = check_knobs(self.knobs, self.variants)
@@ -262,6 +262,8 @@ class BenchSettings(Checked):
 
     @property
     def torch_device(self) -> torch.device:
+        import torch
+
         return torch.device(self.device)
 
 
@@ -310,6 +312,8 @@ def refuse_moved_settings(arguments: list[str]) -> list[str]:
 
 def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
     """``knobs`` must map settings of ``configs/attention/<attention>.yaml`` to values."""
+    from vitattn.bench.kernels import require_knob
+
     if not isinstance(knobs, dict):
         example = f"{setting}.<knob>=..."
         raise ConfigError(f"{setting}={knobs} is not valid; give settings, e.g. {example}")
@@ -320,6 +324,9 @@ def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
 def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[str, dict[str, Any]]:
     """``variants`` (the setting ``prefix``) as ``{name: {attention: <registered>, <knob>:
     value, ...}}``, all real; ``compile: true`` times the mechanism compiled."""
+    from vitattn.attention import ATTENTIONS
+    from vitattn.bench.kernels import COMPILE, resolve_attentions
+
     for name, entry in variants.items():
         setting = f"{prefix}.{name}"
         if name in ATTENTIONS:
@@ -338,6 +345,8 @@ def check_knobs(
     knobs: dict[str, Any], variants: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
     """``knobs`` as ``{attention or variant: {knob: value}}``, each name and knob real."""
+    from vitattn.bench.kernels import resolve_attentions, split_variant
+
     for name, settings in knobs.items():
         resolve_attentions([name], f"knobs.{name}", variants)
         check_knob_names(f"knobs.{name}", split_variant(name, variants)[0], settings)
@@ -353,6 +362,8 @@ def check_budgets(
 
     Entries of mechanisms that are not selected (or not built yet) are ignored.
     """
+    from vitattn.bench.kernels import attention_config_path, require_knob, split_variant
+
     checked: dict[str, dict[str, Any]] = {}
     for name in attentions:
         entry = budgets.get(name)
@@ -374,6 +385,8 @@ def check_budgets(
 
 
 def require_checkpoint(path: str | None, mode: Mode) -> str:
+    from vitattn.runs.checkpoints import read_checkpoint
+
     if path in (None, "", "???"):
         raise ConfigError(
             f"ckpt_path is required for mode={mode.value}: "

@@ -20,11 +20,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.check.kernels import run_kernels
-from vitattn.check.numerics import run_numerics
-from vitattn.check.report import machine, write_check
 from vitattn.check.settings import NOT_OURS, Section, load_settings
-from vitattn.check.training import run_reference, run_training
 from vitattn.cli.console import console_main
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
@@ -35,6 +31,13 @@ log = logging.getLogger(__name__)
 
 def check(cfg: DictConfig) -> dict[str, Any]:
     """Run the chosen sections and write check.md, check.json and check_kernels.png."""
+    # The sections (torch and the attentions) are imported here, not with the app: its --help,
+    # its refusals and Hydra's composition need none of them.
+    from vitattn.check.kernels import run_kernels
+    from vitattn.check.numerics import run_numerics
+    from vitattn.check.report import machine, write_check
+    from vitattn.check.training import run_reference, run_training
+
     settings = load_settings(cfg)
     env = machine(settings)
     log.info("checking %s (%s) for %s", env["device_name"], env["device"], settings.attentions)

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from vitattn.bench.kernels import COMPILE, resolve_attentions
 from vitattn.bench.settings import (
     Checked,
     DType,
@@ -25,6 +23,12 @@ from vitattn.bench.settings import (
 )
 from vitattn.errors import ConfigError
 from vitattn.utils.config import gpu_precision
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and the attention registry are imported where a check needs them (as in
+# vitattn.bench.settings): the schema alone imports neither.
 
 SCHEMA = "check_schema"
 NOT_OURS = ("data", "paths", "hydra")
@@ -101,6 +105,8 @@ class KernelSettings(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
+        from vitattn.bench.kernels import COMPILE, resolve_attentions
+
         compiled = resolve_attentions(self.compiled, "kernels.compiled")
         self.variants = check_variants(
             {
@@ -130,6 +136,10 @@ class CheckSettings(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        import torch
+
+        from vitattn.bench.kernels import resolve_attentions
+
         self.attentions = resolve_attentions(self.attentions)
         if self.device == Device.gpu.value and not torch.cuda.is_available():
             raise ConfigError(
@@ -141,6 +151,8 @@ class CheckSettings(Checked):
 
     @property
     def torch_device(self) -> torch.device:
+        import torch
+
         return torch.device("cuda" if self.device == Device.gpu.value else "cpu")
 
 

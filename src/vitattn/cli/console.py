@@ -82,7 +82,13 @@ def console_main(
         fail(program, error)
         sys.exit(1)
     sys.argv = [sys.argv[0], *named]
-    hydra_main()
+    try:
+        hydra_main()
+    except BrokenPipeError:
+        # Piped into a reader that stopped early (`--help | head`): it has what it wanted. As
+        # Python's documentation advises, stdout then points at devnull, so exiting is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
 
 
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
