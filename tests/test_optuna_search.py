@@ -39,7 +39,8 @@ def test_a_pareto_search_stores_two_directions_and_its_pareto_trials(
     tmp_path: Path, data_dir: Path
 ) -> None:
     sweep = tmp_path / "pareto"
-    settings = ["hydra.sweeper.n_trials=2", *TINY, *steps(6, 6)]  # one validation each
+    # Two trials, each validating once and not testing: what a Pareto search needs of them.
+    settings = ["hydra.sweeper.n_trials=2", *TINY, *steps(6, 6), "test=false"]
     run_in_process(
         "vitattn-train", *search(sweep, *settings, preset="optuna_pareto"), data_dir=data_dir
     )
@@ -71,7 +72,7 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
         optuna.trial.create_trial(value=1.0, intermediate_values=dict.fromkeys(range(1, 7), 1.0))
     )
     pruner = "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:1}"
-    command = search(sweep, "hydra.sweeper.n_trials=2", pruner, *TINY, *steps(6, 3))
+    command = search(sweep, "hydra.sweeper.n_trials=2", pruner, *TINY, *steps(6, 3), "test=false")
     result = run_in_process("vitattn-train", *command, data_dir=data_dir)
 
     assert states(sweep) == ["COMPLETE", "PRUNED"]
