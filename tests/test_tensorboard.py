@@ -410,7 +410,7 @@ def test_only_real_tensorboard_writers_on_rank_zero_get_images(tmp_path, monkeyp
 def test_the_mistakes_grid_shows_grey_and_colour_images_pixel_for_pixel() -> None:
     from vitattn.training.callbacks.confusion import drawn, errors_figure
 
-    grey = torch.full((1, 32, 32), 77, dtype=torch.uint8)  # one channel, as vit_pixel's data
+    grey = torch.full((1, 32, 32), 77, dtype=torch.uint8)  # one channel: experiment=lra_image
     red = torch.zeros(3, 32, 32, dtype=torch.uint8)
     red[0] = 200
     for image, colour in ((grey, (77, 77, 77)), (red, (200, 0, 0))):
