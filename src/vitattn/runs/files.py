@@ -156,13 +156,6 @@ def save_figure(figure: Any, path: Path, **options: Any) -> None:
     write_with(path, lambda handle: figure.savefig(handle, format=kind, **options))
 
 
-def save_pixels(pixels: Any, path: Path) -> None:
-    """``(H, W, 3)`` uint8 ``pixels`` as a PNG at ``path``, written whole or not at all."""
-    from PIL import Image
-
-    write_with(path, lambda handle: Image.fromarray(pixels).save(handle, format="png"))
-
-
 def open_for_append(
     path: Path, mode: str = "a", encoding: str | None = None, errors: str | None = None
 ) -> IO[str]:

@@ -9,8 +9,8 @@
 * the test images the model got wrong with the highest confidence, each titled with its true
   and predicted class: ``most_confident_errors.png`` and ``~summary/most_confident_errors``.
 
-Each figure is drawn once: the PNG and the TensorBoard image are the same pixels (every run ends
-with this report, so what it costs, every run costs).
+Each figure is drawn and encoded once: the PNG and the TensorBoard image are the same bytes
+(every run ends with this report, so what it costs, every run costs).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import lightning as L
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from vitattn.runs.files import save_pixels
-from vitattn.training.logger import SUMMARY_GROUP, summary_writers
+from vitattn.runs.files import write_bytes
+from vitattn.training.logger import SUMMARY_GROUP, add_png, encode_png, summary_writers
 
 
 class ConfusionReport(L.Callback):
@@ -93,10 +93,10 @@ class ConfusionReport(L.Callback):
             if figure is None:
                 continue
             pixels = drawn(figure, dpi=120)
-            save_pixels(pixels, run_dir / f"{name}.png")
+            png, (height, width) = encode_png(pixels), pixels.shape[:2]
+            write_bytes(run_dir / f"{name}.png", png)
             for writer in summary_writers(trainer.loggers):
-                tag = f"{SUMMARY_GROUP}/{name}"
-                writer.add_image(tag, pixels, trainer.global_step, dataformats="HWC")
+                add_png(writer, f"{SUMMARY_GROUP}/{name}", png, height, width, trainer.global_step)
 
 
 def drawn(figure: Any, dpi: int) -> Any:

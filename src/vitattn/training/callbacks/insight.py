@@ -31,7 +31,6 @@ linear in V), so no mechanism needs code of its own. The latest maps are also sa
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import time
@@ -52,7 +51,7 @@ from vitattn.attention.common.probe import (
     relative_error,
 )
 from vitattn.runs.files import write_with
-from vitattn.training.logger import summary_writers
+from vitattn.training.logger import add_png, encode_png, summary_writers
 
 log = logging.getLogger(__name__)
 
@@ -143,25 +142,6 @@ def layer_scalars(name: str, values: list[float]) -> dict[str, float]:
     if len(values) > 1:
         scalars.update({f"val/{name}/layer_{i}": value for i, value in enumerate(values)})
     return scalars
-
-
-def add_png(writer: Any, tag: str, image: torch.Tensor, step: int) -> None:
-    """``SummaryWriter.add_image`` of a float ``(3, H, W)`` image in [0, 1], with the PNG
-    compressed fast (zlib level 1): the default level makes encoding most of the callback's
-    time, for files a few kilobytes smaller."""
-    from PIL import Image
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    pixels = image.mul(255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
-    encoded = io.BytesIO()
-    Image.fromarray(pixels).save(encoded, format="PNG", compress_level=1)
-    height, width = pixels.shape[:2]
-    picture = Summary.Image(
-        height=height, width=width, colorspace=3, encoded_image_string=encoded.getvalue()
-    )
-    writer._get_file_writer().add_summary(
-        Summary(value=[Summary.Value(tag=tag, image=picture)]), step
-    )
 
 
 class AttentionInsight(L.Callback):
@@ -279,7 +259,10 @@ class AttentionInsight(L.Callback):
         grids[f"{IMAGE_GROUP}/rollout"] = make_grid(pairs, nrow=len(raw))
         for writer in summary_writers(trainer.loggers):
             for tag, grid in grids.items():
-                add_png(writer, tag, grid, trainer.global_step)
+                pixels = grid.mul(255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
+                height, width = pixels.shape[:2]
+                png = encode_png(pixels.numpy())
+                add_png(writer, tag, png, height, width, trainer.global_step)
         self.save(
             Path(trainer.default_root_dir), trainer, shown, flow_maps, torch.stack(layer_maps)
         )
