@@ -3,12 +3,16 @@ the CPU's fused attention kernel counted as the CUDA ones are."""
 
 from __future__ import annotations
 
+import copy
+import logging
+
 import pytest
 import torch
 from torch import nn
 
 from tests.support.presets import tiny_vit
 from vitattn.models.flops import gflop_per_image
+from vitattn.models.vit import CompiledOrEager
 
 
 def test_linear_layers_cost_their_products_forward_and_backward() -> None:
@@ -122,3 +126,68 @@ def test_a_network_elsewhere_is_counted_on_the_examples_device(caplog) -> None:
     assert "could not count FLOPs" not in caplog.text
     assert on_cpu is not None and on_meta == pytest.approx(on_cpu)
     assert next(net.parameters()).device.type == "cpu"  # the network itself stays where it was
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _frames_dynamo_skipped(call) -> list[str]:
+    """What Dynamo's frame converter says it skipped while ``call()`` runs."""
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    records, level = _Records(), logger.level
+    logger.addHandler(records)
+    logger.setLevel(logging.DEBUG)
+    try:
+        call()
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
+    return [m for m in records.messages if m.startswith("skipping: doubled_sine ")]
+
+
+def test_counting_hands_no_compiled_function_to_dynamo() -> None:
+    """Issue 42, on a GPU with torch 2.11: the check's compiled rows trained at their eager speed
+    with no compile time. Counting FLOPs before the fit called the compiled forward under
+    FlopCounterMode, where Dynamo refuses to trace, and up to torch 2.13 that refusal marked the
+    code as never to be compiled (pytorch/pytorch#190286). This torch no longer marks it, so
+    the test asserts the cause away instead: while counting, Dynamo never sees the frame (the
+    control shows that it does, and says so, under a bare FlopCounterMode)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vitattn.models.flops import count_gflop
+
+    @torch.compile(backend="eager")
+    def doubled_sine(x: torch.Tensor) -> torch.Tensor:
+        return (x @ x).sin()
+
+    x = torch.randn(4, 4)
+
+    def bare() -> None:
+        with FlopCounterMode(display=False):
+            doubled_sine(x)
+
+    assert _frames_dynamo_skipped(bare), "the control: Dynamo logs the frame it refuses"
+    counted: list[float | None] = []
+    assert not _frames_dynamo_skipped(lambda: counted.append(count_gflop(lambda: doubled_sine(x))))
+    assert counted == [pytest.approx(2 * 4 * 4 * 4 / 1e9)]
+
+
+def test_a_copy_of_a_compiled_network_runs_its_own_weights() -> None:
+    """``deepcopy`` copies functions by reference: a copied compiled network's forward ran the
+    original's compiled forward, the original's weights included (and the FLOP count's copy
+    called the original network's compiled function, on the original's device)."""
+    net = tiny_vit()
+    net._compiled_forward = CompiledOrEager(net._forward)
+    twin = copy.deepcopy(net)
+    with torch.no_grad():
+        twin.head.bias.add_(1.0)
+    image = torch.zeros(1, 3, 16, 16)
+    with torch.compiler.set_stance("force_eager"):  # the same code path without Inductor's wait
+        assert torch.allclose(twin(image), net(image) + 1.0, atol=1e-6)
+    assert twin._compiled_forward.function.__self__ is twin

@@ -9,6 +9,7 @@ softmax, and this number shows it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Callable
@@ -52,6 +53,17 @@ def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
+def eager_only() -> contextlib.AbstractContextManager[Any]:
+    """Every ``torch.compile``'d function called inside runs eager, and Dynamo never sees it.
+
+    Dynamo refuses to trace under a dispatch mode such as ``FlopCounterMode``, and up to torch
+    2.13 it then marks the code object as never to be compiled (pytorch/pytorch#190286): one
+    count before training left every later ``model.compile=true`` forward eager, silently. On a
+    torch without ``torch.compiler.set_stance`` (before 2.6), nothing changes."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return contextlib.nullcontext() if set_stance is None else set_stance("force_eager")
+
+
 def count_gflop(call: Callable[[], Any], quiet: bool = False) -> float | None:
     """GFLOP of ``call()`` (matrix products, convolutions and fused attention, forward and any
     backward it runs); ``None`` (and a warning, unless ``quiet``) where counting fails."""
@@ -59,7 +71,7 @@ def count_gflop(call: Callable[[], Any], quiet: bool = False) -> float | None:
 
     try:
         counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
-        with counter, autotune.untimed():  # count the call, not impl=auto's timing of it
+        with eager_only(), counter, autotune.untimed():  # count the call, not impl=auto's timing
             call()
         return counter.get_total_flops() / 1e9
     except Exception as error:  # a kernel the counter cannot trace: the run goes on without it

@@ -7,6 +7,7 @@ every pixel is a token, the setting of the founding report and of Long Range Are
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -155,6 +156,18 @@ class CompiledOrEager:
             type(error).__name__,
             str(error).strip().splitlines()[0] if str(error).strip() else "",
         )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledOrEager:
+        """A copy that compiles the copied function. ``deepcopy`` copies a function object by
+        reference, so without this a copied network's forward would run the original
+        network's compiled forward, the original's weights included."""
+        twin = CompiledOrEager.__new__(CompiledOrEager)
+        twin.function = copy.deepcopy(self.function, memo)
+        twin.compiled = self.compiled
+        twin._compiled_function = (
+            None if self._compiled_function is None else torch.compile(twin.function)
+        )
+        return twin
 
     def __call__(self, *args: Any) -> torch.Tensor:
         if self._compiled_function is None:
