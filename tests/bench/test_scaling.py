@@ -88,6 +88,20 @@ def test_variants_measure_a_registered_attention_with_other_settings() -> None:
     assert sdpa.peak_tensor_bytes < naive.peak_tensor_bytes  # fused: no n x n tensor
 
 
+@pytest.mark.slow  # Inductor compiles a graph per size and gradient mode on a CPU
+def test_a_compiled_mechanism_sized_by_n_runs_at_every_size() -> None:
+    """Issue 42, on a GPU: linformer_compiled failed from its third size of four
+    (``FailOnRecompileLimitHit``): its projections are sized by n, so each size, with and
+    without gradients (and at the check's sizes, at the guard's probe), is a recompile of its
+    ``forward``, and Dynamo's default limit is 8 graphs; here the fifth size passed it."""
+    variants = {"linformer_compiled": {"attention": "linformer", "compile": True}}
+    sweep = small_sweep(
+        attentions=["linformer_compiled"], seq_lens=[32, 64, 128, 256, 512], variants=variants
+    )
+    rows = Runner(sweep).run()
+    assert [(r.seq_len, r.status) for r in rows] == [(n, "ok") for n in (32, 64, 128, 256, 512)]
+
+
 def test_the_sweep_of_the_settings(tmp_path: Path) -> None:
     overrides = [*SMALL, "seq_lens=[64,32,64]", "dtype=float64", "+knobs.softmax.impl=naive"]
     sweep = scaling.sweep_of(load_settings(compose_config("bench", overrides, tmp_path)))

@@ -4,6 +4,7 @@ variant with ``compile: true``, compiled)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,20 @@ class Sweep:
     reference: str | None = "softmax"
     seed: int = 0
     guard: Guard = field(default_factory=Guard)
+
+
+GRAPHS_PER_SIZE = 8
+"""Room for a compiled variant's graphs at one size: with and without gradients, at the size and
+at the smaller shapes the guard probes. Each is a recompile of the mechanism's ``forward``."""
+
+
+def room_to_recompile(sizes: int) -> contextlib.AbstractContextManager[Any]:
+    """Dynamo's recompile limit raised for a sweep over ``sizes`` sizes. Past its default of 8
+    graphs per function a ``fullgraph=True`` call fails (``FailOnRecompileLimitHit``: linformer,
+    whose projections are sized by n, at the third size of four)."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    return config.patch(**{name: max(getattr(config, name), GRAPHS_PER_SIZE * sizes)})
 
 
 class Workload:

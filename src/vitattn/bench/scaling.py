@@ -44,7 +44,7 @@ from vitattn.bench.floor import (
     least_bytes,
     share_of_floor,
 )
-from vitattn.bench.grid import Guard, Sweep, Workload
+from vitattn.bench.grid import Guard, Sweep, Workload, room_to_recompile
 from vitattn.bench.kernels import (
     compiled_variant,
     failure_status,
@@ -215,21 +215,29 @@ class Runner:
         if self.sweep.steady_heap:
             self.steady_heap = steady_heap()
         rows: list[Row] = []
-        for attention in self.sweep.attentions:
-            for head_dim in self.sweep.head_dims:
-                stopped: str | None = None
-                for seq_len in sorted(self.sweep.seq_lens):
-                    row = self.new_row(attention, seq_len, head_dim)
-                    if stopped is not None:
-                        row.status = stopped
-                    else:
-                        self.measure(row)
-                        if row.status == "oom" or row.status.startswith("skipped"):
-                            stopped = f"skipped: n={seq_len} was {row.status.split(':')[0]}"
-                    rows.append(row)
-                    if self.on_row is not None:
-                        self.on_row(row)
+        with room_to_recompile(len(self.sweep.seq_lens)):
+            for attention in self.sweep.attentions:
+                for head_dim in self.sweep.head_dims:
+                    rows.extend(self.sweep_sizes(attention, head_dim))
         add_speedups(rows, self.sweep.reference)
+        return rows
+
+    def sweep_sizes(self, attention: str, head_dim: int) -> list[Row]:
+        """``attention``'s rows at every size, smallest first; after an out-of-memory error or a
+        skip, the larger sizes are skipped too."""
+        rows: list[Row] = []
+        stopped: str | None = None
+        for seq_len in sorted(self.sweep.seq_lens):
+            row = self.new_row(attention, seq_len, head_dim)
+            if stopped is not None:
+                row.status = stopped
+            else:
+                self.measure(row)
+                if row.status == "oom" or row.status.startswith("skipped"):
+                    stopped = f"skipped: n={seq_len} was {row.status.split(':')[0]}"
+            rows.append(row)
+            if self.on_row is not None:
+                self.on_row(row)
         return rows
 
     def too_large(self, attention: str, seq_len: int, head_dim: int) -> str | None:
