@@ -76,6 +76,15 @@ def test_the_dry_run_is_typed_and_sized_for_a_cpu(tmp_path: Path) -> None:
     assert settings.kernels.variants["linear_compiled"] == {"attention": "linear", "compile": True}
 
 
+def test_an_empty_list_of_compiled_kernels_times_none_compiled(tmp_path: Path) -> None:
+    """``kernels.compiled=[]`` (the GPU run's sparse part, say) was refused as naming no
+    registered attention; it means no compiled rows."""
+    overrides = ["device=cpu", "kernels.compiled=[]"]
+    settings = load_settings(compose_config("check", overrides, tmp_path))
+    assert settings.kernels.compiled == []
+    assert not any(v.get("compile") for v in settings.kernels.variants.values())
+
+
 @pytest.mark.slow
 def test_the_training_section_trains_eager_and_compiled_side_by_side(
     tmp_path: Path, data_dir: Path

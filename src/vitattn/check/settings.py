@@ -100,14 +100,15 @@ class KernelSettings(Checked):
     repeats: int = at_least(1)
     max_call_seconds: float | None = positive()
     variants: dict[str, Any] = MISSING  # {name: {attention: <registered>, <knob>: value}}
-    compiled: list[str] = MISSING  # also timed compiled, as the variant <name>_compiled
+    compiled: list[str] = MISSING  # also timed compiled, as the variant <name>_compiled ([]: none)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
         from vitattn.bench.kernels import COMPILE, resolve_attentions
 
-        compiled = resolve_attentions(self.compiled, "kernels.compiled")
+        # [] times nothing compiled; resolve_attentions refuses an empty list of attentions
+        compiled = resolve_attentions(self.compiled, "kernels.compiled") if self.compiled else []
         self.variants = check_variants(
             {
                 **self.variants,
