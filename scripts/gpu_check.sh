@@ -4,7 +4,7 @@
 # and check.json written under OUT as the part ends, so that a cap that cuts one part keeps the
 # rest.
 #
-#   scripts/gpu_check.sh OUT [SECONDS]        # SECONDS: the whole budget, default 480
+#   scripts/gpu_check.sh OUT [SECONDS]        # SECONDS: the whole budget, default 600
 #
 # Environment:
 #   DEVICE=gpu|cpu     the check's profile (default gpu; cpu tries the script on a laptop)
@@ -25,7 +25,7 @@ if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
     [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 OUT="$1"
-BUDGET="${2:-480}"
+BUDGET="${2:-600}"
 DEVICE="${DEVICE:-gpu}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$OUT"
@@ -64,8 +64,10 @@ part() {
     echo "gpu_check: $name: exit $status after $((SECONDS - started)) s (cap $cap s)"
 }
 
-# The budget's shares: numerics 10%, training 45% (TRAINING_PARTS parts), reference 15%,
-# kernels 30%.
+# The budget's shares: numerics 10%, training 45% (TRAINING_PARTS parts), reference 10%, and
+# the kernels 35% in three parts by family, each with the compiled rows of its own attentions
+# (one part for all of them was cut by its cap on an H200 and left no rows): the linear family,
+# the feature maps (with their impl=autograd variants) and the rest, uncompiled.
 share() { echo $(( BUDGET * $1 / 100 > 20 ? BUDGET * $1 / 100 : 20 )); }
 part numerics "$(share 10)" "sections=[numerics]" "attentions=$listed"
 parts="${TRAINING_PARTS:-4}"
@@ -78,8 +80,35 @@ for (( first = 0; first < ${#attentions[@]}; first += size )); do
     part "training-$((first / size + 1))" "$per_part" "sections=[training]" \
         "attentions=[$(IFS=,; echo "${group[*]}")]"
 done
-part reference "$(share 15)" "sections=[reference]"
-part kernels "$(share 30)" "sections=[kernels]" "attentions=$listed"
+part reference "$(share 10)" "sections=[reference]"
+
+# kernels PART SHARE FAMILY VARIANTS: the attentions of FAMILY among those checked, compiled
+# where the profile compiles them, with the check's variants (VARIANTS=1) or none.
+compiled_in_profile=" $("$PYTHON" -c 'import yaml
+print(*yaml.safe_load(open("configs/check.yaml"))["profiles"]["gpu"]["kernels"]["compiled"])') "
+kernels() {
+    local name="$1" cap="$2" family="$3" variants="$4" a chosen=() compiled=()
+    for a in "${attentions[@]}"; do
+        if [[ "$family" == rest ]]; then
+            [[ " $LINEAR_FAMILY $FEATURE_MAPS " == *" $a "* ]] && continue
+        else
+            [[ " $family " == *" $a "* ]] || continue
+        fi
+        chosen+=("$a")
+        [[ "$family" != rest && "$compiled_in_profile" == *" $a "* ]] && compiled+=("$a")
+    done
+    (( ${#chosen[@]} )) || return 0
+    local extra=()
+    (( variants )) || extra=("~kernels.variants.performer_autograd" \
+        "~kernels.variants.random_feature_autograd")
+    part "$name" "$cap" "sections=[kernels]" "attentions=[$(IFS=,; echo "${chosen[*]}")]" \
+        "kernels.compiled=[$(IFS=,; echo "${compiled[*]}")]" "${extra[@]}"
+}
+LINEAR_FAMILY="linear efficient linformer taylor"
+FEATURE_MAPS="performer random_feature nystrom"
+kernels kernels-linear "$(share 10)" "$LINEAR_FAMILY" 0
+kernels kernels-features "$(share 15)" "$FEATURE_MAPS" 1
+kernels kernels-rest "$(share 10)" rest 0
 
 [[ -n "${PLAN:-}" ]] && exit 0
 echo "gpu_check: the parts, and each one's problems line:"

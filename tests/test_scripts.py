@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,7 @@ def gpu_check_plan(tmp_path: Path, budget: int, **env: str) -> list[list[str]]:
         ["bash", str(script), str(tmp_path / "out"), str(budget)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PLAN": "1", **env},
+        env={**os.environ, "PLAN": "1", "PYTHON": sys.executable, **env},
         check=True,
         timeout=60,
     )
@@ -109,17 +110,30 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
     """The one prepared call for a lent GPU: numerics, the training section in groups of
     attentions, the reference and the kernels, each under its own cap, the caps within the
     budget, every attention trained once."""
-    plan = gpu_check_plan(tmp_path, 480, ATTENTIONS="a b c d e", TRAINING_PARTS="2")
+    checked = "softmax linear performer nystrom bigbird"
+    plan = gpu_check_plan(tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2")
     assert [name for name, _, _ in plan] == [
-        "numerics", "training-1", "training-2", "reference", "kernels"
+        "numerics", "training-1", "training-2", "reference",
+        "kernels-linear", "kernels-features", "kernels-rest",
     ]  # fmt: skip
-    assert sum(int(cap) for _, cap, _ in plan) <= 480
+    assert sum(int(cap) for _, cap, _ in plan) <= 600
     overrides = {name: arguments for name, _, arguments in plan}
-    assert overrides["training-1"] == "sections=[training] attentions=[a,b,c]"
-    assert overrides["training-2"] == "sections=[training] attentions=[d,e]"
-    assert overrides["kernels"] == "sections=[kernels] attentions=[a,b,c,d,e]"
+    assert overrides["training-1"] == "sections=[training] attentions=[softmax,linear,performer]"
+    assert overrides["training-2"] == "sections=[training] attentions=[nystrom,bigbird]"
+    # the kernels by family, each compiled where the GPU profile compiles it; the feature maps
+    # keep the impl=autograd variants, the other parts drop them
+    no_variants = "~kernels.variants.performer_autograd ~kernels.variants.random_feature_autograd"
+    assert overrides["kernels-linear"] == (
+        f"sections=[kernels] attentions=[linear] kernels.compiled=[linear] {no_variants}"
+    )
+    assert overrides["kernels-features"] == (
+        "sections=[kernels] attentions=[performer,nystrom] kernels.compiled=[performer,nystrom]"
+    )
+    assert overrides["kernels-rest"] == (
+        f"sections=[kernels] attentions=[softmax,bigbird] kernels.compiled=[] {no_variants}"
+    )
     assert not (tmp_path / "out" / "parts.tsv").exists()  # a plan runs and records nothing
-    one_each = gpu_check_plan(tmp_path, 480, ATTENTIONS="a b", TRAINING_PARTS="9")
+    one_each = gpu_check_plan(tmp_path, 600, ATTENTIONS="a b", TRAINING_PARTS="9")
     assert [name for name, _, _ in one_each if name.startswith("training")] == [
         "training-1", "training-2"
     ]  # fmt: skip
