@@ -116,6 +116,21 @@ def net_config(compile_net: bool) -> dict:
 OPTIMIZER = {"_target_": "torch.optim.AdamW", "_partial_": True}
 
 
+def test_a_compiled_row_of_ours_that_ran_eager_says_so(data_dir: Path, monkeypatch) -> None:
+    """As in ``vitattn-check``'s training section: a compile asked for that Dynamo never made
+    (here a stance standing ``torch.compile`` down) is the row's status, not a compiled speed."""
+    monkeypatch.setenv("VITATTN_DATA_DIR", str(data_dir))
+    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
+    with torch.compiler.set_stance("force_eager"):
+        eager, compiled = measure_train_speed(
+            tiny_train(implementations=["vitattn"], compile=True), CPU
+        )
+    assert (eager.compile, eager.status) == (False, "ok")
+    assert (compiled.compile, compiled.status) == (
+        True, "ran eager: torch.compile compiled no graph of the network"
+    )  # fmt: skip
+
+
 def test_compile_keeps_checkpoint_names() -> None:
     compiled = ViTClassifier(net=net_config(True), optimizer=OPTIMIZER)
     plain = ViTClassifier(net=net_config(False), optimizer=OPTIMIZER)

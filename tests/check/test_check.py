@@ -106,6 +106,33 @@ def test_the_training_section_trains_eager_and_compiled_side_by_side(
     assert rows[0]["params"] == rows[1]["params"]
 
 
+def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Path) -> None:
+    """On an H200 with torch 2.11 the compiled rows trained at their eager speed, reported as
+    compiled: Dynamo had skipped the network's forward (pytorch/pytorch#190286). Here the same
+    silence has another cause, a stance that stands ``torch.compile`` down; the row says what
+    ran, and it is a problem."""
+    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
+    run_dir = tmp_path / "check"
+    with torch.compiler.set_stance("force_eager"):
+        result = run_in_process(
+            "vitattn-check",
+            "device=cpu",
+            "sections=[training]",
+            "attentions=[linear]",
+            "training.compile=true",
+            f"hydra.run.dir={run_dir}",
+            data_dir=data_dir,
+            check=False,
+        )
+    report = json.loads((run_dir / "check.json").read_text())
+    eager, compiled = report["training"]
+    assert (eager["compiled"], eager["status"]) == (False, "ok")
+    ran_eager = "ran eager: torch.compile compiled no graph of the network"
+    assert (compiled["compiled"], compiled["status"]) == (True, ran_eager)
+    assert report["problems"] == [f"training: linear: {ran_eager}"]
+    assert ran_eager in result.stdout + result.stderr
+
+
 def test_a_size_given_wins_over_the_profile(tmp_path: Path) -> None:
     overrides = ["device=cpu", "numerics.seq_len=32", "kernels.seq_lens=[128,32]"]
     settings = load_settings(compose_config("check", overrides, tmp_path))

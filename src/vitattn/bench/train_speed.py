@@ -284,6 +284,9 @@ def measure_one(
     seconds = clock.windows(train.warmup, train.steps, train.repeats)
     result = speed_of(implementation, parameters(net), seconds, train, device)
     result.compile = compile
+    forward = getattr(net, "_compiled_forward", None)  # ours: did Dynamo compile a graph?
+    if compile and forward is not None and forward.ran_compiled() is False:
+        result.status = "ran eager: torch.compile compiled no graph of the network"
     if compile:
         steady = statistics.median(seconds) if seconds else None
         extra = clock.warmup_extra(train.warmup, steady)

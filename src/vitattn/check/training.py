@@ -38,6 +38,7 @@ from vitattn.bench.train_speed import (
 )
 from vitattn.check.settings import CheckSettings
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
+from vitattn.training.fitting import compiled
 from vitattn.training.lightning_output import tidy_lightning_output
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,8 @@ def train_briefly(
         torch.cuda.reset_peak_memory_stats(device)
     trainer = bare_trainer(device, training.precision, training.steps, recorder.callback)
     trainer.fit(module, datamodule=datamodule)
+    if compile and not compiled(module):  # e.g. Dynamo skipped the forward: timed eager
+        row.status = "ran eager: torch.compile compiled no graph of the network"
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     ticks = recorder.clock.ticks

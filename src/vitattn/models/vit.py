@@ -169,6 +169,22 @@ class CompiledOrEager:
         )
         return twin
 
+    def ran_compiled(self) -> bool | None:
+        """Whether Dynamo holds a compiled graph of the function. ``False`` where compiling fell
+        back to eager, or where every call so far ran eager without a word: Dynamo had skipped
+        the code (pytorch/pytorch#190286: a first call under a dispatch mode, before torch
+        2.14). ``None`` where this torch does not tell. The graphs are the code's, so another
+        network of the same class compiled in this process counts too."""
+        if self._compiled_function is None:
+            return False
+        try:
+            from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+            code = getattr(self.function, "__func__", self.function).__code__
+            return bool(_debug_get_cache_entry_list(code))
+        except Exception:  # a private function of Dynamo's: gone or changed in some torch
+            return None
+
     def __call__(self, *args: Any) -> torch.Tensor:
         if self._compiled_function is None:
             return self.function(*args)

@@ -5,6 +5,7 @@ reports of every run are gathered in one place."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -25,6 +26,8 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import instantiate_list, instantiate_loggers
+
+log = logging.getLogger(__name__)
 
 
 def seed_and_precision(cfg: Any) -> None:
@@ -99,10 +102,19 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
 
 
 def compiled(module: L.LightningModule) -> bool:
-    """Whether ``module``'s network runs compiled (``model.compile=true``, and compiling did not
-    fall back to eager)."""
+    """Whether ``module``'s network ran compiled (``model.compile=true``, compiling did not fall
+    back to eager, and Dynamo compiled a graph of it: :meth:`CompiledOrEager.ran_compiled`); a
+    network asked to compile that ran eager all the same is a warning."""
     forward = getattr(getattr(module, "net", None), "_compiled_forward", None)
-    return forward is not None and bool(forward.compiled)
+    if forward is None or not forward.compiled:
+        return False
+    if forward.ran_compiled() is False:
+        log.warning(
+            "model.compile=true: torch.compile compiled no graph of the network's forward "
+            "(Dynamo skipped it); this run trained eager"
+        )
+        return False
+    return True
 
 
 def best_validation_accuracy(trainer: L.Trainer) -> float | None:

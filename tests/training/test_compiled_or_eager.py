@@ -1,0 +1,36 @@
+"""A run asked to compile that ran eager says so (issue 42: on torch 2.11, every
+``model.compile=true`` run trained eager and reported a compile time of a few milliseconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tests.support.in_process import run_in_process
+from tests.support.presets import FEW_STEPS
+
+
+def test_a_run_asked_to_compile_that_ran_eager_warns_and_reports_no_compile_time(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Dynamo skipped the network's forward on the GPU (pytorch/pytorch#190286); here a stance
+    that stands ``torch.compile`` down does the same, with no error: the run is eager, its
+    metrics claim no compile seconds, and its log says why."""
+    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
+    run = tmp_path / "run"
+    with torch.compiler.set_stance("force_eager"):
+        result = run_in_process(
+            "vitattn-train",
+            *FEW_STEPS,
+            "model.compile=true",
+            f"hydra.run.dir={run}",
+            data_dir=data_dir,
+        )
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["train/images_per_sec"] > 0
+    assert "train/compile_seconds" not in metrics
+    assert "torch.compile compiled no graph of the network's forward" in (
+        result.stdout + result.stderr
+    )
