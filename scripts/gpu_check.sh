@@ -14,6 +14,8 @@
 #   WHEELS=DIR         wheels to install first with --target OUT/.site (a machine's image that
 #                      has torch, Lightning and timm but not Hydra: scripts/offline_wheels.sh)
 #   VITATTN_DATA_DIR   a CIFAR-10 folder (cifar-10-batches-py inside): the training section
+#   PACK=FILE.tgz      after each part, OUT so far packed into FILE.tgz, outside OUT (a device
+#                      that hands back few files: PACK=$OUT/check.tgz scripts/gpu_check.sh /tmp/c)
 #   PLAN=1             print each part's cap and overrides, and run nothing
 #
 # Run from the repository root; vitattn is imported from src/ whether or not it is installed.
@@ -21,7 +23,7 @@
 set -uo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 OUT="$1"
@@ -62,6 +64,10 @@ part() {
     status=$?
     printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - started))" >> "$OUT/parts.tsv"
     echo "gpu_check: $name: exit $status after $((SECONDS - started)) s (cap $cap s)"
+    if [[ -n "${PACK:-}" ]]; then
+        tar czf "$PACK.partial" --exclude=.hydra --exclude=.site -C "$OUT" . \
+            && mv "$PACK.partial" "$PACK"
+    fi
 }
 
 # The budget's shares: numerics 10%, training 45% (TRAINING_PARTS parts), reference 10%, and

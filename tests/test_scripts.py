@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,49 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
     assert [name for name, _, _ in one_each if name.startswith("training")] == [
         "training-1", "training-2"
     ]  # fmt: skip
+
+
+STAND_IN_CHECK = """#!/usr/bin/env bash
+# python3 for gpu_check.sh: `-c` runs the real one; `-m vitattn.check ...` writes the check.md of
+# the run directory it is given, with no problems
+if [[ "$1" == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
+for argument in "$@"; do
+    [[ "$argument" == hydra.run.dir=* ]] && run="${argument#hydra.run.dir=}"
+done
+mkdir -p "$run"
+printf '# check\\n\\n## Problems\\n\\nnone\\n' > "$run/check.md"
+echo "$*" > "$run/arguments"
+"""
+
+
+def test_gpu_check_packs_each_part_as_it_ends(tmp_path: Path) -> None:
+    """On a lent GPU that hands back a few files, ``PACK`` holds every part that has ended, so a
+    command cut by the device's own limit still brings back what ran."""
+    stand_in = tmp_path / "python3"
+    stand_in.write_text(STAND_IN_CHECK)
+    stand_in.chmod(0o755)
+    out, pack = tmp_path / "out", tmp_path / "back" / "check.tgz"
+    pack.parent.mkdir()
+    result = subprocess.run(
+        ["bash", str(PROJECT_ROOT / "scripts" / "gpu_check.sh"), str(out), "600"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHON": str(stand_in),
+            "REAL_PYTHON": sys.executable,
+            "ATTENTIONS": "softmax linear",
+            "TRAINING_PARTS": "1",
+            "PACK": str(pack),
+        },
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    parts = ["numerics", "training-1", "reference", "kernels-linear", "kernels-rest"]
+    with tarfile.open(pack) as archive:
+        names = {name.removeprefix("./") for name in archive.getnames()}
+        tsv = archive.extractfile("./parts.tsv").read().decode()  # type: ignore[union-attr]
+    assert {f"{part}/check.md" for part in parts} <= names
+    assert [line.split("\t")[:2] for line in tsv.splitlines()[1:]] == [[p, "0"] for p in parts]
+    assert not pack.with_name("check.tgz.partial").exists()
+    assert "none" in result.stdout  # each part's problems line in the closing list
