@@ -71,9 +71,9 @@ part() {
 }
 
 # The budget's shares: numerics 10%, training 45% (TRAINING_PARTS parts), reference 10%, and
-# the kernels 35% in three parts by family, each with the compiled rows of its own attentions
-# (one part for all of them was cut by its cap on an H200 and left no rows): the linear family,
-# the feature maps (with their impl=autograd variants) and the rest, uncompiled.
+# the kernels 35% in three parts by family (one part for all was cut by its cap on an H200 and
+# left no rows): the linear family, the feature maps and the rest. A part times the variants and
+# the compiled rows of its own attentions.
 share() { echo $(( BUDGET * $1 / 100 > 20 ? BUDGET * $1 / 100 : 20 )); }
 part numerics "$(share 10)" "sections=[numerics]" "attentions=$listed"
 parts="${TRAINING_PARTS:-4}"
@@ -88,33 +88,23 @@ for (( first = 0; first < ${#attentions[@]}; first += size )); do
 done
 part reference "$(share 10)" "sections=[reference]"
 
-# kernels PART SHARE FAMILY VARIANTS: the attentions of FAMILY among those checked, compiled
-# where the profile compiles them, with the check's variants (VARIANTS=1) or none.
-compiled_in_profile=" $("$PYTHON" -c 'import yaml
-print(*yaml.safe_load(open("configs/check.yaml"))["profiles"]["gpu"]["kernels"]["compiled"])') "
+LINEAR_FAMILY=" linear efficient linformer taylor "
+FEATURE_MAPS=" performer random_feature nystrom "
+# kernels PART SHARE FAMILY: the attentions checked that are in FAMILY ("rest": in neither).
 kernels() {
-    local name="$1" cap="$2" family="$3" variants="$4" a chosen=() compiled=()
+    local a chosen=()
     for a in "${attentions[@]}"; do
-        if [[ "$family" == rest ]]; then
-            [[ " $LINEAR_FAMILY $FEATURE_MAPS " == *" $a "* ]] && continue
-        else
-            [[ " $family " == *" $a "* ]] || continue
-        fi
-        chosen+=("$a")
-        [[ "$family" != rest && "$compiled_in_profile" == *" $a "* ]] && compiled+=("$a")
+        case "$3" in
+            rest) [[ "$LINEAR_FAMILY$FEATURE_MAPS" == *" $a "* ]] || chosen+=("$a") ;;
+            *) [[ "$3" == *" $a "* ]] && chosen+=("$a") ;;
+        esac
     done
     (( ${#chosen[@]} )) || return 0
-    local extra=()
-    (( variants )) || extra=("~kernels.variants.performer_autograd" \
-        "~kernels.variants.random_feature_autograd")
-    part "$name" "$cap" "sections=[kernels]" "attentions=[$(IFS=,; echo "${chosen[*]}")]" \
-        "kernels.compiled=[$(IFS=,; echo "${compiled[*]}")]" "${extra[@]}"
+    part "$1" "$2" "sections=[kernels]" "attentions=[$(IFS=,; echo "${chosen[*]}")]"
 }
-LINEAR_FAMILY="linear efficient linformer taylor"
-FEATURE_MAPS="performer random_feature nystrom"
-kernels kernels-linear "$(share 10)" "$LINEAR_FAMILY" 0
-kernels kernels-features "$(share 15)" "$FEATURE_MAPS" 1
-kernels kernels-rest "$(share 10)" rest 0
+kernels kernels-linear "$(share 10)" "$LINEAR_FAMILY"
+kernels kernels-features "$(share 15)" "$FEATURE_MAPS"
+kernels kernels-rest "$(share 10)" rest
 
 [[ -n "${PLAN:-}" ]] && exit 0
 echo "gpu_check: the parts, and each one's problems line:"

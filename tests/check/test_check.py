@@ -85,6 +85,19 @@ def test_an_empty_list_of_compiled_kernels_times_none_compiled(tmp_path: Path) -
     assert not any(v.get("compile") for v in settings.kernels.variants.values())
 
 
+def test_the_kernels_time_the_variants_of_the_attentions_checked_only(tmp_path: Path) -> None:
+    """A variant of a mechanism not checked (the feature maps' ``impl=autograd``, a compiled
+    performer) ran in every kernels run, so that each part of a GPU run timed them again."""
+    from vitattn.check.kernels import run_kernels
+
+    overrides = ["device=cpu", "attentions=[linear]", "kernels.compiled=[performer]"]
+    overrides += ["kernels.seq_lens=[32]", "kernels.repeats=1"]
+    settings = load_settings(compose_config("check", overrides, tmp_path))
+    assert {"performer_compiled", "performer_autograd"} <= set(settings.kernels.variants)
+    run = run_kernels(settings)
+    assert [row.attention for row in run.rows] == ["softmax", "linear"]
+
+
 @pytest.mark.slow
 def test_the_training_section_trains_eager_and_compiled_side_by_side(
     tmp_path: Path, data_dir: Path

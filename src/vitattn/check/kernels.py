@@ -3,11 +3,11 @@ softmax (SDPA, which picks flash attention on a GPU where it applies), measured 
 scaling runner (:class:`vitattn.bench.scaling.Runner`) with its guard: a size predicted slower
 than ``kernels.max_call_seconds`` is skipped, and an out-of-memory error ends an attention's
 sweep. Per attention: the crossover n (from which it beats softmax at every larger measured n)
-and the largest n it ran. ``kernels.variants`` adds other settings of a mechanism (by default the
-plain autograd versions of the tiled feature maps; the mechanisms' own rows run ``impl=auto``,
-whose choice per shape, with both times, is in the log). Every row also has its floor on this
-device, the share of it reached and the operators it dispatches (:mod:`vitattn.bench.floor`);
-``floor_device`` says which figures the floors are taken against.
+and the largest n it ran. ``kernels.variants`` adds other settings of the mechanisms checked
+(by default the plain autograd versions of the tiled feature maps; the mechanisms' own rows run
+``impl=auto``, whose choice per shape, with both times, is in the log). Every row also has its
+floor on this device, the share of it reached and the operators it dispatches
+(:mod:`vitattn.bench.floor`); ``floor_device`` says which figures the floors are taken against.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
     """Section 4: the timings (softmax first, so every other attention has its reference)."""
     assert settings.attentions is not None
     kernels, device = settings.kernels, settings.torch_device
-    chosen = [*settings.attentions, *kernels.variants]
+    # a variant (another setting of a mechanism, or the mechanism compiled) of those checked
+    variants = [
+        v for v, spec in kernels.variants.items() if spec["attention"] in settings.attentions
+    ]
+    chosen = [*settings.attentions, *variants]
     attentions = [REFERENCE, *(a for a in chosen if a != REFERENCE)]
     sweep = Sweep(
         attentions=attentions,
