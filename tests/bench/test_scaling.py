@@ -88,6 +88,34 @@ def test_variants_measure_a_registered_attention_with_other_settings() -> None:
     assert sdpa.peak_tensor_bytes < naive.peak_tensor_bytes  # fused: no n x n tensor
 
 
+def test_a_compiled_variant_is_compiled_whole_in_its_mode(monkeypatch) -> None:
+    """``compile_mode: reduce-overhead`` (CUDA graphs: one launch per call on a GPU) reaches
+    ``torch.compile``, with ``fullgraph``; a plain compiled variant gets the default mode."""
+    calls: list[dict[str, object]] = []
+
+    def recording(module: torch.nn.Module, **options: object) -> torch.nn.Module:
+        calls.append(options)
+        return module  # run eager: what is tested is what was asked of the compiler
+
+    monkeypatch.setattr(torch, "compile", recording)
+    variants = {
+        "linear_graphed": {
+            "attention": "linear",
+            "compile": True,
+            "compile_mode": "reduce-overhead",
+        },
+        "linear_compiled": {"attention": "linear", "compile": True},
+    }
+    sweep = small_sweep(attentions=list(variants), seq_lens=[32], variants=variants)
+    rows = Runner(sweep).run()
+    assert [(r.attention, r.compiled, r.status) for r in rows] == [
+        ("linear_graphed", True, "ok"), ("linear_compiled", True, "ok")
+    ]  # fmt: skip
+    assert calls == [
+        {"fullgraph": True, "mode": "reduce-overhead"}, {"fullgraph": True, "mode": "default"}
+    ]  # fmt: skip
+
+
 @pytest.mark.slow  # Inductor compiles a graph per size and gradient mode on a CPU
 def test_a_compiled_mechanism_sized_by_n_runs_at_every_size() -> None:
     """Issue 42, on a GPU: linformer_compiled failed from its third size of four

@@ -41,6 +41,21 @@ BAD_INPUTS = [
         ["+kernels.variants.fast.attention=linear", "+kernels.variants.fast.compile=yes"],
         r"kernels.variants.fast.compile='yes' is not valid; choose true or false",
     ),
+    (
+        [
+            "+kernels.variants.g.attention=linear",
+            "+kernels.variants.g.compile_mode=reduce-overhead",
+        ],
+        r"kernels.variants.g.compile_mode=reduce-overhead needs kernels.variants.g.compile=true",
+    ),
+    (
+        [
+            "+kernels.variants.g.attention=linear",
+            "+kernels.variants.g.compile=true",
+            "+kernels.variants.g.compile_mode=fast",
+        ],
+        r"kernels.variants.g.compile_mode='fast' is not valid; choose one of default \| reduce-",
+    ),
     (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
 ]

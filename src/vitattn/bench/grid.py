@@ -15,6 +15,7 @@ from torch import nn
 from vitattn.bench.kernels import (
     attention_factory,
     build_kernel,
+    compile_mode,
     compiled_variant,
     split_variant,
 )
@@ -101,7 +102,8 @@ class Workload:
         self.eager = self.module  # FLOPs and least bytes: the mechanism's, compiled or not
         if compiled_variant(attention, sweep.variants):
             # One graph or an error: a break would time the eager pieces between graphs.
-            self.module = torch.compile(self.module, fullgraph=True)
+            mode = compile_mode(attention, sweep.variants)
+            self.module = torch.compile(self.module, fullgraph=True, mode=mode)
         for tensor in self.inputs:
             tensor.requires_grad_(True)
         self.grad_out = torch.randn(shape, device=device, dtype=dtype)

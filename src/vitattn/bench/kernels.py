@@ -64,9 +64,21 @@ COMPILE = "compile"
 (``torch.compile(fullgraph=True)``), a row beside its eager one."""
 
 
+COMPILE_MODE = "compile_mode"
+"""With ``compile: true``, ``torch.compile``'s ``mode``: ``reduce-overhead`` replays CUDA graphs,
+so a call costs one launch from the host whatever its operators; ``default`` without."""
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def compiled_variant(label: str, variants: Mapping[str, Mapping[str, Any]] | None) -> bool:
     """Whether the results' name ``label`` is a variant that runs compiled."""
     return bool((variants or {}).get(label, {}).get(COMPILE, False))
+
+
+def compile_mode(label: str, variants: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The ``torch.compile`` mode of the compiled variant ``label``."""
+    return str((variants or {}).get(label, {}).get(COMPILE_MODE, "default"))
 
 
 def split_variant(
@@ -82,6 +94,7 @@ def split_variant(
     variant = dict((variants or {}).get(label) or {})
     attention = str(variant.pop("attention", label))
     variant.pop(COMPILE, None)
+    variant.pop(COMPILE_MODE, None)
     return attention, {**variant, **dict((knobs or {}).get(label) or {})}
 
 

@@ -323,9 +323,10 @@ def check_knob_names(setting: str, attention: str, knobs: Any) -> None:
 
 def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[str, dict[str, Any]]:
     """``variants`` (the setting ``prefix``) as ``{name: {attention: <registered>, <knob>:
-    value, ...}}``, all real; ``compile: true`` times the mechanism compiled."""
+    value, ...}}``, all real; ``compile: true`` times the mechanism compiled, in
+    ``compile_mode`` (``reduce-overhead``: CUDA graphs) where given."""
     from vitattn.attention import ATTENTIONS
-    from vitattn.bench.kernels import COMPILE, resolve_attentions
+    from vitattn.bench.kernels import COMPILE, COMPILE_MODE, COMPILE_MODES, resolve_attentions
 
     for name, entry in variants.items():
         setting = f"{prefix}.{name}"
@@ -334,9 +335,15 @@ def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[s
         if not isinstance(entry, dict) or "attention" not in entry:
             raise ConfigError(f"{setting} must be {{attention: <registered name>, <knob>: ...}}")
         attention = resolve_attentions([entry["attention"]], f"{setting}.attention")[0]
-        if COMPILE in entry:
-            checks.flag(f"{setting}.{COMPILE}", entry[COMPILE])
-        knobs = {k: v for k, v in entry.items() if k not in ("attention", COMPILE)}
+        compiled = COMPILE in entry and checks.flag(f"{setting}.{COMPILE}", entry[COMPILE])
+        if COMPILE_MODE in entry:
+            checks.one_of(f"{setting}.{COMPILE_MODE}", entry[COMPILE_MODE], COMPILE_MODES)
+            if not compiled:
+                raise ConfigError(
+                    f"{setting}.{COMPILE_MODE}={entry[COMPILE_MODE]} needs "
+                    f"{setting}.{COMPILE}=true: only a compiled variant has a mode"
+                )
+        knobs = {k: v for k, v in entry.items() if k not in ("attention", COMPILE, COMPILE_MODE)}
         check_knob_names(setting, attention, knobs)
     return variants
 
