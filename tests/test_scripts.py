@@ -119,13 +119,19 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
     ]  # fmt: skip
     assert sum(int(cap) for _, cap, _ in plan) <= 600
     overrides = {name: arguments for name, _, arguments in plan}
-    assert overrides["training-1"] == "sections=[training] attentions=[softmax,linear,performer]"
-    assert overrides["training-2"] == "sections=[training] attentions=[nystrom,bigbird]"
+    # the attentions dealt round: the slow ones fall in different parts
+    assert overrides["training-1"] == "sections=[training] attentions=[softmax,performer,bigbird]"
+    assert overrides["training-2"] == "sections=[training] attentions=[linear,nystrom]"
     # the kernels by family (each part times the variants and compiled rows of its own)
     assert overrides["kernels-linear"] == "sections=[kernels] attentions=[linear]"
     assert overrides["kernels-features"] == "sections=[kernels] attentions=[performer,nystrom]"
     assert overrides["kernels-rest"] == "sections=[kernels] attentions=[softmax,bigbird]"
     assert not (tmp_path / "out" / "parts.tsv").exists()  # a plan runs and records nothing
+    # PARTS: a device call runs some parts, a second call the others, each with the same cap
+    second = gpu_check_plan(
+        tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2", PARTS="reference kernels-rest"
+    )
+    assert second == [p for p in plan if p[0] in ("reference", "kernels-rest")]
     one_each = gpu_check_plan(tmp_path, 600, ATTENTIONS="a b", TRAINING_PARTS="9")
     assert [name for name, _, _ in one_each if name.startswith("training")] == [
         "training-1", "training-2"
