@@ -51,6 +51,7 @@ def test_cli_writes_every_file(tmp_path: Path, data_dir: Path) -> None:
     assert content["mode"] == "scaling" and len(content["results"]) == 4
     assert content["settings"]["mode"] == "scaling" and content["settings"]["repeats"] == 2
     assert "| softmax" in result.stdout and "Scaling exponents" in result.stdout
+    assert content["environment"]["matmul_precision"] == "high"  # as vitattn-train's products
     floor = content["environment"]["floor_device"]
     assert floor["measured"] and floor["peak_tflops"] > 0 and floor["bandwidth_gb_s"] > 0
     assert "% of floor" in result.stdout and "ops fwd+bwd" in result.stdout
@@ -75,6 +76,11 @@ REFUSALS = [
         "level=model: Invalid value 'model', expected one of [kernel, block]",
     ),
     (PYTHON_M, ["level=train"], "level=train is now mode=train (its settings stay under train:)"),
+    (
+        BENCH,
+        ["matmul_precision=low"],
+        "matmul_precision=low: Invalid value 'low', expected one of [highest, high, medium]",
+    ),
 ]
 
 

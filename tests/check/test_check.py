@@ -57,6 +57,7 @@ BAD_INPUTS = [
         r"kernels.variants.g.compile_mode='fast' is not valid; choose one of default \| reduce-",
     ),
     (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
+    (["matmul_precision=low"], r"matmul_precision=low: Invalid value 'low', expected one of"),
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
 ]
 
@@ -159,6 +160,35 @@ def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Pa
     assert (compiled["compiled"], compiled["status"]) == (True, ran_eager)
     assert report["problems"] == [f"training: linear: {ran_eager}"]
     assert ran_eager in result.stdout + result.stderr
+
+
+def test_float32_products_are_as_vitattn_train_makes_them_and_said(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The check trains "as vitattn-train runs it", which sets TF32 for float32 products
+    (``matmul_precision: high``); on an H200 it ran at ``highest`` (Lightning warned). The
+    setting is applied before the sections and named in the report."""
+    before = torch.get_float32_matmul_precision()
+    run_dir = tmp_path / "check"
+    try:
+        run_in_process(
+            "vitattn-check",
+            "device=cpu",
+            "sections=[numerics]",
+            "attentions=[softmax]",
+            "matmul_precision=medium",
+            f"hydra.run.dir={run_dir}",
+            data_dir=data_dir,
+        )
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert json.loads((run_dir / "check.json").read_text())["environment"]["matmul_precision"] == (
+        "medium"
+    )
+    assert "float32 matmuls medium" in (run_dir / "check.md").read_text()
+    composed = load_settings(compose_config("check", ["device=cpu"], tmp_path))
+    assert composed.matmul_precision.value == "high"  # the default: configs/train.yaml's
 
 
 def test_a_size_given_wins_over_the_profile(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ def benchmark(cfg: DictConfig) -> dict[str, Any]:
     settings = load_settings(cfg)
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
+    torch.set_float32_matmul_precision(settings.matmul_precision.value)
     output_dir = Path(cfg.paths.output_dir)
     given = recorded(cfg)
     if settings.mode is Mode.scaling:

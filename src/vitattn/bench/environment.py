@@ -68,4 +68,5 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "matmul_precision": torch.get_float32_matmul_precision(),  # TF32 or not for float32
     }

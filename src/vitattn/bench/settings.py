@@ -46,6 +46,16 @@ class Mode(Enum):
     train = "train"
 
 
+class MatmulPrecision(Enum):
+    """``torch.set_float32_matmul_precision``: ``high`` lets float32 products use TF32 (Ampere
+    and later), as ``vitattn-train`` does (``configs/train.yaml``); ``highest`` keeps them
+    float32."""
+
+    highest = "highest"
+    high = "high"
+    medium = "medium"
+
+
 class Level(Enum):
     kernel = "kernel"
     block = "block"
@@ -217,6 +227,7 @@ class BenchSettings(Checked):
     repeats: int = at_least(1)
     steady_heap: bool = MISSING
     threads: int | None = at_least(1)
+    matmul_precision: MatmulPrecision = MISSING
     seed: int = MISSING
     reference: str | None = MISSING
     knobs: dict[str, Any] = MISSING  # {attention or variant: {its setting: value}}

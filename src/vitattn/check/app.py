@@ -39,6 +39,9 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.check.training import run_reference, run_training
 
     settings = load_settings(cfg)
+    import torch
+
+    torch.set_float32_matmul_precision(settings.matmul_precision.value)
     env = machine(settings)
     log.info("checking %s (%s) for %s", env["device_name"], env["device"], settings.attentions)
     chosen = set(settings.sections)

@@ -169,7 +169,8 @@ def check_text(
         f"# vitattn-check on {env['device_name']} ({env['device']}), {env['date']}",
         "",
         f"torch {env['torch']}, CUDA {env.get('cuda') or '-'}, driver {env.get('driver') or '-'}, "
-        f"Lightning {env['lightning']}, precision {env['precision']}",
+        f"Lightning {env['lightning']}, precision {env['precision']}, "
+        f"float32 matmuls {env['matmul_precision']}",
         "",
         "## Problems",
         "",

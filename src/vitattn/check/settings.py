@@ -14,6 +14,7 @@ from omegaconf import MISSING, DictConfig
 from vitattn.bench.settings import (
     Checked,
     DType,
+    MatmulPrecision,
     at_least,
     check_variants,
     known_option,
@@ -126,6 +127,7 @@ class CheckSettings(Checked):
     device: str = MISSING  # a Device's value; a string, as the sizes' interpolations need one
     attentions: list[str] | None = MISSING
     seed: int = MISSING
+    matmul_precision: MatmulPrecision = MISSING
     sections: list[Section] = MISSING
     numerics: NumericsSettings = MISSING
     training: TrainingSettings = MISSING
