@@ -191,6 +191,29 @@ def test_float32_products_are_as_vitattn_train_makes_them_and_said(
     assert composed.matmul_precision.value == "high"  # the default: configs/train.yaml's
 
 
+def test_numerics_compare_float32_at_full_precision_whatever_the_setting(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With TF32 (``matmul_precision: high``) a GPU's float32 products round to 10 bits, beyond
+    the float32 tolerance of 1e-3: the numerics section compares at ``highest``, then puts the
+    setting back for the sections after it."""
+    seen: list[str] = []
+    monkeypatch.setattr(
+        numerics_module,
+        "check_attention",
+        lambda *args: seen.append(torch.get_float32_matmul_precision()) or [],
+    )
+    settings = load_settings(compose_config("check", ["device=cpu"], tmp_path))
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        numerics_module.run_numerics(settings)
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == ["highest"] * len(ATTENTIONS)
+
+
 def test_a_size_given_wins_over_the_profile(tmp_path: Path) -> None:
     overrides = ["device=cpu", "numerics.seq_len=32", "kernels.seq_lens=[128,32]"]
     settings = load_settings(compose_config("check", overrides, tmp_path))
