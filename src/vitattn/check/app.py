@@ -33,14 +33,14 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     """Run the chosen sections and write check.md, check.json and check_kernels.png."""
     # The sections (torch and the attentions) are imported here, not with the app: its --help,
     # its refusals and Hydra's composition need none of them.
+    import torch
+
     from vitattn.check.kernels import run_kernels
     from vitattn.check.numerics import run_numerics
     from vitattn.check.report import machine, write_check
     from vitattn.check.training import run_reference, run_training
 
     settings = load_settings(cfg)
-    import torch
-
     torch.set_float32_matmul_precision(settings.matmul_precision.value)
     env = machine(settings)
     log.info("checking %s (%s) for %s", env["device_name"], env["device"], settings.attentions)

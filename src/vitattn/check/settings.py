@@ -109,7 +109,8 @@ class KernelSettings(Checked):
         from vitattn.bench.kernels import COMPILE, resolve_attentions
 
         # [] times nothing compiled; resolve_attentions refuses an empty list of attentions
-        compiled = resolve_attentions(self.compiled, "kernels.compiled") if self.compiled else []
+        none = self.compiled == []
+        compiled = [] if none else resolve_attentions(self.compiled, "kernels.compiled")
         self.variants = check_variants(
             {
                 **self.variants,

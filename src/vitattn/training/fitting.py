@@ -111,7 +111,7 @@ def compiled(module: L.LightningModule) -> bool:
     if forward.ran_compiled() is False:
         log.warning(
             "model.compile=true: torch.compile compiled no graph of the network's forward "
-            "(Dynamo skipped it); this run trained eager"
+            "(Dynamo skipped it, or torch.compile was stood down); this run trained eager"
         )
         return False
     return True
