@@ -130,6 +130,15 @@ def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
 
 
+def test_an_unknown_matmul_precision_is_refused_before_anything(tmp_path: Path) -> None:
+    """torch takes any word with a warning and keeps float32 products as they were."""
+    from vitattn.finetune import validate
+
+    cfg = compose_config("finetune", ["matmul_precision=low"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^matmul_precision='low' is not valid; choose one of"):
+        validate(cfg)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "message"),

@@ -141,6 +141,8 @@ BAD_INPUTS = [
     (["attention=performer", "attention.num_features=0"], r"attention.num_features=0 is not valid"),
     (["attention=random_feature", "attention.num_features=0"], r"attention.num_features=0 is not"),
     (["attention=local", "attention.window=0"], r"attention.window=0 is not valid"),
+    # torch takes any word with a warning and keeps float32 products as they were
+    (["matmul_precision=low"], r"matmul_precision='low' is not valid; choose one of highest \|"),
 ]
 
 

@@ -222,13 +222,14 @@ def validate(cfg: DictConfig) -> None:
     optimizer, schedule and trainer settings."""
     from omegaconf import open_dict
 
-    from vitattn.cli.validation import check_types
+    from vitattn.cli.validation import check_matmul_precision, check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
     from vitattn.training.trial_build import check_buildable
 
     require_peft()
+    check_matmul_precision(cfg)
     lora_settings(cfg)
     path = cfg.get("ckpt_path")
     if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():

@@ -120,9 +120,10 @@ def warn_if_exact(net: Any, attention: str | None) -> str | None:
 def validate(cfg: DictConfig) -> None:
     """Everything ``vitattn-train`` checks before its run directory exists: the settings' types,
     each object built once, and what a resume may do."""
-    from vitattn.cli.validation import check_resume, check_types
+    from vitattn.cli.validation import check_matmul_precision, check_resume, check_types
     from vitattn.training.trial_build import check_buildable
 
+    check_matmul_precision(cfg)
     check_types(cfg)
     check_buildable(cfg)
     check_resume(cfg)

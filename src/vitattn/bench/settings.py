@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vitattn.cli.console import composition_message, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
-from vitattn.utils.config import group_options
+from vitattn.utils.config import MatmulPrecision, group_options
 
 if TYPE_CHECKING:
     import torch
@@ -44,16 +44,6 @@ class Mode(Enum):
     approx = "approx"
     spectrum = "spectrum"
     train = "train"
-
-
-class MatmulPrecision(Enum):
-    """``torch.set_float32_matmul_precision``: ``high`` lets float32 products use TF32 (Ampere
-    and later), as ``vitattn-train`` does (``configs/train.yaml``); ``highest`` keeps them
-    float32."""
-
-    highest = "highest"
-    high = "high"
-    medium = "medium"
 
 
 class Level(Enum):

@@ -14,7 +14,6 @@ from omegaconf import MISSING, DictConfig
 from vitattn.bench.settings import (
     Checked,
     DType,
-    MatmulPrecision,
     at_least,
     check_variants,
     known_option,
@@ -23,7 +22,7 @@ from vitattn.bench.settings import (
     typed_settings,
 )
 from vitattn.errors import ConfigError
-from vitattn.utils.config import gpu_precision
+from vitattn.utils.config import MatmulPrecision, gpu_precision
 
 if TYPE_CHECKING:
     import torch

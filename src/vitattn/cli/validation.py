@@ -23,6 +23,7 @@ from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
 from vitattn.runs.layout import RunDir, RunState, run_state
 from vitattn.utils import checks
+from vitattn.utils.config import MatmulPrecision
 
 SKIPPED_NODES = ("hydra", "paths")
 """Nodes that are Hydra's or hold only locations: not settings of any object."""
@@ -84,6 +85,14 @@ def check_target_policy(path: str, target_name: str) -> None:
             "not name code that runs commands or changes files (check the command line, or the "
             "run's .hydra/overrides.yaml when resuming)"
         ) from None
+
+
+def check_matmul_precision(cfg: DictConfig) -> None:
+    """The run's ``matmul_precision``, where it sets one, is one torch knows: torch itself takes
+    any other word with a warning and keeps its float32 products as they were."""
+    value = cfg.get("matmul_precision")
+    if value is not None:
+        checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
 
 
 def check_types(cfg: DictConfig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import textwrap
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,16 @@ def job_directory_name(override_dirname: str, number: int | str, sweeper: str = 
 def run_directory_name(stamp: str, attention: str | None = None) -> str:
     """A single run's directory: its time stamp, then the attention it trains if any."""
     return f"{stamp}_{attention}" if attention else str(stamp)
+
+
+class MatmulPrecision(Enum):
+    """``torch.set_float32_matmul_precision``: ``high`` lets float32 products use TF32 (Ampere
+    and later); ``highest`` keeps them float32. torch itself takes any other word with a
+    warning and keeps what it had, so the commands refuse it first."""
+
+    highest = "highest"
+    high = "high"
+    medium = "medium"
 
 
 def gpu_precision() -> str:
