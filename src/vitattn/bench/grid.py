@@ -20,6 +20,7 @@ from vitattn.bench.kernels import (
     split_variant,
 )
 from vitattn.models.vit import Block
+from vitattn.utils.recompiles import recompile_limit, recompile_limit_set_to
 
 
 @dataclass
@@ -66,9 +67,7 @@ def room_to_recompile(sizes: int) -> contextlib.AbstractContextManager[Any]:
     """Dynamo's recompile limit raised for a sweep over ``sizes`` sizes. Past its default of 8
     graphs per function a ``fullgraph=True`` call fails (``FailOnRecompileLimitHit``: linformer,
     whose projections are sized by n, at the third size of four)."""
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    return config.patch(**{name: max(getattr(config, name), GRAPHS_PER_SIZE * sizes)})
+    return recompile_limit_set_to(max(recompile_limit(), GRAPHS_PER_SIZE * sizes))
 
 
 class Workload:

@@ -42,6 +42,7 @@ import torch
 from vitattn.attention.common import autotune
 from vitattn.attention.common.blocks import pad_tokens
 from vitattn.errors import ConfigError
+from vitattn.utils.recompiles import recompile_limit_set_to
 
 try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
@@ -253,10 +254,8 @@ def _call(
     compilation compiles it); a compilation that fails makes flex unusable on this device."""
     if torch.compiler.is_compiling():
         return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
-    config = torch._dynamo.config
-    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     try:
-        with config.patch(**{limit: RECOMPILE_LIMIT}):
+        with recompile_limit_set_to(RECOMPILE_LIMIT):
             return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
     except _compile_errors() as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
