@@ -13,6 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.support.compiling import compile_stood_down
 from tests.support.runners import run_cli
 from vitattn.bench.settings import IMPLEMENTATIONS, TrainSettings
 from vitattn.bench.train_speed import (
@@ -120,8 +121,7 @@ def test_a_compiled_row_of_ours_that_ran_eager_says_so(data_dir: Path, monkeypat
     """As in ``vitattn-check``'s training section: a compile asked for that Dynamo never made
     (here a stance standing ``torch.compile`` down) is the row's status, not a compiled speed."""
     monkeypatch.setenv("VITATTN_DATA_DIR", str(data_dir))
-    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
-    with torch.compiler.set_stance("force_eager"):
+    with compile_stood_down():
         eager, compiled = measure_train_speed(
             tiny_train(implementations=["vitattn"], compile=True), CPU
         )

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import vitattn.check.numerics as numerics_module
+from tests.support.compiling import compile_stood_down
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import compose_config
 from tests.support.runners import assert_one_line_refusal
@@ -114,20 +115,21 @@ def test_the_kernels_time_the_variants_of_the_attentions_checked_only(tmp_path: 
     assert [row.attention for row in run.rows] == ["softmax", "linear"]
 
 
+LINEAR_EAGER_AND_COMPILED = (
+    "vitattn-check",
+    "device=cpu",
+    "sections=[training]",
+    "attentions=[linear]",
+    "training.compile=true",
+)
+
+
 @pytest.mark.slow
 def test_the_training_section_trains_eager_and_compiled_side_by_side(
     tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "check"
-    run_in_process(
-        "vitattn-check",
-        "device=cpu",
-        "sections=[training]",
-        "attentions=[linear]",
-        "training.compile=true",
-        f"hydra.run.dir={run_dir}",
-        data_dir=data_dir,
-    )
+    run_in_process(*LINEAR_EAGER_AND_COMPILED, f"hydra.run.dir={run_dir}", data_dir=data_dir)
     rows = json.loads((run_dir / "check.json").read_text())["training"]
     assert [(r["attention"], r["compiled"]) for r in rows] == [("linear", False), ("linear", True)]
     assert all(r["status"] == "ok" and r["images_per_sec"] > 0 for r in rows)
@@ -140,18 +142,10 @@ def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Pa
     compiled: Dynamo had skipped the network's forward (pytorch/pytorch#190286). Here the same
     silence has another cause, a stance that stands ``torch.compile`` down; the row says what
     ran, and it is a problem."""
-    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
     run_dir = tmp_path / "check"
-    with torch.compiler.set_stance("force_eager"):
+    with compile_stood_down():
         result = run_in_process(
-            "vitattn-check",
-            "device=cpu",
-            "sections=[training]",
-            "attentions=[linear]",
-            "training.compile=true",
-            f"hydra.run.dir={run_dir}",
-            data_dir=data_dir,
-            check=False,
+            *LINEAR_EAGER_AND_COMPILED, f"hydra.run.dir={run_dir}", data_dir=data_dir, check=False
         )
     report = json.loads((run_dir / "check.json").read_text())
     eager, compiled = report["training"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
+from tests.support.compiling import compile_stood_down
 from tests.support.in_process import run_in_process
 from tests.support.presets import FEW_STEPS
 
@@ -18,9 +17,8 @@ def test_a_run_asked_to_compile_that_ran_eager_warns_and_reports_no_compile_time
     """Dynamo skipped the network's forward on the GPU (pytorch/pytorch#190286); here a stance
     that stands ``torch.compile`` down does the same, with no error: the run is eager, its
     metrics claim no compile seconds, and its log says why."""
-    torch._dynamo.reset()  # no graph of the forward left by a compiled test in this process
     run = tmp_path / "run"
-    with torch.compiler.set_stance("force_eager"):
+    with compile_stood_down():
         result = run_in_process(
             "vitattn-train",
             *FEW_STEPS,
