@@ -3,6 +3,12 @@
 Katharopoulos et al., "Transformers are RNNs: Fast Autoregressive Transformers with Linear
 Attention", ICML 2020. softmax(q k^T) is replaced by phi(q) phi(k)^T with phi = elu + 1, and the
 product is reassociated: phi(Q) (phi(K)^T V) costs O(n d^2) instead of O(n^2 d).
+
+Two implementations of one function (``impl``): ``torch``, the plain path and the reference, and
+``triton``, four fused kernels (:mod:`vitattn.attention.fused.linear`) that read q, k and v once
+per pass. ``auto`` (the default) takes the plain path on a CPU and, on a GPU, the faster of the
+two per shape, timed on the first call (:mod:`vitattn.attention.common.autotune`); under
+``torch.compile`` it takes the fused path on a GPU.
 """
 
 from __future__ import annotations
@@ -10,9 +16,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vitattn.attention.common import knobs
+from vitattn.attention.common import autotune, knobs
 from vitattn.attention.common.base import AttentionKernel, register_attention
 from vitattn.attention.common.tiling import with_column
+from vitattn.errors import ConfigError
+
+try:
+    from vitattn.attention.fused import linear as fused
+except ImportError as missing:  # torch < 2.4: no torch.library.custom_op
+    fused = None
+    FUSED_MISSING = str(missing)
+
+IMPLEMENTATIONS = ("auto", "torch", "triton")
+"""The ``impl`` knob of linear attention."""
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -26,16 +42,38 @@ class LinearAttention(AttentionKernel):
 
     Args:
         eps: added to the normaliser phi(q) . sum_j phi(k_j) to keep the division finite.
+        impl: ``torch`` (the plain path), ``triton`` (fused kernels: a CUDA GPU, or a CPU under
+            ``TRITON_INTERPRET=1``) or ``auto`` (see the module docstring).
 
     The feature map and the running sums are computed in fp32 whatever the autocast dtype: the
     key sum grows with n and overflows fp16, and elu(x)+1 rounds to 0 in bf16 for x below about -6.
     """
 
-    def __init__(self, *, seq_len: int, heads: int, head_dim: int, eps: float = 1e-6) -> None:
+    def __init__(
+        self, *, seq_len: int, heads: int, head_dim: int, eps: float = 1e-6, impl: str = "auto"
+    ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.eps = knobs.positive("eps", eps)
+        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        reason = FUSED_MISSING if fused is None else fused.unavailable_on(q.device.type)
+        if self.impl == "triton" and reason is not None:
+            raise ConfigError(
+                f"attention.impl=triton cannot run here: {reason}; choose impl=torch or impl=auto"
+            )
+        functions = {"torch": self.plain} if reason else {"torch": self.plain, "triton": self.fused}
+        implementations = autotune.Implementations(
+            self.name, functions, default="torch" if reason or q.device.type == "cpu" else "triton"
+        )
+        return implementations.run(self.impl, q, k, v)
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=triton``: the fused kernels, in v's dtype."""
+        return fused.fused_linear_attention(q, k, v, self.eps)
+
+    def plain(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=torch``: the plain path, in fp32 whatever the autocast dtype, out in v's."""
         with torch.autocast(device_type=q.device.type, enabled=False):
             phi_q = elu_feature_map(q.float())
             phi_k = elu_feature_map(k.float())
@@ -48,4 +86,4 @@ class LinearAttention(AttentionKernel):
         return out.to(v.dtype)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, eps={self.eps}"
+        return f"{super().extra_repr()}, eps={self.eps}, impl={self.impl}"

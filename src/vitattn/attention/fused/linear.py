@@ -1,0 +1,113 @@
+"""The fused path of linear attention (Katharopoulos et al., ICML 2020) as ``torch.library``
+operators: ``vitattn::linear_attention`` (the forward, two Triton kernels) and
+``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd``.
+
+Being operators, each pass is one node for ``torch.compile`` (one graph, ``fullgraph=True``),
+one dispatch for the bench's count and, through :func:`register_flop_formula`, the same FLOPs for
+``FlopCounterMode`` as the plain path's products. The kernels are in
+:mod:`~vitattn.attention.fused.linear_kernels`, imported on the first call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.utils.flop_counter import register_flop_formula
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
+
+
+@torch.compiler.assume_constant_result
+def unavailable_on(device_type: str) -> str | None:
+    """Why the fused path cannot run on a device of this type here, or ``None`` if it can."""
+    try:
+        from vitattn.attention.fused import linear_kernels
+    except ImportError as error:
+        return f"it needs Triton ({error})"
+    if device_type == "cuda" and not linear_kernels.INTERPRETED:
+        return None
+    if device_type == "cpu" and linear_kernels.INTERPRETED:
+        return None
+    return f"it runs on a CUDA GPU (or on a CPU under TRITON_INTERPRET=1), not on {device_type}"
+
+
+@torch.library.custom_op("vitattn::linear_attention", mutates_args=())
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(out, S, z): out = phi(q) S / (phi(q) z + eps), S = phi(k)^T v, z = phi(k)^T 1."""
+    from vitattn.attention.fused import linear_kernels
+
+    return linear_kernels.forward(q, k, v, eps)
+
+
+@linear_attention.register_fake
+def _linear_attention_shapes(
+    q: Tensor, k: Tensor, v: Tensor, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    batch, heads, n, d = q.shape
+    dv = v.shape[-1]
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, d, dv, dtype=torch.float32),
+        q.new_empty(batch, heads, d, dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("vitattn::linear_attention_backward", mutates_args=())
+def linear_attention_backward(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, key_sum: Tensor, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of :func:`linear_attention` given the gradient of its output."""
+    from vitattn.attention.fused import linear_kernels
+
+    return linear_kernels.backward(grad_out, q, k, v, state, key_sum, eps)
+
+
+@linear_attention_backward.register_fake
+def _linear_attention_backward_shapes(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, key_sum: Tensor, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _save_for_backward(
+    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
+) -> None:
+    q, k, v, eps = inputs
+    _, state, key_sum = output
+    ctx.save_for_backward(q, k, v, state, key_sum)
+    ctx.eps = eps
+
+
+def _backward(
+    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_state_grads: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, None]:
+    q, k, v, state, key_sum = ctx.saved_tensors
+    grad_q, grad_k, grad_v = linear_attention_backward(grad_out, q, k, v, state, key_sum, ctx.eps)
+    return grad_q, grad_k, grad_v, None
+
+
+linear_attention.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
+    """FLOPs of the forward's products, as the plain path's: phi(K)^T [V, 1] and phi(Q) [S, z]."""
+    return 2 * batch * heads * (n_q + n_k) * d * (dv + 1)
+
+
+@register_flop_formula(torch.ops.vitattn.linear_attention)
+def _forward_flops(q_shape, k_shape, v_shape, *_args, out_shape=None, **_kwargs) -> int:
+    batch, heads, n_q, d = q_shape
+    return _products(batch, heads, n_q, k_shape[2], d, v_shape[3])
+
+
+@register_flop_formula(torch.ops.vitattn.linear_attention_backward)
+def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **_kwargs) -> int:
+    batch, heads, n_q, d = q_shape
+    return 2 * _products(batch, heads, n_q, k_shape[2], d, v_shape[3])
+
+
+def fused_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:
+    """Linear attention of ``(batch, heads, n, d)`` q, k, v by the fused kernels, in v's dtype."""
+    out, _, _ = linear_attention(q, k, v, eps)
+    return out

@@ -1,0 +1,341 @@
+"""Linear attention (Katharopoulos et al., ICML 2020) in four Triton kernels.
+
+With phi(x) = elu(x) + 1 computed in fp32 in registers, per batch and head:
+
+forward
+    ``state``   S = phi(K)^T V, z = phi(K)^T 1: a sum over the keys, split into ``splits``
+                partial sums per head (the GPU's parallelism; summed after, deterministically)
+    ``output``  O = phi(Q) S / (phi(Q) z + eps)
+backward, recomputing phi(Q), phi(K) and the numerator (only q, k, v, S and z are kept)
+    ``queries`` den = phi(Q) z + eps, dN = dO / den, dden = -rowsum(dO * N) / den^2,
+                dQ = (dN S^T + dden z^T) * phi'(Q), and the partial sums of
+                dS = phi(Q)^T dN, dz = phi(Q)^T dden
+    ``keys``    dK = (V dS^T + 1 dz^T) * phi'(K), dV = phi(K) dS
+
+Each pass reads each input once and writes each output once, where the plain path
+(:class:`vitattn.attention.linear.LinearAttention`, ``impl=torch``) dispatches about seventy
+operators with fp32 copies of q, k and v. Products of fp32 values follow torch's float32 matmul
+precision (TF32 unless it is ``highest``), as the plain path's do.
+
+Whether the kernels are compiled for a GPU or interpreted on a CPU is decided when this module is
+imported (``TRITON_INTERPRET``): :data:`INTERPRETED`.
+"""
+
+# ruff: noqa: N803 (Triton's convention: pointers and sizes in capitals, as in its tutorials)
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
+"""Whether these kernels run in Triton's interpreter (CPU tensors) rather than on a GPU."""
+
+PROGRAMS_PER_SM = 4
+"""Programs the reductions over n aim for per streaming multiprocessor."""
+
+
+@triton.jit
+def _state(
+    K, V, S_PARTS, Z_PARTS,
+    HEADS, N, D, DV, ROWS_PER_SPLIT,
+    sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    head = tl.program_id(0)
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    b = head // HEADS
+    h = head % HEADS
+    rows = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    vcols = tl.arange(0, BLOCK_DV)
+    state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
+    key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    start = split * ROWS_PER_SPLIT
+    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    for offset in range(start, end, BLOCK_N):
+        n = offset + rows
+        key_mask = (n < N)[:, None] & (cols < D)[None, :]
+        value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
+        k = tl.load(
+            K + b * sk_b + h * sk_h + n[:, None] * sk_n + cols[None, :] * sk_d,
+            mask=key_mask,
+            other=0.0,
+        ).to(tl.float32)
+        v = tl.load(
+            V + b * sv_b + h * sv_h + n[:, None] * sv_n + vcols[None, :] * sv_d,
+            mask=value_mask,
+            other=0.0,
+        ).to(tl.float32)
+        phi_k = tl.where(key_mask, tl.where(k > 0, k + 1.0, tl.exp(k)), 0.0)
+        state += tl.dot(tl.trans(phi_k), v, input_precision=PRECISION)
+        key_sum += tl.sum(phi_k, axis=0)
+    part = head * splits + split
+    tl.store(
+        S_PARTS + part * D * DV + cols[:, None] * DV + vcols[None, :],
+        state,
+        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
+    )
+    tl.store(Z_PARTS + part * D + cols, key_sum, mask=cols < D)
+
+
+@triton.jit
+def _output(
+    Q, S, Z, OUT,
+    HEADS, N, D, DV, eps,
+    sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    head = tl.program_id(0)
+    b = head // HEADS
+    h = head % HEADS
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    vcols = tl.arange(0, BLOCK_DV)
+    state = tl.load(
+        S + head * D * DV + cols[:, None] * DV + vcols[None, :],
+        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
+        other=0.0,
+    )
+    key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
+    query_mask = (n < N)[:, None] & (cols < D)[None, :]
+    q = tl.load(
+        Q + b * sq_b + h * sq_h + n[:, None] * sq_n + cols[None, :] * sq_d,
+        mask=query_mask,
+        other=0.0,
+    ).to(tl.float32)
+    phi_q = tl.where(query_mask, tl.where(q > 0, q + 1.0, tl.exp(q)), 0.0)
+    numerator = tl.dot(phi_q, state, input_precision=PRECISION)
+    normaliser = tl.sum(phi_q * key_sum[None, :], axis=1) + eps
+    out = numerator / normaliser[:, None]
+    tl.store(
+        OUT + b * so_b + h * so_h + n[:, None] * so_n + vcols[None, :] * so_d,
+        out.to(OUT.dtype.element_ty),
+        mask=(n < N)[:, None] & (vcols < DV)[None, :],
+    )
+
+
+@triton.jit
+def _queries(
+    Q, DO, S, Z, DQ, DS_PARTS, DZ_PARTS,
+    HEADS, N, D, DV, ROWS_PER_SPLIT, eps,
+    sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, sdq_b, sdq_h, sdq_n, sdq_d,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    head = tl.program_id(0)
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    b = head // HEADS
+    h = head % HEADS
+    rows = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    vcols = tl.arange(0, BLOCK_DV)
+    state = tl.load(
+        S + head * D * DV + cols[:, None] * DV + vcols[None, :],
+        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
+        other=0.0,
+    )
+    key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
+    grad_state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
+    grad_key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    start = split * ROWS_PER_SPLIT
+    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    for offset in range(start, end, BLOCK_N):
+        n = offset + rows
+        query_mask = (n < N)[:, None] & (cols < D)[None, :]
+        value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
+        q = tl.load(
+            Q + b * sq_b + h * sq_h + n[:, None] * sq_n + cols[None, :] * sq_d,
+            mask=query_mask,
+            other=0.0,
+        ).to(tl.float32)
+        grad_out = tl.load(
+            DO + b * sdo_b + h * sdo_h + n[:, None] * sdo_n + vcols[None, :] * sdo_d,
+            mask=value_mask,
+            other=0.0,
+        ).to(tl.float32)
+        phi_q = tl.where(query_mask, tl.where(q > 0, q + 1.0, tl.exp(q)), 0.0)
+        numerator = tl.dot(phi_q, state, input_precision=PRECISION)
+        normaliser = tl.sum(phi_q * key_sum[None, :], axis=1) + eps
+        grad_numerator = grad_out / normaliser[:, None]
+        grad_normaliser = -tl.sum(grad_out * numerator, axis=1) / (normaliser * normaliser)
+        grad_phi_q = tl.dot(grad_numerator, tl.trans(state), input_precision=PRECISION)
+        grad_phi_q += grad_normaliser[:, None] * key_sum[None, :]
+        grad_q = grad_phi_q * tl.where(q > 0, 1.0, tl.exp(q))
+        tl.store(
+            DQ + b * sdq_b + h * sdq_h + n[:, None] * sdq_n + cols[None, :] * sdq_d,
+            grad_q.to(DQ.dtype.element_ty),
+            mask=query_mask,
+        )
+        grad_state += tl.dot(tl.trans(phi_q), grad_numerator, input_precision=PRECISION)
+        grad_key_sum += tl.sum(phi_q * grad_normaliser[:, None], axis=0)
+    part = head * splits + split
+    tl.store(
+        DS_PARTS + part * D * DV + cols[:, None] * DV + vcols[None, :],
+        grad_state,
+        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
+    )
+    tl.store(DZ_PARTS + part * D + cols, grad_key_sum, mask=cols < D)
+
+
+@triton.jit
+def _keys(
+    K, V, DS, DZ, DK, DVAL,
+    HEADS, N, D, DV,
+    sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+    sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    head = tl.program_id(0)
+    b = head // HEADS
+    h = head % HEADS
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    vcols = tl.arange(0, BLOCK_DV)
+    grad_state = tl.load(
+        DS + head * D * DV + cols[:, None] * DV + vcols[None, :],
+        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
+        other=0.0,
+    )
+    grad_key_sum = tl.load(DZ + head * D + cols, mask=cols < D, other=0.0)
+    key_mask = (n < N)[:, None] & (cols < D)[None, :]
+    value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
+    k = tl.load(
+        K + b * sk_b + h * sk_h + n[:, None] * sk_n + cols[None, :] * sk_d,
+        mask=key_mask,
+        other=0.0,
+    ).to(tl.float32)
+    v = tl.load(
+        V + b * sv_b + h * sv_h + n[:, None] * sv_n + vcols[None, :] * sv_d,
+        mask=value_mask,
+        other=0.0,
+    ).to(tl.float32)
+    phi_k = tl.where(key_mask, tl.where(k > 0, k + 1.0, tl.exp(k)), 0.0)
+    grad_phi_k = tl.dot(v, tl.trans(grad_state), input_precision=PRECISION)
+    grad_phi_k += grad_key_sum[None, :]
+    grad_k = grad_phi_k * tl.where(k > 0, 1.0, tl.exp(k))
+    grad_v = tl.dot(phi_k, grad_state, input_precision=PRECISION)
+    tl.store(
+        DK + b * sdk_b + h * sdk_h + n[:, None] * sdk_n + cols[None, :] * sdk_d,
+        grad_k.to(DK.dtype.element_ty),
+        mask=key_mask,
+    )
+    tl.store(
+        DVAL + b * sdv_b + h * sdv_h + n[:, None] * sdv_n + vcols[None, :] * sdv_d,
+        grad_v.to(DVAL.dtype.element_ty),
+        mask=value_mask,
+    )
+
+
+def blocks(d: int, dv: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_D, BLOCK_DV): feature blocks are powers of two of at least 16 (the least
+    side of ``tl.dot``); rows per block shrink as they widen, keeping a tile's registers bounded."""
+    block_d = max(16, triton.next_power_of_2(d))
+    block_dv = max(16, triton.next_power_of_2(dv))
+    block_n = 64 if max(block_d, block_dv) <= 64 else 32 if max(block_d, block_dv) <= 128 else 16
+    return block_n, block_d, block_dv
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[int, int]:
+    """(splits, rows per split) of a reduction over ``n`` rows for ``heads`` batch-heads: enough
+    programs to fill the GPU (:data:`PROGRAMS_PER_SM` per multiprocessor), each a whole number of
+    blocks; one split per head in the interpreter (its programs run one after another)."""
+    row_blocks = triton.cdiv(n, block_n)
+    if device.type == "cuda":
+        wanted = PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
+        splits = max(1, min(row_blocks, triton.cdiv(wanted, heads)))
+    else:
+        splits = 1
+    rows_per_split = triton.cdiv(row_blocks, splits) * block_n
+    return triton.cdiv(n, rows_per_split), rows_per_split
+
+
+def precision() -> str:
+    """``tl.dot``'s precision for fp32 values under torch's float32 matmul precision."""
+    if torch.get_float32_matmul_precision() == "highest" or INTERPRETED:
+        return "ieee"
+    major, _ = torch.cuda.get_device_capability()
+    return "tf32" if major >= 8 else "ieee"
+
+
+def _strides(x: torch.Tensor) -> tuple[int, int, int, int]:
+    b, h, n, d = x.stride()
+    return b, h, n, d
+
+
+def forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, S, z) of linear attention; ``(batch, heads, n, d)`` inputs of any strides, out in
+    v's dtype, S ``(batch, heads, d, d_v)`` and z ``(batch, heads, d)`` in fp32."""
+    batch, heads, n_q, d = q.shape
+    n_k, dv = k.shape[2], v.shape[3]
+    block_n, block_d, block_dv = blocks(d, dv)
+    splits, rows_per_split = split_rows(n_k, batch * heads, block_n, q.device)
+    fp32 = dict(device=q.device, dtype=torch.float32)
+    state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
+    key_sum_parts = torch.empty(batch * heads, splits, d, **fp32)
+    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision())
+    _state[(batch * heads, splits)](
+        k, v, state_parts, key_sum_parts,
+        heads, n_k, d, dv, rows_per_split,
+        *_strides(k), *_strides(v), **meta,
+    )  # fmt: skip
+    state = state_parts.sum(1).view(batch, heads, d, dv)
+    key_sum = key_sum_parts.sum(1).view(batch, heads, d)
+    out = torch.empty(batch, heads, n_q, dv, device=q.device, dtype=v.dtype)
+    _output[(batch * heads, triton.cdiv(n_q, block_n))](
+        q, state, key_sum, out,
+        heads, n_q, d, dv, eps,
+        *_strides(q), *_strides(out), **meta,
+    )  # fmt: skip
+    return out, state, key_sum
+
+
+def backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    key_sum: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of :func:`forward` given the gradient of its output, each in its input's
+    dtype."""
+    batch, heads, n_q, d = q.shape
+    n_k, dv = k.shape[2], v.shape[3]
+    block_n, block_d, block_dv = blocks(d, dv)
+    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision())
+    splits, rows_per_split = split_rows(n_q, batch * heads, block_n, q.device)
+    fp32 = dict(device=q.device, dtype=torch.float32)
+    grad_state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
+    grad_key_sum_parts = torch.empty(batch * heads, splits, d, **fp32)
+    grad_q = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    _queries[(batch * heads, splits)](
+        q, grad_out, state, key_sum, grad_q, grad_state_parts, grad_key_sum_parts,
+        heads, n_q, d, dv, rows_per_split, eps,
+        *_strides(q), *_strides(grad_out), *_strides(grad_q), **meta,
+    )  # fmt: skip
+    grad_state = grad_state_parts.sum(1)
+    grad_key_sum = grad_key_sum_parts.sum(1)
+    grad_k = torch.empty(k.shape, device=k.device, dtype=k.dtype)
+    grad_v = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    _keys[(batch * heads, triton.cdiv(n_k, block_n))](
+        k, v, grad_state, grad_key_sum, grad_k, grad_v,
+        heads, n_k, d, dv,
+        *_strides(k), *_strides(v), *_strides(grad_k), *_strides(grad_v), **meta,
+    )  # fmt: skip
+    return grad_q, grad_k, grad_v

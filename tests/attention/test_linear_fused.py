@@ -1,0 +1,192 @@
+"""``impl=triton`` of linear attention (the fused kernels of :mod:`vitattn.attention.fused`)
+against ``impl=torch``, the plain path: outputs and gradients, odd shapes, strides, half
+precision, large logits, FLOPs, one compiled graph, and the refusal where it cannot run.
+
+Where a GPU is, the kernels run on it. Without one they run in Triton's interpreter on the CPU
+(the same kernel code), which needs ``TRITON_INTERPRET=1`` before Triton is imported: here the
+tests that need the kernels skip, and :func:`test_every_fused_test_passes_in_tritons_interpreter`
+runs this file again in a child process started with it, where they run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from vitattn.attention.linear import LinearAttention
+from vitattn.errors import ConfigError
+
+triton = pytest.importorskip("triton")
+
+
+def interpreted() -> bool:
+    from vitattn.attention.fused import linear_kernels
+
+    return linear_kernels.INTERPRETED
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """Where the fused kernels run: the GPU, or the CPU in a process that interprets them."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if interpreted():
+        return torch.device("cpu")
+    pytest.skip("no GPU: run in Triton's interpreter by test_every_fused_test_passes_in_...")
+
+
+def kernels(n: int, heads: int, d: int) -> tuple[LinearAttention, LinearAttention]:
+    settings = dict(seq_len=n, heads=heads, head_dim=d)
+    return LinearAttention(**settings, impl="triton"), LinearAttention(**settings, impl="torch")
+
+
+def inputs(
+    shape: tuple[int, ...], device: torch.device, dtype: torch.dtype = torch.float32, scale=1.0
+) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(sum(shape))
+    return [
+        (torch.randn(shape, generator=generator) * scale).to(device, dtype).requires_grad_()
+        for _ in range(3)
+    ]
+
+
+def outputs_and_grads(
+    kernel: LinearAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> list[torch.Tensor]:
+    out = kernel(q, k, v)
+    grad_out = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out).to(out.dtype)
+    return [out, *torch.autograd.grad(out, (q, k, v), grad_out)]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 3, 70, 16),  # rows not a whole number of blocks
+        (1, 2, 33, 8),  # head_dim below tl.dot's least side (16): padded
+        (1, 1, 130, 24),  # head_dim no power of two
+        (1, 2, 200, 64),  # the GPU profile's head_dim
+    ],
+)
+def test_the_fused_kernels_compute_the_plain_paths_function(device, shape) -> None:
+    fused, plain = kernels(shape[2], shape[1], shape[3])
+    q, k, v = inputs(shape, device)
+    for got, want in zip(
+        outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_strided_inputs_are_read_where_they_lie(device) -> None:
+    """q, k, v as the multi-head split leaves them: views of (batch, n, heads, d), not copies."""
+    fused, plain = kernels(40, 4, 16)
+    strided = [x.detach().transpose(1, 2).requires_grad_() for x in inputs((2, 40, 4, 16), device)]
+    assert not strided[0].is_contiguous()
+    contiguous = [x.detach().contiguous().requires_grad_() for x in strided]
+    got = outputs_and_grads(fused, *strided)
+    want = outputs_and_grads(plain, *contiguous)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(device, dtype) -> None:
+    """Both paths compute in fp32 and round the output and gradients to the inputs' dtype."""
+    fused, plain = kernels(96, 2, 32)
+    q, k, v = inputs((1, 2, 96, 32), device, dtype)
+    got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_large_logits_stay_finite_and_agree(device) -> None:
+    """q and k scaled by 10: phi(x) = exp(x) down to e^-40 on one side, x + 1 on the other."""
+    fused, plain = kernels(64, 2, 16)
+    q, k, v = inputs((1, 2, 64, 16), device, scale=10.0)
+    got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(device) -> None:
+    fused, plain = kernels(48, 2, 16)
+    q, k, v = inputs((2, 2, 48, 16), device)
+    counts = []
+    for kernel in (fused, plain):
+        with FlopCounterMode(display=False) as counter:
+            kernel(q, k, v).sum().backward()
+        counts.append(counter.get_total_flops())
+    assert counts[0] == counts[1] > 0
+
+
+def test_the_fused_path_compiles_in_one_graph_forward_and_backward(device) -> None:
+    fused, plain = kernels(48, 2, 16)
+    q, k, v = inputs((1, 2, 48, 16), device)
+    torch._dynamo.reset()
+    compiled = torch.compile(fused, fullgraph=True)
+    got, want = outputs_and_grads(compiled, q, k, v), outputs_and_grads(plain, q, k, v)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_takes_the_plain_path_on_a_cpu(device) -> None:
+    """On a CPU ``auto`` never runs the interpreter (the plain path is the CPU's fast one)."""
+    kernel = LinearAttention(seq_len=16, heads=1, head_dim=16)
+    assert kernel.impl == "auto"
+    q, k, v = (x.cpu() for x in inputs((1, 1, 16, 16), device))
+    with FlopCounterMode(display=False) as counter:
+        kernel(q, k, v)
+    ops = {str(op) for op in counter.get_flop_counts()["Global"]}
+    assert not any("vitattn" in op for op in ops), ops
+
+
+def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line() -> None:
+    """A fresh process without TRITON_INTERPRET: the kernels would need a GPU."""
+    script = (
+        "import torch\n"
+        "from vitattn.attention.linear import LinearAttention\n"
+        "from vitattn.errors import ConfigError\n"
+        "x = torch.randn(1, 1, 8, 16)\n"
+        "try:\n"
+        "    LinearAttention(seq_len=8, heads=1, head_dim=16, impl='triton')(x, x, x)\n"
+        "except ConfigError as error:\n"
+        "    print(error)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert "attention.impl=triton cannot run here" in lines[0]
+    assert "choose impl=torch or impl=auto" in lines[0]
+
+
+def test_an_unknown_impl_is_refused_in_one_line() -> None:
+    valid = r"attention.impl=.fast. is not valid; choose one of auto \| torch \| triton"
+    with pytest.raises(ConfigError, match=valid):
+        LinearAttention(seq_len=8, heads=1, head_dim=16, impl="fast")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels in this process")
+def test_every_fused_test_passes_in_tritons_interpreter() -> None:
+    """This file again, in a child process that interprets the kernels: every test that skipped
+    here for want of a GPU passes there, none skips."""
+    if interpreted():
+        pytest.skip("this process is the child")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-n", "0", "-p", "no:randomly"]
+    command += ["-p", "no:cacheprovider", "-k", "not in_tritons_interpreter"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.fullmatch(r"=* ?\d+ passed(, \d+ deselected)? in .*", summary), summary
