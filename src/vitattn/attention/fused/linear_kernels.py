@@ -323,7 +323,7 @@ def backward(
     fp32 = dict(device=q.device, dtype=torch.float32)
     grad_state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
     grad_key_sum_parts = torch.empty(batch * heads, splits, d, **fp32)
-    grad_q = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    grad_q = torch.empty_like(q)
     _queries[(batch * heads, splits)](
         q, grad_out, state, key_sum, grad_q, grad_state_parts, grad_key_sum_parts,
         heads, n_q, d, dv, rows_per_split, eps,
@@ -331,8 +331,8 @@ def backward(
     )  # fmt: skip
     grad_state = grad_state_parts.sum(1)
     grad_key_sum = grad_key_sum_parts.sum(1)
-    grad_k = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    grad_v = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    grad_k = torch.empty_like(k)
+    grad_v = torch.empty_like(v)
     _keys[(batch * heads, triton.cdiv(n_k, block_n))](
         k, v, grad_state, grad_key_sum, grad_k, grad_v,
         heads, n_k, d, dv,
