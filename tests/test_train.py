@@ -143,6 +143,7 @@ BAD_INPUTS = [
     (["attention=local", "attention.window=0"], r"attention.window=0 is not valid"),
     # torch takes any word with a warning and keeps float32 products as they were
     (["matmul_precision=low"], r"matmul_precision='low' is not valid; choose one of highest \|"),
+    (["model.compile=sometimes"], r"model.compile='sometimes' is not valid; choose true, false or"),
 ]
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
+
 from tests.support.compiling import compile_stood_down
 from tests.support.in_process import run_in_process
 from tests.support.presets import FEW_STEPS
+from vitattn.models.vit import CompiledOrEager
 
 
 def test_a_run_asked_to_compile_that_ran_eager_warns_and_reports_no_compile_time(
@@ -32,3 +36,33 @@ def test_a_run_asked_to_compile_that_ran_eager_warns_and_reports_no_compile_time
     assert "torch.compile compiled no graph of the network's forward" in (
         result.stdout + result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("devices", "compiles"), [(None, True), (("cpu",), True), (("cuda",), False)]
+)
+def test_compiled_or_eager_compiles_only_on_the_devices_it_names(devices, compiles) -> None:
+    """``model.compile=auto`` is ``devices=("cuda",)``: on a CPU Dynamo never sees the
+    function, and the run does not count as asked to compile there."""
+    torch._dynamo.reset()
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    forward = CompiledOrEager(double, devices)
+    assert torch.equal(forward(torch.ones(3)), torch.full((3,), 2.0))
+    assert forward.compiles_on("cpu") is compiles
+    assert forward.ran_compiled() is compiles
+
+
+def test_auto_trains_eager_on_a_cpu_without_a_warning(tmp_path: Path, data_dir: Path) -> None:
+    """The configs' default, ``model.compile=auto``, on a CPU: eager by choice, so no warning
+    that a compile did not happen, and no compile seconds."""
+    run = tmp_path / "run"
+    result = run_in_process(
+        "vitattn-train", *FEW_STEPS, "model.compile=auto", f"hydra.run.dir={run}", data_dir=data_dir
+    )
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "completed"
+    assert "train/compile_seconds" not in metrics
+    assert "model.compile" not in result.stdout + result.stderr

@@ -102,11 +102,12 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
 
 
 def compiled(module: L.LightningModule) -> bool:
-    """Whether ``module``'s network ran compiled (``model.compile=true``, compiling did not fall
-    back to eager, and Dynamo compiled a graph of it: :meth:`CompiledOrEager.ran_compiled`); a
-    network asked to compile that ran eager all the same is a warning."""
+    """Whether ``module``'s network ran compiled (``model.compile=true``, or ``auto`` on a GPU;
+    compiling did not fall back to eager, and Dynamo compiled a graph of it:
+    :meth:`CompiledOrEager.ran_compiled`); a network asked to compile that ran eager all the
+    same is a warning."""
     forward = getattr(getattr(module, "net", None), "_compiled_forward", None)
-    if forward is None or not forward.compiled:
+    if forward is None or not forward.compiled or not forward.compiles_on(module.device.type):
         return False
     if forward.ran_compiled() is False:
         log.warning(
