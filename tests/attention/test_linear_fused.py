@@ -186,6 +186,7 @@ def test_an_unknown_impl_is_refused_in_one_line() -> None:
         LinearAttention(seq_len=8, heads=1, head_dim=16, impl="fast")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs the kernels in this process")
 def test_every_fused_test_passes_in_tritons_interpreter() -> None:
     """This file again, in a child process that interprets the kernels: every test that skipped
@@ -198,4 +199,5 @@ def test_every_fused_test_passes_in_tritons_interpreter() -> None:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.fullmatch(r"=* ?\d+ passed(, \d+ deselected)? in .*", summary), summary
+    assert re.search(r"\b\d+ passed\b", summary), summary
+    assert not re.search(r"skipped|failed|error", summary), summary

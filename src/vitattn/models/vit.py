@@ -163,7 +163,8 @@ class CompiledOrEager:
 
         self.compiled, self._compiled_function = False, None
         logging.getLogger(__name__).warning(
-            "model.compile=true: %s (%s: %s); this run continues eager, not compiled",
+            "model.compile=%s: %s (%s: %s); this run continues eager, not compiled",
+            "true" if self.devices is None else "auto",
             why,
             type(error).__name__,
             str(error).strip().splitlines()[0] if str(error).strip() else "",

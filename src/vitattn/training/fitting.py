@@ -111,8 +111,9 @@ def compiled(module: L.LightningModule) -> bool:
         return False
     if forward.ran_compiled() is False:
         log.warning(
-            "model.compile=true: torch.compile compiled no graph of the network's forward "
-            "(Dynamo skipped it, or torch.compile was stood down); this run trained eager"
+            "model.compile=%s: torch.compile compiled no graph of the network's forward "
+            "(Dynamo skipped it, or torch.compile was stood down); this run trained eager",
+            "true" if forward.devices is None else "auto",
         )
         return False
     return True

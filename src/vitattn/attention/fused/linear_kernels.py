@@ -13,7 +13,7 @@ backward, recomputing phi(Q), phi(K) and the numerator (only q, k, v, S and z ar
     ``keys``    dK = (V dS^T + 1 dz^T) * phi'(K), dV = phi(K) dS
 
 Each pass reads each input once and writes each output once, where the plain path
-(:class:`vitattn.attention.linear.LinearAttention`, ``impl=torch``) dispatches about seventy
+(:class:`vitattn.attention.linear.LinearAttention`, ``impl=torch``) dispatches about sixty
 operators with fp32 copies of q, k and v. Products of fp32 values follow torch's float32 matmul
 precision (TF32 unless it is ``highest``), as the plain path's do.
 
