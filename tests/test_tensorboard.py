@@ -201,7 +201,7 @@ def test_hparams_are_curated_and_show_the_results_of_metrics_json(sweep: Path) -
     hparams, status = hparams_of(run)
     knobs = {key for key in hparams if key.startswith(KNOB_PREFIX)}
     assert set(hparams) - knobs == CURATED  # GFLOP/image is a result, not a setting
-    assert knobs == {f"{KNOB_PREFIX}eps"}  # linear attention's one knob
+    assert knobs == {f"{KNOB_PREFIX}eps", f"{KNOB_PREFIX}impl"}  # linear attention's two knobs
     assert hparams["attention"] == "linear" and hparams["seed"] == 3
     assert not [k for k in hparams if "_target_" in k or "dir" in k or "url" in k]
     assert status == "STATUS_SUCCESS"

@@ -47,7 +47,7 @@ def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path
         assert int(row["params"]) == run["params"] > 0
         assert float(row["images_per_sec"]) == pytest.approx(run["train/images_per_sec"], rel=1e-3)
         assert row["label"] == f"attention={row['attention']}"
-    assert json.loads(rows["linear"]["knobs"]) == {"eps": 1e-6}
+    assert json.loads(rows["linear"]["knobs"]) == {"eps": 1e-6, "impl": "auto"}
 
 
 def test_seeds_share_a_line_with_a_band() -> None:
