@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -23,6 +24,16 @@ from vitattn.attention.linear import LinearAttention
 from vitattn.errors import ConfigError
 
 triton = pytest.importorskip("triton")
+
+
+@pytest.fixture(autouse=True)
+def full_float32_products() -> Iterator[None]:
+    """Both paths' float32 products at full precision (an in-process training run before may
+    have left TF32 on), so that they agree to float32's tolerance."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
 
 
 def interpreted() -> bool:

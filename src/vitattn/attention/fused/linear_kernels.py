@@ -262,11 +262,12 @@ def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[
     return triton.cdiv(n, rows_per_split), rows_per_split
 
 
-def precision() -> str:
-    """``tl.dot``'s precision for fp32 values under torch's float32 matmul precision."""
+def precision(device: torch.device) -> str:
+    """``tl.dot``'s precision for fp32 values on ``device`` under torch's float32 matmul
+    precision: TF32 where torch would use it (not ``highest``, compute capability 8 or more)."""
     if torch.get_float32_matmul_precision() == "highest" or INTERPRETED:
         return "ieee"
-    major, _ = torch.cuda.get_device_capability()
+    major, _ = torch.cuda.get_device_capability(device)
     return "tf32" if major >= 8 else "ieee"
 
 
@@ -287,7 +288,7 @@ def forward(
     fp32 = dict(device=q.device, dtype=torch.float32)
     state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
     key_sum_parts = torch.empty(batch * heads, splits, d, **fp32)
-    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision())
+    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision(q.device))
     _state[(batch * heads, splits)](
         k, v, state_parts, key_sum_parts,
         heads, n_k, d, dv, rows_per_split,
@@ -318,7 +319,7 @@ def backward(
     batch, heads, n_q, d = q.shape
     n_k, dv = k.shape[2], v.shape[3]
     block_n, block_d, block_dv = blocks(d, dv)
-    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision())
+    meta = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision(q.device))
     splits, rows_per_split = split_rows(n_q, batch * heads, block_n, q.device)
     fp32 = dict(device=q.device, dtype=torch.float32)
     grad_state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
