@@ -38,6 +38,50 @@ PROGRAMS_PER_SM = 4
 
 
 @triton.jit
+def _tile(PTR, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
+    """Rows ``n`` and columns ``cols`` of head (b, h) of a (batch, heads, N, WIDTH) tensor of any
+    strides, in fp32; zero outside it."""
+    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
+    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
+    return tl.load(where, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _put_tile(PTR, value, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
+    """:func:`_tile`'s inverse: ``value`` written there in the tensor's dtype."""
+    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
+    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
+    tl.store(where, value.to(PTR.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _phi(x, n, N, cols, D):
+    """phi(x) = elu(x) + 1 of a :func:`_tile`, zero outside the tensor (padding adds nothing)."""
+    inside = (n < N)[:, None] & (cols < D)[None, :]
+    return tl.where(inside, tl.where(x > 0, x + 1.0, tl.exp(x)), 0.0)
+
+
+@triton.jit
+def _phi_slope(x):
+    """phi'(x): 1 above zero, exp(x) below."""
+    return tl.where(x > 0, 1.0, tl.exp(x))
+
+
+@triton.jit
+def _matrix(PTR, index, cols, vcols, D, DV):
+    """The ``index``-th (D, DV) matrix of a contiguous fp32 stack, zero-padded to the block."""
+    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
+    return tl.load(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _put_matrix(PTR, value, index, cols, vcols, D, DV):
+    """:func:`_matrix`'s inverse."""
+    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
+    tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
+
+
+@triton.jit
 def _state(
     K, V, S_PARTS, Z_PARTS,
     HEADS, N, D, DV, ROWS_PER_SPLIT,
@@ -47,7 +91,6 @@ def _state(
 ):  # fmt: skip
     head = tl.program_id(0)
     split = tl.program_id(1)
-    splits = tl.num_programs(1)
     b = head // HEADS
     h = head % HEADS
     rows = tl.arange(0, BLOCK_N)
@@ -59,27 +102,13 @@ def _state(
     end = tl.minimum(start + ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
-        key_mask = (n < N)[:, None] & (cols < D)[None, :]
-        value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
-        k = tl.load(
-            K + b * sk_b + h * sk_h + n[:, None] * sk_n + cols[None, :] * sk_d,
-            mask=key_mask,
-            other=0.0,
-        ).to(tl.float32)
-        v = tl.load(
-            V + b * sv_b + h * sv_h + n[:, None] * sv_n + vcols[None, :] * sv_d,
-            mask=value_mask,
-            other=0.0,
-        ).to(tl.float32)
-        phi_k = tl.where(key_mask, tl.where(k > 0, k + 1.0, tl.exp(k)), 0.0)
+        k = _tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
+        v = _tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
+        phi_k = _phi(k, n, N, cols, D)
         state += tl.dot(tl.trans(phi_k), v, input_precision=PRECISION)
         key_sum += tl.sum(phi_k, axis=0)
-    part = head * splits + split
-    tl.store(
-        S_PARTS + part * D * DV + cols[:, None] * DV + vcols[None, :],
-        state,
-        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
-    )
+    part = head * tl.num_programs(1) + split
+    _put_matrix(S_PARTS, state, part, cols, vcols, D, DV)
     tl.store(Z_PARTS + part * D + cols, key_sum, mask=cols < D)
 
 
@@ -97,27 +126,13 @@ def _output(
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    state = tl.load(
-        S + head * D * DV + cols[:, None] * DV + vcols[None, :],
-        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
-        other=0.0,
-    )
+    state = _matrix(S, head, cols, vcols, D, DV)
     key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
-    query_mask = (n < N)[:, None] & (cols < D)[None, :]
-    q = tl.load(
-        Q + b * sq_b + h * sq_h + n[:, None] * sq_n + cols[None, :] * sq_d,
-        mask=query_mask,
-        other=0.0,
-    ).to(tl.float32)
-    phi_q = tl.where(query_mask, tl.where(q > 0, q + 1.0, tl.exp(q)), 0.0)
+    phi_q = _phi(_tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d), n, N, cols, D)
     numerator = tl.dot(phi_q, state, input_precision=PRECISION)
     normaliser = tl.sum(phi_q * key_sum[None, :], axis=1) + eps
     out = numerator / normaliser[:, None]
-    tl.store(
-        OUT + b * so_b + h * so_h + n[:, None] * so_n + vcols[None, :] * so_d,
-        out.to(OUT.dtype.element_ty),
-        mask=(n < N)[:, None] & (vcols < DV)[None, :],
-    )
+    _put_tile(OUT, out, b, h, n, N, vcols, DV, so_b, so_h, so_n, so_d)
 
 
 @triton.jit
@@ -130,17 +145,12 @@ def _queries(
 ):  # fmt: skip
     head = tl.program_id(0)
     split = tl.program_id(1)
-    splits = tl.num_programs(1)
     b = head // HEADS
     h = head % HEADS
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    state = tl.load(
-        S + head * D * DV + cols[:, None] * DV + vcols[None, :],
-        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
-        other=0.0,
-    )
+    state = _matrix(S, head, cols, vcols, D, DV)
     key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
     grad_state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
     grad_key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -148,39 +158,21 @@ def _queries(
     end = tl.minimum(start + ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
-        query_mask = (n < N)[:, None] & (cols < D)[None, :]
-        value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
-        q = tl.load(
-            Q + b * sq_b + h * sq_h + n[:, None] * sq_n + cols[None, :] * sq_d,
-            mask=query_mask,
-            other=0.0,
-        ).to(tl.float32)
-        grad_out = tl.load(
-            DO + b * sdo_b + h * sdo_h + n[:, None] * sdo_n + vcols[None, :] * sdo_d,
-            mask=value_mask,
-            other=0.0,
-        ).to(tl.float32)
-        phi_q = tl.where(query_mask, tl.where(q > 0, q + 1.0, tl.exp(q)), 0.0)
+        q = _tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
+        grad_out = _tile(DO, b, h, n, N, vcols, DV, sdo_b, sdo_h, sdo_n, sdo_d)
+        phi_q = _phi(q, n, N, cols, D)
         numerator = tl.dot(phi_q, state, input_precision=PRECISION)
         normaliser = tl.sum(phi_q * key_sum[None, :], axis=1) + eps
         grad_numerator = grad_out / normaliser[:, None]
         grad_normaliser = -tl.sum(grad_out * numerator, axis=1) / (normaliser * normaliser)
         grad_phi_q = tl.dot(grad_numerator, tl.trans(state), input_precision=PRECISION)
         grad_phi_q += grad_normaliser[:, None] * key_sum[None, :]
-        grad_q = grad_phi_q * tl.where(q > 0, 1.0, tl.exp(q))
-        tl.store(
-            DQ + b * sdq_b + h * sdq_h + n[:, None] * sdq_n + cols[None, :] * sdq_d,
-            grad_q.to(DQ.dtype.element_ty),
-            mask=query_mask,
-        )
+        grad_q = grad_phi_q * _phi_slope(q)
+        _put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
         grad_state += tl.dot(tl.trans(phi_q), grad_numerator, input_precision=PRECISION)
         grad_key_sum += tl.sum(phi_q * grad_normaliser[:, None], axis=0)
-    part = head * splits + split
-    tl.store(
-        DS_PARTS + part * D * DV + cols[:, None] * DV + vcols[None, :],
-        grad_state,
-        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
-    )
+    part = head * tl.num_programs(1) + split
+    _put_matrix(DS_PARTS, grad_state, part, cols, vcols, D, DV)
     tl.store(DZ_PARTS + part * D + cols, grad_key_sum, mask=cols < D)
 
 
@@ -199,39 +191,15 @@ def _keys(
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    grad_state = tl.load(
-        DS + head * D * DV + cols[:, None] * DV + vcols[None, :],
-        mask=(cols < D)[:, None] & (vcols < DV)[None, :],
-        other=0.0,
-    )
+    grad_state = _matrix(DS, head, cols, vcols, D, DV)
     grad_key_sum = tl.load(DZ + head * D + cols, mask=cols < D, other=0.0)
-    key_mask = (n < N)[:, None] & (cols < D)[None, :]
-    value_mask = (n < N)[:, None] & (vcols < DV)[None, :]
-    k = tl.load(
-        K + b * sk_b + h * sk_h + n[:, None] * sk_n + cols[None, :] * sk_d,
-        mask=key_mask,
-        other=0.0,
-    ).to(tl.float32)
-    v = tl.load(
-        V + b * sv_b + h * sv_h + n[:, None] * sv_n + vcols[None, :] * sv_d,
-        mask=value_mask,
-        other=0.0,
-    ).to(tl.float32)
-    phi_k = tl.where(key_mask, tl.where(k > 0, k + 1.0, tl.exp(k)), 0.0)
+    k = _tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
+    v = _tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
     grad_phi_k = tl.dot(v, tl.trans(grad_state), input_precision=PRECISION)
     grad_phi_k += grad_key_sum[None, :]
-    grad_k = grad_phi_k * tl.where(k > 0, 1.0, tl.exp(k))
-    grad_v = tl.dot(phi_k, grad_state, input_precision=PRECISION)
-    tl.store(
-        DK + b * sdk_b + h * sdk_h + n[:, None] * sdk_n + cols[None, :] * sdk_d,
-        grad_k.to(DK.dtype.element_ty),
-        mask=key_mask,
-    )
-    tl.store(
-        DVAL + b * sdv_b + h * sdv_h + n[:, None] * sdv_n + vcols[None, :] * sdv_d,
-        grad_v.to(DVAL.dtype.element_ty),
-        mask=value_mask,
-    )
+    _put_tile(DK, grad_phi_k * _phi_slope(k), b, h, n, N, cols, D, sdk_b, sdk_h, sdk_n, sdk_d)
+    grad_v = tl.dot(_phi(k, n, N, cols, D), grad_state, input_precision=PRECISION)
+    _put_tile(DVAL, grad_v, b, h, n, N, vcols, DV, sdv_b, sdv_h, sdv_n, sdv_d)
 
 
 def blocks(d: int, dv: int) -> tuple[int, int, int]:
