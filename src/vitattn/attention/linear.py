@@ -5,10 +5,8 @@ Attention", ICML 2020. softmax(q k^T) is replaced by phi(q) phi(k)^T with phi = 
 product is reassociated: phi(Q) (phi(K)^T V) costs O(n d^2) instead of O(n^2 d).
 
 Two implementations of one function (``impl``): ``torch``, the plain path and the reference, and
-``triton``, four fused kernels (:mod:`vitattn.attention.fused.linear`) that read q, k and v once
-per pass. ``auto`` (the default) takes the plain path on a CPU and, on a GPU, the faster of the
-two per shape, timed on the first call (:mod:`vitattn.attention.common.autotune`); under
-``torch.compile`` it takes the fused path on a GPU.
+``triton``, four fused kernels (:mod:`vitattn.attention.fused.linear`, feature map ``elu``) that
+read q, k and v once per pass; ``auto`` chooses (:mod:`vitattn.attention.common.fusable`).
 """
 
 from __future__ import annotations
@@ -16,19 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from vitattn.attention.common import autotune, knobs
-from vitattn.attention.common.base import AttentionKernel, register_attention
+from vitattn.attention.common import knobs
+from vitattn.attention.common.base import register_attention
+from vitattn.attention.common.fusable import IMPLEMENTATIONS, FusableLinearAttention
 from vitattn.attention.common.tiling import with_column
-from vitattn.errors import ConfigError
-
-try:
-    from vitattn.attention.fused import linear as fused
-except ImportError as missing:  # torch < 2.4: no torch.library.custom_op
-    fused = None
-    FUSED_MISSING = str(missing)
-
-IMPLEMENTATIONS = ("auto", "torch", "triton")
-"""The ``impl`` knob of linear attention."""
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -37,7 +26,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 @register_attention("linear")
-class LinearAttention(AttentionKernel):
+class LinearAttention(FusableLinearAttention):
     """Non-causal linear attention, O(n d^2).
 
     Args:
@@ -49,28 +38,14 @@ class LinearAttention(AttentionKernel):
     key sum grows with n and overflows fp16, and elu(x)+1 rounds to 0 in bf16 for x below about -6.
     """
 
+    FEATURE = "elu"
+
     def __init__(
         self, *, seq_len: int, heads: int, head_dim: int, eps: float = 1e-6, impl: str = "auto"
     ) -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)
         self.eps = knobs.positive("eps", eps)
         self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        reason = FUSED_MISSING if fused is None else fused.unavailable_on(q.device.type)
-        if self.impl == "triton" and reason is not None:
-            raise ConfigError(
-                f"attention.impl=triton cannot run here: {reason}; choose impl=torch or impl=auto"
-            )
-        functions = {"torch": self.plain} if reason else {"torch": self.plain, "triton": self.fused}
-        implementations = autotune.Implementations(
-            self.name, functions, default="torch" if reason or q.device.type == "cpu" else "triton"
-        )
-        return implementations.run(self.impl, q, k, v)
-
-    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``impl=triton``: the fused kernels, in v's dtype."""
-        return fused.fused_linear_attention(q, k, v, self.eps)
 
     def plain(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``impl=torch``: the plain path, in fp32 whatever the autocast dtype, out in v's."""
@@ -84,6 +59,3 @@ class LinearAttention(AttentionKernel):
             d = v.shape[-1]
             out = out_plus[..., :d] / (out_plus[..., d:] + self.eps)
         return out.to(v.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, eps={self.eps}, impl={self.impl}"

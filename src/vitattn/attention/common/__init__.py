@@ -6,5 +6,7 @@
 * :mod:`~vitattn.attention.common.tiling`: tiles for the chunked feature-map kernels;
 * :mod:`~vitattn.attention.common.autotune`: ``impl=auto``, the faster implementation per device
   and shape;
-* :mod:`~vitattn.attention.common.blocks`: gathering and masking for the sparse kernels.
+* :mod:`~vitattn.attention.common.blocks`: gathering and masking for the sparse kernels;
+* :mod:`~vitattn.attention.common.fusable`: ``impl`` of the mechanisms with a fused path
+  (:mod:`vitattn.attention.fused`).
 """

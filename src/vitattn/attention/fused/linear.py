@@ -1,6 +1,8 @@
-"""The fused path of linear attention (Katharopoulos et al., ICML 2020) as ``torch.library``
-operators: ``vitattn::linear_attention`` (the forward, two Triton kernels) and
-``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd``.
+"""The fused path of linear attention with a feature map as ``torch.library`` operators:
+``vitattn::linear_attention`` (the forward, two Triton kernels) and
+``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd``. The feature
+map is an argument: ``elu`` for linear attention (Katharopoulos et al., ICML 2020), ``unit`` for
+first-order Taylor attention's 1 + q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
 
 Being operators, each pass is one node for ``torch.compile`` (one graph, ``fullgraph=True``),
 one dispatch for the bench's count and, through :func:`register_flop_formula`, the same FLOPs for
@@ -33,39 +35,51 @@ def unavailable_on(device_type: str) -> str | None:
 
 
 @torch.library.custom_op("vitattn::linear_attention", mutates_args=())
-def linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(out, S, z): out = phi(q) S / (phi(q) z + eps), S = phi(k)^T v, z = phi(k)^T 1."""
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(out, S, z, s): out = (phi(q) S + c s) / (phi(q) z + c n_k + eps), S = phi(k)^T v,
+    z = phi(k)^T 1, s = v^T 1 for ``unit`` (c = 1), empty for ``elu`` (c = 0)."""
     from vitattn.attention.fused import linear_kernels
 
-    return linear_kernels.forward(q, k, v, eps)
+    return linear_kernels.forward(q, k, v, eps, feature)
 
 
 @linear_attention.register_fake
 def _linear_attention_shapes(
-    q: Tensor, k: Tensor, v: Tensor, eps: float
-) -> tuple[Tensor, Tensor, Tensor]:
+    q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     batch, heads, n, d = q.shape
     dv = v.shape[-1]
     return (
         v.new_empty(batch, heads, n, dv),
         q.new_empty(batch, heads, d, dv, dtype=torch.float32),
         q.new_empty(batch, heads, d, dtype=torch.float32),
+        q.new_empty(batch, heads, dv if feature == "unit" else 0, dtype=torch.float32),
     )
 
 
 @torch.library.custom_op("vitattn::linear_attention_backward", mutates_args=())
 def linear_attention_backward(
-    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, key_sum: Tensor, eps: float
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Tensor,
+    key_sum: Tensor,
+    value_sum: Tensor,
+    eps: float,
+    feature: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of :func:`linear_attention` given the gradient of its output."""
     from vitattn.attention.fused import linear_kernels
 
-    return linear_kernels.backward(grad_out, q, k, v, state, key_sum, eps)
+    return linear_kernels.backward(grad_out, q, k, v, state, key_sum, value_sum, eps, feature)
 
 
 @linear_attention_backward.register_fake
 def _linear_attention_backward_shapes(
-    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, state: Tensor, key_sum: Tensor, eps: float
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, *_saved_and_settings: object
 ) -> tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
@@ -73,25 +87,28 @@ def _linear_attention_backward_shapes(
 def _save_for_backward(
     ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
 ) -> None:
-    q, k, v, eps = inputs
-    _, state, key_sum = output
-    ctx.save_for_backward(q, k, v, state, key_sum)
+    q, k, v, eps, feature = inputs
+    _, state, key_sum, value_sum = output
+    ctx.save_for_backward(q, k, v, state, key_sum, value_sum)
     ctx.eps = eps
+    ctx.feature = feature
 
 
 def _backward(
     ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_state_grads: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, None]:
-    q, k, v, state, key_sum = ctx.saved_tensors
-    grad_q, grad_k, grad_v = linear_attention_backward(grad_out, q, k, v, state, key_sum, ctx.eps)
-    return grad_q, grad_k, grad_v, None
+) -> tuple[Tensor, Tensor, Tensor, None, None]:
+    grad_q, grad_k, grad_v = linear_attention_backward(
+        grad_out, *ctx.saved_tensors, ctx.eps, ctx.feature
+    )
+    return grad_q, grad_k, grad_v, None, None
 
 
 linear_attention.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
-    """FLOPs of the forward's products, as the plain path's: phi(K)^T [V, 1] and phi(Q) [S, z]."""
+    """FLOPs of the forward's products, as the plain paths' (linear's and taylor's alike):
+    phi(K)^T [V, 1] and phi(Q) [S, z]."""
     return 2 * batch * heads * (n_q + n_k) * d * (dv + 1)
 
 
@@ -107,7 +124,8 @@ def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **
     return 2 * _products(batch, heads, n_q, k_shape[2], d, v_shape[3])
 
 
-def fused_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:
-    """Linear attention of ``(batch, heads, n, d)`` q, k, v by the fused kernels, in v's dtype."""
-    out, _, _ = linear_attention(q, k, v, eps)
+def fused_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str) -> Tensor:
+    """Linear attention of ``(batch, heads, n, d)`` q, k, v with the feature map ``feature``
+    (``elu`` or ``unit``) by the fused kernels, in v's dtype."""
+    out, *_ = linear_attention(q, k, v, eps, feature)
     return out

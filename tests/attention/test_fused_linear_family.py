@@ -1,6 +1,7 @@
-"""``impl=triton`` of linear attention (the fused kernels of :mod:`vitattn.attention.fused`)
-against ``impl=torch``, the plain path: outputs and gradients, odd shapes, strides, half
-precision, large logits, FLOPs, one compiled graph, and the refusal where it cannot run.
+"""``impl=triton`` of linear and Taylor attention (the fused kernels of
+:mod:`vitattn.attention.fused`, feature maps ``elu`` and ``unit``) against ``impl=torch``, each
+mechanism's plain path: outputs and gradients, odd shapes, strides, half precision, large
+logits, zero vectors, FLOPs, one compiled graph, and the refusal where it cannot run.
 
 Where a GPU is, the kernels run on it. Without one they run in Triton's interpreter on the CPU
 (the same kernel code), which needs ``TRITON_INTERPRET=1`` before Triton is imported: here the
@@ -20,7 +21,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from vitattn.attention.common.fusable import FusableLinearAttention
 from vitattn.attention.linear import LinearAttention
+from vitattn.attention.taylor import TaylorAttention
 from vitattn.errors import ConfigError
 
 triton = pytest.importorskip("triton")
@@ -52,9 +55,19 @@ def device() -> torch.device:
     pytest.skip("no GPU: run in Triton's interpreter by test_every_fused_test_passes_in_...")
 
 
-def kernels(n: int, heads: int, d: int) -> tuple[LinearAttention, LinearAttention]:
+MECHANISMS = {"linear": LinearAttention, "taylor": TaylorAttention}
+
+
+@pytest.fixture(params=sorted(MECHANISMS))
+def mechanism(request: pytest.FixtureRequest) -> type[FusableLinearAttention]:
+    return MECHANISMS[request.param]
+
+
+def kernels(
+    mechanism: type[FusableLinearAttention], n: int, heads: int, d: int
+) -> tuple[FusableLinearAttention, FusableLinearAttention]:
     settings = dict(seq_len=n, heads=heads, head_dim=d)
-    return LinearAttention(**settings, impl="triton"), LinearAttention(**settings, impl="torch")
+    return mechanism(**settings, impl="triton"), mechanism(**settings, impl="torch")
 
 
 def inputs(
@@ -68,7 +81,7 @@ def inputs(
 
 
 def outputs_and_grads(
-    kernel: LinearAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    kernel: FusableLinearAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> list[torch.Tensor]:
     out = kernel(q, k, v)
     grad_out = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out).to(out.dtype)
@@ -84,8 +97,8 @@ def outputs_and_grads(
         (1, 2, 200, 64),  # the GPU profile's head_dim
     ],
 )
-def test_the_fused_kernels_compute_the_plain_paths_function(device, shape) -> None:
-    fused, plain = kernels(shape[2], shape[1], shape[3])
+def test_the_fused_kernels_compute_the_plain_paths_function(mechanism, device, shape) -> None:
+    fused, plain = kernels(mechanism, shape[2], shape[1], shape[3])
     q, k, v = inputs(shape, device)
     for got, want in zip(
         outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
@@ -93,9 +106,9 @@ def test_the_fused_kernels_compute_the_plain_paths_function(device, shape) -> No
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_strided_inputs_are_read_where_they_lie(device) -> None:
+def test_strided_inputs_are_read_where_they_lie(mechanism, device) -> None:
     """q, k, v as the multi-head split leaves them: views of (batch, n, heads, d), not copies."""
-    fused, plain = kernels(40, 4, 16)
+    fused, plain = kernels(mechanism, 40, 4, 16)
     strided = [x.detach().transpose(1, 2).requires_grad_() for x in inputs((2, 40, 4, 16), device)]
     assert not strided[0].is_contiguous()
     contiguous = [x.detach().contiguous().requires_grad_() for x in strided]
@@ -106,9 +119,11 @@ def test_strided_inputs_are_read_where_they_lie(device) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(device, dtype) -> None:
+def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(
+    mechanism, device, dtype
+) -> None:
     """Both paths compute in fp32 and round the output and gradients to the inputs' dtype."""
-    fused, plain = kernels(96, 2, 32)
+    fused, plain = kernels(mechanism, 96, 2, 32)
     q, k, v = inputs((1, 2, 96, 32), device, dtype)
     got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
     for a, b in zip(got, want, strict=True):
@@ -116,9 +131,10 @@ def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(device
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_large_logits_stay_finite_and_agree(device) -> None:
-    """q and k scaled by 10: phi(x) = exp(x) down to e^-40 on one side, x + 1 on the other."""
-    fused, plain = kernels(64, 2, 16)
+def test_large_logits_stay_finite_and_agree(mechanism, device) -> None:
+    """q and k scaled by 10: for linear, phi(x) = exp(x) down to e^-40 on one side, x + 1 on the
+    other; Taylor's unit vectors do not change, their gradients shrink tenfold."""
+    fused, plain = kernels(mechanism, 64, 2, 16)
     q, k, v = inputs((1, 2, 64, 16), device, scale=10.0)
     got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
     for a, b in zip(got, want, strict=True):
@@ -126,8 +142,23 @@ def test_large_logits_stay_finite_and_agree(device) -> None:
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
-def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(device) -> None:
-    fused, plain = kernels(48, 2, 16)
+def test_zero_vectors_take_normalizes_gradient(device) -> None:
+    """Taylor: a query and a key of zeros (|x| below normalize's eps) are zero unit vectors, and
+    their gradients are normalize's (g / eps), not the projection's division by zero."""
+    fused, plain = kernels(TaylorAttention, 24, 1, 16)
+    q, k, v = (x.detach() for x in inputs((1, 1, 24, 16), device))
+    q[0, 0, 3] = 0.0
+    k[0, 0, 7] = 0.0
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
+    assert want[1][0, 0, 3].abs().max() > 1e6  # normalize's g / eps
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, device) -> None:
+    fused, plain = kernels(mechanism, 48, 2, 16)
     q, k, v = inputs((2, 2, 48, 16), device)
     counts = []
     for kernel in (fused, plain):
@@ -138,11 +169,13 @@ def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(device) -> None
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
-def test_the_fused_path_compiles_in_one_graph_forward_and_backward(device, layout) -> None:
+def test_the_fused_path_compiles_in_one_graph_forward_and_backward(
+    mechanism, device, layout
+) -> None:
     """Strided: the multi-head split's views, as training passes them. The operators' shapes
     for the compiler (``register_fake``) give the gradients the strides the kernels write, else
     Inductor's size-and-stride assertion fails (it did on the H200, 2026-11-27)."""
-    fused, plain = kernels(48, 2, 16)
+    fused, plain = kernels(mechanism, 48, 2, 16)
     if layout == "strided":
         q, k, v = (
             x.detach().transpose(1, 2).requires_grad_() for x in inputs((1, 48, 2, 16), device)
@@ -156,9 +189,9 @@ def test_the_fused_path_compiles_in_one_graph_forward_and_backward(device, layou
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_auto_takes_the_plain_path_on_a_cpu(device) -> None:
+def test_auto_takes_the_plain_path_on_a_cpu(mechanism, device) -> None:
     """On a CPU ``auto`` never runs the interpreter (the plain path is the CPU's fast one)."""
-    kernel = LinearAttention(seq_len=16, heads=1, head_dim=16)
+    kernel = mechanism(seq_len=16, heads=1, head_dim=16)
     assert kernel.impl == "auto"
     q, k, v = (x.cpu() for x in inputs((1, 1, 16, 16), device))
     with FlopCounterMode(display=False) as counter:
@@ -167,15 +200,17 @@ def test_auto_takes_the_plain_path_on_a_cpu(device) -> None:
     assert not any("vitattn" in op for op in ops), ops
 
 
-def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line() -> None:
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line(name: str) -> None:
     """A fresh process without TRITON_INTERPRET: the kernels would need a GPU."""
+    mechanism = MECHANISMS[name].__name__
     script = (
         "import torch\n"
-        "from vitattn.attention.linear import LinearAttention\n"
+        f"from vitattn.attention.{name} import {mechanism}\n"
         "from vitattn.errors import ConfigError\n"
         "x = torch.randn(1, 1, 8, 16)\n"
         "try:\n"
-        "    LinearAttention(seq_len=8, heads=1, head_dim=16, impl='triton')(x, x, x)\n"
+        f"    {mechanism}(seq_len=8, heads=1, head_dim=16, impl='triton')(x, x, x)\n"
         "except ConfigError as error:\n"
         "    print(error)\n"
     )
@@ -191,10 +226,10 @@ def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line() -> Non
     assert "choose impl=torch or impl=auto" in lines[0]
 
 
-def test_an_unknown_impl_is_refused_in_one_line() -> None:
+def test_an_unknown_impl_is_refused_in_one_line(mechanism) -> None:
     valid = r"attention.impl=.fast. is not valid; choose one of auto \| torch \| triton"
     with pytest.raises(ConfigError, match=valid):
-        LinearAttention(seq_len=8, heads=1, head_dim=16, impl="fast")
+        mechanism(seq_len=8, heads=1, head_dim=16, impl="fast")
 
 
 @pytest.mark.slow
