@@ -40,9 +40,9 @@ def full_float32_products() -> Iterator[None]:
 
 
 def interpreted() -> bool:
-    from vitattn.attention.fused import linear_kernels
+    from vitattn.attention.fused import tiles
 
-    return linear_kernels.INTERPRETED
+    return tiles.INTERPRETED
 
 
 @pytest.fixture

@@ -1,41 +1,36 @@
-"""Mechanisms of the linear-attention family with two paths of one function, chosen by ``impl``:
-``torch``, the plain PyTorch path and the reference, and ``triton``, the fused kernels of
-:mod:`vitattn.attention.fused.linear` (a feature map per mechanism). ``auto`` (the default) takes
-the plain path on a CPU and, on a GPU, the faster of the two per shape, timed on the first call
-(:mod:`vitattn.attention.common.autotune`); under ``torch.compile`` the fused path on a GPU.
+"""Mechanisms with two paths of one function, chosen by ``impl``: ``torch``, the plain PyTorch
+path and the reference, and ``triton``, fused kernels (:mod:`vitattn.attention.fused`). ``auto``
+(the default) takes the plain path on a CPU and, on a GPU, the faster of the two per shape, timed
+on the first call (:mod:`vitattn.attention.common.autotune`); under ``torch.compile`` the fused
+path on a GPU.
 """
 
 from __future__ import annotations
 
 import torch
 
+from vitattn.attention import fused as fused_paths
 from vitattn.attention.common import autotune
 from vitattn.attention.common.base import AttentionKernel
 from vitattn.errors import ConfigError
 
 try:
-    from vitattn.attention.fused import linear as fused
-except ImportError as missing:  # torch < 2.4: no torch.library.custom_op
-    fused = None
-    FUSED_MISSING = str(missing)
+    from vitattn.attention.fused.linear import fused_linear_attention
+except ImportError:  # torch < 2.4: fused_paths.unavailable_on says so, and it is never called
+    fused_linear_attention = None
 
 IMPLEMENTATIONS = ("auto", "torch", "triton")
-"""The ``impl`` knob of a fusable mechanism."""
+"""The ``impl`` knob of a mechanism with a fused path."""
 
 
-class FusableLinearAttention(AttentionKernel):
-    """A kernel whose fused path is :func:`~vitattn.attention.fused.linear.fused_linear_attention`
-    with the feature map :attr:`FEATURE`; a subclass checks the knobs ``impl`` and ``eps`` and
-    supplies :meth:`plain`."""
-
-    FEATURE: str = ""
-    """The fused kernels' feature map (``elu`` or ``unit``)."""
+class FusedOrPlain(AttentionKernel):
+    """A kernel with a plain path (:meth:`plain`) and a fused one (:meth:`fused`) of one
+    function, run by the knob ``impl`` (:data:`IMPLEMENTATIONS`), which a subclass checks."""
 
     impl: str
-    eps: float
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        reason = FUSED_MISSING if fused is None else fused.unavailable_on(q.device.type)
+        reason = fused_paths.unavailable_on(q.device.type)
         if self.impl == "triton" and reason is not None:
             raise ConfigError(
                 f"attention.impl=triton cannot run here: {reason}; choose impl=torch or impl=auto"
@@ -47,12 +42,27 @@ class FusableLinearAttention(AttentionKernel):
         return implementations.run(self.impl, q, k, v)
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``impl=triton``: the fused kernels, in v's dtype."""
-        return fused.fused_linear_attention(q, k, v, self.eps, self.FEATURE)
+        """``impl=triton``: the fused kernels, out in v's dtype."""
+        raise NotImplementedError
 
     def plain(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``impl=torch``: the plain path, out in v's dtype."""
         raise NotImplementedError
+
+
+class FusableLinearAttention(FusedOrPlain):
+    """A linear attention whose fused path is
+    :func:`~vitattn.attention.fused.linear.fused_linear_attention` with the feature map
+    :attr:`FEATURE`; a subclass checks the knobs ``impl`` and ``eps`` and supplies
+    :meth:`plain`."""
+
+    FEATURE: str = ""
+    """The fused kernels' feature map (``elu`` or ``unit``)."""
+
+    eps: float
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return fused_linear_attention(q, k, v, self.eps, self.FEATURE)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, eps={self.eps}, impl={self.impl}"

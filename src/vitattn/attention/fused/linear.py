@@ -20,20 +20,6 @@ if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
 
 
-@torch.compiler.assume_constant_result
-def unavailable_on(device_type: str) -> str | None:
-    """Why the fused path cannot run on a device of this type here, or ``None`` if it can."""
-    try:
-        from vitattn.attention.fused import linear_kernels
-    except ImportError as error:
-        return f"it needs Triton ({error})"
-    if device_type == "cuda" and not linear_kernels.INTERPRETED:
-        return None
-    if device_type == "cpu" and linear_kernels.INTERPRETED:
-        return None
-    return f"it runs on a CUDA GPU (or on a CPU under TRITON_INTERPRET=1), not on {device_type}"
-
-
 @torch.library.custom_op("vitattn::linear_attention", mutates_args=())
 def linear_attention(
     q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str

@@ -29,47 +29,33 @@ Each pass reads each input once and writes each output once, where the plain pat
 values follow torch's float32 matmul precision (TF32 unless it is ``highest``), as the plain
 paths' do.
 
-Whether the kernels are compiled for a GPU or interpreted on a CPU is decided when this module is
-imported (``TRITON_INTERPRET``): :data:`INTERPRETED`.
+What the kernels share with other fused paths (tiles, blocks, splits) is in
+:mod:`~vitattn.attention.fused.tiles`.
 """
 
 # ruff: noqa: N803 (Triton's convention: pointers and sizes in capitals, as in its tutorials)
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
-"""Whether these kernels run in Triton's interpreter (CPU tensors) rather than on a GPU."""
-
-PROGRAMS_PER_SM = 4
-"""Programs the reductions over n aim for per streaming multiprocessor."""
+from vitattn.attention.fused.tiles import (
+    blocks,
+    matrix,
+    precision,
+    put_matrix,
+    put_tile,
+    split_rows,
+    strides,
+    tile,
+)
 
 FEATURES = ("elu", "unit")
 """The feature maps the kernels compute (the module docstring)."""
 
 NORM_EPS = tl.constexpr(1e-12)
 """``unit``: x / max(|x|, NORM_EPS), as ``torch.nn.functional.normalize``'s default."""
-
-
-@triton.jit
-def _tile(PTR, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
-    """Rows ``n`` and columns ``cols`` of head (b, h) of a (batch, heads, N, WIDTH) tensor of any
-    strides, in fp32; zero outside it."""
-    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
-    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
-    return tl.load(where, mask=mask, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _put_tile(PTR, value, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
-    """:func:`_tile`'s inverse: ``value`` written there in the tensor's dtype."""
-    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
-    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
-    tl.store(where, value.to(PTR.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -97,20 +83,6 @@ def _through_phi(x, grad_phi, FEATURE: tl.constexpr):
         return (grad_phi - unit * along[:, None]) / scale[:, None]
     else:
         return grad_phi * tl.where(x > 0, 1.0, tl.exp(x))
-
-
-@triton.jit
-def _matrix(PTR, index, cols, vcols, D, DV):
-    """The ``index``-th (D, DV) matrix of a contiguous fp32 stack, zero-padded to the block."""
-    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
-    return tl.load(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], mask=mask, other=0.0)
-
-
-@triton.jit
-def _put_matrix(PTR, value, index, cols, vcols, D, DV):
-    """:func:`_matrix`'s inverse."""
-    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
-    tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
 
 
 @triton.jit
@@ -150,15 +122,15 @@ def _state(
     end = tl.minimum(start + ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
-        k = _tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
-        v = _tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
+        k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
+        v = tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
         phi_k = _phi(k, n, N, cols, D, FEATURE)
         state += tl.dot(tl.trans(phi_k), v, input_precision=PRECISION)
         key_sum += tl.sum(phi_k, axis=0)
         if FEATURE == "unit":
             value_sum += tl.sum(v, axis=0)
     part = head * tl.num_programs(1) + split
-    _put_matrix(S_PARTS, state, part, cols, vcols, D, DV)
+    put_matrix(S_PARTS, state, part, cols, vcols, D, DV)
     tl.store(Z_PARTS + part * D + cols, key_sum, mask=cols < D)
     if FEATURE == "unit":
         tl.store(VSUM_PARTS + part * DV + vcols, value_sum, mask=vcols < DV)
@@ -178,14 +150,14 @@ def _output(
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    state = _matrix(S, head, cols, vcols, D, DV)
+    state = matrix(S, head, cols, vcols, D, DV)
     key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
-    phi_q = _phi(_tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d), n, N, cols, D, FEATURE)
+    phi_q = _phi(tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d), n, N, cols, D, FEATURE)
     numerator, normaliser = _numerator_and_normaliser(
         phi_q, state, key_sum, VSUM, head, vcols, DV, N_KEYS, eps, PRECISION, FEATURE
     )
     out = numerator / normaliser[:, None]
-    _put_tile(OUT, out, b, h, n, N, vcols, DV, so_b, so_h, so_n, so_d)
+    put_tile(OUT, out, b, h, n, N, vcols, DV, so_b, so_h, so_n, so_d)
 
 
 @triton.jit
@@ -203,7 +175,7 @@ def _queries(
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    state = _matrix(S, head, cols, vcols, D, DV)
+    state = matrix(S, head, cols, vcols, D, DV)
     key_sum = tl.load(Z + head * D + cols, mask=cols < D, other=0.0)
     grad_state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
     grad_key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -212,8 +184,8 @@ def _queries(
     end = tl.minimum(start + ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
-        q = _tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
-        grad_out = _tile(DO, b, h, n, N, vcols, DV, sdo_b, sdo_h, sdo_n, sdo_d)
+        q = tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
+        grad_out = tile(DO, b, h, n, N, vcols, DV, sdo_b, sdo_h, sdo_n, sdo_d)
         phi_q = _phi(q, n, N, cols, D, FEATURE)
         numerator, normaliser = _numerator_and_normaliser(
             phi_q, state, key_sum, VSUM, head, vcols, DV, N_KEYS, eps, PRECISION, FEATURE
@@ -223,13 +195,13 @@ def _queries(
         grad_phi_q = tl.dot(grad_numerator, tl.trans(state), input_precision=PRECISION)
         grad_phi_q += grad_normaliser[:, None] * key_sum[None, :]
         grad_q = _through_phi(q, grad_phi_q, FEATURE)
-        _put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
+        put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
         grad_state += tl.dot(tl.trans(phi_q), grad_numerator, input_precision=PRECISION)
         grad_key_sum += tl.sum(phi_q * grad_normaliser[:, None], axis=0)
         if FEATURE == "unit":
             grad_value_sum += tl.sum(grad_numerator, axis=0)  # padding rows' dO is zero
     part = head * tl.num_programs(1) + split
-    _put_matrix(DS_PARTS, grad_state, part, cols, vcols, D, DV)
+    put_matrix(DS_PARTS, grad_state, part, cols, vcols, D, DV)
     tl.store(DZ_PARTS + part * D + cols, grad_key_sum, mask=cols < D)
     if FEATURE == "unit":
         tl.store(DVSUM_PARTS + part * DV + vcols, grad_value_sum, mask=vcols < DV)
@@ -250,61 +222,19 @@ def _keys(
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
-    grad_state = _matrix(DS, head, cols, vcols, D, DV)
+    grad_state = matrix(DS, head, cols, vcols, D, DV)
     grad_key_sum = tl.load(DZ + head * D + cols, mask=cols < D, other=0.0)
-    k = _tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
-    v = _tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
+    k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
+    v = tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
     grad_phi_k = tl.dot(v, tl.trans(grad_state), input_precision=PRECISION)
     # rows past the end stay zero: unit's g / NORM_EPS of them would overflow a half-precision cast
     grad_phi_k = tl.where((n < N)[:, None], grad_phi_k + grad_key_sum[None, :], 0.0)
     grad_k = _through_phi(k, grad_phi_k, FEATURE)
-    _put_tile(DK, grad_k, b, h, n, N, cols, D, sdk_b, sdk_h, sdk_n, sdk_d)
+    put_tile(DK, grad_k, b, h, n, N, cols, D, sdk_b, sdk_h, sdk_n, sdk_d)
     grad_v = tl.dot(_phi(k, n, N, cols, D, FEATURE), grad_state, input_precision=PRECISION)
     if FEATURE == "unit":
         grad_v += tl.load(DVSUM + head * DV + vcols, mask=vcols < DV, other=0.0)[None, :]
-    _put_tile(DVAL, grad_v, b, h, n, N, vcols, DV, sdv_b, sdv_h, sdv_n, sdv_d)
-
-
-def blocks(d: int, dv: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_D, BLOCK_DV): feature blocks are powers of two of at least 16 (the least
-    side of ``tl.dot``); rows per block shrink as they widen, keeping a tile's registers bounded."""
-    block_d = max(16, triton.next_power_of_2(d))
-    block_dv = max(16, triton.next_power_of_2(dv))
-    block_n = 64 if max(block_d, block_dv) <= 64 else 32 if max(block_d, block_dv) <= 128 else 16
-    return block_n, block_d, block_dv
-
-
-@functools.cache
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[int, int]:
-    """(splits, rows per split) of a reduction over ``n`` rows for ``heads`` batch-heads: enough
-    programs to fill the GPU (:data:`PROGRAMS_PER_SM` per multiprocessor), each a whole number of
-    blocks; one split per head in the interpreter (its programs run one after another)."""
-    row_blocks = triton.cdiv(n, block_n)
-    if device.type == "cuda":
-        wanted = PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
-        splits = max(1, min(row_blocks, triton.cdiv(wanted, heads)))
-    else:
-        splits = 1
-    rows_per_split = triton.cdiv(row_blocks, splits) * block_n
-    return triton.cdiv(n, rows_per_split), rows_per_split
-
-
-def precision(device: torch.device) -> str:
-    """``tl.dot``'s precision for fp32 values on ``device`` under torch's float32 matmul
-    precision: TF32 where torch would use it (not ``highest``, compute capability 8 or more)."""
-    if torch.get_float32_matmul_precision() == "highest" or INTERPRETED:
-        return "ieee"
-    major, _ = torch.cuda.get_device_capability(device)
-    return "tf32" if major >= 8 else "ieee"
-
-
-def _strides(x: torch.Tensor) -> tuple[int, int, int, int]:
-    b, h, n, d = x.stride()
-    return b, h, n, d
+    put_tile(DVAL, grad_v, b, h, n, N, vcols, DV, sdv_b, sdv_h, sdv_n, sdv_d)
 
 
 def forward(
@@ -328,7 +258,7 @@ def forward(
     _state[(batch * heads, splits)](
         k, v, state_parts, key_sum_parts, value_sum_parts,
         heads, n_k, d, dv, rows_per_split,
-        *_strides(k), *_strides(v), **meta,
+        *strides(k), *strides(v), **meta,
     )  # fmt: skip
     state = state_parts.sum(1).view(batch, heads, d, dv)
     key_sum = key_sum_parts.sum(1).view(batch, heads, d)
@@ -340,7 +270,7 @@ def forward(
     _output[(batch * heads, triton.cdiv(n_q, block_n))](
         q, state, key_sum, value_sum if unit else state, out,
         heads, n_q, d, dv, n_k, eps,
-        *_strides(q), *_strides(out), **meta,
+        *strides(q), *strides(out), **meta,
     )  # fmt: skip
     return out, state, key_sum, value_sum
 
@@ -374,7 +304,7 @@ def backward(
         q, grad_out, state, key_sum, value_sum if unit else state,
         grad_q, grad_state_parts, grad_key_sum_parts, grad_value_sum_parts,
         heads, n_q, d, dv, n_k, rows_per_split, eps,
-        *_strides(q), *_strides(grad_out), *_strides(grad_q), **meta,
+        *strides(q), *strides(grad_out), *strides(grad_q), **meta,
     )  # fmt: skip
     grad_state = grad_state_parts.sum(1)
     grad_key_sum = grad_key_sum_parts.sum(1)
@@ -384,7 +314,7 @@ def backward(
     _keys[(batch * heads, triton.cdiv(n_k, block_n))](
         k, v, grad_state, grad_key_sum, grad_value_sum, grad_k, grad_v,
         heads, n_k, d, dv,
-        *_strides(k), *_strides(v), *_strides(grad_k), *_strides(grad_v), **meta,
+        *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,
     )  # fmt: skip
     return grad_q, grad_k, grad_v
 

@@ -1,0 +1,95 @@
+"""What the fused kernels share: strided tiles of a head, stacks of small matrices, block sizes,
+the split of a reduction over the sequence, and ``tl.dot``'s precision.
+
+Whether the kernels are compiled for a GPU or interpreted on a CPU is decided when Triton is
+imported (``TRITON_INTERPRET``): :data:`INTERPRETED`.
+"""
+
+# ruff: noqa: N803 (Triton's convention: pointers and sizes in capitals, as in its tutorials)
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
+"""Whether these kernels run in Triton's interpreter (CPU tensors) rather than on a GPU."""
+
+PROGRAMS_PER_SM = 4
+"""Programs the reductions over n aim for per streaming multiprocessor."""
+
+
+@triton.jit
+def tile(PTR, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
+    """Rows ``n`` and columns ``cols`` of head (b, h) of a (batch, heads, N, WIDTH) tensor of any
+    strides, in fp32; zero outside it."""
+    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
+    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
+    return tl.load(where, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def put_tile(PTR, value, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
+    """:func:`tile`'s inverse: ``value`` written there in the tensor's dtype."""
+    mask = (n < N)[:, None] & (cols < WIDTH)[None, :]
+    where = PTR + b * s_b + h * s_h + n[:, None] * s_n + cols[None, :] * s_d
+    tl.store(where, value.to(PTR.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def matrix(PTR, index, cols, vcols, D, DV):
+    """The ``index``-th (D, DV) matrix of a contiguous fp32 stack, zero-padded to the block."""
+    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
+    return tl.load(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def put_matrix(PTR, value, index, cols, vcols, D, DV):
+    """:func:`matrix`'s inverse."""
+    mask = (cols < D)[:, None] & (vcols < DV)[None, :]
+    tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
+
+
+def blocks(d: int, dv: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_D, BLOCK_DV): feature blocks are powers of two of at least 16 (the least
+    side of ``tl.dot``); rows per block shrink as they widen, keeping a tile's registers bounded."""
+    block_d = max(16, triton.next_power_of_2(d))
+    block_dv = max(16, triton.next_power_of_2(dv))
+    block_n = 64 if max(block_d, block_dv) <= 64 else 32 if max(block_d, block_dv) <= 128 else 16
+    return block_n, block_d, block_dv
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[int, int]:
+    """(splits, rows per split) of a reduction over ``n`` rows for ``heads`` batch-heads: enough
+    programs to fill the GPU (:data:`PROGRAMS_PER_SM` per multiprocessor), each a whole number of
+    blocks; one split per head in the interpreter (its programs run one after another)."""
+    row_blocks = triton.cdiv(n, block_n)
+    if device.type == "cuda":
+        wanted = PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
+        splits = max(1, min(row_blocks, triton.cdiv(wanted, heads)))
+    else:
+        splits = 1
+    rows_per_split = triton.cdiv(row_blocks, splits) * block_n
+    return triton.cdiv(n, rows_per_split), rows_per_split
+
+
+def precision(device: torch.device) -> str:
+    """``tl.dot``'s precision for fp32 values on ``device`` under torch's float32 matmul
+    precision: TF32 where torch would use it (not ``highest``, compute capability 8 or more)."""
+    if torch.get_float32_matmul_precision() == "highest" or INTERPRETED:
+        return "ieee"
+    major, _ = torch.cuda.get_device_capability(device)
+    return "tf32" if major >= 8 else "ieee"
+
+
+def strides(x: torch.Tensor) -> tuple[int, int, int, int]:
+    """A (batch, heads, n, d) tensor's strides, the kernels' arguments after its pointer."""
+    b, h, n, d = x.stride()
+    return b, h, n, d
