@@ -1,7 +1,7 @@
-"""``impl=triton`` of linear and Taylor attention (the fused kernels of
-:mod:`vitattn.attention.fused`, feature maps ``elu`` and ``unit``) against ``impl=torch``, each
-mechanism's plain path: outputs and gradients, odd shapes, strides, half precision, large
-logits, zero vectors, FLOPs, one compiled graph, and the refusal where it cannot run.
+"""``impl=triton`` of linear, Taylor and efficient attention (the fused kernels of
+:mod:`vitattn.attention.fused`) against ``impl=torch``, each mechanism's plain path: outputs and
+gradients, odd shapes, strides, half precision, large logits, zero vectors, FLOPs, one compiled
+graph, and the refusal where it cannot run.
 
 Where a GPU is, the kernels run on it. Without one they run in Triton's interpreter on the CPU
 (the same kernel code), which needs ``TRITON_INTERPRET=1`` before Triton is imported: here the
@@ -21,7 +21,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitattn.attention.common.fusable import FusableLinearAttention
+from vitattn.attention.common.fusable import FusedOrPlain
+from vitattn.attention.efficient import EfficientAttention
 from vitattn.attention.linear import LinearAttention
 from vitattn.attention.taylor import TaylorAttention
 from vitattn.errors import ConfigError
@@ -55,17 +56,17 @@ def device() -> torch.device:
     pytest.skip("no GPU: run in Triton's interpreter by test_every_fused_test_passes_in_...")
 
 
-MECHANISMS = {"linear": LinearAttention, "taylor": TaylorAttention}
+MECHANISMS = {"linear": LinearAttention, "taylor": TaylorAttention, "efficient": EfficientAttention}
 
 
 @pytest.fixture(params=sorted(MECHANISMS))
-def mechanism(request: pytest.FixtureRequest) -> type[FusableLinearAttention]:
+def mechanism(request: pytest.FixtureRequest) -> type[FusedOrPlain]:
     return MECHANISMS[request.param]
 
 
 def kernels(
-    mechanism: type[FusableLinearAttention], n: int, heads: int, d: int
-) -> tuple[FusableLinearAttention, FusableLinearAttention]:
+    mechanism: type[FusedOrPlain], n: int, heads: int, d: int
+) -> tuple[FusedOrPlain, FusedOrPlain]:
     settings = dict(seq_len=n, heads=heads, head_dim=d)
     return mechanism(**settings, impl="triton"), mechanism(**settings, impl="torch")
 
@@ -81,7 +82,7 @@ def inputs(
 
 
 def outputs_and_grads(
-    kernel: FusableLinearAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    kernel: FusedOrPlain, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> list[torch.Tensor]:
     out = kernel(q, k, v)
     grad_out = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out).to(out.dtype)
@@ -133,9 +134,11 @@ def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(
 
 def test_large_logits_stay_finite_and_agree(mechanism, device) -> None:
     """q and k scaled by 10: for linear, phi(x) = exp(x) down to e^-40 on one side, x + 1 on the
-    other; Taylor's unit vectors do not change, their gradients shrink tenfold."""
-    fused, plain = kernels(mechanism, 64, 2, 16)
-    q, k, v = inputs((1, 2, 64, 16), device, scale=10.0)
+    other; Taylor's unit vectors do not change, their gradients shrink tenfold; efficient's
+    softmaxes saturate, the keys' maximum over the sequence moving from block to block and
+    split to split (three blocks of rows, two splits on a CPU)."""
+    fused, plain = kernels(mechanism, 150, 2, 16)
+    q, k, v = inputs((1, 2, 150, 16), device, scale=10.0)
     got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
     for a, b in zip(got, want, strict=True):
         assert torch.isfinite(a).all()

@@ -1,9 +1,10 @@
 """Fused GPU paths of mechanisms whose plain PyTorch path dispatches many small operators.
 
 Each fast path computes the same function as its mechanism's plain path (the reference it is
-tested against), in a few Triton kernels wrapped as one ``torch.library`` operator per pass, so
-that ``torch.compile`` keeps it in one graph, ``FlopCounterMode`` counts it (a registered
-formula) and the bench's dispatch count sees one operator where the kernels run.
+tested against), in a few Triton kernels wrapped as one ``torch.library`` operator per pass
+(``register_autograd`` joins the two), so that ``torch.compile`` keeps it in one graph
+(``fullgraph=True``), ``FlopCounterMode`` counts the plain path's FLOPs for it (a formula given to
+``register_flop_formula``) and the bench's dispatch count sees one operator where the kernels run.
 
 Triton kernels run on a CUDA GPU, or on a CPU under ``TRITON_INTERPRET=1`` (set before the
 kernels are imported): how the suite tests them on a machine without a GPU.
@@ -11,7 +12,10 @@ kernels are imported): how the suite tests them on a machine without a GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 
 @torch.compiler.assume_constant_result
@@ -28,3 +32,31 @@ def unavailable_on(device_type: str) -> str | None:
     if device_type == "cpu" and tiles.INTERPRETED:
         return None
     return f"it runs on a CUDA GPU (or on a CPU under TRITON_INTERPRET=1), not on {device_type}"
+
+
+def gradients_like(
+    _grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_saved: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The shapes and strides, for the compiler, of a backward operator's (dq, dk, dv): those of
+    q, k and v (strided views, as the multi-head split passes them), as the kernels write them."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def count_as_products(
+    forward: object, backward: object, products: Callable[[int, int, int, int, int, int], int]
+) -> None:
+    """Registers the FLOP formulas of a fused path's two operators (``torch.ops.vitattn.*``):
+    ``products(batch, heads, n_q, n_k, d, d_v)``, the plain path's forward products, for the
+    forward, and twice that for the backward (each product's two gradient products)."""
+
+    def sizes(q_shape, k_shape, v_shape) -> tuple[int, int, int, int, int, int]:
+        batch, heads, n_q, d = q_shape
+        return batch, heads, n_q, k_shape[2], d, v_shape[3]
+
+    @register_flop_formula(forward)
+    def _forward_flops(q_shape, k_shape, v_shape, *_args, out_shape=None, **_kwargs) -> int:
+        return products(*sizes(q_shape, k_shape, v_shape))
+
+    @register_flop_formula(backward)
+    def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **_kw) -> int:
+        return 2 * products(*sizes(q_shape, k_shape, v_shape))

@@ -4,17 +4,16 @@
 map is an argument: ``elu`` for linear attention (Katharopoulos et al., ICML 2020), ``unit`` for
 first-order Taylor attention's 1 + q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
 
-Being operators, each pass is one node for ``torch.compile`` (one graph, ``fullgraph=True``),
-one dispatch for the bench's count and, through :func:`register_flop_formula`, the same FLOPs for
-``FlopCounterMode`` as the plain path's products. The kernels are in
-:mod:`~vitattn.attention.fused.linear_kernels`, imported on the first call.
+The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
+are in :mod:`~vitattn.attention.fused.linear_kernels`, imported on the first call.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import register_flop_formula
+
+from vitattn.attention.fused import count_as_products, gradients_like
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -63,11 +62,7 @@ def linear_attention_backward(
     return linear_kernels.backward(grad_out, q, k, v, state, key_sum, value_sum, eps, feature)
 
 
-@linear_attention_backward.register_fake
-def _linear_attention_backward_shapes(
-    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, *_saved_and_settings: object
-) -> tuple[Tensor, Tensor, Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+linear_attention_backward.register_fake(gradients_like)
 
 
 def _save_for_backward(
@@ -98,16 +93,9 @@ def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> in
     return 2 * batch * heads * (n_q + n_k) * d * (dv + 1)
 
 
-@register_flop_formula(torch.ops.vitattn.linear_attention)
-def _forward_flops(q_shape, k_shape, v_shape, *_args, out_shape=None, **_kwargs) -> int:
-    batch, heads, n_q, d = q_shape
-    return _products(batch, heads, n_q, k_shape[2], d, v_shape[3])
-
-
-@register_flop_formula(torch.ops.vitattn.linear_attention_backward)
-def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **_kwargs) -> int:
-    batch, heads, n_q, d = q_shape
-    return 2 * _products(batch, heads, n_q, k_shape[2], d, v_shape[3])
+count_as_products(
+    torch.ops.vitattn.linear_attention, torch.ops.vitattn.linear_attention_backward, _products
+)
 
 
 def fused_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str) -> Tensor:

@@ -44,6 +44,7 @@ from vitattn.attention.fused.tiles import (
     blocks,
     matrix,
     precision,
+    program_head,
     put_matrix,
     put_tile,
     split_rows,
@@ -108,10 +109,8 @@ def _state(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, FEATURE: tl.constexpr,
 ):  # fmt: skip
-    head = tl.program_id(0)
+    head, b, h = program_head(HEADS)
     split = tl.program_id(1)
-    b = head // HEADS
-    h = head % HEADS
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
@@ -144,9 +143,7 @@ def _output(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, FEATURE: tl.constexpr,
 ):  # fmt: skip
-    head = tl.program_id(0)
-    b = head // HEADS
-    h = head % HEADS
+    head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
@@ -168,10 +165,8 @@ def _queries(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, FEATURE: tl.constexpr,
 ):  # fmt: skip
-    head = tl.program_id(0)
+    head, b, h = program_head(HEADS)
     split = tl.program_id(1)
-    b = head // HEADS
-    h = head % HEADS
     rows = tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
@@ -216,9 +211,7 @@ def _keys(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PRECISION: tl.constexpr, FEATURE: tl.constexpr,
 ):  # fmt: skip
-    head = tl.program_id(0)
-    b = head // HEADS
-    h = head % HEADS
+    head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)

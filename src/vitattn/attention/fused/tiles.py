@@ -20,6 +20,18 @@ INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
 PROGRAMS_PER_SM = 4
 """Programs the reductions over n aim for per streaming multiprocessor."""
 
+INTERPRETER_SPLITS = 2
+"""Splits of a reduction over n in the interpreter, whose programs run one after another: two,
+so that a CPU's tests (a few blocks of rows) merge partial sums and carry a sum over blocks
+within a split, as a GPU's do."""
+
+
+@triton.jit
+def program_head(HEADS):
+    """(index, b, h): the batch-head this program works on, by the grid's first axis."""
+    head = tl.program_id(0)
+    return head, head // HEADS, head % HEADS
+
 
 @triton.jit
 def tile(PTR, b, h, n, N, cols, WIDTH, s_b, s_h, s_n, s_d):
@@ -69,13 +81,13 @@ def _multiprocessors(index: int) -> int:
 def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[int, int]:
     """(splits, rows per split) of a reduction over ``n`` rows for ``heads`` batch-heads: enough
     programs to fill the GPU (:data:`PROGRAMS_PER_SM` per multiprocessor), each a whole number of
-    blocks; one split per head in the interpreter (its programs run one after another)."""
+    blocks; :data:`INTERPRETER_SPLITS` in the interpreter."""
     row_blocks = triton.cdiv(n, block_n)
     if device.type == "cuda":
         wanted = PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
         splits = max(1, min(row_blocks, triton.cdiv(wanted, heads)))
     else:
-        splits = 1
+        splits = min(row_blocks, INTERPRETER_SPLITS)
     rows_per_split = triton.cdiv(row_blocks, splits) * block_n
     return triton.cdiv(n, rows_per_split), rows_per_split
 

@@ -1,0 +1,85 @@
+"""The fused path of efficient attention (Shen et al., WACV 2021) as ``torch.library``
+operators: ``vitattn::efficient_attention`` (the forward, two Triton kernels) and
+``vitattn::efficient_attention_backward`` (two more), joined by ``register_autograd``.
+
+The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
+are in :mod:`~vitattn.attention.fused.efficient_kernels`, imported on the first call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from vitattn.attention.fused import count_as_products, gradients_like
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
+
+
+@torch.library.custom_op("vitattn::efficient_attention", mutates_args=())
+def efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(out, C, L): out = softmax_row(q) C, C = softmax_col(k)^T v, L the keys' log-sum-exp over
+    the sequence per feature."""
+    from vitattn.attention.fused import efficient_kernels
+
+    return efficient_kernels.forward(q, k, v)
+
+
+@efficient_attention.register_fake
+def _efficient_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    batch, heads, n, d = q.shape
+    dv = v.shape[-1]
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, d, dv, dtype=torch.float32),
+        q.new_empty(batch, heads, d, dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("vitattn::efficient_attention_backward", mutates_args=())
+def efficient_attention_backward(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, context: Tensor, log_sum: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of :func:`efficient_attention` given the gradient of its output."""
+    from vitattn.attention.fused import efficient_kernels
+
+    return efficient_kernels.backward(grad_out, q, k, v, context, log_sum)
+
+
+efficient_attention_backward.register_fake(gradients_like)
+
+
+def _save_for_backward(
+    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
+) -> None:
+    q, k, v = inputs
+    _, context, log_sum = output
+    ctx.save_for_backward(q, k, v, context, log_sum)
+
+
+def _backward(
+    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_saved_grads: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    return efficient_attention_backward(grad_out, *ctx.saved_tensors)
+
+
+efficient_attention.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
+    """FLOPs of the forward's products, as the plain path's: softmax_col(K)^T V and
+    softmax_row(Q) C."""
+    return 2 * batch * heads * (n_q + n_k) * d * dv
+
+
+count_as_products(
+    torch.ops.vitattn.efficient_attention, torch.ops.vitattn.efficient_attention_backward, _products
+)
+
+
+def fused_efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Efficient attention of ``(batch, heads, n, d)`` q, k, v by the fused kernels, in v's
+    dtype."""
+    out, _, _ = efficient_attention(q, k, v)
+    return out
