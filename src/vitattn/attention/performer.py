@@ -22,20 +22,32 @@ keeps every feature positive; everything runs in fp32. Where the shift is taken 
 ``impl="chunked"`` computes the same function without ever holding the (n x m) feature matrices
 (:mod:`vitattn.attention.feature_maps.chunked`: tiles, an online maximum, a hand-written
 backward that recomputes each tile's features; memory saved for backward is O(n d) instead of
-O(n m)). ``impl="autograd"`` is the plain reference written with autograd. ``impl="auto"`` (the
-default) takes the chunked kernel on a CPU and, on a GPU, the faster of the two for each shape,
-timed on the first call (:mod:`vitattn.attention.common.autotune`).
+O(n m)). ``impl="triton"`` computes it in five fused kernels that keep each block of features in
+registers (:mod:`vitattn.attention.fused.favor`; ``unbiased`` only, on a CUDA GPU).
+``impl="autograd"`` is the plain reference written with autograd. ``impl="auto"`` (the default)
+takes the chunked kernel on a CPU and, on a GPU, the fastest for each shape, timed on the first
+call (:mod:`vitattn.attention.common.autotune`), the fused one under ``torch.compile``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from vitattn.attention.common import knobs
+from vitattn.attention import fused as fused_paths
+from vitattn.attention.common import autotune, knobs
 from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.favor import STABILIZERS, Favor, orthogonal_gaussian_rows
 from vitattn.attention.feature_maps.kernel import IMPLEMENTATIONS, FeatureMapAttention
+from vitattn.errors import ConfigError
+
+try:
+    from vitattn.attention.fused.favor import fused_favor_attention
+except ImportError:  # torch < 2.4: fused_paths.unavailable_on says so, and it is never called
+    fused_favor_attention = None
+
+PERFORMER_IMPLEMENTATIONS = (*IMPLEMENTATIONS, "triton")
+"""Performer's ``impl``: the feature maps' implementations and the fused kernels."""
 
 
 @register_attention("performer")
@@ -53,8 +65,9 @@ class PerformerAttention(FeatureMapAttention):
             (the FAVOR+ reference code's numerics: eps weighs more, lower variance, a bias) or
             ``unbiased`` (the whole exponent's maximum: eps negligible, more variance).
         impl: ``chunked`` (memory-efficient, hand-written backward), ``autograd`` (the plain
-            reference; both compute the same function) or ``auto``: chunked on a CPU, the faster
-            of the two per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
+            reference), ``triton`` (fused kernels, ``unbiased`` only; a CUDA GPU, or a CPU under
+            ``TRITON_INTERPRET=1``; all three compute the same function) or ``auto``: chunked on
+            a CPU, the fastest per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
         tile_memory: on a GPU, the share of its free memory for one tile of features
             (``tiling.GPU_TILE_MEMORY``).
     """
@@ -83,7 +96,12 @@ class PerformerAttention(FeatureMapAttention):
         )
         self.eps = knobs.positive("eps", eps)
         self.stabilizer = knobs.one_of("stabilizer", stabilizer, STABILIZERS)
-        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
+        self.impl = knobs.one_of("impl", impl, PERFORMER_IMPLEMENTATIONS)
+        if self.impl == "triton" and self.stabilizer != "unbiased":
+            raise ConfigError(
+                f"attention.impl=triton computes stabilizer=unbiased, not {self.stabilizer}; "
+                "choose attention.stabilizer=unbiased or impl=auto | chunked | autograd"
+            )
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
         # A Python counter (saved through get_extra_state): a tensor would force a host-device
@@ -119,6 +137,22 @@ class PerformerAttention(FeatureMapAttention):
         with torch.autocast(device_type=q.device.type, enabled=False):
             out = self.attend(q.float(), k.float(), v.float())
         return out.to(dtype)
+
+    def implementations(self, device_type: str) -> dict[str, autotune.Implementation]:
+        functions = super().implementations(device_type)
+        reason = fused_paths.unavailable_on(device_type)
+        if self.impl == "triton" and reason is not None:
+            raise ConfigError(
+                f"attention.impl=triton cannot run here: {reason}; "
+                "choose impl=chunked, impl=autograd or impl=auto"
+            )
+        if reason is None and self.stabilizer == "unbiased":
+            functions["triton"] = self.fused
+        return functions
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``impl=triton`` on fp32 q, k, v."""
+        return fused_favor_attention(q, k, v, self.projection, self.eps)
 
     def feature_map(self) -> Favor:
         return Favor(scale=self.head_dim**-0.25, eps=self.eps, stabilizer=self.stabilizer)

@@ -45,12 +45,20 @@ class FeatureMapAttention(AttentionKernel):
         """The feature map's weights in fp32."""
         return getattr(self, self.WEIGHTS).float()
 
+    def implementations(self, device_type: str) -> dict[str, autotune.Implementation]:
+        """The implementations that can run on a device of this type, by ``impl``'s names; a
+        subclass with a fused path adds ``triton`` (which ``auto`` then takes off a CPU without
+        timing under ``torch.compile``)."""
+        return {"chunked": self.chunked, "autograd": self.autograd}
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Attention of fp32 q, k, v by ``impl``."""
+        functions = self.implementations(q.device.type)
+        fused = "triton" in functions and q.device.type != "cpu"
         implementations = autotune.Implementations(
             self.name,
-            {"chunked": self.chunked, "autograd": self.autograd},
-            default="chunked",
+            functions,
+            default="triton" if fused else "chunked",
             settings=tuple(getattr(self, knob) for knob in self.COST_KNOBS),
         )
         return implementations.run(self.impl, q, k, v)

@@ -38,6 +38,7 @@ from vitattn.attention.fused.tiles import (
     put_matrix,
     put_tile,
     split_rows,
+    split_span,
     strides,
     tile,
 )
@@ -67,8 +68,7 @@ def _context(
     state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
     running_max = tl.full((BLOCK_D,), float("-inf"), dtype=tl.float32)
     running_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    start = split * ROWS_PER_SPLIT
-    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    start, end = split_span(ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
         inside = (n < N)[:, None]
@@ -119,8 +119,7 @@ def _queries(
     vcols = tl.arange(0, BLOCK_DV)
     context = matrix(C, head, cols, vcols, D, DV)
     grad_context = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
-    start = split * ROWS_PER_SPLIT
-    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    start, end = split_span(ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
         queries = _row_softmax(tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d), cols, D)
@@ -164,7 +163,7 @@ def _keys(
 
 def _meta(d: int, dv: int, device: torch.device) -> dict[str, object]:
     """The kernels' compile-time arguments."""
-    block_n, block_d, block_dv = blocks(d, dv)
+    block_n, block_d, block_dv = blocks(d, dv, device)
     return dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, PRECISION=precision(device))
 
 

@@ -48,6 +48,7 @@ from vitattn.attention.fused.tiles import (
     put_matrix,
     put_tile,
     split_rows,
+    split_span,
     strides,
     tile,
 )
@@ -117,8 +118,7 @@ def _state(
     state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
     key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
     value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
-    start = split * ROWS_PER_SPLIT
-    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    start, end = split_span(ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
         k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
@@ -175,8 +175,7 @@ def _queries(
     grad_state = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
     grad_key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
     grad_value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
-    start = split * ROWS_PER_SPLIT
-    end = tl.minimum(start + ROWS_PER_SPLIT, N)
+    start, end = split_span(ROWS_PER_SPLIT, N)
     for offset in range(start, end, BLOCK_N):
         n = offset + rows
         q = tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
@@ -239,7 +238,8 @@ def forward(
     for ``elu``, which has no constant feature."""
     batch, heads, n_q, d = q.shape
     n_k, dv = k.shape[2], v.shape[3]
-    block_n = blocks(d, dv)[0]
+    meta = _meta(d, dv, q.device, feature)
+    block_n = meta["BLOCK_N"]
     splits, rows_per_split = split_rows(n_k, batch * heads, block_n, q.device)
     fp32 = dict(device=q.device, dtype=torch.float32)
     state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
@@ -247,7 +247,6 @@ def forward(
     unit = feature == "unit"
     # elu: no constant feature; the kernels neither read nor write its pointers
     value_sum_parts = torch.empty(batch * heads, splits, dv, **fp32) if unit else state_parts
-    meta = _meta(d, dv, q.device, feature)
     _state[(batch * heads, splits)](
         k, v, state_parts, key_sum_parts, value_sum_parts,
         heads, n_k, d, dv, rows_per_split,
@@ -283,8 +282,8 @@ def backward(
     dtype."""
     batch, heads, n_q, d = q.shape
     n_k, dv = k.shape[2], v.shape[3]
-    block_n = blocks(d, dv)[0]
     meta = _meta(d, dv, q.device, feature)
+    block_n = meta["BLOCK_N"]
     splits, rows_per_split = split_rows(n_q, batch * heads, block_n, q.device)
     fp32 = dict(device=q.device, dtype=torch.float32)
     grad_state_parts = torch.empty(batch * heads, splits, d, dv, **fp32)
@@ -316,7 +315,7 @@ def _meta(d: int, dv: int, device: torch.device, feature: str) -> dict[str, obje
     """The kernels' compile-time arguments."""
     if feature not in FEATURES:
         raise ValueError(f"feature={feature!r}: the kernels compute one of {FEATURES}")
-    block_n, block_d, block_dv = blocks(d, dv)
+    block_n, block_d, block_dv = blocks(d, dv, device)
     return dict(
         BLOCK_N=block_n,
         BLOCK_D=block_d,

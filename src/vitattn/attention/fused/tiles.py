@@ -20,6 +20,12 @@ INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
 PROGRAMS_PER_SM = 4
 """Programs the reductions over n aim for per streaming multiprocessor."""
 
+SMALL_SHARED_MEMORY = 128 * 1024
+"""Bytes of shared memory per block below which a GPU gets half the rows per block: the
+operands of ``tl.dot`` are staged there, and at 64 rows the largest kernels need up to 96 KiB,
+more than a T4 (64 KiB) or an L4 (99 KiB) gives; at 32 rows they need at most 56 KiB (compiled
+ahead of time for sm_75)."""
+
 INTERPRETER_SPLITS = 2
 """Splits of a reduction over n in the interpreter, whose programs run one after another: two,
 so that a CPU's tests (a few blocks of rows) merge partial sums and carry a sum over blocks
@@ -31,6 +37,13 @@ def program_head(HEADS):
     """(index, b, h): the batch-head this program works on, by the grid's first axis."""
     head = tl.program_id(0)
     return head, head // HEADS, head % HEADS
+
+
+@triton.jit
+def split_span(ROWS_PER_SPLIT, N):
+    """(start, end): the rows of this program's split, by the grid's second axis."""
+    start = tl.program_id(1) * ROWS_PER_SPLIT
+    return start, tl.minimum(start + ROWS_PER_SPLIT, N)
 
 
 @triton.jit
@@ -64,13 +77,23 @@ def put_matrix(PTR, value, index, cols, vcols, D, DV):
     tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
 
 
-def blocks(d: int, dv: int) -> tuple[int, int, int]:
+def blocks(d: int, dv: int, device: torch.device, widest: int = 0) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_D, BLOCK_DV): feature blocks are powers of two of at least 16 (the least
-    side of ``tl.dot``); rows per block shrink as they widen, keeping a tile's registers bounded."""
+    side of ``tl.dot``); rows per block shrink as the widest block (or ``widest``) widens,
+    keeping a tile's registers bounded, and halve on a GPU of little shared memory
+    (:data:`SMALL_SHARED_MEMORY`)."""
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
-    block_n = 64 if max(block_d, block_dv) <= 64 else 32 if max(block_d, block_dv) <= 128 else 16
+    width = max(block_d, block_dv, widest)
+    block_n = 64 if width <= 64 else 32 if width <= 128 else 16
+    if device.type == "cuda" and _shared_memory(device.index or 0) < SMALL_SHARED_MEMORY:
+        block_n = max(16, block_n // 2)
     return block_n, block_d, block_dv
+
+
+@functools.cache
+def _shared_memory(index: int) -> int:
+    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
 
 
 @functools.cache

@@ -1,7 +1,7 @@
-"""``impl=triton`` of linear, Taylor and efficient attention (the fused kernels of
-:mod:`vitattn.attention.fused`) against ``impl=torch``, each mechanism's plain path: outputs and
-gradients, odd shapes, strides, half precision, large logits, zero vectors, FLOPs, one compiled
-graph, and the refusal where it cannot run.
+"""``impl=triton`` of linear, Taylor, efficient and Performer attention (the fused kernels of
+:mod:`vitattn.attention.fused`) against each mechanism's plain path (``impl=torch``; Performer's
+``impl=autograd``): outputs and gradients, odd shapes, strides, half precision, large logits,
+zero vectors, FLOPs, one compiled graph, and the refusal where it cannot run.
 
 Where a GPU is, the kernels run on it. Without one they run in Triton's interpreter on the CPU
 (the same kernel code), which needs ``TRITON_INTERPRET=1`` before Triton is imported: here the
@@ -16,14 +16,16 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitattn.attention.common.fusable import FusedOrPlain
+from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.efficient import EfficientAttention
 from vitattn.attention.linear import LinearAttention
+from vitattn.attention.performer import PerformerAttention
 from vitattn.attention.taylor import TaylorAttention
 from vitattn.errors import ConfigError
 
@@ -56,19 +58,51 @@ def device() -> torch.device:
     pytest.skip("no GPU: run in Triton's interpreter by test_every_fused_test_passes_in_...")
 
 
-MECHANISMS = {"linear": LinearAttention, "taylor": TaylorAttention, "efficient": EfficientAttention}
+@dataclass(frozen=True)
+class Fusable:
+    """A mechanism with a fused path, the ``impl`` it is tested against, its other settings."""
+
+    kind: type[AttentionKernel]
+    reference: str = "torch"
+    settings: dict[str, object] = field(default_factory=dict)
+    others: str = "auto | torch | triton"
+    """What its ``impl`` may be, as the refusal of another value says."""
+    fallback: str = "impl=torch or impl=auto"
+    """What the refusal of ``impl=triton`` where it cannot run offers instead."""
+
+
+MECHANISMS = {
+    "linear": Fusable(LinearAttention),
+    "taylor": Fusable(TaylorAttention),
+    "efficient": Fusable(EfficientAttention),
+    # 80 features: a whole block of 64 and a part of one
+    "performer": Fusable(
+        PerformerAttention,
+        reference="autograd",
+        settings={"num_features": 80, "redraw_interval": 0},
+        others="auto | chunked | autograd | triton",
+        fallback="impl=chunked, impl=autograd or impl=auto",
+    ),
+}
 
 
 @pytest.fixture(params=sorted(MECHANISMS))
-def mechanism(request: pytest.FixtureRequest) -> type[FusedOrPlain]:
-    return MECHANISMS[request.param]
+def mechanism(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 def kernels(
-    mechanism: type[FusedOrPlain], n: int, heads: int, d: int
-) -> tuple[FusedOrPlain, FusedOrPlain]:
-    settings = dict(seq_len=n, heads=heads, head_dim=d)
-    return mechanism(**settings, impl="triton"), mechanism(**settings, impl="torch")
+    name: str, n: int, heads: int, d: int, device: torch.device
+) -> tuple[AttentionKernel, AttentionKernel]:
+    """The fused path and its reference, with the same random weights (Performer's)."""
+    fusable = MECHANISMS[name]
+    settings = dict(seq_len=n, heads=heads, head_dim=d, **fusable.settings)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(n * heads * d)  # the same random weights in any order of the tests
+        fused = fusable.kind(**settings, impl="triton").to(device)
+    reference = fusable.kind(**settings, impl=fusable.reference).to(device)
+    reference.load_state_dict(fused.state_dict())
+    return fused, reference
 
 
 def inputs(
@@ -82,7 +116,7 @@ def inputs(
 
 
 def outputs_and_grads(
-    kernel: FusedOrPlain, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    kernel: AttentionKernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> list[torch.Tensor]:
     out = kernel(q, k, v)
     grad_out = torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out).to(out.dtype)
@@ -96,10 +130,11 @@ def outputs_and_grads(
         (1, 2, 33, 8),  # head_dim below tl.dot's least side (16): padded
         (1, 1, 130, 24),  # head_dim no power of two
         (1, 2, 200, 64),  # the GPU profile's head_dim
+        (1, 1, 100, 72),  # 128-wide feature blocks: 32 rows per block
     ],
 )
 def test_the_fused_kernels_compute_the_plain_paths_function(mechanism, device, shape) -> None:
-    fused, plain = kernels(mechanism, shape[2], shape[1], shape[3])
+    fused, plain = kernels(mechanism, shape[2], shape[1], shape[3], device)
     q, k, v = inputs(shape, device)
     for got, want in zip(
         outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
@@ -109,7 +144,7 @@ def test_the_fused_kernels_compute_the_plain_paths_function(mechanism, device, s
 
 def test_strided_inputs_are_read_where_they_lie(mechanism, device) -> None:
     """q, k, v as the multi-head split leaves them: views of (batch, n, heads, d), not copies."""
-    fused, plain = kernels(mechanism, 40, 4, 16)
+    fused, plain = kernels(mechanism, 40, 4, 16, device)
     strided = [x.detach().transpose(1, 2).requires_grad_() for x in inputs((2, 40, 4, 16), device)]
     assert not strided[0].is_contiguous()
     contiguous = [x.detach().contiguous().requires_grad_() for x in strided]
@@ -124,7 +159,7 @@ def test_half_precision_inputs_give_the_plain_paths_result_in_their_dtype(
     mechanism, device, dtype
 ) -> None:
     """Both paths compute in fp32 and round the output and gradients to the inputs' dtype."""
-    fused, plain = kernels(mechanism, 96, 2, 32)
+    fused, plain = kernels(mechanism, 96, 2, 32, device)
     q, k, v = inputs((1, 2, 96, 32), device, dtype)
     got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
     for a, b in zip(got, want, strict=True):
@@ -136,19 +171,21 @@ def test_large_logits_stay_finite_and_agree(mechanism, device) -> None:
     """q and k scaled by 10: for linear, phi(x) = exp(x) down to e^-40 on one side, x + 1 on the
     other; Taylor's unit vectors do not change, their gradients shrink tenfold; efficient's
     softmaxes saturate, the keys' maximum over the sequence moving from block to block and
-    split to split (three blocks of rows, two splits on a CPU)."""
-    fused, plain = kernels(mechanism, 150, 2, 16)
+    split to split (three blocks of rows, two splits on a CPU); Performer's logits reach about
+    80 and its gradients hundreds, so the absolute tolerance is taken relative to the largest
+    value."""
+    fused, plain = kernels(mechanism, 150, 2, 16, device)
     q, k, v = inputs((1, 2, 150, 16), device, scale=10.0)
     got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
     for a, b in zip(got, want, strict=True):
         assert torch.isfinite(a).all()
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4 * max(1.0, b.abs().max().item()))
 
 
 def test_zero_vectors_take_normalizes_gradient(device) -> None:
     """Taylor: a query and a key of zeros (|x| below normalize's eps) are zero unit vectors, and
     their gradients are normalize's (g / eps), not the projection's division by zero."""
-    fused, plain = kernels(TaylorAttention, 24, 1, 16)
+    fused, plain = kernels("taylor", 24, 1, 16, device)
     q, k, v = (x.detach() for x in inputs((1, 1, 24, 16), device))
     q[0, 0, 3] = 0.0
     k[0, 0, 7] = 0.0
@@ -161,7 +198,7 @@ def test_zero_vectors_take_normalizes_gradient(device) -> None:
 
 
 def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, device) -> None:
-    fused, plain = kernels(mechanism, 48, 2, 16)
+    fused, plain = kernels(mechanism, 48, 2, 16, device)
     q, k, v = inputs((2, 2, 48, 16), device)
     counts = []
     for kernel in (fused, plain):
@@ -178,7 +215,7 @@ def test_the_fused_path_compiles_in_one_graph_forward_and_backward(
     """Strided: the multi-head split's views, as training passes them. The operators' shapes
     for the compiler (``register_fake``) give the gradients the strides the kernels write, else
     Inductor's size-and-stride assertion fails (it did on the H200, 2026-11-27)."""
-    fused, plain = kernels(mechanism, 48, 2, 16)
+    fused, plain = kernels(mechanism, 48, 2, 16, device)
     if layout == "strided":
         q, k, v = (
             x.detach().transpose(1, 2).requires_grad_() for x in inputs((1, 48, 2, 16), device)
@@ -194,7 +231,8 @@ def test_the_fused_path_compiles_in_one_graph_forward_and_backward(
 
 def test_auto_takes_the_plain_path_on_a_cpu(mechanism, device) -> None:
     """On a CPU ``auto`` never runs the interpreter (the plain path is the CPU's fast one)."""
-    kernel = mechanism(seq_len=16, heads=1, head_dim=16)
+    fusable = MECHANISMS[mechanism]
+    kernel = fusable.kind(seq_len=16, heads=1, head_dim=16, **fusable.settings)
     assert kernel.impl == "auto"
     q, k, v = (x.cpu() for x in inputs((1, 1, 16, 16), device))
     with FlopCounterMode(display=False) as counter:
@@ -206,7 +244,7 @@ def test_auto_takes_the_plain_path_on_a_cpu(mechanism, device) -> None:
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line(name: str) -> None:
     """A fresh process without TRITON_INTERPRET: the kernels would need a GPU."""
-    mechanism = MECHANISMS[name].__name__
+    mechanism = MECHANISMS[name].kind.__name__
     script = (
         "import torch\n"
         f"from vitattn.attention.{name} import {mechanism}\n"
@@ -226,13 +264,21 @@ def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line(name: st
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1
     assert "attention.impl=triton cannot run here" in lines[0]
-    assert "choose impl=torch or impl=auto" in lines[0]
+    assert f"choose {MECHANISMS[name].fallback}" in lines[0]
 
 
 def test_an_unknown_impl_is_refused_in_one_line(mechanism) -> None:
-    valid = r"attention.impl=.fast. is not valid; choose one of auto \| torch \| triton"
-    with pytest.raises(ConfigError, match=valid):
-        mechanism(seq_len=8, heads=1, head_dim=16, impl="fast")
+    fusable = MECHANISMS[mechanism]
+    valid = f"attention.impl='fast' is not valid; choose one of {fusable.others}"
+    with pytest.raises(ConfigError, match=re.escape(valid)):
+        fusable.kind(seq_len=8, heads=1, head_dim=16, impl="fast")
+
+
+def test_performers_fused_path_refuses_the_authors_stabilizer_in_one_line() -> None:
+    """The kernels compute the ``unbiased`` shifts; ``authors`` with ``impl=triton`` is refused
+    when the mechanism is built, before any run."""
+    with pytest.raises(ConfigError, match=r"^attention.impl=triton computes stabilizer=unbiased"):
+        PerformerAttention(seq_len=8, heads=1, head_dim=16, impl="triton", stabilizer="authors")
 
 
 @pytest.mark.slow

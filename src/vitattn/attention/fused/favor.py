@@ -1,0 +1,121 @@
+"""The fused path of FAVOR+ attention (Choromanski et al., ICLR 2021), ``unbiased`` stabilizer,
+as ``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels)
+and ``vitattn::favor_attention_backward`` (three more), joined by ``register_autograd``; the
+projection is an input without a gradient (a buffer, redrawn by the mechanism).
+
+The FLOP formulas give the plain path's products (``impl=autograd``,
+:mod:`vitattn.attention.fused`). The kernels are in
+:mod:`~vitattn.attention.fused.favor_kernels`, imported on the first call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.utils.flop_counter import register_flop_formula
+
+from vitattn.attention.fused import gradients_like
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
+
+Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+"""out, S, z, the keys' maximum, the normaliser and the queries' maxima."""
+
+
+@torch.library.custom_op("vitattn::favor_attention", mutates_args=())
+def favor_attention(q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float) -> Saved:
+    """(out, S, z, M, den, shift) of FAVOR+ attention; out = phi(q) S / phi(q) z."""
+    from vitattn.attention.fused import favor_kernels
+
+    return favor_kernels.forward(q, k, v, projection, eps)
+
+
+@favor_attention.register_fake
+def _favor_attention_shapes(
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float
+) -> Saved:
+    batch, heads, n, _ = q.shape
+    dv, m = v.shape[-1], projection.shape[1]
+    fp32 = dict(dtype=torch.float32)
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, m, dv, **fp32),
+        q.new_empty(batch, heads, m, **fp32),
+        q.new_empty(batch, heads, **fp32),
+        q.new_empty(batch, heads, n, **fp32),
+        q.new_empty(batch, heads, n, **fp32),
+    )
+
+
+@torch.library.custom_op("vitattn::favor_attention_backward", mutates_args=())
+def favor_attention_backward(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    projection: Tensor,
+    out: Tensor,
+    state: Tensor,
+    key_sum: Tensor,
+    key_max: Tensor,
+    normaliser: Tensor,
+    shift: Tensor,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of :func:`favor_attention` given the gradient of its output."""
+    from vitattn.attention.fused import favor_kernels
+
+    saved = (out, state, key_sum, key_max, normaliser, shift)
+    return favor_kernels.backward(grad_out, q, k, v, projection, saved, eps)
+
+
+favor_attention_backward.register_fake(gradients_like)
+
+
+def _save_for_backward(
+    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
+) -> None:
+    q, k, v, projection, eps = inputs
+    ctx.save_for_backward(q, k, v, projection, *output)
+    ctx.eps = eps
+
+
+def _backward(
+    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_saved_grads: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, None, None]:
+    grad_q, grad_k, grad_v = favor_attention_backward(grad_out, *ctx.saved_tensors, ctx.eps)
+    return grad_q, grad_k, grad_v, None, None
+
+
+favor_attention.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+def _sizes(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int, int, int, int, int]:
+    batch, heads, n_q, d = q_shape
+    return batch * heads, n_q, k_shape[2], d, v_shape[3], w_shape[1]
+
+
+@register_flop_formula(torch.ops.vitattn.favor_attention)
+def _forward_flops(q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw) -> int:
+    """The plain path's products: the logits Q W^T and K W^T, phi(K)^T V, phi(Q) (phi(K)^T V)
+    and phi(Q) (phi(K)^T 1)."""
+    heads, n_q, n_k, d, dv, m = _sizes(q_shape, k_shape, v_shape, w_shape)
+    return 2 * heads * m * ((n_q + n_k) * d + n_k * dv + n_q * (dv + 1))
+
+
+@register_flop_formula(torch.ops.vitattn.favor_attention_backward)
+def _backward_flops(_grad, q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw):
+    """Each product's two gradient products, but one for the logits (the projection has no
+    gradient)."""
+    heads, n_q, n_k, d, dv, m = _sizes(q_shape, k_shape, v_shape, w_shape)
+    return 2 * heads * m * ((n_q + n_k) * d + 2 * (n_k * dv + n_q * (dv + 1)))
+
+
+def fused_favor_attention(
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float
+) -> Tensor:
+    """FAVOR+ attention (``unbiased``) of ``(batch, heads, n, d)`` q, k, v with a
+    ``(heads, m, d)`` projection, by the fused kernels, in v's dtype."""
+    out, *_ = favor_attention(q, k, v, projection.float().contiguous(), eps)
+    return out
