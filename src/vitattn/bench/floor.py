@@ -3,10 +3,12 @@
 A call's floor in ms is the larger of its FLOPs over the device's peak FLOP/s and its least bytes
 moved over the device's memory bandwidth (:mod:`vitattn.bench.devices`):
 
-* **FLOPs** are counted by ``torch.utils.flop_counter`` (matrix products, fused attention) where
-  it can count the call; where it cannot (FlexAttention's operator, run below the counter), from
-  the mechanism's formula (:data:`FORWARD_FLOPS`, forward; a backward does each product's two
-  gradient products, twice the forward's FLOPs);
+* **FLOPs** are counted by ``torch.utils.flop_counter`` (matrix products, fused attention, the
+  formulas registered for the fused paths' operators) where it can count the call; where it
+  cannot (FlexAttention's operator, which the count runs with ``torch.compile`` stood down, on a
+  torch whose eager FlexAttention the counter cannot trace), from the mechanism's formula
+  (:data:`FORWARD_FLOPS`, forward; a backward does each product's two gradient products, twice
+  the forward's FLOPs);
 * **least bytes** (:func:`least_bytes`): one rule for every mechanism. Whatever it computes, a
   call must read its inputs and write its output once; a forward+backward also reads the output's
   gradient and writes each input's. The mechanism's own must-move tensors are its parameters and

@@ -164,7 +164,7 @@ class CompiledOrEager:
         self.compiled, self._compiled_function = False, None
         logging.getLogger(__name__).warning(
             "model.compile=%s: %s (%s: %s); this run continues eager, not compiled",
-            "true" if self.devices is None else "auto",
+            self.setting,
             why,
             type(error).__name__,
             str(error).strip().splitlines()[0] if str(error).strip() else "",
@@ -198,6 +198,12 @@ class CompiledOrEager:
             return bool(_debug_get_cache_entry_list(code))
         except Exception:  # a private function of Dynamo's: gone or changed in some torch
             return None
+
+    @property
+    def setting(self) -> str:
+        """The ``model.compile`` value this was built for (``true``, or ``auto``: ``devices``),
+        as the warnings name it."""
+        return "true" if self.devices is None else "auto"
 
     def compiles_on(self, device_type: str) -> bool:
         """Whether it compiles where inputs are on ``device_type`` (see ``devices``)."""

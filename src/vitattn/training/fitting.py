@@ -113,7 +113,7 @@ def compiled(module: L.LightningModule) -> bool:
         log.warning(
             "model.compile=%s: torch.compile compiled no graph of the network's forward "
             "(Dynamo skipped it, or torch.compile was stood down); this run trained eager",
-            "true" if forward.devices is None else "auto",
+            forward.setting,
         )
         return False
     return True
