@@ -1,7 +1,8 @@
-"""``impl=triton`` of linear, Taylor, efficient and Performer attention (the fused kernels of
-:mod:`vitattn.attention.fused`) against each mechanism's plain path (``impl=torch``; Performer's
-``impl=autograd``): outputs and gradients, odd shapes, strides, half precision, large logits,
-zero vectors, FLOPs, one compiled graph, and the refusal where it cannot run.
+"""``impl=triton`` of linear, Taylor, efficient, Performer and random feature attention (the
+fused kernels of :mod:`vitattn.attention.fused`) against each mechanism's plain path
+(``impl=torch``; the feature maps' ``impl=autograd``): outputs and gradients, odd shapes,
+strides, half precision, large logits, zero vectors, a binding floor, FLOPs, one compiled graph,
+and the refusal where it cannot run.
 
 Where a GPU is, the kernels run on it. Without one they run in Triton's interpreter on the CPU
 (the same kernel code), which needs ``TRITON_INTERPRET=1`` before Triton is imported: here the
@@ -26,6 +27,7 @@ from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.efficient import EfficientAttention
 from vitattn.attention.linear import LinearAttention
 from vitattn.attention.performer import PerformerAttention
+from vitattn.attention.random_feature import RandomFeatureAttention
 from vitattn.attention.taylor import TaylorAttention
 from vitattn.errors import ConfigError
 
@@ -80,6 +82,16 @@ MECHANISMS = {
         PerformerAttention,
         reference="autograd",
         settings={"num_features": 80, "redraw_interval": 0},
+        others="auto | chunked | autograd | triton",
+        fallback="impl=chunked, impl=autograd or impl=auto",
+    ),
+    # 40 frequencies: a whole block of 32 and a part of one; normalize=true (the default, a
+    # bounded estimate; with the keys' norms kept, the estimate's outputs reach tens and its
+    # gradients thousands at these inputs: the floor's test keeps them)
+    "random_feature": Fusable(
+        RandomFeatureAttention,
+        reference="autograd",
+        settings={"num_features": 40, "redraw": False},
         others="auto | chunked | autograd | triton",
         fallback="impl=chunked, impl=autograd or impl=auto",
     ),
@@ -194,6 +206,30 @@ def test_zero_vectors_take_normalizes_gradient(device) -> None:
     assert want[1][0, 0, 3].abs().max() > 1e6  # normalize's g / eps
     for a, b in zip(got, want, strict=True):
         assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("normalize", "eps"), [(False, 0.03), (True, 0.2)])
+def test_random_features_floor_takes_the_gradient_where_it_binds(device, normalize, eps) -> None:
+    """The normaliser, an estimate that can come out small, is below its floor (eps times the
+    keys' weights' sum) at some queries (the eps chosen so: about half of them here), whose
+    gradient then goes to the floor and through it to every key's weight. normalize=false keeps
+    the keys' norms, so their weights differ and their maximum moves from block to block;
+    normalize=true runs q and k through the learned sigma."""
+    fused, plain = kernels("random_feature", 150, 2, 16, device)
+    for kernel in (fused, plain):
+        kernel.eps, kernel.normalize = eps, normalize
+        if normalize:
+            kernel.log_sigma = torch.nn.Parameter(torch.full((2,), 0.3, device=device))
+    q, k, v = inputs((1, 2, 150, 16), device)
+    got, want = outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v)
+    x, y = q.detach(), k.detach()
+    if normalize:
+        x, y = (plain.normalized(t, plain.head_dim**-0.25).detach() for t in (x, y))
+    phi_q, phi_k, floor = plain.feature_map().features(x, y, plain.frequencies)
+    below = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1) < floor
+    assert below.any() and not below.all(), below.float().mean()
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 

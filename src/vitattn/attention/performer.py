@@ -33,21 +33,17 @@ from __future__ import annotations
 
 import torch
 
-from vitattn.attention import fused as fused_paths
-from vitattn.attention.common import autotune, knobs
+from vitattn.attention.common import knobs
 from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.favor import STABILIZERS, Favor, orthogonal_gaussian_rows
-from vitattn.attention.feature_maps.kernel import IMPLEMENTATIONS, FeatureMapAttention
+from vitattn.attention.feature_maps.kernel import FUSED_IMPLEMENTATIONS, FeatureMapAttention
 from vitattn.errors import ConfigError
 
 try:
     from vitattn.attention.fused.favor import fused_favor_attention
-except ImportError:  # torch < 2.4: fused_paths.unavailable_on says so, and it is never called
+except ImportError:  # torch < 2.4: fused.unavailable_on says so, and it is never called
     fused_favor_attention = None
-
-PERFORMER_IMPLEMENTATIONS = (*IMPLEMENTATIONS, "triton")
-"""Performer's ``impl``: the feature maps' implementations and the fused kernels."""
 
 
 @register_attention("performer")
@@ -73,6 +69,7 @@ class PerformerAttention(FeatureMapAttention):
     """
 
     WEIGHTS = "projection"
+    FUSED = True
     KNOBS = ("num_features", "redraw_interval", "stabilizer", "impl", "tile_memory")
     COST_KNOBS = ("num_features", "stabilizer", "tile_memory")
 
@@ -96,7 +93,7 @@ class PerformerAttention(FeatureMapAttention):
         )
         self.eps = knobs.positive("eps", eps)
         self.stabilizer = knobs.one_of("stabilizer", stabilizer, STABILIZERS)
-        self.impl = knobs.one_of("impl", impl, PERFORMER_IMPLEMENTATIONS)
+        self.impl = knobs.one_of("impl", impl, FUSED_IMPLEMENTATIONS)
         if self.impl == "triton" and self.stabilizer != "unbiased":
             raise ConfigError(
                 f"attention.impl=triton computes stabilizer=unbiased, not {self.stabilizer}; "
@@ -138,20 +135,10 @@ class PerformerAttention(FeatureMapAttention):
             out = self.attend(q.float(), k.float(), v.float())
         return out.to(dtype)
 
-    def implementations(self, device_type: str) -> dict[str, autotune.Implementation]:
-        functions = super().implementations(device_type)
-        reason = fused_paths.unavailable_on(device_type)
-        if self.impl == "triton" and reason is not None:
-            raise ConfigError(
-                f"attention.impl=triton cannot run here: {reason}; "
-                "choose impl=chunked, impl=autograd or impl=auto"
-            )
-        if reason is None and self.stabilizer == "unbiased":
-            functions["triton"] = self.fused
-        return functions
+    def fused_fits(self) -> bool:
+        return self.stabilizer == "unbiased"
 
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``impl=triton`` on fp32 q, k, v."""
         return fused_favor_attention(q, k, v, self.projection, self.eps)
 
     def feature_map(self) -> Favor:

@@ -24,10 +24,11 @@ RFA's gating is for causal decoding and is not used here.
 ``impl="chunked"`` computes the same function tile by tile
 (:mod:`vitattn.attention.feature_maps.chunked`) with a hand-written backward that recomputes each
 tile's features, so the (n x 2D) feature matrices are never held; ``impl="autograd"`` is the
-reference. ``impl="auto"`` (the default) takes the chunked kernel on a CPU and, on a GPU, the
-faster of the two for each shape, timed on the first call
-(:mod:`vitattn.attention.common.autotune`). The feature map itself is
-:mod:`vitattn.attention.feature_maps.fourier`.
+reference; ``impl="triton"`` computes it in five fused kernels that keep each block of sines
+and cosines in registers (:mod:`vitattn.attention.fused.fourier`). ``impl="auto"`` (the
+default) takes the chunked kernel on a CPU and, on a GPU, the fastest for each shape, timed on
+the first call (:mod:`vitattn.attention.common.autotune`), the fused one under
+``torch.compile``. The feature map itself is :mod:`vitattn.attention.feature_maps.fourier`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ from vitattn.attention.common import knobs
 from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.fourier import RandomFourier
-from vitattn.attention.feature_maps.kernel import IMPLEMENTATIONS, FeatureMapAttention
+from vitattn.attention.feature_maps.kernel import FUSED_IMPLEMENTATIONS, FeatureMapAttention
+
+try:
+    from vitattn.attention.fused.fourier import fused_fourier_attention
+except ImportError:  # torch < 2.4: fused.unavailable_on says so, and it is never called
+    fused_fourier_attention = None
 
 
 @register_attention("random_feature")
@@ -63,8 +69,9 @@ class RandomFeatureAttention(FeatureMapAttention):
             can come out near zero or negative at small D; the normaliser is clamped to at least
             ``eps`` times its largest possible value, sum_j g_j, so it stays positive and finite.
         impl: ``chunked`` (tiles, hand-written backward, O(n d) memory), ``autograd`` (the
-            plain reference; both compute the same function) or ``auto``: chunked on a CPU, the
-            faster of the two per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
+            plain reference), ``triton`` (fused kernels: a CUDA GPU, or a CPU under
+            ``TRITON_INTERPRET=1``; all three compute the same function) or ``auto``: chunked on
+            a CPU, the fastest per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
         tile_memory: on a GPU, the share of its free memory that one tile of sin/cos
             features may take (``tiling.GPU_TILE_MEMORY``).
 
@@ -72,6 +79,7 @@ class RandomFeatureAttention(FeatureMapAttention):
     """
 
     WEIGHTS = "frequencies"
+    FUSED = True
     KNOBS = ("num_features", "sigma", "normalize", "redraw", "impl", "tile_memory")
     COST_KNOBS = ("num_features", "tile_memory")
 
@@ -98,7 +106,7 @@ class RandomFeatureAttention(FeatureMapAttention):
             self.log_sigma = torch.nn.Parameter(torch.full((self.heads,), start))
         self.redraw = knobs.flag("redraw", redraw)
         self.eps = knobs.positive("eps", eps)
-        self.impl = knobs.one_of("impl", impl, IMPLEMENTATIONS)
+        self.impl = knobs.one_of("impl", impl, FUSED_IMPLEMENTATIONS)
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("frequencies", self.draw_frequencies(torch.device("cpu")))
 
@@ -143,6 +151,9 @@ class RandomFeatureAttention(FeatureMapAttention):
                 q, k = self.normalized(q, scale), self.normalized(k, scale)
             out = self.attend(q, k, v)
         return out.to(dtype)
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return fused_fourier_attention(q, k, v, self.frequencies, self.frequency_std, self.eps)
 
     def feature_map(self) -> RandomFourier:
         scale = self.head_dim**-0.25

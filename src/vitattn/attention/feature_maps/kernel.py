@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from vitattn.attention import fused as fused_paths
 from vitattn.attention.common import autotune
 from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.tiling import tile_budget
 from vitattn.attention.feature_maps.base import FeatureMap
 from vitattn.attention.feature_maps.chunked import chunked_attention
+from vitattn.errors import ConfigError
 
 IMPLEMENTATIONS = ("auto", "chunked", "autograd")
 """The ``impl`` knob of a feature-map mechanism."""
+
+FUSED_IMPLEMENTATIONS = (*IMPLEMENTATIONS, "triton")
+"""The ``impl`` knob of a feature-map mechanism with a fused path
+(:attr:`FeatureMapAttention.FUSED`)."""
 
 
 class FeatureMapAttention(AttentionKernel):
@@ -45,11 +51,34 @@ class FeatureMapAttention(AttentionKernel):
         """The feature map's weights in fp32."""
         return getattr(self, self.WEIGHTS).float()
 
+    FUSED: bool = False
+    """Whether the mechanism has a fused path (``impl=triton``, :meth:`fused`)."""
+
+    def fused_fits(self) -> bool:
+        """Whether the fused path computes this mechanism's settings (``auto`` offers it only
+        then; ``impl=triton`` with other settings is refused when the mechanism is built)."""
+        return True
+
     def implementations(self, device_type: str) -> dict[str, autotune.Implementation]:
-        """The implementations that can run on a device of this type, by ``impl``'s names; a
-        subclass with a fused path adds ``triton`` (which ``auto`` then takes off a CPU without
-        timing under ``torch.compile``)."""
-        return {"chunked": self.chunked, "autograd": self.autograd}
+        """The implementations that can run on a device of this type, by ``impl``'s names:
+        ``chunked``, ``autograd`` and, with :attr:`FUSED`, ``triton`` where it can run (which
+        ``auto`` then takes off a CPU where it does not time, under ``torch.compile``)."""
+        functions = {"chunked": self.chunked, "autograd": self.autograd}
+        if not self.FUSED:
+            return functions
+        reason = fused_paths.unavailable_on(device_type)
+        if self.impl == "triton" and reason is not None:
+            raise ConfigError(
+                f"attention.impl=triton cannot run here: {reason}; "
+                "choose impl=chunked, impl=autograd or impl=auto"
+            )
+        if reason is None and self.fused_fits():
+            functions["triton"] = self.fused
+        return functions
+
+    def fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """``impl=triton`` on fp32 q, k, v (with :attr:`FUSED`)."""
+        raise NotImplementedError
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Attention of fp32 q, k, v by ``impl``."""
