@@ -97,7 +97,7 @@ class PerformerAttention(FeatureMapAttention):
         if self.impl == "triton" and self.stabilizer != "unbiased":
             raise ConfigError(
                 f"attention.impl=triton computes stabilizer=unbiased, not {self.stabilizer}; "
-                "choose attention.stabilizer=unbiased or impl=auto | chunked | autograd"
+                "choose attention.stabilizer=unbiased, or attention.impl=auto | chunked | autograd"
             )
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
@@ -132,7 +132,7 @@ class PerformerAttention(FeatureMapAttention):
         self.maybe_redraw(q.device)
         dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
-            out = self.attend(q.float(), k.float(), v.float())
+            out = self.attend(q, k, v)  # in fp32 (the fused kernels read q, k, v as they are)
         return out.to(dtype)
 
     def fused_fits(self) -> bool:

@@ -77,11 +77,13 @@ class FeatureMapAttention(AttentionKernel):
         return functions
 
     def fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """``impl=triton`` on fp32 q, k, v (with :attr:`FUSED`)."""
+        """``impl=triton`` (with :attr:`FUSED`), out in v's dtype."""
         raise NotImplementedError
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Attention of fp32 q, k, v by ``impl``."""
+        """Attention of q, k, v by ``impl``, with autocast off: in fp32 by the chunked and
+        autograd paths, which cast the inputs; by the fused one in fp32 registers from the inputs'
+        own dtype, out in v's."""
         functions = self.implementations(q.device.type)
         fused = "triton" in functions and q.device.type != "cpu"
         implementations = autotune.Implementations(
@@ -93,13 +95,15 @@ class FeatureMapAttention(AttentionKernel):
         return implementations.run(self.impl, q, k, v)
 
     def chunked(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """``impl=chunked`` on fp32 q, k, v."""
+        """``impl=chunked``, in fp32."""
         budget = tile_budget(q.device, self.tile_memory, self.name)
         weights = self.feature_weights()
+        q, k, v = q.float(), k.float(), v.float()
         return chunked_attention(q, k, v, weights, self.feature_map(), budget=budget)
 
     def autograd(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """``impl=autograd`` on fp32 q, k, v."""
+        """``impl=autograd``, in fp32."""
+        q, k, v = q.float(), k.float(), v.float()
         return self.feature_map().attention(q, k, v, self.feature_weights())
 
     def extra_repr(self) -> str:
