@@ -85,6 +85,13 @@ MECHANISMS = {
         others="auto | chunked | autograd | triton",
         fallback="impl=chunked, impl=autograd or impl=auto",
     ),
+    "performer_authors": Fusable(
+        PerformerAttention,
+        reference="autograd",
+        settings={"num_features": 80, "redraw_interval": 0, "stabilizer": "authors"},
+        others="auto | chunked | autograd | triton",
+        fallback="impl=chunked, impl=autograd or impl=auto",
+    ),
     # 40 frequencies: a whole block of 32 and a part of one; normalize=true (the default, a
     # bounded estimate; with the keys' norms kept, the estimate's outputs reach tens and its
     # gradients thousands at these inputs: the floor's test keeps them)
@@ -280,14 +287,16 @@ def test_auto_takes_the_plain_path_on_a_cpu(mechanism, device) -> None:
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_triton_on_a_cpu_without_the_interpreter_is_refused_in_one_line(name: str) -> None:
     """A fresh process without TRITON_INTERPRET: the kernels would need a GPU."""
-    mechanism = MECHANISMS[name].kind.__name__
+    kind = MECHANISMS[name].kind
+    mechanism = kind.__name__
     script = (
         "import torch\n"
-        f"from vitattn.attention.{name} import {mechanism}\n"
+        f"from {kind.__module__} import {mechanism}\n"
         "from vitattn.errors import ConfigError\n"
         "x = torch.randn(1, 1, 8, 16)\n"
         "try:\n"
-        f"    {mechanism}(seq_len=8, heads=1, head_dim=16, impl='triton')(x, x, x)\n"
+        f"    {mechanism}(seq_len=8, heads=1, head_dim=16, impl='triton', "
+        f"**{MECHANISMS[name].settings!r})(x, x, x)\n"
         "except ConfigError as error:\n"
         "    print(error)\n"
     )
@@ -308,13 +317,6 @@ def test_an_unknown_impl_is_refused_in_one_line(mechanism) -> None:
     valid = f"attention.impl='fast' is not valid; choose one of {fusable.others}"
     with pytest.raises(ConfigError, match=re.escape(valid)):
         fusable.kind(seq_len=8, heads=1, head_dim=16, impl="fast")
-
-
-def test_performers_fused_path_refuses_the_authors_stabilizer_in_one_line() -> None:
-    """The kernels compute the ``unbiased`` shifts; ``authors`` with ``impl=triton`` is refused
-    when the mechanism is built, before any run."""
-    with pytest.raises(ConfigError, match=r"^attention.impl=triton computes stabilizer=unbiased"):
-        PerformerAttention(seq_len=8, heads=1, head_dim=16, impl="triton", stabilizer="authors")
 
 
 @pytest.mark.slow

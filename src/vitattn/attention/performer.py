@@ -23,7 +23,7 @@ keeps every feature positive; everything runs in fp32. Where the shift is taken 
 (:mod:`vitattn.attention.feature_maps.chunked`: tiles, an online maximum, a hand-written
 backward that recomputes each tile's features; memory saved for backward is O(n d) instead of
 O(n m)). ``impl="triton"`` computes it in five fused kernels that keep each block of features in
-registers (:mod:`vitattn.attention.fused.favor`; ``unbiased`` only, on a CUDA GPU).
+registers (:mod:`vitattn.attention.fused.favor`, on a CUDA GPU).
 ``impl="autograd"`` is the plain reference written with autograd. ``impl="auto"`` (the default)
 takes the chunked kernel on a CPU and, on a GPU, the fastest for each shape, timed on the first
 call (:mod:`vitattn.attention.common.autotune`), the fused one under ``torch.compile``.
@@ -38,7 +38,6 @@ from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.favor import STABILIZERS, Favor, orthogonal_gaussian_rows
 from vitattn.attention.feature_maps.kernel import FUSED_IMPLEMENTATIONS, FeatureMapAttention
-from vitattn.errors import ConfigError
 
 try:
     from vitattn.attention.fused.favor import fused_favor_attention
@@ -61,7 +60,7 @@ class PerformerAttention(FeatureMapAttention):
             (the FAVOR+ reference code's numerics: eps weighs more, lower variance, a bias) or
             ``unbiased`` (the whole exponent's maximum: eps negligible, more variance).
         impl: ``chunked`` (memory-efficient, hand-written backward), ``autograd`` (the plain
-            reference), ``triton`` (fused kernels, ``unbiased`` only; a CUDA GPU, or a CPU under
+            reference), ``triton`` (fused kernels: a CUDA GPU, or a CPU under
             ``TRITON_INTERPRET=1``; all three compute the same function) or ``auto``: chunked on
             a CPU, the fastest per shape on a GPU (:mod:`~vitattn.attention.common.autotune`).
         tile_memory: on a GPU, the share of its free memory for one tile of features
@@ -94,11 +93,6 @@ class PerformerAttention(FeatureMapAttention):
         self.eps = knobs.positive("eps", eps)
         self.stabilizer = knobs.one_of("stabilizer", stabilizer, STABILIZERS)
         self.impl = knobs.one_of("impl", impl, FUSED_IMPLEMENTATIONS)
-        if self.impl == "triton" and self.stabilizer != "unbiased":
-            raise ConfigError(
-                f"attention.impl=triton computes stabilizer=unbiased, not {self.stabilizer}; "
-                "choose attention.stabilizer=unbiased, or attention.impl=auto | chunked | autograd"
-            )
         self.tile_memory = knobs.fraction("tile_memory", tile_memory)
         self.register_buffer("projection", self.draw_projection(torch.device("cpu")))
         # A Python counter (saved through get_extra_state): a tensor would force a host-device
@@ -135,11 +129,8 @@ class PerformerAttention(FeatureMapAttention):
             out = self.attend(q, k, v)  # in fp32 (the fused kernels read q, k, v as they are)
         return out.to(dtype)
 
-    def fused_fits(self) -> bool:
-        return self.stabilizer == "unbiased"
-
     def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return fused_favor_attention(q, k, v, self.projection, self.eps)
+        return fused_favor_attention(q, k, v, self.projection, self.eps, self.stabilizer)
 
     def feature_map(self) -> Favor:
         return Favor(scale=self.head_dim**-0.25, eps=self.eps, stabilizer=self.stabilizer)

@@ -54,11 +54,6 @@ class FeatureMapAttention(AttentionKernel):
     FUSED: bool = False
     """Whether the mechanism has a fused path (``impl=triton``, :meth:`fused`)."""
 
-    def fused_fits(self) -> bool:
-        """Whether the fused path computes this mechanism's settings (``auto`` offers it only
-        then; ``impl=triton`` with other settings is refused when the mechanism is built)."""
-        return True
-
     def implementations(self, device_type: str) -> dict[str, autotune.Implementation]:
         """The implementations that can run on a device of this type, by ``impl``'s names:
         ``chunked``, ``autograd`` and, with :attr:`FUSED`, ``triton`` where it can run (which
@@ -72,7 +67,7 @@ class FeatureMapAttention(AttentionKernel):
                 f"attention.impl=triton cannot run here: {reason}; "
                 "choose impl=chunked, impl=autograd or impl=auto"
             )
-        if reason is None and self.fused_fits():
+        if reason is None:
             functions["triton"] = self.fused
         return functions
 

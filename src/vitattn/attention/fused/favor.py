@@ -1,5 +1,5 @@
-"""The fused path of FAVOR+ attention (Choromanski et al., ICLR 2021), ``unbiased`` stabilizer,
-as ``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels)
+"""The fused path of FAVOR+ attention (Choromanski et al., ICLR 2021), either stabilizer, as
+``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels)
 and ``vitattn::favor_attention_backward`` (three more), joined by ``register_autograd``; the
 projection is an input without a gradient (a buffer, redrawn by the mechanism).
 
@@ -24,16 +24,18 @@ Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 @torch.library.custom_op("vitattn::favor_attention", mutates_args=())
-def favor_attention(q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float) -> Saved:
+def favor_attention(
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
+) -> Saved:
     """(out, S, z, M, den, shift) of FAVOR+ attention; out = phi(q) S / phi(q) z."""
     from vitattn.attention.fused import favor_kernels
 
-    return favor_kernels.forward(q, k, v, projection, eps)
+    return favor_kernels.forward(q, k, v, projection, eps, stabilizer)
 
 
 @favor_attention.register_fake
 def _favor_attention_shapes(
-    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
 ) -> Saved:
     batch, heads, n, _ = q.shape
     dv, m = v.shape[-1], projection.shape[1]
@@ -62,12 +64,13 @@ def favor_attention_backward(
     normaliser: Tensor,
     shift: Tensor,
     eps: float,
+    stabilizer: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of :func:`favor_attention` given the gradient of its output."""
     from vitattn.attention.fused import favor_kernels
 
     saved = (out, state, key_sum, key_max, normaliser, shift)
-    return favor_kernels.backward(grad_out, q, k, v, projection, saved, eps)
+    return favor_kernels.backward(grad_out, q, k, v, projection, saved, eps, stabilizer)
 
 
 favor_attention_backward.register_fake(gradients_like)
@@ -76,16 +79,18 @@ favor_attention_backward.register_fake(gradients_like)
 def _save_for_backward(
     ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
 ) -> None:
-    q, k, v, projection, eps = inputs
+    q, k, v, projection, eps, stabilizer = inputs
     ctx.save_for_backward(q, k, v, projection, *output)
-    ctx.eps = eps
+    ctx.eps, ctx.stabilizer = eps, stabilizer
 
 
 def _backward(
     ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_saved_grads: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, None, None]:
-    grad_q, grad_k, grad_v = favor_attention_backward(grad_out, *ctx.saved_tensors, ctx.eps)
-    return grad_q, grad_k, grad_v, None, None
+) -> tuple[Tensor, Tensor, Tensor, None, None, None]:
+    grad_q, grad_k, grad_v = favor_attention_backward(
+        grad_out, *ctx.saved_tensors, ctx.eps, ctx.stabilizer
+    )
+    return grad_q, grad_k, grad_v, None, None, None
 
 
 favor_attention.register_autograd(_backward, setup_context=_save_for_backward)
@@ -113,9 +118,9 @@ def _backward_flops(_grad, q_shape, k_shape, v_shape, w_shape, *_args, out_shape
 
 
 def fused_favor_attention(
-    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
 ) -> Tensor:
-    """FAVOR+ attention (``unbiased``) of ``(batch, heads, n, d)`` q, k, v with a
-    ``(heads, m, d)`` projection, by the fused kernels, in v's dtype."""
-    out, *_ = favor_attention(q, k, v, projection.float().contiguous(), eps)
+    """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection
+    and ``stabilizer`` (``unbiased`` or ``authors``), by the fused kernels, in v's dtype."""
+    out, *_ = favor_attention(q, k, v, projection.float().contiguous(), eps, stabilizer)
     return out

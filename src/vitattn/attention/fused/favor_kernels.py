@@ -1,12 +1,14 @@
-"""FAVOR+ attention (Choromanski et al., "Rethinking Attention with Performers", ICLR 2021) with
-the ``unbiased`` stabilizer, in five Triton kernels.
+"""FAVOR+ attention (Choromanski et al., "Rethinking Attention with Performers", ICLR 2021) in
+five Triton kernels, with either stabilizer (``AUTHORS``).
 
 With s = d^(-1/4), the m random rows w_f of a head (``(heads, m, d)``) and eps, per batch and
 head (:mod:`vitattn.attention.feature_maps.favor` gives the same function with autograd):
 
 - a key's logits l_jf = s k_j.w_f - s^2 |k_j|^2 / 2, its features exp(l_jf - M) + eps with M
-  the head's maximum of the logits over all keys and features;
-- a query's logits s q_i.w_f, its features exp(l_if - m_i) + eps with m_i its own maximum;
+  the head's maximum over all keys and features of the logits (``unbiased``) or of s k_j.w_f
+  alone (``authors``);
+- a query's logits s q_i.w_f (``unbiased``) or s q_i.w_f - s^2 |q_i|^2 / 2 (``authors``), its
+  features exp(l_if - m_i) + eps with m_i its maximum of s q_i.w_f;
 - out = phi(Q) S / phi(Q) z with S = phi(K)^T V, z = phi(K)^T 1. The maxima are constants for
   the gradients (they cancel in the ratio).
 
@@ -57,13 +59,15 @@ registers."""
 
 
 @triton.jit
-def _logits(x, w, fcols, M, SCALE, PRECISION: tl.constexpr, KEYS: tl.constexpr):
-    """s x.w_f of a tile's rows and a block of features (minus s^2 |x|^2 / 2 for keys); -inf for
-    features past the m-th."""
-    logits = tl.dot(x, tl.trans(w), input_precision=PRECISION) * SCALE
-    if KEYS:
-        logits -= (0.5 * SCALE * SCALE) * tl.sum(x * x, axis=1)[:, None]
-    return tl.where((fcols < M)[None, :], logits, float("-inf"))
+def _projections(x, w, fcols, M, SCALE, PRECISION: tl.constexpr, NORM: tl.constexpr):
+    """(s x.w_f, s^2 |x|^2 / 2) of a tile's rows and a block of features: the projections (-inf
+    for features past the m-th) and, with ``NORM``, each row's term of the exponent (else 0)."""
+    projections = tl.dot(x, tl.trans(w), input_precision=PRECISION) * SCALE
+    projections = tl.where((fcols < M)[None, :], projections, float("-inf"))
+    half_square = (0.5 * SCALE * SCALE) * tl.sum(x * x, axis=1)
+    if not NORM:
+        half_square = half_square * 0.0
+    return projections, half_square
 
 
 @triton.jit
@@ -72,7 +76,7 @@ def _key_state(
     HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
@@ -91,9 +95,12 @@ def _key_state(
         n = offset + rows
         k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
         v = tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
-        logits = _logits(k, w, fcols, M, SCALE, PRECISION, True)
-        logits = tl.where((n < N)[:, None], logits, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(logits, axis=0))
+        projections, half_square = _projections(k, w, fcols, M, SCALE, PRECISION, True)
+        projections = tl.where((n < N)[:, None], projections, float("-inf"))
+        logits = projections - half_square[:, None]
+        # unbiased: shifted by the logits' maximum; authors: by the projections'
+        shifted_by = projections if AUTHORS else logits
+        new_max = tl.maximum(running_max, tl.max(shifted_by, axis=0))
         # features past the m-th stay at -inf: shifted by 0 instead, their weights are exp(-inf)
         shift = tl.where(new_max > float("-inf"), new_max, 0.0)
         rescale = tl.exp(running_max - shift)  # 0 at the first block (running_max is -inf)
@@ -118,7 +125,7 @@ def _output(
     HEADS, N, D, DV, M, SCALE, eps,
     sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -131,10 +138,10 @@ def _output(
     for first in range(0, M, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
         w = matrix(W, h, fcols, cols, M, D)
-        logits = _logits(q, w, fcols, M, SCALE, PRECISION, False)
-        new_shift = tl.maximum(shift, tl.max(logits, axis=1))
+        projections, half_square = _projections(q, w, fcols, M, SCALE, PRECISION, AUTHORS)
+        new_shift = tl.maximum(shift, tl.max(projections, axis=1))
         rescale = tl.exp(shift - new_shift)  # 0 at the first block
-        weights = tl.exp(logits - new_shift[:, None])
+        weights = tl.exp(projections - (half_square + new_shift)[:, None])
         state = matrix(S, head, fcols, vcols, M, DV)
         key_sum = tl.load(Z + head * M + fcols, mask=fcols < M, other=0.0)
         numerator = numerator * rescale[:, None] + tl.dot(weights, state, input_precision=PRECISION)
@@ -169,7 +176,7 @@ def _query_grads(
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     sdq_b, sdq_h, sdq_n, sdq_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -182,16 +189,24 @@ def _query_grads(
     )  # fmt: skip
     shift = tl.load(SHIFT + head * N + n, mask=n < N, other=0.0)
     grad_q = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    grad_logits_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for first in range(0, M, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
         w = matrix(W, h, fcols, cols, M, D)
-        weights = tl.exp(_logits(q, w, fcols, M, SCALE, PRECISION, False) - shift[:, None])
+        projections, half_square = _projections(q, w, fcols, M, SCALE, PRECISION, AUTHORS)
+        weights = tl.exp(projections - (half_square + shift)[:, None])
         state = matrix(S, head, fcols, vcols, M, DV)
         key_sum = tl.load(Z + head * M + fcols, mask=fcols < M, other=0.0)
         grad_features = tl.dot(grad_numerator, tl.trans(state), input_precision=PRECISION)
         grad_features += grad_normaliser[:, None] * key_sum[None, :]
-        grad_q += tl.dot(grad_features * weights, w, input_precision=PRECISION)
-    put_tile(DQ, grad_q * SCALE, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
+        grad_logits = grad_features * weights
+        grad_q += tl.dot(grad_logits, w, input_precision=PRECISION)
+        if AUTHORS:
+            grad_logits_sum += tl.sum(grad_logits, axis=1)
+    grad_q = SCALE * grad_q
+    if AUTHORS:  # the queries' exponents keep -s^2 |q|^2 / 2
+        grad_q -= (SCALE * SCALE) * q * grad_logits_sum[:, None]
+    put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
 
 
 @triton.jit
@@ -200,7 +215,7 @@ def _feature_grads(
     HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE, eps,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
@@ -221,8 +236,9 @@ def _feature_grads(
             sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
         )  # fmt: skip
         shift = tl.load(SHIFT + head * N + n, mask=n < N, other=0.0)
-        logits = _logits(q, w, fcols, M, SCALE, PRECISION, False)
-        features = tl.where((fcols < M)[None, :], tl.exp(logits - shift[:, None]) + eps, 0.0)
+        projections, half_square = _projections(q, w, fcols, M, SCALE, PRECISION, AUTHORS)
+        weights = tl.exp(projections - (half_square + shift)[:, None])
+        features = tl.where((fcols < M)[None, :], weights + eps, 0.0)
         grad_state += tl.dot(tl.trans(features), grad_numerator, input_precision=PRECISION)
         grad_key_sum += tl.sum(features * grad_normaliser[:, None], axis=0)
     part = (head * tl.num_programs(1) + split) * tl.num_programs(2) + feature_block
@@ -238,7 +254,7 @@ def _key_grads(
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -253,7 +269,8 @@ def _key_grads(
     for first in range(0, M, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
         w = matrix(W, h, fcols, cols, M, D)
-        weights = tl.exp(_logits(k, w, fcols, M, SCALE, PRECISION, True) - key_max)
+        projections, half_square = _projections(k, w, fcols, M, SCALE, PRECISION, True)
+        weights = tl.exp(projections - (half_square + key_max)[:, None])
         weights = tl.where((n < N)[:, None], weights, 0.0)  # rows past N: exp(-M) may overflow
         features = tl.where((fcols < M)[None, :], weights + eps, 0.0)
         grad_state = matrix(DS, head, fcols, vcols, M, DV)
@@ -268,7 +285,7 @@ def _key_grads(
     put_tile(DVAL, grad_v, b, h, n, N, vcols, DV, sdv_b, sdv_h, sdv_n, sdv_d)
 
 
-def _meta(d: int, dv: int, device: torch.device) -> dict[str, object]:
+def _meta(d: int, dv: int, device: torch.device, stabilizer: str) -> dict[str, object]:
     """The kernels' compile-time arguments; rows per block as for the widest of d, d_v and
     :data:`BLOCK_M`."""
     block_n, block_d, block_dv = blocks(d, dv, device, widest=BLOCK_M)
@@ -278,21 +295,28 @@ def _meta(d: int, dv: int, device: torch.device) -> dict[str, object]:
         BLOCK_DV=block_dv,
         BLOCK_M=BLOCK_M,
         PRECISION=precision(device),
+        AUTHORS=stabilizer == "authors",
     )
 
 
 def forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, projection: torch.Tensor, eps: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    projection: torch.Tensor,
+    eps: float,
+    stabilizer: str,
 ) -> tuple[torch.Tensor, ...]:
-    """(out, S, z, M, den, shift) of FAVOR+ attention (``unbiased``) of ``(batch, heads, n, d)``
-    q, k, v of any strides with a contiguous fp32 ``(heads, m, d)`` projection: out in v's
-    dtype; S ``(batch, heads, m, d_v)``, z ``(batch, heads, m)``, the keys' maximum M
-    ``(batch, heads)``, the normaliser and the queries' maxima ``(batch, heads, n)``, in fp32."""
+    """(out, S, z, M, den, shift) of FAVOR+ attention with ``stabilizer`` of
+    ``(batch, heads, n, d)`` q, k, v of any strides with a contiguous fp32 ``(heads, m, d)``
+    projection: out in v's dtype; S ``(batch, heads, m, d_v)``, z ``(batch, heads, m)``, the
+    keys' maximum M ``(batch, heads)``, the normaliser and the queries' maxima
+    ``(batch, heads, n)``, in fp32."""
     batch, heads, n_q, d = q.shape
     n_k, dv = k.shape[2], v.shape[3]
     m = projection.shape[1]
     scale = d**-0.25
-    meta = _meta(d, dv, q.device)
+    meta = _meta(d, dv, q.device, stabilizer)
     feature_blocks = triton.cdiv(m, BLOCK_M)
     splits, rows_per_split = split_rows(
         n_k, batch * heads * feature_blocks, meta["BLOCK_N"], q.device
@@ -341,6 +365,7 @@ def backward(
     projection: torch.Tensor,
     saved: tuple[torch.Tensor, ...],
     eps: float,
+    stabilizer: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`forward` given the gradient of its output and what it returned
     (``saved``: out, S, z, M, den, shift), each in its input's dtype."""
@@ -349,7 +374,7 @@ def backward(
     n_k, dv = k.shape[2], v.shape[3]
     m = projection.shape[1]
     scale = d**-0.25
-    meta = _meta(d, dv, q.device)
+    meta = _meta(d, dv, q.device, stabilizer)
     grad_q = torch.empty_like(q)
     _query_grads[(batch * heads, triton.cdiv(n_q, meta["BLOCK_N"]))](
         q, grad_out, out, projection, state, key_sum, normaliser, shift, grad_q,
