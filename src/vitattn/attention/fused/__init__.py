@@ -60,3 +60,22 @@ def count_as_products(
     @register_flop_formula(backward)
     def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **_kw) -> int:
         return 2 * products(*sizes(q_shape, k_shape, v_shape))
+
+
+def join_backward(forward: object, backward: object, tensors: int, outputs: slice) -> None:
+    """A fused path's autograd (``register_autograd`` of the ``forward`` operator): its first
+    ``tensors`` inputs (q, k, v and any weights) and its ``outputs`` are saved, its other inputs
+    (numbers, words) kept, and the ``backward`` operator, called with the output's gradient, the
+    saved tensors and the kept inputs, gives (dq, dk, dv); weights and the rest get none."""
+
+    def save(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple) -> None:
+        ctx.save_for_backward(*inputs[:tensors], *output[outputs])
+        ctx.settings = inputs[tensors:]
+
+    def gradients(
+        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor, *_: object
+    ) -> tuple[torch.Tensor | None, ...]:
+        grad_q, grad_k, grad_v = backward(grad_out, *ctx.saved_tensors, *ctx.settings)
+        return grad_q, grad_k, grad_v, *[None] * (tensors - 3 + len(ctx.settings))
+
+    forward.register_autograd(gradients, setup_context=save)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import register_flop_formula
 
-from vitattn.attention.fused import gradients_like
+from vitattn.attention.fused import gradients_like, join_backward
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -76,24 +76,7 @@ def favor_attention_backward(
 favor_attention_backward.register_fake(gradients_like)
 
 
-def _save_for_backward(
-    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
-) -> None:
-    q, k, v, projection, eps, stabilizer = inputs
-    ctx.save_for_backward(q, k, v, projection, *output)
-    ctx.eps, ctx.stabilizer = eps, stabilizer
-
-
-def _backward(
-    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_saved_grads: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, None, None, None]:
-    grad_q, grad_k, grad_v = favor_attention_backward(
-        grad_out, *ctx.saved_tensors, ctx.eps, ctx.stabilizer
-    )
-    return grad_q, grad_k, grad_v, None, None, None
-
-
-favor_attention.register_autograd(_backward, setup_context=_save_for_backward)
+join_backward(favor_attention, favor_attention_backward, tensors=4, outputs=slice(None))
 
 
 def _sizes(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int, int, int, int, int]:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import register_flop_formula
 
-from vitattn.attention.fused import gradients_like
+from vitattn.attention.fused import gradients_like, join_backward
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -80,24 +80,7 @@ def fourier_attention_backward(
 fourier_attention_backward.register_fake(gradients_like)
 
 
-def _save_for_backward(
-    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
-) -> None:
-    q, k, v, frequencies, sigma, eps = inputs
-    ctx.save_for_backward(q, k, v, frequencies, *output)
-    ctx.sigma, ctx.eps = sigma, eps
-
-
-def _backward(
-    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_saved_grads: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, None, None, None]:
-    grad_q, grad_k, grad_v = fourier_attention_backward(
-        grad_out, *ctx.saved_tensors, ctx.sigma, ctx.eps
-    )
-    return grad_q, grad_k, grad_v, None, None, None
-
-
-fourier_attention.register_autograd(_backward, setup_context=_save_for_backward)
+join_backward(fourier_attention, fourier_attention_backward, tensors=4, outputs=slice(None))
 
 
 def _sizes(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int, int, int, int, int]:

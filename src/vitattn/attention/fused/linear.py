@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitattn.attention.fused import count_as_products, gradients_like
+from vitattn.attention.fused import count_as_products, gradients_like, join_backward
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -65,26 +65,7 @@ def linear_attention_backward(
 linear_attention_backward.register_fake(gradients_like)
 
 
-def _save_for_backward(
-    ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple
-) -> None:
-    q, k, v, eps, feature = inputs
-    _, state, key_sum, value_sum = output
-    ctx.save_for_backward(q, k, v, state, key_sum, value_sum)
-    ctx.eps = eps
-    ctx.feature = feature
-
-
-def _backward(
-    ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor, *_state_grads: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, None, None]:
-    grad_q, grad_k, grad_v = linear_attention_backward(
-        grad_out, *ctx.saved_tensors, ctx.eps, ctx.feature
-    )
-    return grad_q, grad_k, grad_v, None, None
-
-
-linear_attention.register_autograd(_backward, setup_context=_save_for_backward)
+join_backward(linear_attention, linear_attention_backward, tensors=3, outputs=slice(1, None))
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
