@@ -7,8 +7,7 @@ softmax over features. O(n d^2).
 
 Two implementations of one function (``impl``): ``torch``, the plain path and the reference, and
 ``triton``, four fused kernels (:mod:`vitattn.attention.fused.efficient`) that read q, k and v once
-per pass; ``auto`` chooses (:mod:`vitattn.attention.common.fusable`), the plain path where it
-does not time (under ``torch.compile``): Inductor's fusion of it is what was measured.
+per pass; ``auto`` chooses (:mod:`vitattn.attention.common.fusable`).
 """
 
 from __future__ import annotations
@@ -33,10 +32,6 @@ class EfficientAttention(FusedOrPlain):
         impl: ``torch`` (the plain path), ``triton`` (fused kernels: a CUDA GPU, or a CPU under
             ``TRITON_INTERPRET=1``) or ``auto`` (see the module docstring).
     """
-
-    # Compiled, the plain path is the one measured fast (docs/check.md); the fused kernels wait
-    # for a GPU to be measured against it.
-    FUSED_BY_DEFAULT = False
 
     def __init__(self, *, seq_len: int, heads: int, head_dim: int, impl: str = "auto") -> None:
         super().__init__(seq_len=seq_len, heads=heads, head_dim=head_dim)

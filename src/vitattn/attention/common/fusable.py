@@ -2,8 +2,7 @@
 path and the reference, and ``triton``, fused kernels (:mod:`vitattn.attention.fused`). ``auto``
 (the default) takes the plain path on a CPU and, on a GPU, the faster of the two per shape, timed
 on the first call (:mod:`vitattn.attention.common.autotune`); under ``torch.compile``, which is
-not timed, the fused path on a GPU unless the mechanism says otherwise
-(:attr:`FusedOrPlain.FUSED_BY_DEFAULT`).
+not timed, the fused path on a GPU.
 """
 
 from __future__ import annotations
@@ -30,11 +29,6 @@ class FusedOrPlain(AttentionKernel):
 
     impl: str
 
-    FUSED_BY_DEFAULT: bool = True
-    """Whether ``auto`` takes the fused path where it does not time (under ``torch.compile`` on
-    a GPU); ``False`` where the plain path compiled is the measured faster (or the fused one is
-    not measured yet)."""
-
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         reason = fused_paths.unavailable_on(q.device.type)
         if self.impl == "triton" and reason is not None:
@@ -42,7 +36,7 @@ class FusedOrPlain(AttentionKernel):
                 f"attention.impl=triton cannot run here: {reason}; choose impl=torch or impl=auto"
             )
         functions = {"torch": self.plain} if reason else {"torch": self.plain, "triton": self.fused}
-        fused = reason is None and q.device.type != "cpu" and self.FUSED_BY_DEFAULT
+        fused = reason is None and q.device.type != "cpu"
         implementations = autotune.Implementations(
             self.name, functions, default="triton" if fused else "torch"
         )
