@@ -49,7 +49,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = fitting.instantiate_trainer(cfg, resume_step=resumed_step(cfg, module))
 
     choices = {group: chosen_option(cfg, group) for group in ("attention", "model", "optimizer")}
-    figures = model_figures(module, datamodule, choices)
+    figures = model_figures(module, datamodule, choices, trainer.strategy.root_device)
     hparams = training_hyperparameters(cfg, choices, figures["params"], module.net)
     log_hyperparameters(trainer.loggers, hparams)
     log.info(
@@ -86,13 +86,17 @@ def resumed_step(cfg: DictConfig, module: Any) -> int | None:
     return int(read_checkpoint(cfg.ckpt_path)["global_step"])
 
 
-def model_figures(module: Any, datamodule: Any, choices: dict[str, str | None]) -> dict[str, Any]:
+def model_figures(
+    module: Any, datamodule: Any, choices: dict[str, str | None], device: Any
+) -> dict[str, Any]:
     """What ``metrics.json`` says of the model: its parameters, GFLOP per image (forward and
-    backward, on an image as the data module prepares it), its attention and model options."""
+    backward, on an image as the data module prepares it, counted on ``device``, the one it
+    trains on: a kernel that runs only there, ``attention.impl=triton`` say, is counted too), its
+    attention and model options."""
     from vitattn.models.flops import gflop_per_image
 
     example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
-    gflop = gflop_per_image(module.net, example)
+    gflop = gflop_per_image(module.net, example.to(device))
     return {
         "params": sum(p.numel() for p in module.parameters()),
         "gflop_per_image": None if gflop is None else round(gflop, 3),

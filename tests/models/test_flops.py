@@ -191,3 +191,37 @@ def test_a_copy_of_a_compiled_network_runs_its_own_weights() -> None:
     with torch.compiler.set_stance("force_eager"):  # the same code path without Inductor's wait
         assert torch.allclose(twin(image), net(image) + 1.0, atol=1e-6)
     assert twin._compiled_forward.function.__self__ is twin
+
+
+def test_a_runs_flops_are_counted_on_the_device_it_trains_on(tmp_path, monkeypatch) -> None:
+    """Issue 42: on the H200, ``attention.impl=triton`` (fused kernels, a GPU's) trained with no
+    GFLOP/image or MFU, ``could not count FLOPs (ConfigError: attention.impl=triton cannot run
+    here ... not on cpu)``: ``vitattn-train`` and the check counted on the CPU, where the network
+    waits before the fit. The meta device stands in for the GPU here (the fused operators' fake
+    implementations give the shapes, their FLOP formulas the count): counted on the device the
+    run names, the fused network's count is the plain one's."""
+    from hydra.utils import instantiate
+
+    from tests.support.presets import compose_config
+    from vitattn.attention import fused
+    from vitattn.train import model_figures
+
+    fused_on = fused.unavailable_on
+    monkeypatch.setattr(
+        fused, "unavailable_on", lambda kind: None if kind == "meta" else fused_on(kind)
+    )
+    small = ["model.embed_dim=32", "model.depth=1", "model.heads=2", "data.num_workers=0"]
+
+    def figures(impl: str, device: str) -> dict:
+        cfg = compose_config(
+            "train", ["attention=linear", f"attention.impl={impl}", *small], tmp_path
+        )
+        module, datamodule = instantiate(cfg.module), instantiate(cfg.data)
+        return model_figures(
+            module, datamodule, {"attention": "linear", "model": "vit"}, torch.device(device)
+        )
+
+    plain = figures("torch", "cpu")["gflop_per_image"]
+    assert plain is not None and plain > 0
+    assert figures("triton", "meta")["gflop_per_image"] == pytest.approx(plain)
+    assert figures("triton", "cpu")["gflop_per_image"] is None  # the fused kernels do not run there

@@ -125,7 +125,8 @@ def train_briefly(
     module = hydra.utils.instantiate(cfg.module)
     row.params = sum(p.numel() for p in module.parameters())
     example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
-    row.gflop_per_image = gflop_per_image(module.net, example)
+    # counted on the device it trains on, where a kernel such as attention.impl=triton runs
+    row.gflop_per_image = gflop_per_image(module.net, example.to(device))
     recorder = _Recorder(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
