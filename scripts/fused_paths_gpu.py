@@ -1,0 +1,153 @@
+"""The fused paths (``impl=triton``) on a CUDA GPU against their plain paths and flash SDPA.
+
+For linear, taylor, efficient, performer and random_feature: the relative error of the output
+and of the three gradients against the plain path at a few shapes and dtypes; forward+backward
+ms of the fused path, the plain path and ``scaled_dot_product_attention`` (flash on a GPU where
+it applies) at n = 16384, 8192 and the training shape (batch 256, 8 heads, n 1024, d 32), each
+call synced alone and ten calls queued back to back (the device's time where it exceeds the
+host's); ``impl=auto``'s logged choice at the training shape; and the error of the fused path
+compiled with ``fullgraph=True``. docs/check.md holds the H200's figures.
+
+    python scripts/fused_paths_gpu.py                       # every mechanism, about 3 minutes
+    python scripts/fused_paths_gpu.py performer random_feature
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+import triton
+
+from vitattn.attention.efficient import EfficientAttention
+from vitattn.attention.linear import LinearAttention
+from vitattn.attention.performer import PerformerAttention
+from vitattn.attention.random_feature import RandomFeatureAttention
+from vitattn.attention.taylor import TaylorAttention
+
+# each mechanism's class, its plain path's impl, and the knobs that keep its draws fixed
+PLAIN: dict[str, tuple[type, str, dict]] = {
+    "linear": (LinearAttention, "torch", {}),
+    "taylor": (TaylorAttention, "torch", {}),
+    "efficient": (EfficientAttention, "torch", {}),
+    "performer": (PerformerAttention, "autograd", {"redraw_interval": 0}),
+    "random_feature": (RandomFeatureAttention, "autograd", {"redraw": False}),
+}
+ACCURACY_SHAPES = [
+    ((1, 1, 130, 24), torch.float32),
+    ((2, 3, 1000, 72), torch.float32),
+    ((4, 8, 1024, 64), torch.bfloat16),
+]
+TIMING_SHAPES = [(4, 8, 16384, 64), (4, 8, 8192, 64), (256, 8, 1024, 32)]
+TRAINING_SHAPE = (256, 8, 1024, 32)
+DEVICE = "cuda"
+
+Call = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def pair(name: str, shape: tuple[int, ...]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The fused and the plain kernel of ``name`` for ``shape``, with the same weights."""
+    kind, plain_impl, knobs = PLAIN[name]
+    _, heads, n, d = shape
+    torch.manual_seed(n * heads * d)
+    fused = kind(seq_len=n, heads=heads, head_dim=d, impl="triton", **knobs).to(DEVICE)
+    plain = kind(seq_len=n, heads=heads, head_dim=d, impl=plain_impl, **knobs).to(DEVICE)
+    plain.load_state_dict(fused.state_dict())
+    return fused, plain
+
+
+def inputs(shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Tensor]:
+    return [torch.randn(shape, device=DEVICE).to(dtype).requires_grad_() for _ in range(3)]
+
+
+def forward_backward(call: Call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list:
+    """The output and the gradients of q, k and v under a fixed output gradient."""
+    out = call(q, k, v)
+    grad = torch.linspace(-1, 1, out.numel(), device=DEVICE).view_as(out).to(out.dtype)
+    return [out, *torch.autograd.grad(out, (q, k, v), grad)]
+
+
+def relative_errors(call: Call, reference: Call, xs: list[torch.Tensor]) -> str:
+    pairs = zip(forward_backward(call, *xs), forward_backward(reference, *xs), strict=True)
+    errors = [
+        ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+        for a, b in pairs
+    ]
+    return " ".join(f"{e:.2e}" for e in errors)
+
+
+def timed(call: Call, xs: list[torch.Tensor], repeats: int = 10) -> tuple[float, float]:
+    """(ms of one call synced alone, best of ``repeats``; ms per call of ``repeats`` calls
+    queued back to back)."""
+    for _ in range(3):
+        forward_backward(call, *xs)
+    torch.cuda.synchronize()
+    alone = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        forward_backward(call, *xs)
+        torch.cuda.synchronize()
+        alone.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        forward_backward(call, *xs)
+    torch.cuda.synchronize()
+    return min(alone) * 1e3, (time.perf_counter() - start) / repeats * 1e3
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mechanisms", nargs="*", help=f"some of {', '.join(PLAIN)} (default: all)")
+    names = parser.parse_args().mechanisms or list(PLAIN)
+    unknown = [name for name in names if name not in PLAIN]
+    if unknown:
+        parser.error(f"{', '.join(unknown)}: no fused path; choose from {', '.join(PLAIN)}")
+    if not torch.cuda.is_available():
+        raise SystemExit("fused_paths_gpu.py: needs a CUDA GPU")
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+
+    torch.set_float32_matmul_precision("highest")
+    for name in names:
+        for shape, dtype in ACCURACY_SHAPES:
+            fused, plain = pair(name, shape)
+            errors = relative_errors(fused, plain, inputs(shape, dtype))
+            print(f"{name} {shape} {dtype}: relative error out, dq, dk, dv: {errors}", flush=True)
+
+    torch.set_float32_matmul_precision("high")
+    for shape in TIMING_SHAPES:
+        xs = inputs(shape, torch.bfloat16)
+        flash = timed(sdpa, xs)
+        print(f"sdpa {shape} bf16: {flash[0]:.3f} / {flash[1]:.3f} ms (alone / queued)")
+        for name in names:
+            fused, plain = pair(name, shape)
+            f, p = timed(fused, xs), timed(plain, xs)
+            print(
+                f"{name} {shape} bf16: fused {f[0]:.3f} / {f[1]:.3f} ms, plain {p[0]:.3f} / "
+                f"{p[1]:.3f} ms (alone / queued); queued: plain/fused {p[1] / f[1]:.2f}x, "
+                f"flash/fused {flash[1] / f[1]:.2f}x",
+                flush=True,
+            )
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in names:  # impl=auto times every implementation on its first call and logs it
+        kind, _, knobs = PLAIN[name]
+        auto = kind(seq_len=1024, heads=8, head_dim=32, **knobs).to(DEVICE)
+        auto(*inputs(TRAINING_SHAPE, torch.bfloat16)).sum().backward()
+
+    xs = inputs(TRAINING_SHAPE, torch.bfloat16)
+    for name in names:
+        fused, plain = pair(name, TRAINING_SHAPE)
+        torch._dynamo.reset()
+        errors = relative_errors(torch.compile(fused, fullgraph=True), plain, xs)
+        print(f"{name} compiled fullgraph {TRAINING_SHAPE} bf16: relative error {errors}")
+
+
+if __name__ == "__main__":
+    main()
