@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig
@@ -21,6 +21,9 @@ from vitattn.cli.resume import resume_arguments
 from vitattn.runs.layout import RunDir
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR, chosen_option
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,7 @@ def resumed_step(cfg: DictConfig, module: Any) -> int | None:
 
 
 def model_figures(
-    module: Any, datamodule: Any, choices: dict[str, str | None], device: Any
+    module: Any, datamodule: Any, choices: dict[str, str | None], device: torch.device
 ) -> dict[str, Any]:
     """What ``metrics.json`` says of the model: its parameters, GFLOP per image (forward and
     backward, on an image as the data module prepares it, counted on ``device``, the one it
