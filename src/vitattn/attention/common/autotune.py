@@ -5,15 +5,14 @@ function: ``chunked`` (tiles, a hand-written backward that recomputes features, 
 ``autograd`` (whole feature matrices kept for the backward) and, on a GPU, ``triton`` (fused
 kernels); ``linear``, ``taylor`` and ``efficient`` have ``torch`` and ``triton``. On a CPU the
 chunked kernel's cache-sized tiles win at every size measured (``docs/results.md``), so ``auto``
-takes it there without timing anything, and CPU runs stay deterministic. On a GPU the answer
-depends on the GPU, the sizes and the free memory, so ``auto`` does what cuDNN's benchmark mode
-does for convolutions: the first call with a new shape times each implementation (forward, and
-backward where gradients are on) on copies of the inputs, keeps the fastest for that shape, and
-logs the choice and the times once. An implementation that runs out of memory loses. Under
-``torch.compile`` nothing is timed: the compiled graph gets the mechanism's default
-(:attr:`Implementations.default`: the fused kernels where they run, but efficient's plain
-path). Inside :func:`untimed` (counting FLOPs, say, which would count the timing calls too)
-nothing is timed either: a shape already measured gets its choice, a new one the default.
+takes it there without timing anything, and CPU runs stay deterministic. On a GPU the answer depends
+on the GPU, the sizes and the free memory, so ``auto`` does what cuDNN's benchmark mode does for
+convolutions: the first call with a new shape times each implementation (forward, and backward where
+gradients are on) on copies of the inputs, keeps the fastest for that shape, and logs the choice and
+the times once. An implementation that runs out of memory loses. Under ``torch.compile`` nothing is
+timed: the compiled graph gets the mechanism's default (:attr:`Implementations.default`: the fused
+kernels where they run). Inside :func:`untimed` (counting FLOPs, say, which would count the timing
+calls too) nothing is timed either: a shape already measured gets its choice, a new one the default.
 """
 
 from __future__ import annotations
