@@ -12,7 +12,6 @@ import torch
 from vitattn.attention import fused as fused_paths
 from vitattn.attention.common import autotune
 from vitattn.attention.common.base import AttentionKernel
-from vitattn.errors import ConfigError
 
 try:
     from vitattn.attention.fused.linear import fused_linear_attention
@@ -30,13 +29,9 @@ class FusedOrPlain(AttentionKernel):
     impl: str
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        reason = fused_paths.unavailable_on(q.device.type)
-        if self.impl == "triton" and reason is not None:
-            raise ConfigError(
-                f"attention.impl=triton cannot run here: {reason}; choose impl=torch or impl=auto"
-            )
-        functions = {"torch": self.plain} if reason else {"torch": self.plain, "triton": self.fused}
-        fused = reason is None and q.device.type != "cpu"
+        runs = fused_paths.runs_here(self.impl, q.device.type, "impl=torch or impl=auto")
+        functions = {"torch": self.plain, "triton": self.fused} if runs else {"torch": self.plain}
+        fused = runs and q.device.type != "cpu"
         implementations = autotune.Implementations(
             self.name, functions, default="triton" if fused else "torch"
         )

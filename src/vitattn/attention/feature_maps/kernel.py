@@ -10,7 +10,6 @@ from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.tiling import tile_budget
 from vitattn.attention.feature_maps.base import FeatureMap
 from vitattn.attention.feature_maps.chunked import chunked_attention
-from vitattn.errors import ConfigError
 
 IMPLEMENTATIONS = ("auto", "chunked", "autograd")
 """The ``impl`` knob of a feature-map mechanism."""
@@ -61,13 +60,8 @@ class FeatureMapAttention(AttentionKernel):
         functions = {"chunked": self.chunked, "autograd": self.autograd}
         if not self.FUSED:
             return functions
-        reason = fused_paths.unavailable_on(device_type)
-        if self.impl == "triton" and reason is not None:
-            raise ConfigError(
-                f"attention.impl=triton cannot run here: {reason}; "
-                "choose impl=chunked, impl=autograd or impl=auto"
-            )
-        if reason is None:
+        instead = "impl=chunked, impl=autograd or impl=auto"
+        if fused_paths.runs_here(self.impl, device_type, instead):
             functions["triton"] = self.fused
         return functions
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
+from vitattn.errors import ConfigError
+
 
 @torch.compiler.assume_constant_result
 def unavailable_on(device_type: str) -> str | None:
@@ -32,6 +34,15 @@ def unavailable_on(device_type: str) -> str | None:
     if device_type == "cpu" and tiles.INTERPRETED:
         return None
     return f"it runs on a CUDA GPU (or on a CPU under TRITON_INTERPRET=1), not on {device_type}"
+
+
+def runs_here(impl: str, device_type: str, instead: str) -> bool:
+    """Whether the fused paths run on a device of this type here; ``impl=triton`` where they
+    cannot is refused in one line that offers ``instead``."""
+    reason = unavailable_on(device_type)
+    if impl == "triton" and reason is not None:
+        raise ConfigError(f"attention.impl=triton cannot run here: {reason}; choose {instead}")
+    return reason is None
 
 
 def gradients_like(
@@ -60,6 +71,33 @@ def count_as_products(
     @register_flop_formula(backward)
     def _backward_flops(_grad, q_shape, k_shape, v_shape, *_args, out_shape=None, **_kw) -> int:
         return 2 * products(*sizes(q_shape, k_shape, v_shape))
+
+
+def count_as_feature_products(
+    forward: object, backward: object, widths: Callable[[tuple[int, ...]], tuple[int, int]]
+) -> None:
+    """Registers the FLOP formulas of a feature map's two fused operators (inputs q, k, v and
+    the map's weights first): the plain path's products, the projections Q W^T and K W^T
+    (``p`` wide) and phi(K)^T V, phi(Q) (phi(K)^T V) and phi(Q) (phi(K)^T 1) (``f`` wide), with
+    ``(p, f) = widths(weights' shape)``. The backward does each product's two gradient products
+    but one for the projections (the weights take no gradient)."""
+
+    def products(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int]:
+        batch, heads, n_q, d = q_shape
+        n_k, dv = k_shape[2], v_shape[3]
+        projected, features = widths(w_shape)
+        projections = 2 * batch * heads * projected * (n_q + n_k) * d
+        return projections, 2 * batch * heads * features * (n_k * dv + n_q * (dv + 1))
+
+    @register_flop_formula(forward)
+    def _forward_flops(q_shape, k_shape, v_shape, w_shape, *_a, out_shape=None, **_kw) -> int:
+        projections, feature_products = products(q_shape, k_shape, v_shape, w_shape)
+        return projections + feature_products
+
+    @register_flop_formula(backward)
+    def _backward_flops(_grad, q_shape, k_shape, v_shape, w_shape, *_a, out_shape=None, **_kw):
+        projections, feature_products = products(q_shape, k_shape, v_shape, w_shape)
+        return projections + 2 * feature_products
 
 
 def join_backward(forward: object, backward: object, tensors: int, outputs: slice) -> None:

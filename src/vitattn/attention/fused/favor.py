@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import register_flop_formula
 
-from vitattn.attention.fused import gradients_like, join_backward
+from vitattn.attention.fused import count_as_feature_products, gradients_like, join_backward
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -79,25 +78,11 @@ favor_attention_backward.register_fake(gradients_like)
 join_backward(favor_attention, favor_attention_backward, tensors=4, outputs=slice(None))
 
 
-def _sizes(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int, int, int, int, int]:
-    batch, heads, n_q, d = q_shape
-    return batch * heads, n_q, k_shape[2], d, v_shape[3], w_shape[1]
-
-
-@register_flop_formula(torch.ops.vitattn.favor_attention)
-def _forward_flops(q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw) -> int:
-    """The plain path's products: the logits Q W^T and K W^T, phi(K)^T V, phi(Q) (phi(K)^T V)
-    and phi(Q) (phi(K)^T 1)."""
-    heads, n_q, n_k, d, dv, m = _sizes(q_shape, k_shape, v_shape, w_shape)
-    return 2 * heads * m * ((n_q + n_k) * d + n_k * dv + n_q * (dv + 1))
-
-
-@register_flop_formula(torch.ops.vitattn.favor_attention_backward)
-def _backward_flops(_grad, q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw):
-    """Each product's two gradient products, but one for the logits (the projection has no
-    gradient)."""
-    heads, n_q, n_k, d, dv, m = _sizes(q_shape, k_shape, v_shape, w_shape)
-    return 2 * heads * m * ((n_q + n_k) * d + 2 * (n_k * dv + n_q * (dv + 1)))
+count_as_feature_products(
+    torch.ops.vitattn.favor_attention,
+    torch.ops.vitattn.favor_attention_backward,
+    lambda w_shape: (w_shape[1], w_shape[1]),  # m logits and m features
+)
 
 
 def fused_favor_attention(

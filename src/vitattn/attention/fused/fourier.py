@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import register_flop_formula
 
-from vitattn.attention.fused import gradients_like, join_backward
+from vitattn.attention.fused import count_as_feature_products, gradients_like, join_backward
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -83,25 +82,12 @@ fourier_attention_backward.register_fake(gradients_like)
 join_backward(fourier_attention, fourier_attention_backward, tensors=4, outputs=slice(None))
 
 
-def _sizes(q_shape, k_shape, v_shape, w_shape) -> tuple[int, int, int, int, int, int]:
-    batch, heads, n_q, d = q_shape
-    return batch * heads, n_q, k_shape[2], d, v_shape[3], 2 * w_shape[1]
-
-
-@register_flop_formula(torch.ops.vitattn.fourier_attention)
-def _forward_flops(q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw) -> int:
-    """The plain path's products: the projections Q W^T and K W^T (D wide), phi(K)^T V,
-    phi(Q) (phi(K)^T V) and phi(Q) (phi(K)^T 1) (2 D wide)."""
-    heads, n_q, n_k, d, dv, width = _sizes(q_shape, k_shape, v_shape, w_shape)
-    return heads * (n_q + n_k) * width * d + 2 * heads * width * (n_k * dv + n_q * (dv + 1))
-
-
-@register_flop_formula(torch.ops.vitattn.fourier_attention_backward)
-def _backward_flops(_grad, q_shape, k_shape, v_shape, w_shape, *_args, out_shape=None, **_kw):
-    """Each product's two gradient products, but one for the projections (the frequencies have
-    no gradient)."""
-    heads, n_q, n_k, d, dv, width = _sizes(q_shape, k_shape, v_shape, w_shape)
-    return heads * (n_q + n_k) * width * d + 4 * heads * width * (n_k * dv + n_q * (dv + 1))
+# D frequencies: D projections, 2 D features (a sine and a cosine each)
+count_as_feature_products(
+    torch.ops.vitattn.fourier_attention,
+    torch.ops.vitattn.fourier_attention_backward,
+    lambda w_shape: (w_shape[1], 2 * w_shape[1]),
+)
 
 
 def fused_fourier_attention(
