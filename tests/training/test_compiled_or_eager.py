@@ -55,6 +55,28 @@ def test_compiled_or_eager_compiles_only_on_the_devices_it_names(devices, compil
     assert forward.ran_compiled() is compiles
 
 
+def test_auto_calls_torch_compile_only_at_a_first_call_on_a_device_it_names(monkeypatch) -> None:
+    """``torch.compile`` imports Inductor (seconds of every process's start): a network of
+    ``model.compile=auto`` called on a CPU never calls it; on a device it names, once, at the
+    first call there. ``model.compile=true`` calls it when built, as before."""
+    made = []
+
+    def recording_compile(function, *args, **kwargs):
+        made.append(function)
+        return function
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    auto = CompiledOrEager(torch.neg, ("cuda",))
+    auto(torch.ones(2))
+    assert made == [] and auto.compiled
+    named = CompiledOrEager(torch.neg, ("cpu",))
+    assert made == []
+    named(torch.ones(2)), named(torch.ones(2))
+    assert made == [torch.neg]
+    CompiledOrEager(torch.neg)
+    assert made == [torch.neg, torch.neg]
+
+
 def test_auto_trains_eager_on_a_cpu_without_a_warning(tmp_path: Path, data_dir: Path) -> None:
     """The configs' default, ``model.compile=auto``, on a CPU: eager by choice, so no warning
     that a compile did not happen, and no compile seconds."""

@@ -143,7 +143,12 @@ class CompiledOrEager:
     Compiling happens at the first call. If it fails there (no C++ toolchain, an operation
     dynamo cannot trace), the run goes on eager with one warning naming the error, and
     :attr:`compiled` turns ``False``; if ``torch.compile`` itself is unavailable, the same from
-    the start. Errors of the model itself are not caught: they are raised eager too.
+    the start (with ``devices``, from the first call on one of them). Errors of the model itself
+    are not caught: they are raised eager too.
+
+    With ``devices``, ``torch.compile`` is called at the first call on one of them, not before:
+    it imports Inductor, seconds of a process's start that a CPU run of ``model.compile=auto``
+    never uses.
     """
 
     def __init__(
@@ -153,8 +158,12 @@ class CompiledOrEager:
         self.devices = devices
         self.compiled: bool = True
         self._compiled_function: Callable[..., torch.Tensor] | None = None
+        if devices is None:
+            self._compile()
+
+    def _compile(self) -> None:
         try:
-            self._compiled_function = torch.compile(function)
+            self._compiled_function = torch.compile(self.function)
         except Exception as error:  # an old torch, a platform torch.compile does not support
             self._fall_back("torch.compile is unavailable here", error)
 
@@ -210,8 +219,12 @@ class CompiledOrEager:
         return self.devices is None or device_type in self.devices
 
     def __call__(self, *args: Any) -> torch.Tensor:
-        if self._compiled_function is None or not self.compiles_on(args[0].device.type):
+        if not self.compiled or not self.compiles_on(args[0].device.type):
             return self.function(*args)
+        if self._compiled_function is None:
+            self._compile()
+            if self._compiled_function is None:
+                return self.function(*args)
         from torch._dynamo.exc import TorchDynamoException
 
         try:
