@@ -4,9 +4,11 @@ For linear, taylor, efficient, performer and random_feature: the relative error 
 and of the three gradients against the plain path at a few shapes and dtypes; forward+backward
 ms of the fused path, the plain path and ``scaled_dot_product_attention`` (flash on a GPU where
 it applies) at n = 16384, 8192 and the training shape (batch 256, 8 heads, n 1024, d 32), each
-call synced alone and ten calls queued back to back (the device's time where it exceeds the
-host's); ``impl=auto``'s logged choice at the training shape; and the error of the fused path
-compiled with ``fullgraph=True``. docs/check.md holds the H200's figures.
+call synced alone, ten calls queued back to back (the device's time where it exceeds the
+host's) and ten replays of the calls captured in a CUDA graph (the device's time alone: no host
+in between); the (warps, stages) the tuned kernels chose at each shape; ``impl=auto``'s logged
+choice at the training shape; and the error of the fused path compiled with ``fullgraph=True``.
+docs/check.md holds the H200's figures.
 
     python scripts/fused_paths_gpu.py                       # every mechanism, about 3 minutes
     python scripts/fused_paths_gpu.py performer random_feature
@@ -15,6 +17,7 @@ compiled with ``fullgraph=True``. docs/check.md holds the H200's figures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -98,6 +101,49 @@ def timed(call: Call, xs: list[torch.Tensor], repeats: int = 10) -> tuple[float,
     return min(alone) * 1e3, (time.perf_counter() - start) / repeats * 1e3
 
 
+def graphed(call: Call, xs: list[torch.Tensor], repeats: int = 10) -> str:
+    """ms per call of ``repeats`` replays of one forward+backward captured in a CUDA graph (the
+    kernels and the gaps between them, no host), or why it could not be captured."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm up outside the capture (allocator, tuning)
+                forward_backward(call, *xs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward_backward(call, *xs)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return f"{start.elapsed_time(end) / repeats:.3f}"
+    except Exception as error:  # a kernel or a host step that a graph cannot hold
+        torch.cuda.synchronize()
+        return f"(no graph: {type(error).__name__}: {str(error).splitlines()[0][:80]})"
+
+
+def chosen_configs(name: str) -> str:
+    """The (warps, stages) each tuned kernel of ``name`` launched last (``tiles.tuned``)."""
+    from triton.runtime.autotuner import Autotuner
+
+    module = {"performer": "favor_kernels", "random_feature": "fourier_kernels"}.get(name)
+    if module is None:
+        return ""
+    kernels = vars(importlib.import_module(f"vitattn.attention.fused.{module}"))
+    chosen = [
+        f"{kernel}={best.num_warps}w{best.num_stages}s"
+        for kernel, tuner in kernels.items()
+        if isinstance(tuner, Autotuner) and (best := getattr(tuner, "best_config", None))
+    ]
+    return f"; tuned: {' '.join(chosen)}"
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
@@ -124,14 +170,18 @@ def main() -> None:
     for shape in TIMING_SHAPES:
         xs = inputs(shape, torch.bfloat16)
         flash = timed(sdpa, xs)
-        print(f"sdpa {shape} bf16: {flash[0]:.3f} / {flash[1]:.3f} ms (alone / queued)")
+        print(
+            f"sdpa {shape} bf16: {flash[0]:.3f} / {flash[1]:.3f} / {graphed(sdpa, xs)} ms "
+            "(alone / queued / graphed)"
+        )
         for name in names:
             fused, plain = pair(name, shape)
             f, p = timed(fused, xs), timed(plain, xs)
             print(
-                f"{name} {shape} bf16: fused {f[0]:.3f} / {f[1]:.3f} ms, plain {p[0]:.3f} / "
-                f"{p[1]:.3f} ms (alone / queued); queued: plain/fused {p[1] / f[1]:.2f}x, "
-                f"flash/fused {flash[1] / f[1]:.2f}x",
+                f"{name} {shape} bf16: fused {f[0]:.3f} / {f[1]:.3f} / {graphed(fused, xs)} ms, "
+                f"plain {p[0]:.3f} / {p[1]:.3f} / {graphed(plain, xs)} ms "
+                f"(alone / queued / graphed); queued: plain/fused {p[1] / f[1]:.2f}x, "
+                f"flash/fused {flash[1] / f[1]:.2f}x{chosen_configs(name)}",
                 flush=True,
             )
 

@@ -51,6 +51,7 @@ from vitattn.attention.fused.tiles import (
     split_span,
     strides,
     tile,
+    tuned,
 )
 
 BLOCK_M = 64
@@ -70,6 +71,7 @@ def _projections(x, w, fcols, M, SCALE, PRECISION: tl.constexpr, NORM: tl.conste
     return projections, half_square
 
 
+@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT")
 @triton.jit
 def _key_state(
     K, V, W, S_PARTS, Z_PARTS, MAX_PARTS, VSUM_PARTS,
@@ -119,6 +121,7 @@ def _key_state(
         tl.store(VSUM_PARTS + part * DV + vcols, value_sum, mask=vcols < DV)
 
 
+@tuned("HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _output(
     Q, W, S, Z, S_SUM, Z_SUM, OUT, DEN, SHIFT,
@@ -169,6 +172,7 @@ def _output_gradients(
     return grad_numerator, grad_normaliser
 
 
+@tuned("HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _query_grads(
     Q, DO, OUT, W, S, Z, DEN, SHIFT, DQ,
@@ -209,6 +213,7 @@ def _query_grads(
     put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
 
 
+@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT")
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, DEN, SHIFT, DS_PARTS, DZ_PARTS,
@@ -247,6 +252,7 @@ def _feature_grads(
     tl.store(DZ_PARTS + part * BLOCK_M + every, grad_key_sum)
 
 
+@tuned("HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _key_grads(
     K, V, W, DS, DZ, KEY_MAX, DK, DVAL,

@@ -48,6 +48,7 @@ from vitattn.attention.fused.tiles import (
     split_span,
     strides,
     tile,
+    tuned,
 )
 
 BLOCK_M = 32
@@ -64,6 +65,7 @@ def _sin_cos(x, w, fcols, F, SCALE, PRECISION: tl.constexpr):
     return tl.where(inside, tl.sin(projected), 0.0), tl.where(inside, tl.cos(projected), 0.0)
 
 
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT")
 @triton.jit
 def _key_state(
     K, V, W, SS_PARTS, SC_PARTS, ZS_PARTS, ZC_PARTS, MAX_PARTS, GSUM_PARTS,
@@ -116,6 +118,7 @@ def _key_state(
         tl.store(GSUM_PARTS + part + one, weight_sum)
 
 
+@tuned("HEADS", "N", "D", "DV", "F")
 @triton.jit
 def _output(
     Q, W, SS, SC, ZS, ZC, FLOOR, OUT, DEN,
@@ -164,6 +167,7 @@ def _output_gradients(
     return grad_out / floored[:, None], grad_normaliser, grad_floor
 
 
+@tuned("HEADS", "N", "D", "DV", "F")
 @triton.jit
 def _query_grads(
     Q, DO, OUT, W, SS, SC, ZS, ZC, FLOOR, DEN, DQ, DFLOOR_PARTS,
@@ -202,6 +206,7 @@ def _query_grads(
     tl.store(DFLOOR_PARTS + part, tl.sum(grad_floor, axis=0))
 
 
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT")
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, FLOOR, DEN, DSS_PARTS, DSC_PARTS, DZS_PARTS, DZC_PARTS,
@@ -243,6 +248,7 @@ def _feature_grads(
     tl.store(DZC_PARTS + part * BLOCK_M + every, grad_sum_cos)
 
 
+@tuned("HEADS", "N", "D", "DV", "F")
 @triton.jit
 def _key_grads(
     K, V, W, DSS, DSC, DZS, DZC, KEY_MAX, DFLOOR, DK, DVAL,

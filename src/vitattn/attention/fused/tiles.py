@@ -9,6 +9,8 @@ imported (``TRITON_INTERPRET``): :data:`INTERPRETED`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -75,6 +77,37 @@ def put_matrix(PTR, value, index, cols, vcols, D, DV):
     """:func:`matrix`'s inverse."""
     mask = (cols < D)[:, None] & (vcols < DV)[None, :]
     tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
+
+
+WARPS_AND_STAGES = ((4, 3), (8, 3), (4, 2), (8, 2))
+"""The (warps, pipeline stages) :func:`tuned` tries on a GPU; the first is Triton's default.
+At d = 64 and four warps some kernels spill registers that eight do not (docs/check.md); which
+is faster depends on the GPU and the shape."""
+
+
+TUNING_MS = (5, 20)
+"""Warm-up and measured milliseconds per configuration when :func:`tuned` times them (Triton's
+own default, 25 and 100, would add seconds to every new shape)."""
+
+
+def tuned(*key: str) -> Callable[[Any], Any]:
+    """``triton.autotune`` over :data:`WARPS_AND_STAGES`, once per value of the arguments named
+    ``key`` (and the tensors' dtypes): on a GPU each new key times every configuration at its
+    first call (those that do not fit the GPU's registers or shared memory are passed over),
+    then launches the fastest; the timings are kept in Triton's cache on disk, so a later
+    process of the same kernels and key does not time them again. Block sizes stay the host's,
+    which sizes the buffers by them; the kernels only write their outputs, so a timing run
+    changes nothing. In the interpreter only the first configuration, and no timing."""
+    pairs = WARPS_AND_STAGES[:1] if INTERPRETED else WARPS_AND_STAGES
+    configs = [triton.Config({}, num_warps=warps, num_stages=stages) for warps, stages in pairs]
+    warmup, rep = TUNING_MS
+
+    def bench(call: Callable[[], Any], quantiles: tuple[float, ...]) -> Any:
+        from triton.testing import do_bench
+
+        return do_bench(call, warmup=warmup, rep=rep, quantiles=quantiles)
+
+    return triton.autotune(configs=configs, key=list(key), do_bench=bench, cache_results=True)
 
 
 def blocks(d: int, dv: int, device: torch.device, widest: int = 0) -> tuple[int, int, int]:
