@@ -32,6 +32,7 @@ import triton.language as tl
 
 from vitattn.attention.fused.tiles import (
     blocks,
+    cdiv,
     matrix,
     precision,
     program_head,
@@ -193,7 +194,7 @@ def forward(
     context = (state_parts * weights[..., None]).sum(1).div_(total[..., None])
     log_sum = total.log_().add_(largest.squeeze(1))
     out = torch.empty(batch, heads, n_q, dv, device=q.device, dtype=v.dtype)
-    _output[(batch * heads, triton.cdiv(n_q, meta["BLOCK_N"]))](
+    _output[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, context, out,
         heads, n_q, d, dv,
         *strides(q), *strides(out), **meta,
@@ -227,7 +228,7 @@ def backward(
     grad_context = grad_context_parts.sum(1)
     grad_k = torch.empty_like(k)
     grad_v = torch.empty_like(v)
-    _keys[(batch * heads, triton.cdiv(n_k, meta["BLOCK_N"]))](
+    _keys[(batch * heads, cdiv(n_k, meta["BLOCK_N"]))](
         k, v, context, log_sum, grad_context, grad_k, grad_v,
         heads, n_k, d, dv,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,

@@ -42,6 +42,7 @@ import triton.language as tl
 
 from vitattn.attention.fused.tiles import (
     blocks,
+    cdiv,
     matrix,
     precision,
     program_head,
@@ -323,7 +324,7 @@ def forward(
     m = projection.shape[1]
     scale = d**-0.25
     meta = _meta(d, dv, q.device, stabilizer)
-    feature_blocks = triton.cdiv(m, BLOCK_M)
+    feature_blocks = cdiv(m, BLOCK_M)
     splits, rows_per_split = split_rows(
         n_k, batch * heads * feature_blocks, meta["BLOCK_N"], q.device
     )
@@ -348,7 +349,7 @@ def forward(
     out = torch.empty(batch, heads, n_q, dv, device=q.device, dtype=v.dtype)
     normaliser = torch.empty(batch, heads, n_q, **fp32)
     shift = torch.empty(batch, heads, n_q, **fp32)
-    _output[(batch * heads, triton.cdiv(n_q, meta["BLOCK_N"]))](
+    _output[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, projection, state, key_sum, state.sum(1), key_sum.sum(1), out, normaliser, shift,
         heads, n_q, d, dv, m, scale, eps,
         *strides(q), *strides(out), **meta,
@@ -382,12 +383,12 @@ def backward(
     scale = d**-0.25
     meta = _meta(d, dv, q.device, stabilizer)
     grad_q = torch.empty_like(q)
-    _query_grads[(batch * heads, triton.cdiv(n_q, meta["BLOCK_N"]))](
+    _query_grads[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, grad_out, out, projection, state, key_sum, normaliser, shift, grad_q,
         heads, n_q, d, dv, m, scale,
         *strides(q), *strides(grad_out), *strides(out), *strides(grad_q), **meta,
     )  # fmt: skip
-    feature_blocks = triton.cdiv(m, BLOCK_M)
+    feature_blocks = cdiv(m, BLOCK_M)
     splits, rows_per_split = split_rows(
         n_q, batch * heads * feature_blocks, meta["BLOCK_N"], q.device
     )
@@ -403,7 +404,7 @@ def backward(
     grad_key_sum = grad_key_sum_parts[..., :m].sum(1)
     grad_k = torch.empty_like(k)
     grad_v = torch.empty_like(v)
-    _key_grads[(batch * heads, triton.cdiv(n_k, meta["BLOCK_N"]))](
+    _key_grads[(batch * heads, cdiv(n_k, meta["BLOCK_N"]))](
         k, v, projection, grad_state, grad_key_sum, key_max, grad_k, grad_v,
         heads, n_k, d, dv, m, scale, eps,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,

@@ -39,6 +39,7 @@ import triton.language as tl
 
 from vitattn.attention.fused.tiles import (
     blocks,
+    cdiv,
     matrix,
     precision,
     program_head,
@@ -329,7 +330,7 @@ def forward(
     count = frequencies.shape[1]
     scale, weight_scale = _scales(d, sigma)
     meta = _meta(d, dv, q.device)
-    frequency_blocks = triton.cdiv(count, BLOCK_M)
+    frequency_blocks = cdiv(count, BLOCK_M)
     splits, rows_per_split = split_rows(
         n_k, batch * heads * frequency_blocks, meta["BLOCK_N"], q.device
     )
@@ -358,7 +359,7 @@ def forward(
     floor = (weight_sum_parts * weights).sum(1).mul_(eps)
     out = torch.empty(batch, heads, n_q, dv, device=q.device, dtype=v.dtype)
     normaliser = torch.empty(batch, heads, n_q, **fp32)
-    _output[(batch * heads, triton.cdiv(n_q, meta["BLOCK_N"]))](
+    _output[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, frequencies, *merged, floor, out, normaliser,
         heads, n_q, d, dv, count, scale,
         *strides(q), *strides(out), **meta,
@@ -394,7 +395,7 @@ def backward(
     count = frequencies.shape[1]
     scale, weight_scale = _scales(d, sigma)
     meta = _meta(d, dv, q.device)
-    row_blocks = triton.cdiv(n_q, meta["BLOCK_N"])
+    row_blocks = cdiv(n_q, meta["BLOCK_N"])
     fp32 = dict(device=q.device, dtype=torch.float32)
     grad_q = torch.empty_like(q)
     grad_floor_parts = torch.empty(batch * heads, row_blocks, **fp32)
@@ -404,7 +405,7 @@ def backward(
         heads, n_q, d, dv, count, scale,
         *strides(q), *strides(grad_out), *strides(out), *strides(grad_q), **meta,
     )  # fmt: skip
-    frequency_blocks = triton.cdiv(count, BLOCK_M)
+    frequency_blocks = cdiv(count, BLOCK_M)
     splits, rows_per_split = split_rows(
         n_q, batch * heads * frequency_blocks, meta["BLOCK_N"], q.device
     )
@@ -420,7 +421,7 @@ def backward(
     grad_sums = [parts[:, :, :count].sum(1) / count for parts in grad_parts]
     grad_k = torch.empty_like(k)
     grad_v = torch.empty_like(v)
-    _key_grads[(batch * heads, triton.cdiv(n_k, meta["BLOCK_N"]))](
+    _key_grads[(batch * heads, cdiv(n_k, meta["BLOCK_N"]))](
         k, v, frequencies, *grad_sums, key_max, grad_floor_parts.sum(1), grad_k, grad_v,
         heads, n_k, d, dv, count, scale, weight_scale, eps,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,

@@ -42,6 +42,7 @@ import triton.language as tl
 
 from vitattn.attention.fused.tiles import (
     blocks,
+    cdiv,
     matrix,
     precision,
     program_head,
@@ -259,7 +260,7 @@ def forward(
     else:
         value_sum = state.new_empty(batch, heads, 0)
     out = torch.empty(batch, heads, n_q, dv, device=q.device, dtype=v.dtype)
-    _output[(batch * heads, triton.cdiv(n_q, block_n))](
+    _output[(batch * heads, cdiv(n_q, block_n))](
         q, state, key_sum, value_sum if unit else state, out,
         heads, n_q, d, dv, n_k, eps,
         *strides(q), *strides(out), **meta,
@@ -303,7 +304,7 @@ def backward(
     grad_value_sum = grad_value_sum_parts.sum(1) if unit else state
     grad_k = torch.empty_like(k)
     grad_v = torch.empty_like(v)
-    _keys[(batch * heads, triton.cdiv(n_k, block_n))](
+    _keys[(batch * heads, cdiv(n_k, block_n))](
         k, v, grad_state, grad_key_sum, grad_value_sum, grad_k, grad_v,
         heads, n_k, d, dv,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,

@@ -79,6 +79,17 @@ def put_matrix(PTR, value, index, cols, vcols, D, DV):
     tl.store(PTR + index * D * DV + cols[:, None] * DV + vcols[None, :], value, mask=mask)
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` of positive ints, on the host: ``triton.cdiv`` is a constexpr function
+    there, microseconds a call, and a forward+backward makes a dozen."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The least power of two of at least ``n`` (a positive int), on the host (see :func:`cdiv`)."""
+    return 1 << (n - 1).bit_length()
+
+
 WARPS_AND_STAGES = ((4, 3), (8, 3), (4, 2), (8, 2))
 """The (warps, pipeline stages) :func:`tuned` tries on a GPU; the first is Triton's default.
 At d = 64 and four warps some kernels spill registers that eight do not (docs/check.md); which
@@ -115,8 +126,8 @@ def blocks(d: int, dv: int, device: torch.device, widest: int = 0) -> tuple[int,
     side of ``tl.dot``); rows per block shrink as the widest block (or ``widest``) widens,
     keeping a tile's registers bounded, and halve on a GPU of little shared memory
     (:data:`SMALL_SHARED_MEMORY`)."""
-    block_d = max(16, triton.next_power_of_2(d))
-    block_dv = max(16, triton.next_power_of_2(dv))
+    block_d = max(16, next_power_of_2(d))
+    block_dv = max(16, next_power_of_2(dv))
     width = max(block_d, block_dv, widest)
     block_n = 64 if width <= 64 else 32 if width <= 128 else 16
     if device.type == "cuda" and _shared_memory(device.index or 0) < SMALL_SHARED_MEMORY:
@@ -138,14 +149,14 @@ def split_rows(n: int, heads: int, block_n: int, device: torch.device) -> tuple[
     """(splits, rows per split) of a reduction over ``n`` rows for ``heads`` batch-heads: enough
     programs to fill the GPU (:data:`PROGRAMS_PER_SM` per multiprocessor), each a whole number of
     blocks; :data:`INTERPRETER_SPLITS` in the interpreter."""
-    row_blocks = triton.cdiv(n, block_n)
+    row_blocks = cdiv(n, block_n)
     if device.type == "cuda":
         wanted = PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
-        splits = max(1, min(row_blocks, triton.cdiv(wanted, heads)))
+        splits = max(1, min(row_blocks, cdiv(wanted, heads)))
     else:
         splits = min(row_blocks, INTERPRETER_SPLITS)
-    rows_per_split = triton.cdiv(row_blocks, splits) * block_n
-    return triton.cdiv(n, rows_per_split), rows_per_split
+    rows_per_split = cdiv(row_blocks, splits) * block_n
+    return cdiv(n, rows_per_split), rows_per_split
 
 
 def precision(device: torch.device) -> str:
