@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitattn.attention.common.base import AttentionKernel
@@ -338,3 +340,13 @@ def test_every_fused_test_passes_in_tritons_interpreter() -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b\d+ passed\b", summary), summary
     assert not re.search(r"skipped|failed|error", summary), summary
+
+
+@given(n=st.integers(1, 1 << 24), block=st.integers(1, 1 << 12))
+def test_the_hosts_block_arithmetic_is_tritons(n: int, block: int) -> None:
+    """The kernels' grids and blocks are sized on the host in plain Python (``tiles.cdiv``,
+    ``tiles.next_power_of_2``: Triton's own cost microseconds a call there): the same values."""
+    from vitattn.attention.fused import tiles
+
+    assert tiles.cdiv(n, block) == triton.cdiv(n, block)
+    assert tiles.next_power_of_2(n) == triton.next_power_of_2(n)
