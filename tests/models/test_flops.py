@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -193,6 +194,21 @@ def test_a_copy_of_a_compiled_network_runs_its_own_weights() -> None:
     assert twin._compiled_forward.function.__self__ is twin
 
 
+def linear_figures(tmp_path: Path, impl: str, device: str) -> dict:
+    """``model_figures`` of a small linear-attention network of ``impl``, counted on ``device``."""
+    from hydra.utils import instantiate
+
+    from tests.support.presets import compose_config
+    from vitattn.train import model_figures
+
+    small = ["model.embed_dim=32", "model.depth=1", "model.heads=2", "data.num_workers=0"]
+    cfg = compose_config("train", ["attention=linear", f"attention.impl={impl}", *small], tmp_path)
+    module, datamodule = instantiate(cfg.module), instantiate(cfg.data)
+    return model_figures(
+        module, datamodule, {"attention": "linear", "model": "vit"}, torch.device(device)
+    )
+
+
 def test_a_runs_flops_are_counted_on_the_device_it_trains_on(tmp_path, monkeypatch) -> None:
     """Issue 42: on the H200, ``attention.impl=triton`` (fused kernels, a GPU's) trained with no
     GFLOP/image or MFU, ``could not count FLOPs (ConfigError: attention.impl=triton cannot run
@@ -200,28 +216,21 @@ def test_a_runs_flops_are_counted_on_the_device_it_trains_on(tmp_path, monkeypat
     waits before the fit. The meta device stands in for the GPU here (the fused operators' fake
     implementations give the shapes, their FLOP formulas the count): counted on the device the
     run names, the fused network's count is the plain one's."""
-    from hydra.utils import instantiate
-
-    from tests.support.presets import compose_config
     from vitattn.attention import fused
-    from vitattn.train import model_figures
 
     fused_on = fused.unavailable_on
     monkeypatch.setattr(
         fused, "unavailable_on", lambda kind: None if kind == "meta" else fused_on(kind)
     )
-    small = ["model.embed_dim=32", "model.depth=1", "model.heads=2", "data.num_workers=0"]
-
-    def figures(impl: str, device: str) -> dict:
-        cfg = compose_config(
-            "train", ["attention=linear", f"attention.impl={impl}", *small], tmp_path
-        )
-        module, datamodule = instantiate(cfg.module), instantiate(cfg.data)
-        return model_figures(
-            module, datamodule, {"attention": "linear", "model": "vit"}, torch.device(device)
-        )
-
-    plain = figures("torch", "cpu")["gflop_per_image"]
+    plain = linear_figures(tmp_path, "torch", "cpu")["gflop_per_image"]
     assert plain is not None and plain > 0
-    assert figures("triton", "meta")["gflop_per_image"] == pytest.approx(plain)
-    assert figures("triton", "cpu")["gflop_per_image"] is None  # the fused kernels do not run there
+    assert linear_figures(tmp_path, "triton", "meta")["gflop_per_image"] == pytest.approx(plain)
+    # the fused kernels do not run on a CPU
+    assert linear_figures(tmp_path, "triton", "cpu")["gflop_per_image"] is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_fused_runs_flops_are_counted_on_the_gpu(tmp_path) -> None:
+    """The same on a GPU, where the fused kernels run: the plain path's count."""
+    plain = linear_figures(tmp_path, "torch", "cpu")["gflop_per_image"]
+    assert linear_figures(tmp_path, "triton", "cuda")["gflop_per_image"] == pytest.approx(plain)
