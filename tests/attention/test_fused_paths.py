@@ -253,6 +253,36 @@ def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, devi
     assert counts[0] == counts[1] > 0
 
 
+def graph_nodes(tensor: torch.Tensor) -> set[str]:
+    """The class names of the autograd nodes ``tensor`` was computed by."""
+    seen, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(following for following, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+def test_unwatched_the_kernels_run_without_the_operators_dispatch(mechanism, device) -> None:
+    """Eager and unwatched, the fused path runs its kernels under a plain autograd Function
+    (``torch.library``'s dispatch would be about a third of a call's host time); under a
+    dispatch mode (the bench's counter here; FlopCounterMode, fake tensors) the operators run,
+    so that it sees them. Bit for bit the same outputs and gradients either way."""
+    from vitattn.bench.floor import DispatchCounter
+
+    fused, _ = kernels(mechanism, 40, 2, 16, device)
+    q, k, v = inputs((1, 2, 40, 16), device)
+    unwatched = outputs_and_grads(fused, q, k, v)
+    assert "FusedPathBackward" in graph_nodes(unwatched[0])
+    with DispatchCounter() as counter:
+        watched = outputs_and_grads(fused, q, k, v)
+    assert any(str(op).startswith("vitattn.") for op in counter.ops), counter.ops
+    assert "FusedPathBackward" not in graph_nodes(watched[0])
+    for a, b in zip(unwatched, watched, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 def test_the_fused_path_compiles_in_one_graph_forward_and_backward(
     mechanism, device, layout

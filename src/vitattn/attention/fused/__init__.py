@@ -5,6 +5,8 @@ tested against), in a few Triton kernels wrapped as one ``torch.library`` operat
 (``register_autograd`` joins the two), so that ``torch.compile`` keeps it in one graph
 (``fullgraph=True``), ``FlopCounterMode`` counts the plain path's FLOPs for it (a formula given to
 ``register_flop_formula``) and the bench's dispatch count sees one operator where the kernels run.
+Where nothing watches (eager, no dispatch mode), the same kernels run under a plain
+``torch.autograd.Function`` instead, without the operators' dispatch (:func:`join_backward`).
 
 Triton kernels run on a CUDA GPU, or on a CPU under ``TRITON_INTERPRET=1`` (set before the
 kernels are imported): how the suite tests them on a machine without a GPU.
@@ -13,6 +15,7 @@ kernels are imported): how the suite tests them on a machine without a GPU.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils.flop_counter import register_flop_formula
@@ -100,20 +103,62 @@ def count_as_feature_products(
         return projections + 2 * feature_products
 
 
-def join_backward(forward: object, backward: object, tensors: int, outputs: slice) -> None:
-    """A fused path's autograd (``register_autograd`` of the ``forward`` operator): its first
-    ``tensors`` inputs (q, k, v and any weights) and its ``outputs`` are saved, its other inputs
-    (numbers, words) kept, and the ``backward`` operator, called with the output's gradient, the
-    saved tensors and the kept inputs, gives (dq, dk, dv); weights and the rest get none."""
+def join_backward(
+    forward: Any,
+    backward: Any,
+    tensors: int,
+    outputs: slice,
+    functions: tuple[Callable[..., tuple], Callable[..., tuple]],
+) -> Callable[..., tuple]:
+    """A fused path's autograd, and the function that calls it.
+
+    The ``forward`` operator's autograd (``register_autograd``): its first ``tensors`` inputs
+    (q, k, v and any weights) and its ``outputs`` are saved, its other inputs (numbers, words)
+    kept, and the ``backward`` operator, called with the output's gradient, the saved tensors and
+    the kept inputs, gives (dq, dk, dv); weights and the rest get none.
+
+    Returned: a function of the forward operator's inputs that runs the operator where something
+    watches the dispatcher or compiles (``torch.compile``, ``FlopCounterMode``, the bench's
+    dispatch count and memory modes, fake tensors), and elsewhere the same two ``functions``
+    (the operators' bodies: the forward's and the backward's) joined by a plain
+    ``torch.autograd.Function``: the same kernels without ``torch.library``'s dispatch, which
+    costs the host about a third of a fused call's time (docs/check.md)."""
 
     def save(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*inputs[:tensors], *output[outputs])
         ctx.settings = inputs[tensors:]
 
-    def gradients(
-        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor, *_: object
-    ) -> tuple[torch.Tensor | None, ...]:
-        grad_q, grad_k, grad_v = backward(grad_out, *ctx.saved_tensors, *ctx.settings)
-        return grad_q, grad_k, grad_v, *[None] * (tensors - 3 + len(ctx.settings))
+    def gradients_by(run: Callable[..., tuple]) -> Callable[..., tuple]:
+        def gradients(
+            ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor, *_: object
+        ) -> tuple[torch.Tensor | None, ...]:
+            grad_q, grad_k, grad_v = run(grad_out, *ctx.saved_tensors, *ctx.settings)
+            return grad_q, grad_k, grad_v, *[None] * (tensors - 3 + len(ctx.settings))
 
-    forward.register_autograd(gradients, setup_context=save)
+        return gradients
+
+    forward.register_autograd(gradients_by(backward), setup_context=save)
+    run_forward, run_backward = functions
+
+    class FusedPath(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *inputs: Any) -> tuple:
+            output = run_forward(*inputs)
+            save(ctx, inputs, output)
+            ctx.mark_non_differentiable(*output[1:])
+            return output
+
+        backward = staticmethod(gradients_by(run_backward))
+
+    def call(*inputs: Any) -> tuple:
+        if watched() or inputs[0].device.type not in ("cuda", "cpu"):
+            return forward(*inputs)
+        return FusedPath.apply(*inputs)
+
+    return call
+
+
+def watched() -> bool:
+    """Whether a ``torch.compile`` trace or a dispatch mode (``FlopCounterMode``, fake tensors,
+    the bench's counters) would see the fused path's operators."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0

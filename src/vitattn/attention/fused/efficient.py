@@ -1,6 +1,8 @@
-"""The fused path of efficient attention (Shen et al., WACV 2021) as ``torch.library``
-operators: ``vitattn::efficient_attention`` (the forward, two Triton kernels) and
-``vitattn::efficient_attention_backward`` (two more), joined by ``register_autograd``.
+"""The fused path of efficient attention (Shen et al., WACV 2021) as ``torch.library`` operators:
+``vitattn::efficient_attention`` (the forward, two Triton kernels) and
+``vitattn::efficient_attention_backward`` (two more), joined by ``register_autograd`` (eager and
+unwatched, the same bodies by a plain autograd Function:
+:func:`~vitattn.attention.fused.join_backward`).
 
 The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
 are in :mod:`~vitattn.attention.fused.efficient_kernels`, imported on the first call.
@@ -17,13 +19,17 @@ if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
 
 
-@torch.library.custom_op("vitattn::efficient_attention", mutates_args=())
-def efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(out, C, L): out = softmax_row(q) C, C = softmax_col(k)^T v, L the keys' log-sum-exp over
     the sequence per feature."""
     from vitattn.attention.fused import efficient_kernels
 
     return efficient_kernels.forward(q, k, v)
+
+
+efficient_attention = torch.library.custom_op(
+    "vitattn::efficient_attention", _efficient_attention, mutates_args=()
+)
 
 
 @efficient_attention.register_fake
@@ -37,8 +43,7 @@ def _efficient_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor
     )
 
 
-@torch.library.custom_op("vitattn::efficient_attention_backward", mutates_args=())
-def efficient_attention_backward(
+def _efficient_attention_backward(
     grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, context: Tensor, log_sum: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of :func:`efficient_attention` given the gradient of its output."""
@@ -47,10 +52,21 @@ def efficient_attention_backward(
     return efficient_kernels.backward(grad_out, q, k, v, context, log_sum)
 
 
+efficient_attention_backward = torch.library.custom_op(
+    "vitattn::efficient_attention_backward", _efficient_attention_backward, mutates_args=()
+)
+
+
 efficient_attention_backward.register_fake(gradients_like)
 
 
-join_backward(efficient_attention, efficient_attention_backward, tensors=3, outputs=slice(1, None))
+_call = join_backward(
+    efficient_attention,
+    efficient_attention_backward,
+    tensors=3,
+    outputs=slice(1, None),
+    functions=(_efficient_attention, _efficient_attention_backward),
+)
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
@@ -67,5 +83,5 @@ count_as_products(
 def fused_efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Efficient attention of ``(batch, heads, n, d)`` q, k, v by the fused kernels, in v's
     dtype."""
-    out, _, _ = efficient_attention(q, k, v)
+    out, _, _ = _call(q, k, v)
     return out

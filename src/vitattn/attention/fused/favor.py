@@ -1,7 +1,9 @@
 """The fused path of FAVOR+ attention (Choromanski et al., ICLR 2021), either stabilizer, as
-``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels)
-and ``vitattn::favor_attention_backward`` (three more), joined by ``register_autograd``; the
-projection is an input without a gradient (a buffer, redrawn by the mechanism).
+``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels) and
+``vitattn::favor_attention_backward`` (three more), joined by ``register_autograd`` (eager and
+unwatched, the same bodies by a plain autograd Function:
+:func:`~vitattn.attention.fused.join_backward`); the projection is an input without a gradient (a
+buffer, redrawn by the mechanism).
 
 The FLOP formulas give the plain path's products (``impl=autograd``,
 :mod:`vitattn.attention.fused`). The kernels are in
@@ -22,14 +24,18 @@ Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 """out, S, z, the keys' maximum, the normaliser and the queries' maxima."""
 
 
-@torch.library.custom_op("vitattn::favor_attention", mutates_args=())
-def favor_attention(
+def _favor_attention(
     q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
 ) -> Saved:
     """(out, S, z, M, den, shift) of FAVOR+ attention; out = phi(q) S / phi(q) z."""
     from vitattn.attention.fused import favor_kernels
 
     return favor_kernels.forward(q, k, v, projection, eps, stabilizer)
+
+
+favor_attention = torch.library.custom_op(
+    "vitattn::favor_attention", _favor_attention, mutates_args=()
+)
 
 
 @favor_attention.register_fake
@@ -49,8 +55,7 @@ def _favor_attention_shapes(
     )
 
 
-@torch.library.custom_op("vitattn::favor_attention_backward", mutates_args=())
-def favor_attention_backward(
+def _favor_attention_backward(
     grad_out: Tensor,
     q: Tensor,
     k: Tensor,
@@ -72,10 +77,21 @@ def favor_attention_backward(
     return favor_kernels.backward(grad_out, q, k, v, projection, saved, eps, stabilizer)
 
 
+favor_attention_backward = torch.library.custom_op(
+    "vitattn::favor_attention_backward", _favor_attention_backward, mutates_args=()
+)
+
+
 favor_attention_backward.register_fake(gradients_like)
 
 
-join_backward(favor_attention, favor_attention_backward, tensors=4, outputs=slice(None))
+_call = join_backward(
+    favor_attention,
+    favor_attention_backward,
+    tensors=4,
+    outputs=slice(None),
+    functions=(_favor_attention, _favor_attention_backward),
+)
 
 
 count_as_feature_products(
@@ -90,5 +106,5 @@ def fused_favor_attention(
 ) -> Tensor:
     """FAVOR+ attention of ``(batch, heads, n, d)`` q, k, v with a ``(heads, m, d)`` projection
     and ``stabilizer`` (``unbiased`` or ``authors``), by the fused kernels, in v's dtype."""
-    out, *_ = favor_attention(q, k, v, projection.float().contiguous(), eps, stabilizer)
+    out, *_ = _call(q, k, v, projection.float().contiguous(), eps, stabilizer)
     return out

@@ -1,7 +1,9 @@
 """The fused path of random feature attention (Peng et al., ICLR 2021) as ``torch.library``
 operators: ``vitattn::fourier_attention`` (the forward, two Triton kernels) and
-``vitattn::fourier_attention_backward`` (three more), joined by ``register_autograd``; the
-frequencies are an input without a gradient (a buffer, redrawn by the mechanism).
+``vitattn::fourier_attention_backward`` (three more), joined by ``register_autograd`` (eager and
+unwatched, the same bodies by a plain autograd Function:
+:func:`~vitattn.attention.fused.join_backward`); the frequencies are an input without a gradient
+(a buffer, redrawn by the mechanism).
 
 The FLOP formulas give the plain path's products (``impl=autograd``,
 :mod:`vitattn.attention.fused`). The kernels are in
@@ -22,14 +24,18 @@ Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 """out, the sine and cosine halves of S and of z, the keys' maximum, the floor, the normaliser."""
 
 
-@torch.library.custom_op("vitattn::fourier_attention", mutates_args=())
-def fourier_attention(
+def _fourier_attention(
     q: Tensor, k: Tensor, v: Tensor, frequencies: Tensor, sigma: float, eps: float
 ) -> Saved:
     """(out, S_sin, S_cos, z_sin, z_cos, M, floor, den); out = psi(q) S / max(den, floor)."""
     from vitattn.attention.fused import fourier_kernels
 
     return fourier_kernels.forward(q, k, v, frequencies, sigma, eps)
+
+
+fourier_attention = torch.library.custom_op(
+    "vitattn::fourier_attention", _fourier_attention, mutates_args=()
+)
 
 
 @fourier_attention.register_fake
@@ -51,8 +57,7 @@ def _fourier_attention_shapes(
     )
 
 
-@torch.library.custom_op("vitattn::fourier_attention_backward", mutates_args=())
-def fourier_attention_backward(
+def _fourier_attention_backward(
     grad_out: Tensor,
     q: Tensor,
     k: Tensor,
@@ -76,10 +81,21 @@ def fourier_attention_backward(
     return fourier_kernels.backward(grad_out, q, k, v, frequencies, saved, sigma, eps)
 
 
+fourier_attention_backward = torch.library.custom_op(
+    "vitattn::fourier_attention_backward", _fourier_attention_backward, mutates_args=()
+)
+
+
 fourier_attention_backward.register_fake(gradients_like)
 
 
-join_backward(fourier_attention, fourier_attention_backward, tensors=4, outputs=slice(None))
+_call = join_backward(
+    fourier_attention,
+    fourier_attention_backward,
+    tensors=4,
+    outputs=slice(None),
+    functions=(_fourier_attention, _fourier_attention_backward),
+)
 
 
 # D frequencies: D projections, 2 D features (a sine and a cosine each)
@@ -95,5 +111,5 @@ def fused_fourier_attention(
 ) -> Tensor:
     """Random feature attention of ``(batch, heads, n, d)`` q, k, v with ``(heads, D, d)``
     frequencies, by the fused kernels, in v's dtype."""
-    out, *_ = fourier_attention(q, k, v, frequencies.float().contiguous(), sigma, eps)
+    out, *_ = _call(q, k, v, frequencies.float().contiguous(), sigma, eps)
     return out

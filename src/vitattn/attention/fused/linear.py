@@ -1,8 +1,10 @@
 """The fused path of linear attention with a feature map as ``torch.library`` operators:
 ``vitattn::linear_attention`` (the forward, two Triton kernels) and
-``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd``. The feature
-map is an argument: ``elu`` for linear attention (Katharopoulos et al., ICML 2020), ``unit`` for
-first-order Taylor attention's 1 + q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
+``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd`` (eager and
+unwatched, the same bodies by a plain autograd Function:
+:func:`~vitattn.attention.fused.join_backward`). The feature map is an argument: ``elu`` for
+linear attention (Katharopoulos et al., ICML 2020), ``unit`` for first-order Taylor attention's 1
++ q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
 
 The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
 are in :mod:`~vitattn.attention.fused.linear_kernels`, imported on the first call.
@@ -19,8 +21,7 @@ if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
 
 
-@torch.library.custom_op("vitattn::linear_attention", mutates_args=())
-def linear_attention(
+def _linear_attention(
     q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(out, S, z, s): out = (phi(q) S + c s) / (phi(q) z + c n_k + eps), S = phi(k)^T v,
@@ -28,6 +29,11 @@ def linear_attention(
     from vitattn.attention.fused import linear_kernels
 
     return linear_kernels.forward(q, k, v, eps, feature)
+
+
+linear_attention = torch.library.custom_op(
+    "vitattn::linear_attention", _linear_attention, mutates_args=()
+)
 
 
 @linear_attention.register_fake
@@ -44,8 +50,7 @@ def _linear_attention_shapes(
     )
 
 
-@torch.library.custom_op("vitattn::linear_attention_backward", mutates_args=())
-def linear_attention_backward(
+def _linear_attention_backward(
     grad_out: Tensor,
     q: Tensor,
     k: Tensor,
@@ -62,10 +67,21 @@ def linear_attention_backward(
     return linear_kernels.backward(grad_out, q, k, v, state, key_sum, value_sum, eps, feature)
 
 
+linear_attention_backward = torch.library.custom_op(
+    "vitattn::linear_attention_backward", _linear_attention_backward, mutates_args=()
+)
+
+
 linear_attention_backward.register_fake(gradients_like)
 
 
-join_backward(linear_attention, linear_attention_backward, tensors=3, outputs=slice(1, None))
+_call = join_backward(
+    linear_attention,
+    linear_attention_backward,
+    tensors=3,
+    outputs=slice(1, None),
+    functions=(_linear_attention, _linear_attention_backward),
+)
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
@@ -82,5 +98,5 @@ count_as_products(
 def fused_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str) -> Tensor:
     """Linear attention of ``(batch, heads, n, d)`` q, k, v with the feature map ``feature``
     (``elu`` or ``unit``) by the fused kernels, in v's dtype."""
-    out, *_ = linear_attention(q, k, v, eps, feature)
+    out, *_ = _call(q, k, v, eps, feature)
     return out
