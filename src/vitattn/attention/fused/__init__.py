@@ -122,7 +122,7 @@ def join_backward(
     dispatch count and memory modes, fake tensors), and elsewhere the same two ``functions``
     (the operators' bodies: the forward's and the backward's) joined by a plain
     ``torch.autograd.Function``: the same kernels without ``torch.library``'s dispatch, which
-    costs the host about a third of a fused call's time (docs/check.md)."""
+    costs the host a third to a half of a fused call's time (docs/check.md)."""
 
     def save(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*inputs[:tensors], *output[outputs])
