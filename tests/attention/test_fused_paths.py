@@ -266,7 +266,7 @@ def graph_nodes(tensor: torch.Tensor) -> set[str]:
 
 def test_unwatched_the_kernels_run_without_the_operators_dispatch(mechanism, device) -> None:
     """Eager and unwatched, the fused path runs its kernels under a plain autograd Function
-    (``torch.library``'s dispatch would be about a third of a call's host time); under a
+    (``torch.library``'s dispatch would be a third to a half of its host time); under a
     dispatch mode (the bench's counter here; FlopCounterMode, fake tensors) the operators run,
     so that it sees them. Bit for bit the same outputs and gradients either way."""
     from vitattn.bench.floor import DispatchCounter

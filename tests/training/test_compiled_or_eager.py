@@ -71,7 +71,8 @@ def test_auto_calls_torch_compile_only_at_a_first_call_on_a_device_it_names(monk
     assert made == [] and auto.compiled
     named = CompiledOrEager(torch.neg, ("cpu",))
     assert made == []
-    named(torch.ones(2)), named(torch.ones(2))
+    named(torch.ones(2))
+    named(torch.ones(2))
     assert made == [torch.neg]
     CompiledOrEager(torch.neg)
     assert made == [torch.neg, torch.neg]
