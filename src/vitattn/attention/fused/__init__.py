@@ -6,7 +6,7 @@ tested against), in a few Triton kernels wrapped as one ``torch.library`` operat
 (``fullgraph=True``), ``FlopCounterMode`` counts the plain path's FLOPs for it (a formula given to
 ``register_flop_formula``) and the bench's dispatch count sees one operator where the kernels run.
 Where nothing watches (eager, no dispatch mode), the same kernels run under a plain
-``torch.autograd.Function`` instead, without the operators' dispatch (:func:`join_backward`).
+``torch.autograd.Function`` instead, without the operators' dispatch (:func:`fused_operators`).
 
 Triton kernels run on a CUDA GPU, or on a CPU under ``TRITON_INTERPRET=1`` (set before the
 kernels are imported): how the suite tests them on a machine without a GPU.
@@ -103,26 +103,36 @@ def count_as_feature_products(
         return projections + 2 * feature_products
 
 
-def join_backward(
-    forward: Any,
-    backward: Any,
+def fused_operators(
+    name: str,
+    forward: Callable[..., tuple],
+    backward: Callable[..., tuple],
     tensors: int,
     outputs: slice,
-    functions: tuple[Callable[..., tuple], Callable[..., tuple]],
-) -> Callable[..., tuple]:
-    """A fused path's autograd, and the function that calls it.
+) -> tuple[Any, Callable[..., tuple]]:
+    """A fused path's two ``torch.library`` operators, their autograd, and the function that
+    calls them.
 
-    The ``forward`` operator's autograd (``register_autograd``): its first ``tensors`` inputs
-    (q, k, v and any weights) and its ``outputs`` are saved, its other inputs (numbers, words)
-    kept, and the ``backward`` operator, called with the output's gradient, the saved tensors and
-    the kept inputs, gives (dq, dk, dv); weights and the rest get none.
+    ``forward`` and ``backward`` (typed functions: the kernels' passes) become the operators
+    ``vitattn::<name>`` and ``vitattn::<name>_backward``; the backward's shapes for the compiler
+    are its inputs' (:func:`gradients_like`), the forward's are the caller's to register
+    (``register_fake`` on the returned operator). The forward operator's autograd
+    (``register_autograd``): its first ``tensors`` inputs (q, k, v and any weights) and its
+    ``outputs`` are saved, its other inputs (numbers, words) kept, and the backward operator,
+    called with the output's gradient, the saved tensors and the kept inputs, gives (dq, dk, dv);
+    weights and the rest get none.
 
-    Returned: a function of the forward operator's inputs that runs the operator where something
-    watches the dispatcher or compiles (``torch.compile``, ``FlopCounterMode``, the bench's
-    dispatch count and memory modes, fake tensors), and elsewhere the same two ``functions``
-    (the operators' bodies: the forward's and the backward's) joined by a plain
-    ``torch.autograd.Function``: the same kernels without ``torch.library``'s dispatch, which
-    costs the host a third to a half of a fused call's time (docs/check.md)."""
+    Returned: the forward operator, and a function of its inputs that runs the operators where
+    something watches the dispatcher or compiles (``torch.compile``, ``FlopCounterMode``, the
+    bench's dispatch count and memory modes, fake tensors), and elsewhere ``forward`` and
+    ``backward`` themselves joined by a plain ``torch.autograd.Function``: the same kernels
+    without ``torch.library``'s dispatch, which costs the host a third to a half of a fused
+    call's time (docs/check.md)."""
+    forward_operator = torch.library.custom_op(f"vitattn::{name}", forward, mutates_args=())
+    backward_operator = torch.library.custom_op(
+        f"vitattn::{name}_backward", backward, mutates_args=()
+    )
+    backward_operator.register_fake(gradients_like)
 
     def save(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*inputs[:tensors], *output[outputs])
@@ -137,8 +147,8 @@ def join_backward(
 
         return gradients
 
-    forward.register_autograd(gradients_by(backward), setup_context=save)
-    run_forward, run_backward = functions
+    forward_operator.register_autograd(gradients_by(backward_operator), setup_context=save)
+    run_forward, unwatched_gradients = forward, gradients_by(backward)
 
     class FusedPath(torch.autograd.Function):
         @staticmethod
@@ -148,14 +158,14 @@ def join_backward(
             ctx.mark_non_differentiable(*output[1:])
             return output
 
-        backward = staticmethod(gradients_by(run_backward))
+        backward = staticmethod(unwatched_gradients)
 
     def call(*inputs: Any) -> tuple:
         if watched() or inputs[0].device.type not in ("cuda", "cpu"):
-            return forward(*inputs)
+            return forward_operator(*inputs)
         return FusedPath.apply(*inputs)
 
-    return call
+    return forward_operator, call
 
 
 def watched() -> bool:

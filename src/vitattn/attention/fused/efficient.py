@@ -1,8 +1,8 @@
 """The fused path of efficient attention (Shen et al., WACV 2021) as ``torch.library`` operators:
 ``vitattn::efficient_attention`` (the forward, two Triton kernels) and
-``vitattn::efficient_attention_backward`` (two more), joined by ``register_autograd`` (eager and
-unwatched, the same bodies by a plain autograd Function:
-:func:`~vitattn.attention.fused.join_backward`).
+``vitattn::efficient_attention_backward`` (two more), made and joined by
+:func:`~vitattn.attention.fused.fused_operators` (``register_autograd``; eager and unwatched, the
+same bodies by a plain autograd Function).
 
 The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
 are in :mod:`~vitattn.attention.fused.efficient_kernels`, imported on the first call.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitattn.attention.fused import count_as_products, gradients_like, join_backward
+from vitattn.attention.fused import count_as_products, fused_operators
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -27,8 +27,21 @@ def _efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tenso
     return efficient_kernels.forward(q, k, v)
 
 
-efficient_attention = torch.library.custom_op(
-    "vitattn::efficient_attention", _efficient_attention, mutates_args=()
+def _efficient_attention_backward(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, context: Tensor, log_sum: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of :func:`efficient_attention` given the gradient of its output."""
+    from vitattn.attention.fused import efficient_kernels
+
+    return efficient_kernels.backward(grad_out, q, k, v, context, log_sum)
+
+
+efficient_attention, _call = fused_operators(
+    "efficient_attention",
+    _efficient_attention,
+    _efficient_attention_backward,
+    tensors=3,
+    outputs=slice(1, None),
 )
 
 
@@ -41,32 +54,6 @@ def _efficient_attention_shapes(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor
         q.new_empty(batch, heads, d, dv, dtype=torch.float32),
         q.new_empty(batch, heads, d, dtype=torch.float32),
     )
-
-
-def _efficient_attention_backward(
-    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, context: Tensor, log_sum: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) of :func:`efficient_attention` given the gradient of its output."""
-    from vitattn.attention.fused import efficient_kernels
-
-    return efficient_kernels.backward(grad_out, q, k, v, context, log_sum)
-
-
-efficient_attention_backward = torch.library.custom_op(
-    "vitattn::efficient_attention_backward", _efficient_attention_backward, mutates_args=()
-)
-
-
-efficient_attention_backward.register_fake(gradients_like)
-
-
-_call = join_backward(
-    efficient_attention,
-    efficient_attention_backward,
-    tensors=3,
-    outputs=slice(1, None),
-    functions=(_efficient_attention, _efficient_attention_backward),
-)
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:

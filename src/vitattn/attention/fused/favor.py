@@ -1,8 +1,8 @@
 """The fused path of FAVOR+ attention (Choromanski et al., ICLR 2021), either stabilizer, as
 ``torch.library`` operators: ``vitattn::favor_attention`` (the forward, two Triton kernels) and
-``vitattn::favor_attention_backward`` (three more), joined by ``register_autograd`` (eager and
-unwatched, the same bodies by a plain autograd Function:
-:func:`~vitattn.attention.fused.join_backward`); the projection is an input without a gradient (a
+``vitattn::favor_attention_backward`` (three more), made and joined by
+:func:`~vitattn.attention.fused.fused_operators` (``register_autograd``; eager and unwatched, the
+same bodies by a plain autograd Function); the projection is an input without a gradient (a
 buffer, redrawn by the mechanism).
 
 The FLOP formulas give the plain path's products (``impl=autograd``,
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitattn.attention.fused import count_as_feature_products, gradients_like, join_backward
+from vitattn.attention.fused import count_as_feature_products, fused_operators
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -31,28 +31,6 @@ def _favor_attention(
     from vitattn.attention.fused import favor_kernels
 
     return favor_kernels.forward(q, k, v, projection, eps, stabilizer)
-
-
-favor_attention = torch.library.custom_op(
-    "vitattn::favor_attention", _favor_attention, mutates_args=()
-)
-
-
-@favor_attention.register_fake
-def _favor_attention_shapes(
-    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
-) -> Saved:
-    batch, heads, n, _ = q.shape
-    dv, m = v.shape[-1], projection.shape[1]
-    fp32 = dict(dtype=torch.float32)
-    return (
-        v.new_empty(batch, heads, n, dv),
-        q.new_empty(batch, heads, m, dv, **fp32),
-        q.new_empty(batch, heads, m, **fp32),
-        q.new_empty(batch, heads, **fp32),
-        q.new_empty(batch, heads, n, **fp32),
-        q.new_empty(batch, heads, n, **fp32),
-    )
 
 
 def _favor_attention_backward(
@@ -77,21 +55,26 @@ def _favor_attention_backward(
     return favor_kernels.backward(grad_out, q, k, v, projection, saved, eps, stabilizer)
 
 
-favor_attention_backward = torch.library.custom_op(
-    "vitattn::favor_attention_backward", _favor_attention_backward, mutates_args=()
+favor_attention, _call = fused_operators(
+    "favor_attention", _favor_attention, _favor_attention_backward, tensors=4, outputs=slice(None)
 )
 
 
-favor_attention_backward.register_fake(gradients_like)
-
-
-_call = join_backward(
-    favor_attention,
-    favor_attention_backward,
-    tensors=4,
-    outputs=slice(None),
-    functions=(_favor_attention, _favor_attention_backward),
-)
+@favor_attention.register_fake
+def _favor_attention_shapes(
+    q: Tensor, k: Tensor, v: Tensor, projection: Tensor, eps: float, stabilizer: str
+) -> Saved:
+    batch, heads, n, _ = q.shape
+    dv, m = v.shape[-1], projection.shape[1]
+    fp32 = dict(dtype=torch.float32)
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, m, dv, **fp32),
+        q.new_empty(batch, heads, m, **fp32),
+        q.new_empty(batch, heads, **fp32),
+        q.new_empty(batch, heads, n, **fp32),
+        q.new_empty(batch, heads, n, **fp32),
+    )
 
 
 count_as_feature_products(

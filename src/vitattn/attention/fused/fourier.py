@@ -1,9 +1,9 @@
 """The fused path of random feature attention (Peng et al., ICLR 2021) as ``torch.library``
 operators: ``vitattn::fourier_attention`` (the forward, two Triton kernels) and
-``vitattn::fourier_attention_backward`` (three more), joined by ``register_autograd`` (eager and
-unwatched, the same bodies by a plain autograd Function:
-:func:`~vitattn.attention.fused.join_backward`); the frequencies are an input without a gradient
-(a buffer, redrawn by the mechanism).
+``vitattn::fourier_attention_backward`` (three more), made and joined by
+:func:`~vitattn.attention.fused.fused_operators` (``register_autograd``; eager and unwatched, the
+same bodies by a plain autograd Function); the frequencies are an input without a gradient (a
+buffer, redrawn by the mechanism).
 
 The FLOP formulas give the plain path's products (``impl=autograd``,
 :mod:`vitattn.attention.fused`). The kernels are in
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitattn.attention.fused import count_as_feature_products, gradients_like, join_backward
+from vitattn.attention.fused import count_as_feature_products, fused_operators
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -31,30 +31,6 @@ def _fourier_attention(
     from vitattn.attention.fused import fourier_kernels
 
     return fourier_kernels.forward(q, k, v, frequencies, sigma, eps)
-
-
-fourier_attention = torch.library.custom_op(
-    "vitattn::fourier_attention", _fourier_attention, mutates_args=()
-)
-
-
-@fourier_attention.register_fake
-def _fourier_attention_shapes(
-    q: Tensor, k: Tensor, v: Tensor, frequencies: Tensor, sigma: float, eps: float
-) -> Saved:
-    batch, heads, n, _ = q.shape
-    dv, count = v.shape[-1], frequencies.shape[1]
-    fp32 = dict(dtype=torch.float32)
-    return (
-        v.new_empty(batch, heads, n, dv),
-        q.new_empty(batch, heads, count, dv, **fp32),
-        q.new_empty(batch, heads, count, dv, **fp32),
-        q.new_empty(batch, heads, count, **fp32),
-        q.new_empty(batch, heads, count, **fp32),
-        q.new_empty(batch, heads, **fp32),
-        q.new_empty(batch, heads, **fp32),
-        q.new_empty(batch, heads, n, **fp32),
-    )
 
 
 def _fourier_attention_backward(
@@ -81,21 +57,32 @@ def _fourier_attention_backward(
     return fourier_kernels.backward(grad_out, q, k, v, frequencies, saved, sigma, eps)
 
 
-fourier_attention_backward = torch.library.custom_op(
-    "vitattn::fourier_attention_backward", _fourier_attention_backward, mutates_args=()
-)
-
-
-fourier_attention_backward.register_fake(gradients_like)
-
-
-_call = join_backward(
-    fourier_attention,
-    fourier_attention_backward,
+fourier_attention, _call = fused_operators(
+    "fourier_attention",
+    _fourier_attention,
+    _fourier_attention_backward,
     tensors=4,
     outputs=slice(None),
-    functions=(_fourier_attention, _fourier_attention_backward),
 )
+
+
+@fourier_attention.register_fake
+def _fourier_attention_shapes(
+    q: Tensor, k: Tensor, v: Tensor, frequencies: Tensor, sigma: float, eps: float
+) -> Saved:
+    batch, heads, n, _ = q.shape
+    dv, count = v.shape[-1], frequencies.shape[1]
+    fp32 = dict(dtype=torch.float32)
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, count, dv, **fp32),
+        q.new_empty(batch, heads, count, dv, **fp32),
+        q.new_empty(batch, heads, count, **fp32),
+        q.new_empty(batch, heads, count, **fp32),
+        q.new_empty(batch, heads, **fp32),
+        q.new_empty(batch, heads, **fp32),
+        q.new_empty(batch, heads, n, **fp32),
+    )
 
 
 # D frequencies: D projections, 2 D features (a sine and a cosine each)

@@ -1,10 +1,10 @@
 """The fused path of linear attention with a feature map as ``torch.library`` operators:
 ``vitattn::linear_attention`` (the forward, two Triton kernels) and
-``vitattn::linear_attention_backward`` (two more), joined by ``register_autograd`` (eager and
-unwatched, the same bodies by a plain autograd Function:
-:func:`~vitattn.attention.fused.join_backward`). The feature map is an argument: ``elu`` for
-linear attention (Katharopoulos et al., ICML 2020), ``unit`` for first-order Taylor attention's 1
-+ q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
+``vitattn::linear_attention_backward`` (two more), made and joined by
+:func:`~vitattn.attention.fused.fused_operators` (``register_autograd``; eager and unwatched, the
+same bodies by a plain autograd Function). The feature map is an argument: ``elu`` for linear
+attention (Katharopoulos et al., ICML 2020), ``unit`` for first-order Taylor attention's 1 +
+q^.k^ (:mod:`~vitattn.attention.fused.linear_kernels`).
 
 The FLOP formulas give the plain path's products (:mod:`vitattn.attention.fused`). The kernels
 are in :mod:`~vitattn.attention.fused.linear_kernels`, imported on the first call.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitattn.attention.fused import count_as_products, gradients_like, join_backward
+from vitattn.attention.fused import count_as_products, fused_operators
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
@@ -29,25 +29,6 @@ def _linear_attention(
     from vitattn.attention.fused import linear_kernels
 
     return linear_kernels.forward(q, k, v, eps, feature)
-
-
-linear_attention = torch.library.custom_op(
-    "vitattn::linear_attention", _linear_attention, mutates_args=()
-)
-
-
-@linear_attention.register_fake
-def _linear_attention_shapes(
-    q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    batch, heads, n, d = q.shape
-    dv = v.shape[-1]
-    return (
-        v.new_empty(batch, heads, n, dv),
-        q.new_empty(batch, heads, d, dv, dtype=torch.float32),
-        q.new_empty(batch, heads, d, dtype=torch.float32),
-        q.new_empty(batch, heads, dv if feature == "unit" else 0, dtype=torch.float32),
-    )
 
 
 def _linear_attention_backward(
@@ -67,21 +48,27 @@ def _linear_attention_backward(
     return linear_kernels.backward(grad_out, q, k, v, state, key_sum, value_sum, eps, feature)
 
 
-linear_attention_backward = torch.library.custom_op(
-    "vitattn::linear_attention_backward", _linear_attention_backward, mutates_args=()
-)
-
-
-linear_attention_backward.register_fake(gradients_like)
-
-
-_call = join_backward(
-    linear_attention,
-    linear_attention_backward,
+linear_attention, _call = fused_operators(
+    "linear_attention",
+    _linear_attention,
+    _linear_attention_backward,
     tensors=3,
     outputs=slice(1, None),
-    functions=(_linear_attention, _linear_attention_backward),
 )
+
+
+@linear_attention.register_fake
+def _linear_attention_shapes(
+    q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    batch, heads, n, d = q.shape
+    dv = v.shape[-1]
+    return (
+        v.new_empty(batch, heads, n, dv),
+        q.new_empty(batch, heads, d, dv, dtype=torch.float32),
+        q.new_empty(batch, heads, d, dtype=torch.float32),
+        q.new_empty(batch, heads, dv if feature == "unit" else 0, dtype=torch.float32),
+    )
 
 
 def _products(batch: int, heads: int, n_q: int, n_k: int, d: int, dv: int) -> int:
