@@ -6,7 +6,9 @@ ms of the fused path, the plain path and ``scaled_dot_product_attention`` (flash
 it applies) at n = 16384, 8192 and the training shape (batch 256, 8 heads, n 1024, d 32), each
 call synced alone, ten calls queued back to back (the device's time where it exceeds the
 host's) and ten replays of the calls captured in a CUDA graph (the device's time alone: no host
-in between); the (warps, stages) the tuned kernels chose at each shape; ``impl=auto``'s logged
+in between); for random_feature also with libdevice's precise sines and cosines in place of the
+GPU's fast ones (``fourier_kernels.FAST_TRIG``); the (warps, stages) the tuned kernels chose at
+each shape; ``impl=auto``'s logged
 choice at the training shape; and the error of the fused path compiled with ``fullgraph=True``.
 docs/check.md holds the H200's figures.
 
@@ -17,10 +19,11 @@ docs/check.md holds the H200's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import triton
@@ -144,6 +147,18 @@ def chosen_configs(name: str) -> str:
     return f"; tuned: {' '.join(chosen)}"
 
 
+@contextlib.contextmanager
+def precise_trig() -> Iterator[None]:
+    """random_feature's kernels with libdevice's ``sinf`` and ``cosf`` (as before the fast ones)."""
+    from vitattn.attention.fused import fourier_kernels
+
+    before, fourier_kernels.FAST_TRIG = fourier_kernels.FAST_TRIG, False
+    try:
+        yield
+    finally:
+        fourier_kernels.FAST_TRIG = before
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
@@ -184,6 +199,15 @@ def main() -> None:
                 f"flash/fused {flash[1] / f[1]:.2f}x{chosen_configs(name)}",
                 flush=True,
             )
+            if name == "random_feature":
+                with precise_trig():
+                    slow = timed(fused, xs)
+                    print(
+                        f"{name} {shape} bf16: fused with precise sin/cos {slow[0]:.3f} / "
+                        f"{slow[1]:.3f} / {graphed(fused, xs)} ms (alone / queued / graphed); "
+                        f"queued: precise/fast {slow[1] / f[1]:.2f}x{chosen_configs(name)}",
+                        flush=True,
+                    )
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in names:  # impl=auto times every implementation on its first call and logs it

@@ -34,6 +34,9 @@ from vitattn.attention.taylor import TaylorAttention
 from vitattn.errors import ConfigError
 
 triton = pytest.importorskip("triton")
+tl = triton.language
+
+from vitattn.attention.fused.fourier_kernels import _sin_cos  # noqa: E402 (needs Triton)
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +243,41 @@ def test_random_features_floor_takes_the_gradient_where_it_binds(device, normali
     assert below.any() and not below.all(), below.float().mean()
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@triton.jit
+def _sines_and_cosines(x_ptr, w_ptr, sin_ptr, cos_ptr, precision: tl.constexpr, fast: tl.constexpr):
+    """Random feature attention's sines and cosines of a (64, 16) tile's rows by 32 frequencies
+    (``_sin_cos``), stored as (64, 32)."""
+    rows, cols, fcols = tl.arange(0, 64), tl.arange(0, 16), tl.arange(0, 32)
+    x = tl.load(x_ptr + rows[:, None] * 16 + cols[None, :])
+    w = tl.load(w_ptr + fcols[:, None] * 16 + cols[None, :])
+    sin, cos = _sin_cos(x, w, fcols, 32, 1.0, precision, fast)
+    tl.store(sin_ptr + rows[:, None] * 32 + fcols[None, :], sin)
+    tl.store(cos_ptr + rows[:, None] * 32 + fcols[None, :], cos)
+
+
+# the GPU's fast sine and cosine where there is one; the interpreter has only the precise ones
+TRIG_FUNCTIONS = [False, True] if torch.cuda.is_available() else [False]
+
+
+@pytest.mark.parametrize("fast_trig", TRIG_FUNCTIONS)
+def test_random_features_sines_hold_for_projections_of_thousands(device, fast_trig) -> None:
+    """The random features' sines and cosines of projections up to 24,000 radians (a key's
+    norm kept, sigma large) against float64's: the projections are reduced to [-pi, pi] by
+    thousands of 2 pi, which takes 2 pi to more than fp32's 24 bits (fp32's 2 pi alone is off
+    by 6e-4 at 3,800 turns); then ``__sinf`` and ``__cosf`` on a GPU, within 4e-7 there."""
+    # projections x.w exact in fp32: x's first column times powers of two, 1/16 to 8
+    x = torch.zeros(64, 16)
+    x[:, 0] = torch.linspace(-3000.0, 3000.0, 64)
+    w = torch.zeros(32, 16)
+    w[:, 0] = 2.0 ** (torch.arange(32) % 8 - 4)
+    sin, cos = torch.empty(64, 32, device=device), torch.empty(64, 32, device=device)
+    _sines_and_cosines[(1,)](x.to(device), w.to(device), sin, cos, "ieee", fast_trig)
+    projections = x[:, :1].double() * w[:, 0].double()
+    assert projections.abs().max() == 24000.0
+    torch.testing.assert_close(sin.cpu().double(), projections.sin(), rtol=0, atol=2e-6)
+    torch.testing.assert_close(cos.cpu().double(), projections.cos(), rtol=0, atol=2e-6)
 
 
 def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, device) -> None:

@@ -36,8 +36,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from vitattn.attention.fused.tiles import (
+    INTERPRETED,
     blocks,
     cdiv,
     matrix,
@@ -56,24 +58,49 @@ BLOCK_M = 32
 """Frequencies per block: their sines and cosines, two (rows x frequencies) tiles and two
 (frequencies x d_v) states, stay in registers."""
 
+FAST_TRIG: bool = not INTERPRETED
+"""Whether the sines and cosines are the GPU's fast ones, ``__sinf`` and ``__cosf`` (its special
+function units: a few instructions; within 2^-21.41 of the true values over [-pi, pi], to which
+the projections are first reduced, by the CUDA C++ Programming Guide's table of intrinsics),
+rather than libdevice's ``sinf`` and ``cosf`` (Triton's ``tl.sin``, ``tl.cos``: a reduction and
+a polynomial of their own, dozens of instructions each, and a slow path for large arguments;
+docs/check.md counts them). The interpreter runs no libdevice call: it takes ``tl.sin`` and
+``tl.cos`` of the same reduced projections."""
+
+TWO_PI_HIGH = tl.constexpr(6.28125)
+"""2 pi to 8 bits, then :data:`TWO_PI_MIDDLE` to 12 and :data:`TWO_PI_LOW` to 24 more: Cody and
+Waite's reduction, the projection less k 2 pi in three steps, of which the first two are exact
+in fp32 (with or without fused multiply-adds) for fewer than 4,096 turns."""
+
+TWO_PI_MIDDLE = tl.constexpr(0.0019350051879882812)
+TWO_PI_LOW = tl.constexpr(3.019916050561733e-07)
+
 
 @triton.jit
-def _sin_cos(x, w, fcols, F, SCALE, PRECISION: tl.constexpr):
+def _sin_cos(x, w, fcols, F, SCALE, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr):
     """sin and cos of s x.w_f for a tile's rows and a block of frequencies, zero for
-    frequencies past the F-th."""
+    frequencies past the F-th (:data:`FAST_TRIG`)."""
     projected = tl.dot(x, tl.trans(w), input_precision=PRECISION) * SCALE
+    turns = tl.floor(projected * 0.15915494309189535 + 0.5)  # the nearest multiple of 2 pi
+    reduced = projected - turns * TWO_PI_HIGH - turns * TWO_PI_MIDDLE - turns * TWO_PI_LOW
+    if FAST_TRIG:
+        sin = libdevice.fast_sinf(reduced)
+        cos = libdevice.fast_cosf(reduced)
+    else:
+        sin = tl.sin(reduced)
+        cos = tl.cos(reduced)
     inside = (fcols < F)[None, :]
-    return tl.where(inside, tl.sin(projected), 0.0), tl.where(inside, tl.cos(projected), 0.0)
+    return tl.where(inside, sin, 0.0), tl.where(inside, cos, 0.0)
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT")
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG")
 @triton.jit
 def _key_state(
     K, V, W, SS_PARTS, SC_PARTS, ZS_PARTS, ZC_PARTS, MAX_PARTS, GSUM_PARTS,
     HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE, WEIGHT_SCALE,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
@@ -98,7 +125,7 @@ def _key_state(
         new_max = tl.maximum(running_max, tl.max(logits, axis=0))
         rescale = tl.exp(running_max - new_max)  # 0 at the first block (running_max is -inf)
         weights = tl.exp(logits - new_max)  # (BLOCK_N,): one per key, 0 past N
-        sin, cos = _sin_cos(k, w, fcols, F, SCALE, PRECISION)
+        sin, cos = _sin_cos(k, w, fcols, F, SCALE, PRECISION, FAST_TRIG)
         weighted = v * weights[:, None]
         state_sin = state_sin * rescale + tl.dot(tl.trans(sin), weighted, input_precision=PRECISION)
         state_cos = state_cos * rescale + tl.dot(tl.trans(cos), weighted, input_precision=PRECISION)
@@ -119,14 +146,14 @@ def _key_state(
         tl.store(GSUM_PARTS + part + one, weight_sum)
 
 
-@tuned("HEADS", "N", "D", "DV", "F")
+@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _output(
     Q, W, SS, SC, ZS, ZC, FLOOR, OUT, DEN,
     HEADS, N, D, DV, F, SCALE,
     sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -137,7 +164,9 @@ def _output(
     normaliser = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for first in range(0, F, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
-        sin, cos = _sin_cos(q, matrix(W, h, fcols, cols, F, D), fcols, F, SCALE, PRECISION)
+        sin, cos = _sin_cos(
+            q, matrix(W, h, fcols, cols, F, D), fcols, F, SCALE, PRECISION, FAST_TRIG
+        )
         numerator += tl.dot(sin, matrix(SS, head, fcols, vcols, F, DV), input_precision=PRECISION)
         numerator += tl.dot(cos, matrix(SC, head, fcols, vcols, F, DV), input_precision=PRECISION)
         sum_sin = tl.load(ZS + head * F + fcols, mask=fcols < F, other=0.0)
@@ -168,7 +197,7 @@ def _output_gradients(
     return grad_out / floored[:, None], grad_normaliser, grad_floor
 
 
-@tuned("HEADS", "N", "D", "DV", "F")
+@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _query_grads(
     Q, DO, OUT, W, SS, SC, ZS, ZC, FLOOR, DEN, DQ, DFLOOR_PARTS,
@@ -176,7 +205,7 @@ def _query_grads(
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     sdq_b, sdq_h, sdq_n, sdq_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -191,7 +220,7 @@ def _query_grads(
     for first in range(0, F, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
         w = matrix(W, h, fcols, cols, F, D)
-        sin, cos = _sin_cos(q, w, fcols, F, SCALE, PRECISION)
+        sin, cos = _sin_cos(q, w, fcols, F, SCALE, PRECISION, FAST_TRIG)
         state_sin = matrix(SS, head, fcols, vcols, F, DV)
         state_cos = matrix(SC, head, fcols, vcols, F, DV)
         sum_sin = tl.load(ZS + head * F + fcols, mask=fcols < F, other=0.0)
@@ -207,14 +236,14 @@ def _query_grads(
     tl.store(DFLOOR_PARTS + part, tl.sum(grad_floor, axis=0))
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT")
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG")
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, FLOOR, DEN, DSS_PARTS, DSC_PARTS, DZS_PARTS, DZC_PARTS,
     HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
@@ -236,7 +265,7 @@ def _feature_grads(
             DO, OUT, DEN, FLOOR, head, b, h, n, N, vcols, DV,
             sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
         )  # fmt: skip
-        sin, cos = _sin_cos(q, w, fcols, F, SCALE, PRECISION)
+        sin, cos = _sin_cos(q, w, fcols, F, SCALE, PRECISION, FAST_TRIG)
         grad_state_sin += tl.dot(tl.trans(sin), grad_numerator, input_precision=PRECISION)
         grad_state_cos += tl.dot(tl.trans(cos), grad_numerator, input_precision=PRECISION)
         grad_sum_sin += tl.sum(sin * grad_normaliser[:, None], axis=0)
@@ -249,7 +278,7 @@ def _feature_grads(
     tl.store(DZC_PARTS + part * BLOCK_M + every, grad_sum_cos)
 
 
-@tuned("HEADS", "N", "D", "DV", "F")
+@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _key_grads(
     K, V, W, DSS, DSC, DZS, DZC, KEY_MAX, DFLOOR, DK, DVAL,
@@ -257,7 +286,7 @@ def _key_grads(
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -273,7 +302,7 @@ def _key_grads(
     for first in range(0, F, BLOCK_M):
         fcols = first + tl.arange(0, BLOCK_M)
         w = matrix(W, h, fcols, cols, F, D)
-        sin, cos = _sin_cos(k, w, fcols, F, SCALE, PRECISION)
+        sin, cos = _sin_cos(k, w, fcols, F, SCALE, PRECISION, FAST_TRIG)
         grad_state_sin = matrix(DSS, head, fcols, vcols, F, DV)
         grad_state_cos = matrix(DSC, head, fcols, vcols, F, DV)
         grad_sum_sin = tl.load(DZS + head * F + fcols, mask=fcols < F, other=0.0)
@@ -303,6 +332,7 @@ def _meta(d: int, dv: int, device: torch.device) -> dict[str, object]:
         BLOCK_DV=block_dv,
         BLOCK_M=BLOCK_M,
         PRECISION=precision(device),
+        FAST_TRIG=FAST_TRIG,
     )
 
 
