@@ -7,9 +7,9 @@ it applies) at n = 16384, 8192 and the training shape (batch 256, 8 heads, n 102
 call synced alone, ten calls queued back to back (the device's time where it exceeds the
 host's) and ten replays of the calls captured in a CUDA graph (the device's time alone: no host
 in between); for random_feature also with libdevice's precise sines and cosines in place of the
-GPU's fast ones (``fourier_kernels.FAST_TRIG``); the (warps, stages) the tuned kernels chose at
-each shape; ``impl=auto``'s logged
-choice at the training shape; and the error of the fused path compiled with ``fullgraph=True``.
+GPU's fast ones (``fourier_kernels.FAST_TRIG``); the (warps, stages, row steps) the tuned
+kernels chose at each shape; ``impl=auto``'s logged choice at the training shape; and the error
+of the fused path compiled with ``fullgraph=True``.
 docs/check.md holds the H200's figures.
 
     python scripts/fused_paths_gpu.py                       # every mechanism, about 3 minutes
@@ -132,7 +132,8 @@ def graphed(call: Call, xs: list[torch.Tensor], repeats: int = 10) -> str:
 
 
 def chosen_configs(name: str) -> str:
-    """The (warps, stages) each tuned kernel of ``name`` launched last (``tiles.tuned``)."""
+    """The (warps, stages, and HALVES where tuned) each tuned kernel of ``name`` launched last
+    (``tiles.tuned``)."""
     from triton.runtime.autotuner import Autotuner
 
     module = {"performer": "favor_kernels", "random_feature": "fourier_kernels"}.get(name)
@@ -141,6 +142,7 @@ def chosen_configs(name: str) -> str:
     kernels = vars(importlib.import_module(f"vitattn.attention.fused.{module}"))
     chosen = [
         f"{kernel}={best.num_warps}w{best.num_stages}s"
+        + "".join(f",{name}={value}" for name, value in best.kwargs.items())
         for kernel, tuner in kernels.items()
         if isinstance(tuner, Autotuner) and (best := getattr(tuner, "best_config", None))
     ]

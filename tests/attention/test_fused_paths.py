@@ -280,6 +280,38 @@ def test_random_features_sines_hold_for_projections_of_thousands(device, fast_tr
     torch.testing.assert_close(cos.cpu().double(), projections.cos(), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("name", ["performer", "performer_authors", "random_feature"])
+def test_the_split_kernels_step_through_half_the_rows_alike(name, device, monkeypatch) -> None:
+    """The two kernels that sum over a split of the rows (the keys' state, the features'
+    gradients) at ``HALVES=2``, half the host's rows a step (one of the configurations the GPU's
+    tuner tries; the interpreter runs the first, 1): the plain path's function, with 64 rows per
+    block (as wide as a block of features), two splits of 128 rows, four steps in each, the last
+    one partly past n."""
+    from vitattn.attention.fused import favor_kernels, fourier_kernels
+
+    module = fourier_kernels if name == "random_feature" else favor_kernels
+    for kernel in (module._key_state, module._feature_grads):
+        monkeypatch.setattr(kernel, "configs", [triton.Config({"HALVES": 2})])
+    fused, plain = kernels(name, 200, 2, 16, device)
+    q, k, v = inputs((1, 2, 200, 16), device)
+    for got, want in zip(
+        outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("block", "halves"), [(64, [1, 2]), (32, [1, 2]), (16, [1])])
+def test_the_tuner_never_steps_through_fewer_rows_than_a_product_takes(block, halves) -> None:
+    """On a GPU of little shared memory (32 rows per block, or 16 for wide heads) the tuner
+    drops the half step that would give ``tl.dot`` fewer than 16 rows."""
+    from vitattn.attention.fused import tiles
+
+    configs = [triton.Config({"HALVES": h}, num_warps=w) for h in (1, 2) for w in (4, 8)]
+    kept = tiles.steps_of_16_rows_or_more(configs, {}, BLOCK_N=block, BLOCK_D=64)
+    assert sorted({config.kwargs["HALVES"] for config in kept}) == halves
+    assert len(kept) == 2 * len(halves)
+
+
 def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, device) -> None:
     fused, plain = kernels(mechanism, 48, 2, 16, device)
     q, k, v = inputs((2, 2, 48, 16), device)

@@ -72,7 +72,7 @@ def _projections(x, w, fcols, M, SCALE, PRECISION: tl.constexpr, NORM: tl.conste
     return projections, half_square
 
 
-@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT")
+@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
 @triton.jit
 def _key_state(
     K, V, W, S_PARTS, Z_PARTS, MAX_PARTS, VSUM_PARTS,
@@ -80,11 +80,12 @@ def _key_state(
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
+    HALVES: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
     feature_block = tl.program_id(2)
-    rows = tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_N // HALVES)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
     fcols = feature_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -94,7 +95,7 @@ def _key_state(
     value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
     running_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     start, end = split_span(ROWS_PER_SPLIT, N)
-    for offset in range(start, end, BLOCK_N):
+    for offset in range(start, end, BLOCK_N // HALVES):
         n = offset + rows
         k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
         v = tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
@@ -214,7 +215,7 @@ def _query_grads(
     put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
 
 
-@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT")
+@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, DEN, SHIFT, DS_PARTS, DZ_PARTS,
@@ -222,11 +223,12 @@ def _feature_grads(
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
+    HALVES: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
     feature_block = tl.program_id(2)
-    rows = tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_N // HALVES)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
     fcols = feature_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -234,7 +236,7 @@ def _feature_grads(
     grad_state = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
     grad_key_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     start, end = split_span(ROWS_PER_SPLIT, N)
-    for offset in range(start, end, BLOCK_N):
+    for offset in range(start, end, BLOCK_N // HALVES):
         n = offset + rows
         q = tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
         grad_numerator, grad_normaliser = _output_gradients(

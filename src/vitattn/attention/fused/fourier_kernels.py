@@ -93,7 +93,7 @@ def _sin_cos(x, w, fcols, F, SCALE, PRECISION: tl.constexpr, FAST_TRIG: tl.const
     return tl.where(inside, sin, 0.0), tl.where(inside, cos, 0.0)
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG")
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
 @triton.jit
 def _key_state(
     K, V, W, SS_PARTS, SC_PARTS, ZS_PARTS, ZC_PARTS, MAX_PARTS, GSUM_PARTS,
@@ -101,11 +101,12 @@ def _key_state(
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
+    HALVES: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
     frequency_block = tl.program_id(2)
-    rows = tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_N // HALVES)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
     fcols = frequency_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -117,7 +118,7 @@ def _key_state(
     weight_sum = tl.zeros((1,), dtype=tl.float32)
     running_max = tl.full((1,), float("-inf"), dtype=tl.float32)
     start, end = split_span(ROWS_PER_SPLIT, N)
-    for offset in range(start, end, BLOCK_N):
+    for offset in range(start, end, BLOCK_N // HALVES):
         n = offset + rows
         k = tile(K, b, h, n, N, cols, D, sk_b, sk_h, sk_n, sk_d)
         v = tile(V, b, h, n, N, vcols, DV, sv_b, sv_h, sv_n, sv_d)
@@ -236,7 +237,7 @@ def _query_grads(
     tl.store(DFLOOR_PARTS + part, tl.sum(grad_floor, axis=0))
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG")
+@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, FLOOR, DEN, DSS_PARTS, DSC_PARTS, DZS_PARTS, DZC_PARTS,
@@ -244,11 +245,12 @@ def _feature_grads(
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
+    HALVES: tl.constexpr,
 ):  # fmt: skip
     head, b, h = program_head(HEADS)
     split = tl.program_id(1)
     frequency_block = tl.program_id(2)
-    rows = tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_N // HALVES)
     cols = tl.arange(0, BLOCK_D)
     vcols = tl.arange(0, BLOCK_DV)
     fcols = frequency_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -258,7 +260,7 @@ def _feature_grads(
     grad_sum_sin = tl.zeros((BLOCK_M,), dtype=tl.float32)
     grad_sum_cos = tl.zeros((BLOCK_M,), dtype=tl.float32)
     start, end = split_span(ROWS_PER_SPLIT, N)
-    for offset in range(start, end, BLOCK_N):
+    for offset in range(start, end, BLOCK_N // HALVES):
         n = offset + rows
         q = tile(Q, b, h, n, N, cols, D, sq_b, sq_h, sq_n, sq_d)
         grad_numerator, grad_normaliser, _ = _output_gradients(

@@ -101,16 +101,38 @@ TUNING_MS = (5, 20)
 own default, 25 and 100, would add seconds to every new shape)."""
 
 
-def tuned(*key: str) -> Callable[[Any], Any]:
-    """``triton.autotune`` over :data:`WARPS_AND_STAGES`, once per value of the arguments named
-    ``key`` (and the tensors' dtypes): on a GPU each new key times every configuration at its
-    first call (those that do not fit the GPU's registers or shared memory are passed over),
-    then launches the fastest; the timings are kept in Triton's cache on disk, so a later
-    process of the same kernels and key does not time them again. Block sizes stay the host's,
-    which sizes the buffers by them; the kernels only write their outputs, so a timing run
-    changes nothing. In the interpreter only the first configuration, and no timing."""
+ROW_HALVES = (1, 2)
+"""The steps through a split's rows that :func:`tuned` tries with ``halves``: the host's
+``BLOCK_N`` rows at a time, or half as many, whose tiles take fewer registers per thread (more
+warps per multiprocessor, no spills: docs/check.md)."""
+
+
+def steps_of_16_rows_or_more(
+    configs: list[triton.Config], named_args: dict[str, Any], **constants: Any
+) -> list[triton.Config]:
+    """The configurations whose step through the rows (``BLOCK_N // HALVES``) is at least
+    ``tl.dot``'s least side, 16: :func:`tuned`'s pruning with ``halves`` (a GPU of little shared
+    memory takes 32 rows or fewer per block, :func:`blocks`)."""
+    return [c for c in configs if constants["BLOCK_N"] // c.kwargs.get("HALVES", 1) >= 16]
+
+
+def tuned(*key: str, halves: bool = False) -> Callable[[Any], Any]:
+    """``triton.autotune`` over :data:`WARPS_AND_STAGES` (and with ``halves`` over
+    :data:`ROW_HALVES`, the kernel's ``HALVES``), once per value of the arguments named ``key``
+    (and the tensors' dtypes): on a GPU each new key times every configuration at its first call
+    (those that do not fit the GPU's registers or shared memory are passed over), then launches
+    the fastest; the timings are kept in Triton's cache on disk, so a later process of the same
+    kernels and key does not time them again. Block sizes stay the host's, which sizes the
+    buffers by them (``HALVES`` only shortens the step of a loop over rows within them); the
+    kernels only write their outputs, so a timing run changes nothing. In the interpreter only
+    the first configuration, and no timing."""
     pairs = WARPS_AND_STAGES[:1] if INTERPRETED else WARPS_AND_STAGES
-    configs = [triton.Config({}, num_warps=warps, num_stages=stages) for warps, stages in pairs]
+    steps = ROW_HALVES[:1] if INTERPRETED else ROW_HALVES
+    configs = [
+        triton.Config({"HALVES": step} if halves else {}, num_warps=warps, num_stages=stages)
+        for step in (steps if halves else steps[:1])
+        for warps, stages in pairs
+    ]
     warmup, rep = TUNING_MS
 
     def bench(call: Callable[[], Any], quantiles: tuple[float, ...]) -> Any:
@@ -118,7 +140,13 @@ def tuned(*key: str) -> Callable[[Any], Any]:
 
         return do_bench(call, warmup=warmup, rep=rep, quantiles=quantiles)
 
-    return triton.autotune(configs=configs, key=list(key), do_bench=bench, cache_results=True)
+    return triton.autotune(
+        configs=configs,
+        key=list(key),
+        do_bench=bench,
+        cache_results=True,
+        prune_configs_by={"early_config_prune": steps_of_16_rows_or_more} if halves else None,
+    )
 
 
 def blocks(d: int, dv: int, device: torch.device, widest: int = 0) -> tuple[int, int, int]:
