@@ -125,7 +125,7 @@ def _key_state(
         logits = tl.where(n < N, WEIGHT_SCALE * tl.sum(k * k, axis=1), float("-inf"))
         new_max = tl.maximum(running_max, tl.max(logits, axis=0))
         rescale = tl.exp(running_max - new_max)  # 0 at the first block (running_max is -inf)
-        weights = tl.exp(logits - new_max)  # (BLOCK_N,): one per key, 0 past N
+        weights = tl.exp(logits - new_max)  # one per key of the step, 0 past N
         sin, cos = _sin_cos(k, w, fcols, F, SCALE, PRECISION, FAST_TRIG)
         weighted = v * weights[:, None]
         state_sin = state_sin * rescale + tl.dot(tl.trans(sin), weighted, input_precision=PRECISION)
