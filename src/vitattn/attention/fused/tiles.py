@@ -127,10 +127,10 @@ def tuned(*key: str, halves: bool = False) -> Callable[[Any], Any]:
     kernels only write their outputs, so a timing run changes nothing. In the interpreter only
     the first configuration, and no timing."""
     pairs = WARPS_AND_STAGES[:1] if INTERPRETED else WARPS_AND_STAGES
-    steps = ROW_HALVES[:1] if INTERPRETED else ROW_HALVES
+    steps = ROW_HALVES if halves and not INTERPRETED else ROW_HALVES[:1]
     configs = [
         triton.Config({"HALVES": step} if halves else {}, num_warps=warps, num_stages=stages)
-        for step in (steps if halves else steps[:1])
+        for step in steps
         for warps, stages in pairs
     ]
     warmup, rep = TUNING_MS
