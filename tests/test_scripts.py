@@ -180,3 +180,40 @@ def test_gpu_check_packs_each_part_as_it_ends(tmp_path: Path) -> None:
     assert [line.split("\t")[:2] for line in tsv.splitlines()[1:]] == [[p, "0"] for p in parts]
     assert not pack.with_name("check.tgz.partial").exists()
     assert "none" in result.stdout  # each part's problems line in the closing list
+
+
+@pytest.mark.slow
+def test_kernel_registers_compiles_each_tuned_configuration_without_a_gpu() -> None:
+    """``scripts/kernel_registers.py``: performer's keys' kernel, compiled for sm_90 on this CPU
+    at each of the eight configurations its tuner tries, one table row each with the PTX
+    instructions, registers (at most a thread's 255), spilled bytes and shared memory; the half
+    step takes fewer registers than the whole at the same warps (docs/check.md's table)."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "kernel_registers.py"),
+            "performer",
+            "--kernels",
+            "_key_state",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:-1]]
+        for line in result.stdout.splitlines()
+        if line.startswith("| performer")
+    ]
+    configs = [f"{w}w{s}s,HALVES={h}" for h in (1, 2) for w, s in ((4, 3), (8, 3), (4, 2), (8, 2))]
+    assert [row[2] for row in rows] == configs
+    registers = {row[2]: int(row[4]) for row in rows}
+    for _, kernel, _, instructions, used, spilled, shared in rows:
+        assert kernel == "`_key_state`"
+        assert int(instructions.replace(",", "")) > 100 and 0 < int(used) <= 255
+        assert int(spilled) >= 0 and int(shared) > 0
+    for warps in ("4w3s", "8w3s"):
+        assert registers[f"{warps},HALVES=2"] < registers[f"{warps},HALVES=1"]
