@@ -36,6 +36,8 @@ from vitattn.errors import ConfigError
 triton = pytest.importorskip("triton")
 tl = triton.language
 
+from triton.runtime.autotuner import Autotuner  # noqa: E402 (needs Triton)
+
 from vitattn.attention.fused.fourier_kernels import _sin_cos  # noqa: E402 (needs Triton)
 
 
@@ -53,6 +55,29 @@ def interpreted() -> bool:
     from vitattn.attention.fused import tiles
 
     return tiles.INTERPRETED
+
+
+def tuned_kernels(mechanism: str) -> list[Autotuner]:
+    """The kernels ``tiles.tuned`` tunes of a feature map's fused path (``performer``,
+    ``performer_authors`` or ``random_feature``)."""
+    from vitattn.attention.fused import favor_kernels, fourier_kernels
+
+    module = fourier_kernels if mechanism == "random_feature" else favor_kernels
+    return [value for value in vars(module).values() if isinstance(value, Autotuner)]
+
+
+@pytest.fixture(autouse=True)
+def one_configuration_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU each tuned kernel launches its first configuration (Triton's default) untimed,
+    as in the interpreter: the tuner would compile and time every configuration at each new
+    shape and dtype of this file, minutes of it (it was cut by a 150 s cap on an H200 while
+    Triton compiled). Every configuration runs in
+    :func:`test_every_configuration_the_tuner_tries_computes_the_plain_paths_function`."""
+    if not torch.cuda.is_available():
+        return
+    for mechanism in ("performer", "random_feature"):
+        for tuner in tuned_kernels(mechanism):
+            monkeypatch.setattr(tuner, "configs", tuner.configs[:1])
 
 
 @pytest.fixture
@@ -281,23 +306,35 @@ def test_random_features_sines_hold_for_projections_of_thousands(device, fast_tr
 
 
 @pytest.mark.parametrize("name", ["performer", "performer_authors", "random_feature"])
-def test_the_split_kernels_step_through_half_the_rows_alike(name, device, monkeypatch) -> None:
-    """The two kernels that sum over a split of the rows (the keys' state, the features'
-    gradients) at ``HALVES=2``, half the host's rows a step (one of the configurations the GPU's
-    tuner tries; the interpreter runs the first, 1): the plain path's function, with 64 rows per
-    block (as wide as a block of features), two splits of 128 rows, four steps in each, the last
-    one partly past n."""
-    from vitattn.attention.fused import favor_kernels, fourier_kernels
+def test_every_configuration_the_tuner_tries_computes_the_plain_paths_function(
+    name, device, monkeypatch
+) -> None:
+    """Each configuration a GPU's tuner may launch (``tiles.configurations``: warps, stages and,
+    for the two kernels that sum over a split of the rows, the step through them: the host's
+    rows or half as many), all five kernels set to their i-th in round i: the plain path's
+    function. 64 rows per block (as wide as a block of features), two splits of 128 rows, the
+    last step partly past n. The interpreter runs no warps or stages: there a round per step
+    (it fails when a half step skips rows)."""
+    from vitattn.attention.fused import tiles
 
-    module = fourier_kernels if name == "random_feature" else favor_kernels
-    for kernel in (module._key_state, module._feature_grads):
-        monkeypatch.setattr(kernel, "configs", [triton.Config({"HALVES": 2})])
+    tuners = tuned_kernels(name)
+    rounds = {
+        tuner: tiles.configurations(halves="HALVES" in tuner.fn.arg_names, interpreted=False)
+        for tuner in tuners
+    }
+    if interpreted():
+        rounds = {
+            tuner: list({repr(c.kwargs): c for c in configs}.values())
+            for tuner, configs in rounds.items()
+        }
     fused, plain = kernels(name, 200, 2, 16, device)
     q, k, v = inputs((1, 2, 200, 16), device)
-    for got, want in zip(
-        outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
-    ):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    want = outputs_and_grads(plain, q, k, v)
+    for i in range(max(len(configs) for configs in rounds.values())):
+        for tuner, configs in rounds.items():
+            monkeypatch.setattr(tuner, "configs", [configs[i % len(configs)]])
+        for got, wanted in zip(outputs_and_grads(fused, q, k, v), want, strict=True):
+            torch.testing.assert_close(got, wanted, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(("block", "halves"), [(64, [1, 2]), (32, [1, 2]), (16, [1])])

@@ -116,6 +116,19 @@ def steps_of_16_rows_or_more(
     return [c for c in configs if constants["BLOCK_N"] // c.kwargs.get("HALVES", 1) >= 16]
 
 
+def configurations(halves: bool, interpreted: bool) -> list[triton.Config]:
+    """The configurations :func:`tuned` tries, Triton's default first: on a GPU each of
+    :data:`WARPS_AND_STAGES` (and with ``halves`` at each of :data:`ROW_HALVES`); in the
+    interpreter, which runs no warps or stages, only the first."""
+    pairs = WARPS_AND_STAGES[:1] if interpreted else WARPS_AND_STAGES
+    steps = ROW_HALVES if halves and not interpreted else ROW_HALVES[:1]
+    return [
+        triton.Config({"HALVES": step} if halves else {}, num_warps=warps, num_stages=stages)
+        for step in steps
+        for warps, stages in pairs
+    ]
+
+
 def tuned(*key: str, halves: bool = False) -> Callable[[Any], Any]:
     """``triton.autotune`` over :data:`WARPS_AND_STAGES` (and with ``halves`` over
     :data:`ROW_HALVES`, the kernel's ``HALVES``), once per value of the arguments named ``key``
@@ -126,13 +139,7 @@ def tuned(*key: str, halves: bool = False) -> Callable[[Any], Any]:
     buffers by them (``HALVES`` only shortens the step of a loop over rows within them); the
     kernels only write their outputs, so a timing run changes nothing. In the interpreter only
     the first configuration, and no timing."""
-    pairs = WARPS_AND_STAGES[:1] if INTERPRETED else WARPS_AND_STAGES
-    steps = ROW_HALVES if halves and not INTERPRETED else ROW_HALVES[:1]
-    configs = [
-        triton.Config({"HALVES": step} if halves else {}, num_warps=warps, num_stages=stages)
-        for step in steps
-        for warps, stages in pairs
-    ]
+    configs = configurations(halves, INTERPRETED)
     warmup, rep = TUNING_MS
 
     def bench(call: Callable[[], Any], quantiles: tuple[float, ...]) -> Any:
