@@ -20,6 +20,10 @@
 #   VITATTN_DATA_DIR   a CIFAR-10 folder (cifar-10-batches-py inside): the training section
 #   PACK=FILE.tgz      after each part, OUT so far packed into FILE.tgz, outside OUT (a device
 #                      that hands back few files: PACK=$OUT/check.tgz scripts/gpu_check.sh /tmp/c)
+#   FUSED="a b"        first, the part fused-paths: scripts/fused_paths_gpu.py for these of
+#                      the fused paths (each against its plain path and flash SDPA, the tuned
+#                      kernels' choices), its report in OUT/fused-paths.log, cut after
+#                      FUSED_SECONDS (default 200), which the budget does not include
 #   PARTS="a b"        run only these parts (names as PLAN=1 prints them), each with its cap
 #   PLAN=1             print each part's cap and overrides, and run nothing
 #
@@ -28,7 +32,7 @@
 set -uo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
     [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 OUT="$1"
@@ -55,18 +59,18 @@ listed="[$(IFS=,; echo "${attentions[*]}")]"
 
 [[ -z "${PLAN:-}" ]] && printf 'part\texit\tseconds\n' > "$OUT/parts.tsv"
 
-# part NAME SECONDS OVERRIDES...: one vitattn-check run in OUT/NAME, cut after SECONDS.
-part() {
+# run NAME SECONDS COMMAND...: one part, its output in OUT/NAME.log, cut after SECONDS (PLAN:
+# the part's name, cap and PLAN_SHOWS printed instead).
+run() {
     local name="$1" cap="$2" started status
     shift 2
     [[ -n "${PARTS:-}" && " $PARTS " != *" $name "* ]] && return
     if [[ -n "${PLAN:-}" ]]; then
-        printf '%s\t%s\t%s\n' "$name" "$cap" "$*"
+        printf '%s\t%s\t%s\n' "$name" "$cap" "$PLAN_SHOWS"
         return
     fi
     started=$SECONDS
-    timeout --kill-after=15 "$cap" "$PYTHON" -m vitattn.check "device=$DEVICE" "$@" \
-        "hydra.run.dir=$OUT/$name" > "$OUT/$name.log" 2>&1
+    timeout --kill-after=15 "$cap" "$@" > "$OUT/$name.log" 2>&1
     status=$?
     printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - started))" >> "$OUT/parts.tsv"
     echo "gpu_check: $name: exit $status after $((SECONDS - started)) s (cap $cap s)"
@@ -75,6 +79,21 @@ part() {
             && mv "$PACK.partial" "$PACK"
     fi
 }
+
+# part NAME SECONDS OVERRIDES...: one vitattn-check run in OUT/NAME.
+part() {
+    local name="$1" cap="$2"
+    shift 2
+    PLAN_SHOWS="$*" run "$name" "$cap" "$PYTHON" -m vitattn.check "device=$DEVICE" "$@" \
+        "hydra.run.dir=$OUT/$name"
+}
+
+# fused-paths first, outside the budget: the fused paths' own script.
+if [[ -n "${FUSED:-}" ]]; then
+    read -r -a fused <<< "$FUSED"
+    PLAN_SHOWS="scripts/fused_paths_gpu.py ${fused[*]}" run fused-paths "${FUSED_SECONDS:-200}" \
+        "$PYTHON" scripts/fused_paths_gpu.py "${fused[@]}"
+fi
 
 # The budget's shares, from what each part took on an H200: numerics 8%, training 42% in
 # TRAINING_PARTS parts (the attentions dealt round, so that the slow ones fall in different
@@ -118,7 +137,9 @@ echo "gpu_check: the parts, and each one's problems line:"
 while IFS=$'\t' read -r name status seconds; do
     [[ "$name" == part ]] && continue
     problems="no check.md (cut or failed: $name.log)"
-    if [[ -f "$OUT/$name/check.md" ]]; then
+    if [[ "$name" == fused-paths ]]; then
+        problems="its report: $name.log"
+    elif [[ -f "$OUT/$name/check.md" ]]; then
         problems="$(grep -A2 '^## Problems' "$OUT/$name/check.md" | sed -n '3p')"
     fi
     printf '  %-24s exit %-4s %5s s  %s\n' "$name" "$status" "$seconds" "$problems"

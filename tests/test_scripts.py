@@ -132,6 +132,9 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
         tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2", PARTS="reference kernels-rest"
     )
     assert second == [p for p in plan if p[0] in ("reference", "kernels-rest")]
+    # FUSED: the fused paths' script first, with its own cap outside the budget
+    fused = gpu_check_plan(tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2", FUSED="linear")
+    assert fused == [["fused-paths", "200", "scripts/fused_paths_gpu.py linear"], *plan]
     one_each = gpu_check_plan(tmp_path, 600, ATTENTIONS="a b", TRAINING_PARTS="9")
     assert [name for name, _, _ in one_each if name.startswith("training")] == [
         "training-1", "training-2"
@@ -140,7 +143,12 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
 
 STAND_IN_CHECK = """#!/usr/bin/env bash
 # python3 for gpu_check.sh: `-m vitattn.check ...` writes the check.md of the run directory it
-# is given, with no problems
+# is given, with no problems; scripts/fused_paths_gpu.py prints what it was asked for
+if [[ "$1" == */fused_paths_gpu.py ]]; then
+    shift
+    echo "fused paths of $*"
+    exit 0
+fi
 for argument in "$@"; do
     [[ "$argument" == hydra.run.dir=* ]] && run="${argument#hydra.run.dir=}"
 done
@@ -168,6 +176,7 @@ def test_gpu_check_packs_each_part_as_it_ends(tmp_path: Path) -> None:
             "ATTENTIONS": "softmax linear",
             "TRAINING_PARTS": "1",
             "PACK": str(pack),
+            "FUSED": "performer random_feature",
         },
         timeout=60,
     )
@@ -176,8 +185,12 @@ def test_gpu_check_packs_each_part_as_it_ends(tmp_path: Path) -> None:
     with tarfile.open(pack) as archive:
         names = {name.removeprefix("./") for name in archive.getnames()}
         tsv = archive.extractfile("./parts.tsv").read().decode()  # type: ignore[union-attr]
+        fused = archive.extractfile("./fused-paths.log").read().decode()  # type: ignore[union-attr]
     assert {f"{part}/check.md" for part in parts} <= names
-    assert [line.split("\t")[:2] for line in tsv.splitlines()[1:]] == [[p, "0"] for p in parts]
+    assert [line.split("\t")[:2] for line in tsv.splitlines()[1:]] == [
+        [p, "0"] for p in ["fused-paths", *parts]
+    ]
+    assert fused == "fused paths of performer random_feature\n"
     assert not pack.with_name("check.tgz.partial").exists()
     assert "none" in result.stdout  # each part's problems line in the closing list
 
