@@ -8,7 +8,8 @@ break, without C++ compilation) on q, k, v that require grad, and its output and
 compared with the eager kernel's. ``random_feature``, whose compiled path differs from its eager
 one (one expression instead of reused buffers), runs through Inductor as well, which generates
 and compiles C++ on the CPU. A training kernel (redrawing its random
-features) is called for a few steps and must not recompile at every step.
+features) is called for a few steps and must not recompile at every step, and a compiled network
+trains on one graph with every attention (with Dynamo's cheapest backend, its graphs counted).
 
 About two minutes on the project's 2-core machine shared with other work, a third of it
 Inductor's: ``slow``.
@@ -16,6 +17,7 @@ Inductor's: ``slow``.
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 import pytest
@@ -109,3 +111,64 @@ def test_a_training_kernel_that_draws_random_numbers_compiles_a_bounded_number_o
         out, *grads = forward_backward(compiled)
         assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
     assert 1 <= len(graphs) <= 3
+
+
+def tiny_network(name: str, knobs: dict[str, object], compile: bool) -> torch.nn.Module:
+    """A two-block ViT of 16 tokens with attention ``name``."""
+    from vitattn.models.vit import VisionTransformer
+
+    torch.manual_seed(0)
+    return VisionTransformer(
+        attention=functools.partial(ATTENTIONS[name], **knobs),
+        image_size=8,
+        patch_size=2,
+        embed_dim=16,
+        depth=2,
+        heads=2,
+        compile=compile,
+    ).train()
+
+
+def train_steps(network: torch.nn.Module, steps: int) -> None:
+    images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    for _ in range(steps):
+        network(images).sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("name", "knobs"),
+    [(name, {}) for name in sorted(ATTENTIONS)] + [("performer", {"redraw_interval": 2})],
+    ids=[*sorted(ATTENTIONS), "performer-redraw_interval=2"],
+)
+def test_a_compiled_network_trains_on_one_graph_with_every_attention(
+    name: str, knobs: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model.compile``: the network's forward is one graph however many steps train, for every
+    attention. Performer's redraw counter, a Python int, was read inside the graph, where Dynamo
+    guards on it: the network recompiled at every step until Dynamo's limit (8), then ran eager
+    for the rest of the run (on the H200, compiled trained no faster than eager). Its projection
+    is redrawn when due all the same, as the eager network redraws it."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        graphs.append(graph)
+        return graph.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=counting))
+    torch._dynamo.reset()
+    compiled, eager = tiny_network(name, knobs, True), tiny_network(name, knobs, False)
+    torch.manual_seed(3)  # the same draws (random_feature's frequencies, say) in either network
+    train_steps(compiled, 3)
+    first = len(graphs)
+    train_steps(compiled, 4)
+    torch.manual_seed(3)
+    train_steps(eager, 7)
+    assert compiled._compiled_forward.ran_compiled()
+    assert first == len(graphs) <= (2 if name == "local" else 1)
+    for mine, theirs in zip(compiled.buffers(), eager.buffers(), strict=True):
+        torch.testing.assert_close(mine, theirs)  # Performer's projection redrawn alike
+    counters = {
+        m.forwards_since_redraw for m in compiled.modules() if getattr(m, "name", "") == "performer"
+    }
+    assert counters == ({1} if knobs else {7} if name == "performer" else set())

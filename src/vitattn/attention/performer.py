@@ -108,11 +108,12 @@ class PerformerAttention(FeatureMapAttention):
             ]
         )
 
-    def maybe_redraw(self, device: torch.device) -> None:
+    def before_forward(self) -> None:
+        """A training forward counted; the projection redrawn when ``redraw_interval`` are."""
         if not self.training or self.redraw_interval == 0:
             return
         if self.forwards_since_redraw >= self.redraw_interval:
-            self.projection = self.draw_projection(device)
+            self.projection = self.draw_projection(self.projection.device)
             self.forwards_since_redraw = 0
         self.forwards_since_redraw += 1
 
@@ -123,7 +124,8 @@ class PerformerAttention(FeatureMapAttention):
         self.forwards_since_redraw = int(state["forwards_since_redraw"])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        self.maybe_redraw(q.device)
+        if not self.network_calls_before_forward:
+            self.before_forward()
         dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
             out = self.attend(q, k, v)  # in fp32 (the fused kernels read q, k, v as they are)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitattn.attention.common.base import before_forward_of_kernels
 from vitattn.bench.kernels import (
     attention_factory,
     build_kernel,
@@ -111,6 +112,7 @@ class Workload:
         """One forward without gradients, of the timed module or the given one."""
         module = self.module if module is None else module
         module.eval()
+        before_forward_of_kernels(self.eager)
         with torch.no_grad():
             return module(*self.inputs)
 
@@ -121,5 +123,6 @@ class Workload:
         for tensor in self.inputs:
             tensor.grad = None
         module.zero_grad(set_to_none=True)
+        before_forward_of_kernels(self.eager)  # outside a compiled variant's graph: its guards
         out = module(*self.inputs)
         out.backward(self.grad_out)

@@ -52,6 +52,11 @@ class AttentionKernel(nn.Module):
     """``True`` for a kernel that ignores ``k`` (its keys are derived from ``q``): the multi-head
     wrapper then projects no keys."""
 
+    network_calls_before_forward: bool = False
+    """Whether the network holding this kernel calls :meth:`before_forward` before each forward
+    (:func:`before_forward_of_kernels`), rather than the kernel's own forward: set by a network
+    that compiles its forward, since state a compiled graph reads is a guard of the graph."""
+
     def __init__(self, *, seq_len: int, heads: int, head_dim: int) -> None:
         super().__init__()
         for setting, value in (("seq_len", seq_len), ("heads", heads), ("head_dim", head_dim)):
@@ -65,6 +70,11 @@ class AttentionKernel(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attend: ``(batch, heads, tokens, head_dim)`` three times in, the same shape out."""
         raise NotImplementedError
+
+    def before_forward(self) -> None:
+        """The host's work before a forward, in Python state (Performer counts its training
+        forwards to redraw its features when due); none here. A kernel that has some calls it
+        at the start of its forward unless :attr:`network_calls_before_forward`."""
 
     def exact_because(self) -> str | None:
         """Why this kernel, at its ``seq_len`` and knobs, computes exactly what full attention
@@ -99,3 +109,15 @@ def exact_by_construction(model: nn.Module) -> str | None:
     none: one reason for a whole model, however many layers."""
     reasons = [m.exact_because() for m in model.modules() if isinstance(m, AttentionKernel)]
     return reasons[0] if reasons and all(reasons) else None
+
+
+def before_forward_of_kernels(network: nn.Module) -> None:
+    """Every kernel of ``network`` set to have its :meth:`~AttentionKernel.before_forward` called
+    by the network, and called: what a network that compiles its forward calls before it,
+    outside the graph. A Python counter that a graph reads is a guard of the graph: changed at
+    every step (Performer's), it recompiled the network at every step until Dynamo's limit (8),
+    which then ran it eager for the rest of the run."""
+    for module in network.modules():
+        if isinstance(module, AttentionKernel):
+            module.network_calls_before_forward = True
+            module.before_forward()
