@@ -135,6 +135,11 @@ class LocalAttention(AttentionKernel):
         self._layouts: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
         self._block_masks = flex.BlockMasks(self.mask_mod)
 
+    def before_forward(self, device: torch.device) -> None:
+        """The layout of :attr:`seq_len` tokens on ``device`` built, before a compiled graph
+        reads the cache (built inside it, it changed the cache the graph guards on)."""
+        self.layout(self.seq_len, device)
+
     def layout(self, tokens: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         """(query_index, key_index, bias, inverse) for ``tokens`` tokens, cached per device.
 

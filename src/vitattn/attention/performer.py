@@ -108,12 +108,12 @@ class PerformerAttention(FeatureMapAttention):
             ]
         )
 
-    def before_forward(self) -> None:
+    def before_forward(self, device: torch.device) -> None:
         """A training forward counted; the projection redrawn when ``redraw_interval`` are."""
         if not self.training or self.redraw_interval == 0:
             return
         if self.forwards_since_redraw >= self.redraw_interval:
-            self.projection = self.draw_projection(self.projection.device)
+            self.projection = self.draw_projection(device)
             self.forwards_since_redraw = 0
         self.forwards_since_redraw += 1
 
@@ -125,7 +125,7 @@ class PerformerAttention(FeatureMapAttention):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if not self.network_calls_before_forward:
-            self.before_forward()
+            self.before_forward(q.device)
         dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
             out = self.attend(q, k, v)  # in fp32 (the fused kernels read q, k, v as they are)

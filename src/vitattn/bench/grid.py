@@ -112,7 +112,7 @@ class Workload:
         """One forward without gradients, of the timed module or the given one."""
         module = self.module if module is None else module
         module.eval()
-        before_forward_of_kernels(self.eager)
+        before_forward_of_kernels(self.eager, self.inputs[0].device)
         with torch.no_grad():
             return module(*self.inputs)
 
@@ -123,6 +123,7 @@ class Workload:
         for tensor in self.inputs:
             tensor.grad = None
         module.zero_grad(set_to_none=True)
-        before_forward_of_kernels(self.eager)  # outside a compiled variant's graph: its guards
+        # outside a compiled variant's graph, whose guards would see Python state change
+        before_forward_of_kernels(self.eager, self.inputs[0].device)
         out = module(*self.inputs)
         out.backward(self.grad_out)

@@ -370,7 +370,7 @@ class VisionTransformer(nn.Module):
         return self.norm(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        before_forward_of_kernels(self)  # outside the compiled graph: its guards
+        before_forward_of_kernels(self, images.device)  # outside the compiled graph: its guards
         if self._compiled_forward is not None:
             return self._compiled_forward(images)
         return self._forward(images)
@@ -378,7 +378,7 @@ class VisionTransformer(nn.Module):
     def forward_eager(self, images: torch.Tensor) -> torch.Tensor:
         """The forward pass never compiled, whatever ``compile`` says: a compiled graph does not
         call the forward hooks registered after it was traced, which probes rely on."""
-        before_forward_of_kernels(self)
+        before_forward_of_kernels(self, images.device)
         return self._forward(images)
 
     def _forward(self, images: torch.Tensor) -> torch.Tensor:

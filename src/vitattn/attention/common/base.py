@@ -71,10 +71,11 @@ class AttentionKernel(nn.Module):
         """Attend: ``(batch, heads, tokens, head_dim)`` three times in, the same shape out."""
         raise NotImplementedError
 
-    def before_forward(self) -> None:
-        """The host's work before a forward, in Python state (Performer counts its training
-        forwards to redraw its features when due); none here. A kernel that has some calls it
-        at the start of its forward unless :attr:`network_calls_before_forward`."""
+    def before_forward(self, device: torch.device) -> None:
+        """The host's work before a forward on ``device``, in Python state (Performer counts its
+        training forwards to redraw its features when due; local attention builds its layout of
+        the sequence once, cached); none here. A kernel whose forward needs it done calls it at
+        its start unless :attr:`network_calls_before_forward`."""
 
     def exact_because(self) -> str | None:
         """Why this kernel, at its ``seq_len`` and knobs, computes exactly what full attention
@@ -111,13 +112,14 @@ def exact_by_construction(model: nn.Module) -> str | None:
     return reasons[0] if reasons and all(reasons) else None
 
 
-def before_forward_of_kernels(network: nn.Module) -> None:
+def before_forward_of_kernels(network: nn.Module, device: torch.device) -> None:
     """Every kernel of ``network`` set to have its :meth:`~AttentionKernel.before_forward` called
-    by the network, and called: what a network that compiles its forward calls before it,
-    outside the graph. A Python counter that a graph reads is a guard of the graph: changed at
-    every step (Performer's), it recompiled the network at every step until Dynamo's limit (8),
-    which then ran it eager for the rest of the run."""
+    by the network, and called: what a network that compiles its forward calls before it on
+    ``device``, outside the graph. Python state that a graph reads is a guard of the graph: a
+    counter changed at every step (Performer's) recompiled the network at every step until
+    Dynamo's limit (8), which then ran it eager for the rest of the run; a cache filled at the
+    first step (local attention's layout) recompiled it at the second."""
     for module in network.modules():
         if isinstance(module, AttentionKernel):
             module.network_calls_before_forward = True
-            module.before_forward()
+            module.before_forward(device)
