@@ -25,6 +25,7 @@ import torch
 import torch._dynamo
 
 from vitattn.attention import ATTENTIONS
+from vitattn.utils.recompiles import recompile_limit
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,30 @@ def test_a_compiled_network_trains_on_one_graph_with_every_attention(
         m.forwards_since_redraw for m in compiled.modules() if getattr(m, "name", "") == "performer"
     }
     assert counters == ({1} if knobs else {7} if name == "performer" else set())
+
+
+def test_networks_compiled_one_after_another_in_a_process_each_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check's attentions, a multirun's jobs: one compiled network after another in one
+    process, each of another structure. Dynamo keeps graphs per code object, up to its
+    recompile limit (8): when every network compiled the class's one ``_forward``, the ninth
+    and later trained eager without a word, and still said they had compiled."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        graphs.append(graph)
+        return graph.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=counting))
+    torch._dynamo.reset()
+    images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    names = sorted(ATTENTIONS)
+    assert len(names) > recompile_limit()
+    for name in names:
+        network = tiny_network(name, {}, True)
+        before = len(graphs)
+        network(images).sum().backward()
+        assert len(graphs) == before + 1, name
+        assert network._compiled_forward.ran_compiled(), name

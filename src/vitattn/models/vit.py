@@ -8,6 +8,7 @@ every pixel is a token, the setting of the founding report and of Long Range Are
 from __future__ import annotations
 
 import copy
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,29 @@ COMPILE_AUTO_DEVICES = ("cuda",)
 """Where ``model.compile=auto`` compiles."""
 
 
+def with_own_code(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A bound method with a code object of its own (any other callable as it is).
+
+    Dynamo keeps its graphs, and counts them against its recompile limit (8), per code object:
+    networks of one class compiled in one process (the check's attentions, a Hydra multirun's
+    jobs, a sweep's trials) shared one ``_forward`` and its limit, so from the ninth network of
+    another structure on, each trained eager without a word. A copy of the code keeps each
+    network's graphs, and its limit, to itself."""
+    if not isinstance(function, types.MethodType):
+        return function
+    original = function.__func__
+    own = types.FunctionType(
+        original.__code__.replace(),
+        original.__globals__,
+        original.__name__,
+        original.__defaults__,
+        original.__closure__,
+    )
+    own.__kwdefaults__ = original.__kwdefaults__
+    own.__qualname__ = original.__qualname__
+    return types.MethodType(own, function.__self__)
+
+
 class CompiledOrEager:
     """``torch.compile(function)`` that says so when it cannot compile.
 
@@ -154,7 +178,7 @@ class CompiledOrEager:
     def __init__(
         self, function: Callable[..., torch.Tensor], devices: tuple[str, ...] | None = None
     ) -> None:
-        self.function = function
+        self.function = with_own_code(function)
         self.devices = devices
         self.compiled: bool = True
         self._compiled_function: Callable[..., torch.Tensor] | None = None
@@ -184,7 +208,7 @@ class CompiledOrEager:
         reference, so without this a copied network's forward would run the original
         network's compiled forward, the original's weights included."""
         twin = CompiledOrEager.__new__(CompiledOrEager)
-        twin.function = copy.deepcopy(self.function, memo)
+        twin.function = with_own_code(copy.deepcopy(self.function, memo))
         twin.devices = self.devices
         twin.compiled = self.compiled
         twin._compiled_function = (
@@ -196,8 +220,8 @@ class CompiledOrEager:
         """Whether Dynamo holds a compiled graph of the function. ``False`` where compiling fell
         back to eager, or where every call so far ran eager without a word: Dynamo had skipped
         the code (pytorch/pytorch#190286: a first call under a dispatch mode, before torch
-        2.14). ``None`` where this torch does not tell. The graphs are the code's, so another
-        network of the same class compiled in this process counts too."""
+        2.14). ``None`` where this torch does not tell. The graphs are the code's: a bound
+        method's own (:func:`with_own_code`), a module's those of its class."""
         if self._compiled_function is None:
             return False
         try:
