@@ -200,3 +200,31 @@ def test_networks_compiled_one_after_another_in_a_process_each_compile(
         network(images).sum().backward()
         assert len(graphs) == before + 1, name
         assert network._compiled_forward.ran_compiled(), name
+
+
+def test_a_network_that_recompiles_at_every_step_says_it_ran_eager(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Performer's counter read inside the graph again (the network no longer counting for its
+    kernels): a recompile at every step until Dynamo's limit, eager after. The run says so, as
+    it says so when Dynamo compiled nothing, and the check's and the bench's rows call it eager
+    rather than compiled."""
+    import types
+
+    import vitattn.models.vit as vit
+    from vitattn.bench.train_speed import eager_status
+    from vitattn.training.fitting import compiled
+
+    monkeypatch.setattr(vit, "before_forward_of_kernels", lambda network, device: None)
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend="eager"))
+    torch._dynamo.reset()
+    network = tiny_network("performer", {}, True)
+    run = types.SimpleNamespace(net=network, device=torch.device("cpu"))
+    train_steps(network, 2)
+    assert compiled(run) and not network._compiled_forward.hit_recompile_limit()
+    train_steps(network, recompile_limit() + 1)
+    assert network._compiled_forward.graphs() == recompile_limit()
+    assert not compiled(run)
+    assert "its recompile limit" in caplog.text
+    assert eager_status(network).startswith("ran eager past Dynamo's recompile limit")

@@ -192,6 +192,15 @@ def lightning_windows(
     return clock, module.net
 
 
+def eager_status(net: torch.nn.Module) -> str:
+    """The status of a compiled row whose network ran eager: Dynamo compiled no graph of it, or
+    reached its recompile limit (a recompile at every step) and ran it eager past it."""
+    forward = getattr(net, "_compiled_forward", None)
+    if forward is not None and forward.hit_recompile_limit():
+        return "ran eager past Dynamo's recompile limit: a recompile at every step"
+    return "ran eager: torch.compile compiled no graph of the network"
+
+
 def plain_loop_step(
     cfg: DictConfig, datamodule: Any, device: torch.device, train: TrainSettings
 ) -> tuple[Callable[[], None], torch.nn.Module]:
@@ -285,8 +294,12 @@ def measure_one(
     result = speed_of(implementation, parameters(net), seconds, train, device)
     result.compile = compile
     forward = getattr(net, "_compiled_forward", None)  # ours: did Dynamo compile a graph?
-    if compile and forward is not None and forward.ran_compiled() is False:
-        result.status = "ran eager: torch.compile compiled no graph of the network"
+    if (
+        compile
+        and forward is not None
+        and (forward.ran_compiled() is False or forward.hit_recompile_limit())
+    ):
+        result.status = eager_status(net)
     if compile:
         steady = statistics.median(seconds) if seconds else None
         extra = clock.warmup_extra(train.warmup, steady)

@@ -32,6 +32,7 @@ from vitattn.bench.settings import TrainSettings
 from vitattn.bench.train_speed import (
     StepClock,
     bare_trainer,
+    eager_status,
     measure_train_speed,
     ratios,
     train_config,
@@ -133,7 +134,7 @@ def train_briefly(
     trainer = bare_trainer(device, training.precision, training.steps, recorder.callback)
     trainer.fit(module, datamodule=datamodule)
     if compile and not compiled(module):  # e.g. Dynamo skipped the forward: timed eager
-        row.status = "ran eager: torch.compile compiled no graph of the network"
+        row.status = eager_status(module.net)
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     ticks = recorder.clock.ticks

@@ -20,6 +20,7 @@ from vitattn.attention.common.base import AttentionKernel, before_forward_of_ker
 from vitattn.attention.common.multihead import MultiHeadAttention
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
+from vitattn.utils.recompiles import recompile_limit
 from vitattn.utils.sizes import check_network_sizes
 
 POOLS = ("mean", "cls")
@@ -216,21 +217,33 @@ class CompiledOrEager:
         )
         return twin
 
-    def ran_compiled(self) -> bool | None:
-        """Whether Dynamo holds a compiled graph of the function. ``False`` where compiling fell
-        back to eager, or where every call so far ran eager without a word: Dynamo had skipped
-        the code (pytorch/pytorch#190286: a first call under a dispatch mode, before torch
-        2.14). ``None`` where this torch does not tell. The graphs are the code's: a bound
-        method's own (:func:`with_own_code`), a module's those of its class."""
+    def graphs(self) -> int | None:
+        """How many graphs Dynamo holds of the function: 0 where compiling fell back to eager,
+        or where every call so far ran eager without a word (Dynamo had skipped the code:
+        pytorch/pytorch#190286, a first call under a dispatch mode, before torch 2.14); ``None``
+        where this torch does not tell. The graphs are the code's: a bound method's own
+        (:func:`with_own_code`), a module's those of its class."""
         if self._compiled_function is None:
-            return False
+            return 0
         try:
             from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
             code = getattr(self.function, "__func__", self.function).__code__
-            return bool(_debug_get_cache_entry_list(code))
+            return len(_debug_get_cache_entry_list(code))
         except Exception:  # a private function of Dynamo's: gone or changed in some torch
             return None
+
+    def ran_compiled(self) -> bool | None:
+        """Whether Dynamo holds a compiled graph of the function (:meth:`graphs`)."""
+        graphs = self.graphs()
+        return None if graphs is None else graphs > 0
+
+    def hit_recompile_limit(self) -> bool:
+        """Whether Dynamo holds as many graphs of the function as its recompile limit allows:
+        past it, every call that fails their guards runs eager. Python state that changes at
+        every step, read inside the graph, recompiles it at every step until then."""
+        graphs = self.graphs()
+        return graphs is not None and graphs >= recompile_limit()
 
     @property
     def setting(self) -> str:

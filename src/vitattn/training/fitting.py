@@ -103,9 +103,10 @@ def fit_summary(trainer: L.Trainer, seconds: float) -> dict[str, Any]:
 
 def compiled(module: L.LightningModule) -> bool:
     """Whether ``module``'s network ran compiled (``model.compile=true``, or ``auto`` on a GPU;
-    compiling did not fall back to eager, and Dynamo compiled a graph of it:
-    :meth:`CompiledOrEager.ran_compiled`); a network asked to compile that ran eager all the
-    same is a warning."""
+    compiling did not fall back to eager, Dynamo compiled a graph of it
+    (:meth:`CompiledOrEager.ran_compiled`) and did not reach its recompile limit, past which it
+    runs the forward eager); a network asked to compile that ran eager all the same is a
+    warning."""
     forward = getattr(getattr(module, "net", None), "_compiled_forward", None)
     if forward is None or not forward.compiled or not forward.compiles_on(module.device.type):
         return False
@@ -114,6 +115,15 @@ def compiled(module: L.LightningModule) -> bool:
             "model.compile=%s: torch.compile compiled no graph of the network's forward "
             "(Dynamo skipped it, or torch.compile was stood down); this run trained eager",
             forward.setting,
+        )
+        return False
+    if forward.hit_recompile_limit():
+        log.warning(
+            "model.compile=%s: Dynamo compiled the network's forward %s times, its recompile "
+            "limit, and runs it eager past it: this run trained eager after its first steps "
+            "(TORCH_LOGS=recompiles names the guard that failed)",
+            forward.setting,
+            forward.graphs(),
         )
         return False
     return True
