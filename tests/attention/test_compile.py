@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import shutil
+import types
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -114,6 +116,22 @@ def test_a_training_kernel_that_draws_random_numbers_compiles_a_bounded_number_o
     assert 1 <= len(graphs) <= 3
 
 
+@pytest.fixture
+def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModule]]:
+    """Every graph Dynamo compiles while the test runs, ``torch.compile``'s backend replaced by
+    one that counts them and runs them as traced (no Inductor)."""
+    made: list[torch.fx.GraphModule] = []
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        made.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting))
+    torch._dynamo.reset()
+    yield made
+    torch._dynamo.reset()
+
+
 def tiny_network(name: str, knobs: dict[str, object], compile: bool) -> torch.nn.Module:
     """A two-block ViT of 16 tokens with attention ``name``."""
     from vitattn.models.vit import VisionTransformer
@@ -142,22 +160,13 @@ def train_steps(network: torch.nn.Module, steps: int) -> None:
     ids=[*sorted(ATTENTIONS), "performer-redraw_interval=2"],
 )
 def test_a_compiled_network_trains_on_one_graph_with_every_attention(
-    name: str, knobs: dict[str, object], monkeypatch: pytest.MonkeyPatch
+    name: str, knobs: dict[str, object], graphs: list[torch.fx.GraphModule]
 ) -> None:
     """``model.compile``: the network's forward is one graph however many steps train, for every
     attention. Performer's redraw counter, a Python int, was read inside the graph, where Dynamo
     guards on it: the network recompiled at every step until Dynamo's limit (8), then ran eager
     for the rest of the run (on the H200, compiled trained no faster than eager). Its projection
     is redrawn when due all the same, as the eager network redraws it."""
-    graphs: list[torch.fx.GraphModule] = []
-
-    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-        graphs.append(graph)
-        return graph.forward
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=counting))
-    torch._dynamo.reset()
     compiled, eager = tiny_network(name, knobs, True), tiny_network(name, knobs, False)
     torch.manual_seed(3)  # the same draws (random_feature's frequencies, say) in either network
     train_steps(compiled, 3)
@@ -172,25 +181,17 @@ def test_a_compiled_network_trains_on_one_graph_with_every_attention(
     counters = {
         m.forwards_since_redraw for m in compiled.modules() if getattr(m, "name", "") == "performer"
     }
+    # seven training forwards: redrawn before the 3rd, 5th and 7th at redraw_interval=2
     assert counters == ({1} if knobs else {7} if name == "performer" else set())
 
 
 def test_networks_compiled_one_after_another_in_a_process_each_compile(
-    monkeypatch: pytest.MonkeyPatch,
+    graphs: list[torch.fx.GraphModule],
 ) -> None:
     """The check's attentions, a multirun's jobs: one compiled network after another in one
     process, each of another structure. Dynamo keeps graphs per code object, up to its
     recompile limit (8): when every network compiled the class's one ``_forward``, the ninth
     and later trained eager without a word, and still said they had compiled."""
-    graphs: list[torch.fx.GraphModule] = []
-
-    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-        graphs.append(graph)
-        return graph.forward
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend=counting))
-    torch._dynamo.reset()
     images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
     names = sorted(ATTENTIONS)
     assert len(names) > recompile_limit()
@@ -203,28 +204,25 @@ def test_networks_compiled_one_after_another_in_a_process_each_compile(
 
 
 def test_a_network_that_recompiles_at_every_step_says_it_ran_eager(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    graphs: list[torch.fx.GraphModule],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Performer's counter read inside the graph again (the network no longer counting for its
     kernels): a recompile at every step until Dynamo's limit, eager after. The run says so, as
     it says so when Dynamo compiled nothing, and the check's and the bench's rows call it eager
     rather than compiled."""
-    import types
-
     import vitattn.models.vit as vit
     from vitattn.bench.train_speed import eager_status
     from vitattn.training.fitting import compiled
 
     monkeypatch.setattr(vit, "before_forward_of_kernels", lambda network, device: None)
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", functools.partial(real_compile, backend="eager"))
-    torch._dynamo.reset()
     network = tiny_network("performer", {}, True)
     run = types.SimpleNamespace(net=network, device=torch.device("cpu"))
     train_steps(network, 2)
     assert compiled(run) and not network._compiled_forward.hit_recompile_limit()
     train_steps(network, recompile_limit() + 1)
-    assert network._compiled_forward.graphs() == recompile_limit()
+    assert network._compiled_forward.graphs() == len(graphs) == recompile_limit()
     assert not compiled(run)
     assert "its recompile limit" in caplog.text
     assert eager_status(network).startswith("ran eager past Dynamo's recompile limit")
