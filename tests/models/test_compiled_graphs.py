@@ -7,6 +7,7 @@ trace: eager, no graph. The graphs are counted with Dynamo's cheapest backend
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from tests.support.runners import train_with
 
 
 @pytest.fixture
-def graphs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, int]]:
+def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[bool, int]]]:
     """(gradients on, batch size) of every graph ``torch.compile`` compiles while the test runs."""
     made: list[tuple[bool, int]] = []
 
