@@ -192,13 +192,18 @@ def lightning_windows(
     return clock, module.net
 
 
-def eager_status(net: torch.nn.Module) -> str:
-    """The status of a compiled row whose network ran eager: Dynamo compiled no graph of it, or
-    reached its recompile limit (a recompile at every step) and ran it eager past it."""
+def eager_status(net: torch.nn.Module) -> str | None:
+    """The status of a compiled row whose network (ours: it has a ``_compiled_forward``) ran
+    eager: Dynamo compiled no graph of it, or reached its recompile limit (a recompile at every
+    step) and ran it eager past it; ``None`` where it ran compiled or does not tell."""
     forward = getattr(net, "_compiled_forward", None)
-    if forward is not None and forward.hit_recompile_limit():
+    if forward is None:
+        return None
+    if forward.ran_compiled() is False:
+        return "ran eager: torch.compile compiled no graph of the network"
+    if forward.hit_recompile_limit():
         return "ran eager past Dynamo's recompile limit: a recompile at every step"
-    return "ran eager: torch.compile compiled no graph of the network"
+    return None
 
 
 def plain_loop_step(
@@ -293,13 +298,8 @@ def measure_one(
     seconds = clock.windows(train.warmup, train.steps, train.repeats)
     result = speed_of(implementation, parameters(net), seconds, train, device)
     result.compile = compile
-    forward = getattr(net, "_compiled_forward", None)  # ours: did Dynamo compile a graph?
-    if (
-        compile
-        and forward is not None
-        and (forward.ran_compiled() is False or forward.hit_recompile_limit())
-    ):
-        result.status = eager_status(net)
+    if compile and (eager := eager_status(net)) is not None:
+        result.status = eager
     if compile:
         steady = statistics.median(seconds) if seconds else None
         extra = clock.warmup_extra(train.warmup, steady)

@@ -134,7 +134,7 @@ def train_briefly(
     trainer = bare_trainer(device, training.precision, training.steps, recorder.callback)
     trainer.fit(module, datamodule=datamodule)
     if compile and not compiled(module):  # e.g. Dynamo skipped the forward: timed eager
-        row.status = eager_status(module.net)
+        row.status = eager_status(module.net) or "ran eager"
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     ticks = recorder.clock.ticks
