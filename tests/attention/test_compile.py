@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch._dynamo
 
+from tests.support.presets import tiny_vit
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.recompiles import recompile_limit
 
@@ -133,23 +134,12 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModul
 
 
 def tiny_network(name: str, knobs: dict[str, object], compile: bool) -> torch.nn.Module:
-    """A two-block ViT of 16 tokens with attention ``name``."""
-    from vitattn.models.vit import VisionTransformer
-
-    torch.manual_seed(0)
-    return VisionTransformer(
-        attention=functools.partial(ATTENTIONS[name], **knobs),
-        image_size=8,
-        patch_size=2,
-        embed_dim=16,
-        depth=2,
-        heads=2,
-        compile=compile,
-    ).train()
+    """:func:`tiny_vit` with attention ``name``, training."""
+    return tiny_vit(name, knobs, compile=compile).train()
 
 
 def train_steps(network: torch.nn.Module, steps: int) -> None:
-    images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     for _ in range(steps):
         network(images).sum().backward()
 
@@ -192,7 +182,7 @@ def test_networks_compiled_one_after_another_in_a_process_each_compile(
     process, each of another structure. Dynamo keeps graphs per code object, up to its
     recompile limit (8): when every network compiled the class's one ``_forward``, the ninth
     and later trained eager without a word, and still said they had compiled."""
-    images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     names = sorted(ATTENTIONS)
     assert len(names) > recompile_limit()
     for name in names:

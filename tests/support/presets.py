@@ -70,8 +70,11 @@ def tiny_net(**settings: Any) -> dict[str, Any]:
     }
 
 
-def tiny_vit(attention: str = "softmax", knobs: dict[str, Any] | None = None) -> VisionTransformer:
-    """A seeded two-layer ViT of 16 tokens (16 x 16 images, 4 x 4 patches) with ``attention``."""
+def tiny_vit(
+    attention: str = "softmax", knobs: dict[str, Any] | None = None, compile: bool = False
+) -> VisionTransformer:
+    """A seeded two-layer ViT of 16 tokens (16 x 16 images, 4 x 4 patches) with ``attention``,
+    its forward compiled with ``compile``."""
     from vitattn.bench.kernels import attention_factory
 
     torch.manual_seed(0)
@@ -83,4 +86,5 @@ def tiny_vit(attention: str = "softmax", knobs: dict[str, Any] | None = None) ->
         heads=2,
         num_classes=10,
         attention=attention_factory(attention, knobs),
+        compile=compile,
     )
