@@ -175,6 +175,31 @@ def test_a_compiled_network_trains_on_one_graph_with_every_attention(
     assert counters == ({1} if knobs else {7} if name == "performer" else set())
 
 
+@pytest.mark.parametrize(
+    ("name", "knobs"),
+    [(name, {}) for name in sorted(ATTENTIONS)] + [("performer", {"redraw_interval": 2})],
+    ids=[*sorted(ATTENTIONS), "performer-redraw_interval=2"],
+)
+def test_a_network_its_user_compiles_whole_trains_on_one_graph(
+    name: str, knobs: dict[str, object], graphs: list[torch.fx.GraphModule]
+) -> None:
+    """``torch.compile(network)`` written by a user (vitattn's own ``compile`` off): Dynamo
+    traces the whole forward, the kernels' host work before it included. Traced, Performer's
+    counter was a guard again (at its default ``redraw_interval`` eight graphs in twelve steps,
+    then eager) and local attention's layout cache compiled a second graph; that work is now
+    never traced, and the rest of the forward is one graph, redrawing as the eager network
+    does."""
+    network, eager = tiny_network(name, knobs, False), tiny_network(name, knobs, False)
+    compiled = torch.compile(network)
+    torch.manual_seed(3)
+    train_steps(compiled, 12)
+    torch.manual_seed(3)
+    train_steps(eager, 12)
+    assert len(graphs) == 1
+    for mine, theirs in zip(network.buffers(), eager.buffers(), strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
 def test_networks_compiled_one_after_another_in_a_process_each_compile(
     graphs: list[torch.fx.GraphModule],
 ) -> None:

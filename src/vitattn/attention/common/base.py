@@ -112,13 +112,18 @@ def exact_by_construction(model: nn.Module) -> str | None:
     return reasons[0] if reasons and all(reasons) else None
 
 
+@torch.compiler.disable
 def before_forward_of_kernels(network: nn.Module, device: torch.device) -> None:
     """Every kernel of ``network`` set to have its :meth:`~AttentionKernel.before_forward` called
     by the network, and called: what a network that compiles its forward calls before it on
     ``device``, outside the graph. Python state that a graph reads is a guard of the graph: a
     counter changed at every step (Performer's) recompiled the network at every step until
     Dynamo's limit (8), which then ran it eager for the rest of the run; a cache filled at the
-    first step (local attention's layout) recompiled it at the second."""
+    first step (local attention's layout) recompiled it at the second.
+
+    Never traced (``torch.compiler.disable``): where a user compiles the whole network,
+    ``torch.compile(network)``, Dynamo runs this eagerly and compiles the rest of the forward,
+    one graph, instead of tracing the kernels' host work into it."""
     for module in network.modules():
         if isinstance(module, AttentionKernel):
             module.network_calls_before_forward = True
