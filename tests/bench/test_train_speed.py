@@ -59,6 +59,41 @@ def test_every_loop_is_timed_the_same_way(monkeypatch) -> None:
     assert lightning.windows(warmup=1, steps=2, repeats=2) == [2.0, 2.0]
 
 
+def test_the_clock_synchronises_the_device_only_where_a_window_starts_or_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU a sync at every step's end added the host's work between steps (the loop, the
+    next batch, the launches) to every step, which a real run overlaps with the device's work:
+    the clock syncs at the start, at the warm-up's end and at each window's end only, and
+    refuses to read a tick it did not sync. (The device is only named here: no GPU needed.)"""
+    steps: list[int] = []
+    synced: list[int] = []  # the steps done at each sync: the tick's index
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(len(steps)))
+    clock = time_loop(
+        lambda: steps.append(1), torch.device("cuda"), tiny_train(warmup=2, steps=3, repeats=2)
+    )
+    assert len(steps) == 8 and len(clock.ticks) == 9
+    assert synced == [0, 2, 5, 8]
+    assert len(clock.windows(2, 3, 2)) == 2 and clock.warmup_extra(2, 1.0) is not None
+    with pytest.raises(ValueError, match="tick 1 was not synchronised"):
+        clock.seconds(0, 1)
+
+
+def test_the_checks_training_clock_synchronises_at_the_start_half_way_and_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vitattn.check.training import _Recorder
+
+    recorder = _Recorder(torch.device("cuda"), steps=9)
+    synced: list[int] = []
+    monkeypatch.setattr(
+        torch.cuda, "synchronize", lambda device=None: synced.append(len(recorder.clock.ticks))
+    )
+    for _ in range(10):  # Lightning's on_train_start, then each step's end
+        recorder.clock.tick()
+    assert synced == [0, 5, 9]
+
+
 def test_a_compiled_rows_compile_seconds_are_its_warm_up_beyond_the_steady_step() -> None:
     clock = StepClock(CPU)
     clock.ticks = [0.0, 30.0, 32.0, 34.0, 36.0, 38.0, 40.0]  # compiling in the first steps

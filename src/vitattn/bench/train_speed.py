@@ -17,8 +17,10 @@ On the same data and model size (``train.model``, ``train.overrides``), each of
 
 A step is everything between two consecutive optimizer steps: fetching and augmenting the batch,
 forward, backward and the update. Every implementation is timed by a :class:`StepClock` the same
-way: the device is synchronised at the end of each step, the first ``warmup`` steps are not
-counted, and the rate is the median over ``repeats`` windows of ``steps`` steps.
+way: the first ``warmup`` steps are not counted, the rate is the median over ``repeats`` windows
+of ``steps`` steps, and the device is synchronised only where a window starts or ends, so that
+within a window the host queues the next step's work while the device runs this one's, as in a
+real run (whose host reads a device value only at logging steps: ``tests/test_host_syncs.py``).
 
 With ``train.compile``, ``vitattn``, ``plain_loop`` and ``timm`` also train compiled
 (``torch.compile`` of the forward pass; ``model.compile=true`` for ours), each row beside its
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,37 +97,57 @@ class TrainRun:
 
 
 class StepClock:
-    """Times the ends of training steps (after a device sync), from a first tick at the start."""
+    """Times the ends of training steps, from a first tick (index 0) at the start.
 
-    def __init__(self, device: torch.device) -> None:
+    On a GPU the host runs ahead of the device, so a tick's time is the device's only after a
+    synchronisation: the clock synchronises at the ticks whose indices are in ``synced`` (every
+    tick where it is ``None``), and only those ticks' times may be read. A synchronisation at
+    every step would add the host's work between steps (the loop's hooks, the next batch, the
+    launches) to every step, which a real run overlaps with the device's work."""
+
+    def __init__(self, device: torch.device, synced: Collection[int] | None = None) -> None:
         self.device = device
+        self.synced = None if synced is None else frozenset(synced)
         self.ticks: list[float] = []
 
+    @classmethod
+    def for_windows(cls, device: torch.device, warmup: int, steps: int, repeats: int) -> StepClock:
+        """A clock synchronised at the start, at the end of the warm-up and at the end of each
+        of ``repeats`` windows of ``steps`` steps: the ticks :meth:`windows` and
+        :meth:`warmup_extra` read."""
+        return cls(device, {0, *(warmup + i * steps for i in range(repeats + 1))})
+
     def tick(self) -> None:
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and (self.synced is None or len(self.ticks) in self.synced):
             torch.cuda.synchronize(self.device)
         self.ticks.append(time.perf_counter())
+
+    def seconds(self, first: int, last: int) -> float:
+        """Seconds from tick ``first`` to tick ``last``, both synchronised ticks."""
+        for index in (first, last):
+            if self.synced is not None and index not in self.synced:
+                raise ValueError(f"tick {index} was not synchronised with the device")
+        return self.ticks[last] - self.ticks[first]
 
     def warmup_extra(self, warmup: int, step_seconds: float | None) -> float | None:
         """What the first ``warmup`` steps took beyond ``step_seconds`` each (compilation, at
         least 0); ``None`` without a warm-up or a steady step time."""
         if warmup < 1 or step_seconds is None or len(self.ticks) <= warmup:
             return None
-        return max(0.0, self.ticks[warmup] - self.ticks[0] - warmup * step_seconds)
+        return max(0.0, self.seconds(0, warmup) - warmup * step_seconds)
 
     def windows(self, warmup: int, steps: int, repeats: int) -> list[float]:
         """Seconds per step of each window of ``steps`` steps after the first ``warmup``."""
-        ticks = self.ticks[warmup:]
         return [
-            (ticks[(i + 1) * steps] - ticks[i * steps]) / steps
+            self.seconds(warmup + i * steps, warmup + (i + 1) * steps) / steps
             for i in range(repeats)
-            if (i + 1) * steps < len(ticks)
+            if warmup + (i + 1) * steps < len(self.ticks)
         ]
 
 
 def time_loop(step: Callable[[], None], device: torch.device, train: TrainSettings) -> StepClock:
     """The clock of a plain loop calling ``step`` for every step ``train`` times."""
-    clock = StepClock(device)
+    clock = StepClock.for_windows(device, train.warmup, train.steps, train.repeats)
     clock.tick()
     for _ in range(train.total_steps):
         step()
@@ -178,7 +200,7 @@ def lightning_windows(
     import lightning as L
 
     module = hydra.utils.instantiate(cfg.module)
-    clock = StepClock(device)
+    clock = StepClock.for_windows(device, train.warmup, train.steps, train.repeats)
 
     class Clock(L.Callback):
         def on_train_start(self, *args: Any) -> None:

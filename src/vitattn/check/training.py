@@ -2,9 +2,11 @@
 speed against timm's ViT of the same size.
 
 Each attention trains ``training.steps`` steps of ``training.model`` through a Lightning Trainer as
-``vitattn-train`` runs it (no validation, logging or checkpoints). Step ends are timed after a
-device sync (as ``vitattn-bench mode=train`` does); images/s is over the second half of the steps,
-after compilation, autotuning and the allocator have settled. With ``training.compile`` each
+``vitattn-train`` runs it (no validation, logging or checkpoints). The device is synchronised
+only at the start, half way and at the end (as ``vitattn-bench mode=train`` does at its windows'
+ends), so the host queues each step while the device runs the one before, as in a real run;
+images/s is over the second half of the steps, after compilation, autotuning and the allocator
+have settled. With ``training.compile`` each
 attention also trains compiled (``model.compile=true``), its row beside the eager one
 (``compiled``), with ``compile_seconds``: what the first half of the steps took beyond the steady
 step time. The reference section runs ours and timm's eager and, with ``reference.compile``,
@@ -91,10 +93,11 @@ class _Recorder:
     """Step-end times and losses of a Lightning fit (the losses kept on the device until the end:
     reading each one would sync at every step)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, steps: int) -> None:
         import lightning as L
 
-        self.clock = StepClock(device)
+        # synchronised at the start, at the end of the first half of the steps and at the end
+        self.clock = StepClock(device, {0, (steps + 1) // 2, steps})
         self.losses: list[torch.Tensor] = []
         recorder = self
 
@@ -128,7 +131,7 @@ def train_briefly(
     example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
     # counted on the device it trains on, where a kernel such as attention.impl=triton runs
     row.gflop_per_image = gflop_per_image(module.net, example.to(device))
-    recorder = _Recorder(device)
+    recorder = _Recorder(device, training.steps)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     trainer = bare_trainer(device, training.precision, training.steps, recorder.callback)
@@ -137,10 +140,9 @@ def train_briefly(
         row.status = eager_status(module.net) or "ran eager"
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
-    ticks = recorder.clock.ticks
-    half = len(ticks) // 2
-    if len(ticks) - half >= 2:
-        seconds = (ticks[-1] - ticks[half]) / (len(ticks) - 1 - half)
+    clock, half = recorder.clock, (training.steps + 1) // 2
+    if len(clock.ticks) == training.steps + 1 and training.steps - half >= 1:
+        seconds = clock.seconds(half, training.steps) / (training.steps - half)
         row.images_per_sec = training.batch_size / seconds
         extra = recorder.clock.warmup_extra(half, seconds) if compile else None
         row.compile_seconds = None if extra is None else round(extra, 3)
