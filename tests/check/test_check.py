@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,11 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
         assert row["loss_first"] is not None and row["loss_last"] is not None
         assert row["mfu"] is None and row["peak_memory_gb"] is None  # no GPU: no peak to compare
     assert not any(row["compiled"] for row in training.values())  # the cpu profile's choice
+    assert all(row["seconds"] > 0 for row in training.values())  # where the section's time went
+    seconds = result["seconds"]  # what each section took: the GPU profile's goal is 10 minutes
+    assert list(seconds) == ["numerics", "training", "reference", "kernels"]
+    assert all(value > 0 for value in seconds.values())
+    assert seconds["training"] >= sum(row["seconds"] for row in training.values()) - 0.5
     reference = result["reference"]  # eager, then compiled beside it (reference.compile)
     assert [(r["implementation"], r["compile"]) for r in reference["results"]] == [
         ("vitattn", False),
@@ -318,6 +324,7 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     text = (run_dir / "check.md").read_text()
     for heading in ("## Problems", "## Numerics", "## Training", "## Against timm", "## Kernels"):
         assert heading in text
+    assert re.search(r"^Took: numerics \d+ s, training .*, kernels .* in all\.$", text, re.M)
     # Every kernel row against its floor on this CPU's measured figures, with its operators.
     kernels = result["kernels"]
     assert kernels["floor_device"]["measured"] and kernels["floor_device"]["peak_tflops"] > 0
@@ -343,3 +350,11 @@ def test_the_console_script_refuses_the_gpu_check_without_a_gpu(
         creates=tmp_path / "run",
     )  # fmt: skip
     assert message.startswith("device=gpu: no CUDA GPU is visible here")
+
+
+def test_a_sections_seconds_read_as_minutes_and_seconds() -> None:
+    from vitattn.check.report import took_line
+
+    assert took_line({"numerics": 49.6, "training": 189.2, "kernels": 0.4}) == (
+        "Took: numerics 50 s, training 3 min 9 s, kernels 0 s; 3 min 59 s in all."
+    )

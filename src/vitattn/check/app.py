@@ -14,13 +14,15 @@ writes.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from vitattn.check.settings import NOT_OURS, Section, load_settings
+from vitattn.check.settings import NOT_OURS, CheckSettings, Section, load_settings
 from vitattn.cli.console import console_main
 from vitattn.runs.task import run_task
 from vitattn.utils.config import CONFIG_DIR
@@ -45,15 +47,27 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     env = machine(settings)
     log.info("checking %s (%s) for %s", env["device_name"], env["device"], settings.attentions)
     chosen = set(settings.sections)
-    numerics = run_numerics(settings) if Section.numerics in chosen else []
-    training = run_training(settings) if Section.training in chosen else []
-    reference = run_reference(settings) if Section.reference in chosen else None
-    kernels = run_kernels(settings) if Section.kernels in chosen else None
+    seconds: dict[str, float] = {}
+
+    def timed(section: Section, run: Callable[[CheckSettings], Any], otherwise: Any) -> Any:
+        if section not in chosen:
+            return otherwise
+        started = time.perf_counter()
+        result = run(settings)
+        seconds[section.value] = round(time.perf_counter() - started, 1)
+        return result
+
+    numerics = timed(Section.numerics, run_numerics, [])
+    training = timed(Section.training, run_training, [])
+    reference = timed(Section.reference, run_reference, None)
+    kernels = timed(Section.kernels, run_kernels, None)
     given = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     assert isinstance(given, dict)
     recorded = {str(k): v for k, v in given.items() if k not in NOT_OURS}
     output_dir = Path(cfg.paths.output_dir)
-    return write_check(output_dir, settings, recorded, env, numerics, training, reference, kernels)
+    return write_check(
+        output_dir, settings, recorded, env, numerics, training, reference, kernels, seconds
+    )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="check")

@@ -111,6 +111,7 @@ TRAINING_COLUMNS = {
     "mfu": "MFU",
     "loss_first": "loss, first 1/4",
     "loss_last": "loss, last 1/4",
+    "seconds": "row s",
     "status": "status",
 }
 KERNEL_COLUMNS = {
@@ -141,6 +142,7 @@ FORMATS = {
     "mfu": "{:.1%}",
     "loss_first": "{:.3f}",
     "loss_last": "{:.3f}",
+    "seconds": "{:.1f}",
 }
 """How a float column is shown in ``check.md`` (others: three significant digits)."""
 
@@ -163,8 +165,9 @@ def check_text(
     reference: Mapping[str, Any] | None,
     kernels: KernelsRun | None,
     found: Sequence[str],
+    seconds: Mapping[str, float] | None = None,
 ) -> str:
-    """``check.md``; ``found`` are the :func:`problems`."""
+    """``check.md``; ``found`` are the :func:`problems`, ``seconds`` each section's."""
     lines = [
         f"# vitattn-check on {env['device_name']} ({env['device']}), {env['date']}",
         "",
@@ -172,6 +175,7 @@ def check_text(
         f"Lightning {env['lightning']}, precision {env['precision']}, "
         f"float32 matmuls {env['matmul_precision']}",
         "",
+        *([took_line(seconds), ""] if seconds else []),
         "## Problems",
         "",
         *([f"- {line}" for line in found] or ["none"]),
@@ -221,6 +225,18 @@ def check_text(
     return "\n".join(lines)
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads them: ``42 s``, ``3 min 9 s``."""
+    whole = round(seconds)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
+
+
+def took_line(seconds: Mapping[str, float]) -> str:
+    """What each section took, and all of them (not the start-up: imports, the device)."""
+    parts = ", ".join(f"{name} {duration(value)}" for name, value in seconds.items())
+    return f"Took: {parts}; {duration(sum(seconds.values()))} in all."
+
+
 def write_check(
     output_dir: Path,
     settings: CheckSettings,
@@ -230,13 +246,16 @@ def write_check(
     training: Sequence[TrainingRow],
     reference: Mapping[str, Any] | None,
     kernels: KernelsRun | None,
+    seconds: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Write the three files, print ``check.md``; what ``check.json`` holds."""
+    """Write the three files, print ``check.md``; what ``check.json`` holds (``seconds``: what
+    each section took)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     found = problems(numerics, training, kernels)
     content = {
         "settings": dict(given),
         "environment": dict(env),
+        "seconds": dict(seconds or {}),
         "problems": found,
         "numerics": [asdict(r) for r in numerics],
         "training": [asdict(r) for r in training],
@@ -252,7 +271,7 @@ def write_check(
     write_json(output_dir / "check.json", content)
     if kernels is not None:
         plot_time(kernels.rows, output_dir / "check_kernels.png")
-    text = check_text(settings, env, numerics, training, reference, kernels, found)
+    text = check_text(settings, env, numerics, training, reference, kernels, found, seconds)
     write_text(output_dir / "check.md", text + "\n")
     print(text, flush=True)
     return content

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,7 @@ class TrainingRow:
     loss_falling: bool | None = None
     compiled: bool = False
     compile_seconds: float | None = None  # compiled: the first half's seconds beyond steady
+    seconds: float | None = None  # the row's in all: building, counting FLOPs, the fit
     status: str = "ok"
 
 
@@ -179,7 +181,8 @@ def run_training(settings: CheckSettings) -> list[TrainingRow]:
 def training_row(
     settings: CheckSettings, attention: str, datamodule: Any, compile: bool
 ) -> TrainingRow:
-    """:func:`train_briefly`'s row, or the row of its failure."""
+    """:func:`train_briefly`'s row, or the row of its failure, with its seconds."""
+    started = time.perf_counter()
     try:
         row, _ = train_briefly(settings, attention, datamodule, compile)
     except Exception as error:
@@ -188,6 +191,7 @@ def training_row(
             attention, training.model, training.batch_size, training.precision, training.steps
         )
         row.compiled, row.status = compile, failure_status(error)
+    row.seconds = round(time.perf_counter() - started, 1)
     log.info(
         "training %-14s %-8s %s images/s, loss %s -> %s, %s",
         attention,
