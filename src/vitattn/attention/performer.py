@@ -69,6 +69,7 @@ class PerformerAttention(FeatureMapAttention):
 
     WEIGHTS = "projection"
     FUSED = True
+    counts_every_forward = True  # its count of training forwards since the last redraw
     KNOBS = ("num_features", "redraw_interval", "stabilizer", "impl", "tile_memory")
     COST_KNOBS = ("num_features", "stabilizer", "tile_memory")
 

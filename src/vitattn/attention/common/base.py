@@ -57,6 +57,12 @@ class AttentionKernel(nn.Module):
     (:func:`before_forward_of_kernels`), rather than the kernel's own forward: set by a network
     that compiles its forward, since state a compiled graph reads is a guard of the graph."""
 
+    counts_every_forward: bool = False
+    """Whether :meth:`before_forward` changes Python state at every training forward
+    (Performer's count): a network compiled whole by its user, ``torch.compile(network)``, then
+    calls it untraced (:func:`before_forward_of_kernels`), where a traced count is a guard that
+    fails at every step."""
+
     def __init__(self, *, seq_len: int, heads: int, head_dim: int) -> None:
         super().__init__()
         for setting, value in (("seq_len", seq_len), ("heads", heads), ("head_dim", head_dim)):
@@ -112,7 +118,6 @@ def exact_by_construction(model: nn.Module) -> str | None:
     return reasons[0] if reasons and all(reasons) else None
 
 
-@torch.compiler.disable
 def before_forward_of_kernels(network: nn.Module, device: torch.device) -> None:
     """Every kernel of ``network`` set to have its :meth:`~AttentionKernel.before_forward` called
     by the network, and called: what a network that compiles its forward calls before it on
@@ -121,10 +126,20 @@ def before_forward_of_kernels(network: nn.Module, device: torch.device) -> None:
     Dynamo's limit (8), which then ran it eager for the rest of the run; a cache filled at the
     first step (local attention's layout) recompiled it at the second.
 
-    Never traced (``torch.compiler.disable``): where a user compiles the whole network,
-    ``torch.compile(network)``, Dynamo runs this eagerly and compiles the rest of the forward,
-    one graph, instead of tracing the kernels' host work into it."""
+    Where a user compiles the whole network, ``torch.compile(network)``, this is traced with
+    its forward: the host work of a kernel that :attr:`~AttentionKernel.counts_every_forward`
+    then runs untraced (a graph break before the network's first operator, once per forward;
+    traced, Performer recompiled the network at every step, then ran it eager), and the rest is
+    traced (local attention's layout: a second graph, once, and ``fullgraph=True`` works)."""
     for module in network.modules():
         if isinstance(module, AttentionKernel):
             module.network_calls_before_forward = True
-            module.before_forward(device)
+            if module.counts_every_forward:
+                _untraced(module.before_forward, device)
+            else:
+                module.before_forward(device)
+
+
+@torch.compiler.disable
+def _untraced(call: Callable[[torch.device], None], device: torch.device) -> None:
+    call(device)
