@@ -92,14 +92,16 @@ def bench_settings(
 
 
 class _Recorder:
-    """Step-end times and losses of a Lightning fit (the losses kept on the device until the end:
-    reading each one would sync at every step)."""
+    """Step-end times and losses of a Lightning fit of ``steps`` steps (the losses kept on the
+    device until the end: reading each one would sync at every step), the device synchronised
+    at the start, half way and at the end only."""
 
     def __init__(self, device: torch.device, steps: int) -> None:
         import lightning as L
 
-        # synchronised at the start, at the end of the first half of the steps and at the end
-        self.clock = StepClock(device, {0, (steps + 1) // 2, steps})
+        self.half = (steps + 1) // 2
+        """The tick that ends the first half of the steps (the warm-up: compiling, tuning)."""
+        self.clock = StepClock(device, {0, self.half, steps})
         self.losses: list[torch.Tensor] = []
         recorder = self
 
@@ -142,7 +144,7 @@ def train_briefly(
         row.status = eager_status(module.net) or "ran eager"
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
-    clock, half = recorder.clock, (training.steps + 1) // 2
+    clock, half = recorder.clock, recorder.half
     if len(clock.ticks) == training.steps + 1 and training.steps - half >= 1:
         seconds = clock.seconds(half, training.steps) / (training.steps - half)
         row.images_per_sec = training.batch_size / seconds
