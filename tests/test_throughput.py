@@ -31,7 +31,7 @@ over a factor of ten, is several percent.)"""
 SLOWDOWN = 60
 """The step after the warm-up sleeps this many times a warm-up step's own work, so that a mean
 over the steps is far off however loaded the machine is. At 20 a fresh clone's CI failed once:
-the load rose after the warm-up (another pytest beside it), the steady steps took 2.3 times the
+the load rose after the warm-up (another pytest beside it), the steady steps took about twice the
 warm-up's work and spread, and the one slow step, 9 steady steps long among 35, left the mean
 within 7% of the median."""
 SLOW_VALIDATION_SECONDS, SLOW_CHECKPOINT_SECONDS = 0.05, 0.02
