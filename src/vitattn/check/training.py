@@ -101,7 +101,8 @@ class _Recorder:
 
         self.half = (steps + 1) // 2
         """The tick that ends the first half of the steps (the warm-up: compiling, tuning)."""
-        self.clock = StepClock(device, {0, self.half, steps})
+        # the bench's clock with the first half as its warm-up and the second as one window
+        self.clock = StepClock.for_windows(device, self.half, steps - self.half, 1)
         self.losses: list[torch.Tensor] = []
         recorder = self
 
@@ -145,10 +146,11 @@ def train_briefly(
     if device.type == "cuda":
         row.peak_memory_gb = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     clock, half = recorder.clock, recorder.half
-    if len(clock.ticks) == training.steps + 1 and training.steps - half >= 1:
-        seconds = clock.seconds(half, training.steps) / (training.steps - half)
-        row.images_per_sec = training.batch_size / seconds
-        extra = recorder.clock.warmup_extra(half, seconds) if compile else None
+    second_half = training.steps - half
+    windows = clock.windows(half, second_half, 1) if second_half >= 1 else []
+    if windows:  # every step ran
+        row.images_per_sec = training.batch_size / windows[0]
+        extra = clock.warmup_extra(half, windows[0]) if compile else None
         row.compile_seconds = None if extra is None else round(extra, 3)
     losses = [loss.item() for loss in recorder.losses]
     quarter = max(1, len(losses) // 4)
