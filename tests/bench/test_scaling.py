@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -276,3 +277,16 @@ def test_a_compiled_variant_is_timed_in_one_graph_beside_the_eager_row() -> None
     assert compiled.fwd_floor_ms == eager.fwd_floor_ms
     assert compiled.fwd_bwd_dispatches < eager.fwd_bwd_dispatches
     assert compiled.fwd_bwd_floor_pct is not None and compiled.fwd_bwd_floor_pct > 0
+
+
+def test_the_sweep_collects_garbage_without_scanning_the_objects_from_before_it() -> None:
+    """Each grid point ends in a full collection (:func:`scaling.release`); with torch and
+    Dynamo loaded, scanning their objects took most of a CPU check's kernel section."""
+    frozen: list[int] = []
+    runner = Runner(
+        small_sweep(seq_lens=[32]), on_row=lambda row: frozen.append(gc.get_freeze_count())
+    )
+    rows = runner.run()
+    assert [row.status for row in rows] == ["ok", "ok"]
+    assert len(frozen) == 2 and all(count > 0 for count in frozen)
+    assert gc.get_freeze_count() == 0

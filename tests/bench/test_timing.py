@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
+import weakref
 from collections.abc import Callable, Iterable
 
 import pytest
 import torch
 
-from vitattn.bench.timing import settled, steady_heap, time_call, warm_up
+from vitattn.bench.timing import (
+    objects_before_frozen,
+    settled,
+    steady_heap,
+    time_call,
+    warm_up,
+)
 
 CPU = torch.device("cpu")
 SLOW_START = [100.0, 60.0, 30.0, 20.0, 14.0, 14.5, 14.2, 14.1]  # settles at the 6th call
@@ -100,3 +108,41 @@ def test_a_steady_heap_gives_freed_memory_back_to_the_next_call_without_page_fau
             libc.free(block)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     assert max(faults[1:]) < pages / 100, faults
+
+
+class Cycle:
+    """An object that refers to itself: only the garbage collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+        self.tensor = torch.zeros(4)
+
+
+def test_within_the_frozen_block_collections_free_what_it_made_and_skip_what_was_there() -> None:
+    """A grid point's cycles still go at each collection; the objects from before the sweep
+    are not scanned (so one left in a cycle waits for the block's end), and come back after."""
+    before = Cycle()
+    before_ref = weakref.ref(before)
+    with objects_before_frozen():
+        assert gc.get_freeze_count() > 0
+        del before
+        made = Cycle()
+        made_ref = weakref.ref(made)
+        del made
+        gc.collect()
+        assert made_ref() is None  # what the block made is collected
+        assert before_ref() is not None  # what was there before is not scanned
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert before_ref() is None
+
+
+def test_objects_frozen_by_someone_else_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with objects_before_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -52,7 +52,7 @@ from vitattn.bench.kernels import (
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.scaling_table import Row, add_speedups, scaling_table
 from vitattn.bench.settings import BenchSettings
-from vitattn.bench.timing import steady_heap, time_call
+from vitattn.bench.timing import objects_before_frozen, steady_heap, time_call
 from vitattn.models.flops import count_gflop
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class Runner:
         if self.sweep.steady_heap:
             self.steady_heap = steady_heap()
         rows: list[Row] = []
-        with room_to_recompile(len(self.sweep.seq_lens)):
+        with room_to_recompile(len(self.sweep.seq_lens)), objects_before_frozen():
             for attention in self.sweep.attentions:
                 for head_dim in self.sweep.head_dims:
                     rows.extend(self.sweep_sizes(attention, head_dim))
@@ -363,7 +363,8 @@ def size(bytes_: float) -> str:
 
 
 def release(device: torch.device) -> None:
-    """Give back what the last grid point allocated before the next one starts."""
+    """Give back what the last grid point allocated before the next one starts (within
+    :meth:`Runner.run` the collection scans only what the sweep made)."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
