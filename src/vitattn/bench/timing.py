@@ -184,8 +184,9 @@ def objects_before_frozen() -> Iterator[None]:
     The objects alive on entry (after one full collection) move to the collector's permanent
     generation (:func:`gc.freeze`) and come back on exit: with torch and Dynamo imported a full
     collection walks some 300,000 objects, a third of a second on a small CPU, and
-    :func:`vitattn.bench.scaling.release` collects after every grid point. Where something
-    else froze objects already, nothing changes.
+    :func:`vitattn.bench.scaling.release` collects after every grid point. An object from
+    before the block that is left in a reference cycle within it waits for the block's end.
+    Where something else froze objects already, nothing changes.
     """
     if gc.get_freeze_count():
         yield
