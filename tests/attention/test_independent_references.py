@@ -22,7 +22,7 @@ N, D, HEADS = 48, 16, 2
 
 
 def relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((output - reference).norm() / reference.norm())
+    return float((output - reference).detach().norm() / reference.detach().norm())
 
 
 def gaussian_qkv(scale: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, ...]:
