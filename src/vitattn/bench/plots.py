@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import LogFormatter
 
 from vitattn.bench.approx import ApproxRow
 from vitattn.bench.scaling_table import Row
@@ -28,6 +29,22 @@ def _series(rows: Sequence[Row]) -> dict[tuple[str, int], list[Row]]:
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
+class PlainLogFormatter(LogFormatter):
+    """Tick labels of a log axis as plain numbers (``0.4``, ``20``, ``1000``) rather than powers
+    of ten (``4x10^-1``), labelling the same ticks matplotlib would: on an axis that spans less
+    than a decade or two, those between the decades too."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}"
+
+
+def _plain_log_y(axis: Any) -> None:
+    """A log y axis whose ticks read as numbers (:class:`PlainLogFormatter`)."""
+    axis.set_yscale("log")
+    axis.yaxis.set_major_formatter(PlainLogFormatter())
+    axis.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
 
 
 def _styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
@@ -61,7 +78,7 @@ def _log_log_panel(
         )
     seq_lens = sorted({r.seq_len for r in rows})
     axis.set_xscale("log", base=2)
-    axis.set_yscale("log")
+    _plain_log_y(axis)
     if seq_lens:
         axis.set_xticks(seq_lens, [str(n) for n in seq_lens])
     axis.set_xlabel("sequence length n")
@@ -153,7 +170,7 @@ def plot_approx(rows: Sequence[ApproxRow], attention: str, path: Path) -> None:
         axis.set_xscale("log", base=2)
         budgets = sorted({r.budget for r in mine})
         axis.set_xticks(budgets, [f"{b:g}" for b in budgets])
-    axis.set_yscale("log")
+    _plain_log_y(axis)
     axis.set_xlabel(f"attention.{knob}" if knob else "default settings")
     axis.set_ylabel("relative error vs softmax (Frobenius)")
     axis.set_title(f"{attention}: approximation error")

@@ -1,0 +1,44 @@
+"""The benchmark's figures as a reader sees them: what their log axes' tick labels say."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+
+from vitattn.bench.plots import _log_log_panel
+from vitattn.bench.scaling_table import Row
+
+
+def y_tick_labels(low: float, high: float) -> list[str]:
+    """The y tick labels matplotlib draws on a panel of ``vitattn-bench``'s figures whose times
+    run from ``low`` to ``high`` ms, major and minor, within the data (empty ones left out)."""
+    rows = [Row("linear", n, 64, fwd_ms=ms) for n, ms in ((256, low), (4096, high))]
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
+        figure.canvas.draw()
+        ticks = [*axis.yaxis.get_majorticklabels(), *axis.yaxis.get_minorticklabels()]
+        shown = [t for t in ticks if low <= t.get_position()[1] <= high]
+        return [t.get_text() for t in shown if t.get_text()]
+    finally:
+        plt.close(figure)
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.2, 3.0), (1.0, 3000.0), (0.004, 0.03), (9, 60)])
+def test_a_log_axis_reads_as_plain_numbers(low: float, high: float) -> None:
+    """Milliseconds, MiB and shares of the floor span a decade or a few: each label is a plain
+    number (``0.4``, ``20``), not matplotlib's power of ten (``4x10^-1``)."""
+    labels = y_tick_labels(low, high)
+    assert labels
+    for label in labels:
+        assert float(label) > 0, label  # no "$\\mathdefault{4\\times10^{-1}}$"
+
+
+def test_an_axis_within_a_decade_labels_the_ticks_between_decades() -> None:
+    """A share of the floor from 9% to 60% has one decade tick (10): the ticks between are
+    labelled too, or the axis would carry a single number."""
+    assert {"10", "20", "30", "40", "60"} <= set(y_tick_labels(9, 60))
+
+
+def test_an_axis_of_several_decades_labels_the_decades() -> None:
+    assert set(y_tick_labels(1.0, 3000.0)) == {"1", "10", "100", "1000"}
