@@ -102,7 +102,7 @@ def model_figures(
     gflop = gflop_per_image(module.net, example.to(device))
     return {
         "params": sum(p.numel() for p in module.parameters()),
-        "gflop_per_image": None if gflop is None else round(gflop, 3),
+        "gflop_per_image": None if gflop is None else float(f"{gflop:.4g}"),  # 4 digits
         "attention": choices["attention"],
         "model": choices["model"],
     }

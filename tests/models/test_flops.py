@@ -209,6 +209,26 @@ def linear_figures(tmp_path: Path, impl: str, device: str) -> dict:
     )
 
 
+def test_a_small_networks_flops_keep_four_digits_in_its_results(tmp_path) -> None:
+    """``metrics.json``'s GFLOP/image keeps four significant digits, as the sweep summary and the
+    frontier compare them: rounded to three decimals, a network of 32 dimensions had 0.004 for
+    linear attention and 0.005 for softmax, 0.00396 and 0.00538 counted."""
+    from hydra.utils import instantiate
+
+    from tests.support.presets import compose_config
+    from vitattn.train import model_figures
+
+    small = ["model.embed_dim=32", "model.depth=1", "model.heads=2", "data.num_workers=0"]
+    cfg = compose_config("train", ["attention=linear", *small], tmp_path)
+    module, datamodule = instantiate(cfg.module), instantiate(cfg.data)
+    choices = {"attention": "linear", "model": "vit"}
+    reported = model_figures(module, datamodule, choices, torch.device("cpu"))["gflop_per_image"]
+    example = datamodule.on_after_batch_transfer(module.example_input_array, 0)
+    counted = gflop_per_image(module.net, example)
+    assert counted is not None and counted < 0.01
+    assert reported == pytest.approx(counted, rel=5e-4)
+
+
 def test_a_runs_flops_are_counted_on_the_device_it_trains_on(tmp_path, monkeypatch) -> None:
     """Issue 42: on the H200, ``attention.impl=triton`` (fused kernels, a GPU's) trained with no
     GFLOP/image or MFU, ``could not count FLOPs (ConfigError: attention.impl=triton cannot run
