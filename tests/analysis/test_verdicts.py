@@ -107,6 +107,29 @@ def test_summary_md_opens_with_each_verdict(sweep: Path) -> None:
     assert "below what this sweep can resolve (more than 50 seeds per setting)" in performer
 
 
+@pytest.mark.parametrize(
+    ("softmax", "linear"),
+    [
+        ((0.50, 0.52, 0.54), (0.50, 0.52, 0.54)),
+        ((0.5, 0.5, 0.5), (0.625, 0.375, 0.5)),  # the differences, exact in binary: +-1/8, 0
+    ],
+    ids=["the same in every seed", "zero on average"],
+)
+def test_a_difference_of_zero_claims_no_seeds_it_would_need(
+    tmp_path: Path, softmax: tuple[float, ...], linear: tuple[float, ...]
+) -> None:
+    """A tiny first sweep whose two settings score the same: no plan of more seeds, rather than
+    "below what this sweep can resolve (more than 50 seeds per setting)", which no seeds were
+    counted for."""
+    sweep = write_seeded_sweep(tmp_path / "same", {"softmax": softmax, "linear": linear})
+    summarize([sweep])
+    line = (sweep / "summary.md").read_text().splitlines()[2]
+    assert line.startswith("- attention=linear: +0.000 [")
+    assert "**no detectable difference**; the difference observed is 0: there is none" in line
+    assert "seeds per setting" not in line
+    assert settings(sweep)["attention=linear"]["seeds_needed"] == ""
+
+
 def test_a_single_comparison_is_not_corrected(tmp_path: Path) -> None:
     accuracies = {name: TEST_ACC[name] for name in ("softmax", "linear")}
     sweep = write_seeded_sweep(tmp_path / "two", accuracies)

@@ -200,7 +200,11 @@ def verdict_sentence(comparison: Comparison) -> str:
     text += f": **{comparison.verdict}**"
     if comparison.verdict != NO_DIFFERENCE:
         return text
-    if comparison.seeds_needed is None:
+    if difference.delta == 0:
+        text += "; the difference observed is 0: there is none to plan more seeds for"
+    elif not difference.spread:
+        text += "; the seeds' figures do not vary: no spread to plan more seeds from"
+    elif comparison.seeds_needed is None:
         text += f"; below what this sweep can resolve (more than {MOST_SEEDS} seeds per setting)"
     else:
         text += f"; {comparison.seeds_needed} seeds per setting would detect it ({ADD_SEEDS})"
