@@ -193,6 +193,25 @@ def test_a_checkpoints_run_with_a_link_is_refused_for_ckpt_path(
     assert tree_digest(run) == inside and (elsewhere / "kept.txt").read_bytes() == KEPT
 
 
+@pytest.mark.parametrize("program", ["vitattn-train", "vitattn-eval"])
+def test_a_sweep_jobs_checkpoint_given_quoted_has_its_run_checked(
+    run: Path, elsewhere: Path, data_dir: Path, program: str
+) -> None:
+    """A sweep's job is named by its settings (``attention=softmax,seed=1``), so its checkpoint
+    is given quoted, Hydra reading ``=`` and ``,`` as syntax: its run is checked all the same.
+    (The quotes were once read as part of the path, of no run: vitattn-eval passed over the
+    check and vitattn-train called the checkpoint no file.)"""
+    job = run.rename(run.parent / "attention=softmax,seed=1")
+    link = job / "attention" / "maps.npz"
+    link.unlink()
+    link.symlink_to(elsewhere / "kept.txt")
+    inside = tree_digest(job)
+    checkpoint = job / "checkpoints" / "last.ckpt"
+    said = refused_in_process(program, f'ckpt_path="{checkpoint}"', data_dir=data_dir)
+    assert said.startswith(f"{link} is a symbolic link"), said
+    assert tree_digest(job) == inside and (elsewhere / "kept.txt").read_bytes() == KEPT
+
+
 @pytest.mark.parametrize(
     ("status", "plant"),
     [

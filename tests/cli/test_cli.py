@@ -147,6 +147,23 @@ def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     )
 
 
+@pytest.mark.parametrize("program", ["vitattn-eval", "vitattn-finetune", "vitattn-bench"])
+def test_a_sweep_jobs_path_unquoted_is_one_line_that_shows_it_quoted(
+    program: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A sweep's job directory is named by its settings (``attention=linear,seed=1``, as the
+    sweep's last lines print it); Hydra reads its ``=`` as syntax. Unquoted, one line names the
+    override and shows it quoted, ready to copy, where Hydra said "mismatched input '='"."""
+    checkpoint = f"{tmp_path}/sweep/attention=linear,seed=1/checkpoints/last.ckpt"
+    run_dir = tmp_path / "run"
+    args = [f"ckpt_path={checkpoint}", f"hydra.run.dir={run_dir}"]
+    said = refused_in_process(program, *args, data_dir=data_dir, creates=run_dir)
+    assert said == (
+        f"ckpt_path={checkpoint} cannot be read (mismatched input '=' expecting <EOF>); Hydra "
+        f"""reads '=' and ',' as its own syntax: quote the value, e.g. 'ckpt_path="{checkpoint}"'"""
+    )
+
+
 def test_a_sweep_names_its_jobs_by_the_settings_that_take_several_values() -> None:
     arguments = ["-m", "attention=softmax,linear", "seed=1,2", "trainer.max_steps=5", "+x.y=1"]
     named = name_jobs_by_what_differs(arguments)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from vitattn.cli.overrides import given_values
 from vitattn.cli.resume import resume_arguments
 from vitattn.errors import ConfigError
 from vitattn.runs.trust import MOVED_TARGETS, allowed_targets
@@ -40,6 +41,24 @@ def test_resume_arguments_take_the_runs_settings_and_directory(tmp_path: Path) -
         resume_arguments(["resume=true"])
     with pytest.raises(ConfigError, match=r"resume=true: .*last.ckpt does not exist"):
         resume_arguments(["resume=true", f"hydra.run.dir={tmp_path}"])
+
+
+def test_a_sweep_jobs_checkpoint_given_quoted_continues_the_job_in_its_directory(
+    tmp_path: Path,
+) -> None:
+    """A sweep's job directory holds ``=`` and ``,`` (``attention=linear,seed=1``), so its
+    checkpoint is given quoted: the job continues in its own directory, which is passed on quoted
+    too, as Hydra reads it back (the quotes once made the path one of no file)."""
+    job = run_with_overrides(tmp_path, "- attention=linear\n- seed=1\n")
+    job = job.rename(tmp_path / "attention=linear,seed=1")
+    ckpt = job / "checkpoints" / "last.ckpt"
+    continued = resume_arguments([f"ckpt_path='{ckpt}'", "trainer.max_steps=80"])
+    assert continued[:2] == ["attention=linear", "seed=1"]
+    assert given_values(continued)["hydra.run.dir"] == str(job)
+    assert given_values(continued)["ckpt_path"] == str(ckpt)
+    resumed = resume_arguments(["resume=true", f'hydra.run.dir="{job}"'])
+    assert given_values(resumed)["ckpt_path"] == str(ckpt)
+    assert resumed[-1] == f"ckpt_path='{ckpt}'"
 
 
 def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path) -> None:

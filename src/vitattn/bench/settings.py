@@ -20,7 +20,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from vitattn.cli.console import composition_message, overrides_of
+from vitattn.cli.console import composition_message
+from vitattn.cli.overrides import overrides_of
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
 from vitattn.utils.config import MatmulPrecision, group_options

@@ -4,6 +4,7 @@ Every ``vitattn-*`` command is a Hydra app. Before Hydra creates a run directory
 line is checked here, and anything wrong ends in one line on stderr (``<program>: error: ...``)
 and exit status 1, with nothing created:
 
+* an override Hydra's grammar cannot read (a sweep job's path unquoted), shown quoted;
 * a config-group choice that does not exist (``attention=flash``), with the valid ones;
 * an output location that cannot be written;
 * a value the config's schema rejects (a word where a number belongs, an unknown key): the
@@ -22,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from vitattn.cli.overrides import check_syntax, given_path, given_values, overrides_of
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.layout import RunDir, check_run_files
@@ -54,6 +56,8 @@ def console_main(
     Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line."""
     arguments = sys.argv[1:]
     try:
+        if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+            check_syntax(arguments)
         check_given_runs(arguments)
         if prepare is not None:
             arguments = prepare(arguments)
@@ -143,9 +147,8 @@ def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
     """``hydra.run.dir`` of a single run when given as a plain path, else ``None``."""
     if any(arg in MULTIRUN_FLAGS for arg in arguments):
         return None
-    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
-    value = given.get("hydra.run.dir")
-    return Path(value) if value and "${" not in value else None
+    value = given_path(arguments, "hydra.run.dir")
+    return Path(value) if value else None
 
 
 def check_given_runs(arguments: Sequence[str]) -> None:
@@ -155,10 +158,9 @@ def check_given_runs(arguments: Sequence[str]) -> None:
     sweep's jobs are checked by :func:`check_continuation`."""
     if any(arg in MULTIRUN_FLAGS or arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
         return
-    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
     runs = [explicit_run_dir(arguments)]
-    ckpt_path = given.get("ckpt_path")
-    if ckpt_path and ckpt_path != "null" and "${" not in ckpt_path:
+    ckpt_path = given_path(arguments, "ckpt_path")
+    if ckpt_path:
         of_checkpoint = RunDir.of_checkpoint(Path(ckpt_path).expanduser())
         runs.append(of_checkpoint.path if of_checkpoint is not None else None)
     for run in runs:
@@ -177,14 +179,8 @@ def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
     ``None``."""
     if not any(arg in MULTIRUN_FLAGS for arg in arguments) and basic_sweep(arguments):
         return None  # a single run
-    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
-    value = given.get("hydra.sweep.dir")
-    return Path(value) if value and "${" not in value else None
-
-
-def overrides_of(arguments: Sequence[str]) -> list[str]:
-    """The ``key=value`` overrides among command-line arguments (flags left out)."""
-    return [arg for arg in arguments if "=" in arg and not arg.startswith("-")]
+    value = given_path(arguments, "hydra.sweep.dir")
+    return Path(value) if value else None
 
 
 def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR) -> None:
@@ -227,8 +223,8 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
     """
     given = {
         key: value
-        for key, value in (arg.split("=", 1) for arg in overrides_of(arguments))
-        if key in OUTPUT_SETTINGS
+        for key, value in given_values(arguments).items()
+        if key in OUTPUT_SETTINGS and isinstance(value, str)
     }
     if not given:
         given = {"paths.log_dir": str(default)}

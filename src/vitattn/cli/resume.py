@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from vitattn.cli.console import MULTIRUN_FLAGS, overrides_of
+from vitattn.cli.console import MULTIRUN_FLAGS
+from vitattn.cli.overrides import as_override, given_path, given_values, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
     BoundExceededError,
@@ -33,21 +34,21 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     """
     if any(arg in MULTIRUN_FLAGS for arg in arguments):
         return arguments
-    given = dict(arg.split("=", 1) for arg in overrides_of(arguments))
-    run_dir = Path(given["hydra.run.dir"]) if "hydra.run.dir" in given else None
-    ckpt_path = given.get("ckpt_path")
-    if given.get("resume", "false").lower() == "true":
+    given_run = given_path(arguments, "hydra.run.dir")
+    run_dir = Path(given_run) if given_run else None
+    ckpt_path = given_path(arguments, "ckpt_path")
+    if str(given_values(arguments).get("resume", False)).lower() == "true":
         if run_dir is None:
             raise ConfigError("resume=true needs the run to continue: add hydra.run.dir=<run dir>")
-        if ckpt_path in (None, "null"):
+        if ckpt_path is None:
             ckpt_path = str(RunDir(run_dir).last_checkpoint)
             if not Path(ckpt_path).is_file():
                 raise ConfigError(
                     f"resume=true: {ckpt_path} does not exist; hydra.run.dir must be a "
                     "vitattn-train run directory with checkpoints/last.ckpt"
                 )
-            arguments = [*arguments, f"ckpt_path={ckpt_path}"]
-    if ckpt_path in (None, "null"):
+            arguments = [*arguments, as_override("ckpt_path", ckpt_path)]
+    if ckpt_path is None:
         return arguments
     checkpoint = Path(ckpt_path).expanduser()
     if not checkpoint.is_file():
@@ -57,7 +58,7 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     candidate = RunDir.of_checkpoint(checkpoint)
     if run_dir is None and candidate is not None and candidate.overrides_file.is_file():
         run_dir = candidate.path
-        arguments = [*arguments, f"hydra.run.dir={run_dir}"]
+        arguments = [*arguments, as_override("hydra.run.dir", str(run_dir))]
     recorded = RunDir(run_dir).overrides_file if run_dir is not None else None
     if recorded is None or not recorded.is_file():
         return arguments

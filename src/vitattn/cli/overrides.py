@@ -1,0 +1,94 @@
+"""Command-line overrides read as Hydra reads them.
+
+A sweep names its jobs' directories by their settings (``attention=linear,seed=1``), and ``=``
+and ``,`` are Hydra's own syntax: a path to such a job is given quoted
+(``'ckpt_path="…/attention=linear,seed=1/checkpoints/last.ckpt"'``), and what the console
+scripts check before Hydra runs (the runs a command names, where it writes) is the value Hydra
+will use, without its quotes. Unquoted, such a path is refused in one line that shows it quoted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vitattn.errors import ConfigError
+
+HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+
+def overrides_of(arguments: Sequence[str]) -> list[str]:
+    """The ``key=value`` overrides among command-line arguments (flags left out)."""
+    return [arg for arg in arguments if "=" in arg and not arg.startswith("-")]
+
+
+def parsed(text: str) -> Any:
+    """Hydra's reading of one override (``hydra.core.override_parser``'s ``Override``); raises
+    Hydra's ``OverrideParseException`` when the grammar cannot read it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(text)
+
+
+def check_syntax(arguments: Sequence[str]) -> None:
+    """Refuse in one line, naming it, an override Hydra's grammar cannot read; where its value
+    holds ``=`` (a sweep job's directory, say), the line shows it quoted, ready to copy."""
+    from hydra.errors import HydraException
+
+    for text in overrides_of(arguments):
+        try:
+            parsed(text)
+        except HydraException as error:
+            why = str(error).splitlines()[0].split("; See ")[0].strip()
+            key, _, value = text.partition("=")
+            hint = f"see {HYDRA_GRAMMAR}"
+            if "=" in value and '"' not in value and "'" not in value:
+                hint = (
+                    "Hydra reads '=' and ',' as its own syntax: quote the value, e.g. "
+                    f"""'{key}="{value}"'"""
+                )
+            raise ConfigError(f"{text} cannot be read ({why}); {hint}") from None
+
+
+def given_values(arguments: Sequence[str]) -> dict[str, Any]:
+    """What each override of one value sets, by key (without ``+``), as Hydra reads it: a
+    quoted string without its quotes, ``true`` a bool, ``null`` None. Sweeps (``a,b``),
+    deletions and overrides the grammar cannot read are left out."""
+    from hydra.errors import HydraException
+
+    values: dict[str, Any] = {}
+    for text in overrides_of(arguments):
+        try:
+            override = parsed(text)
+        except HydraException:
+            continue
+        if not override.is_delete() and not override.is_sweep_override():
+            values[override.key_or_group] = override.value()
+    return values
+
+
+def given_path(arguments: Sequence[str], key: str) -> str | None:
+    """The path ``key`` is set to on the command line, as Hydra reads it; ``None`` when it is
+    not given, ``null``, not a string, or holds an interpolation (``${...}``) only the app
+    resolves."""
+    value = given_values(arguments).get(key)
+    return value if isinstance(value, str) and value and "${" not in value else None
+
+
+def as_override(key: str, value: str) -> str:
+    """``key=value`` that Hydra reads back as ``value``: as it is where it can be, else quoted
+    (a path holding ``=`` or ``,``)."""
+    from hydra.errors import HydraException
+
+    candidates = [f"{key}={value}", f"{key}='{value}'", f'{key}="{value}"']
+    for text in candidates:
+        try:
+            override = parsed(text)
+        except HydraException:
+            continue
+        if not override.is_sweep_override() and override.value() == value:
+            return text
+    raise ConfigError(
+        f"{key}={value}: Hydra cannot read this value back, quoted or not; rename the "
+        "directory without quotes in its name"
+    )
