@@ -455,7 +455,8 @@ def test_callback_state_never_deletes_outside_the_run(site: Site, data_dir: Path
 
 def interrupted_sweep_job(site: Site) -> list[str]:
     """The trained run as the one job of a sweep that was interrupted, and the sweep's command."""
-    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.cli.console import name_jobs_by_what_differs
+    from vitattn.cli.overrides import overrides_of
     from vitattn.runs.continuation import planned_jobs
 
     sweep = site.root / "runs" / "sweep"

@@ -34,7 +34,8 @@ def sweep_job(run: Path, status: str) -> tuple[Path, list[str]]:
     """The trained ``run`` moved in as the one job of a sweep beside it, its ``metrics.json``
     saying ``status``: the job's directory and the sweep's command."""
     from tests.support.presets import FEW_STEPS
-    from vitattn.cli.console import name_jobs_by_what_differs, overrides_of
+    from vitattn.cli.console import name_jobs_by_what_differs
+    from vitattn.cli.overrides import overrides_of
     from vitattn.runs.continuation import planned_jobs
 
     sweep = run.parent / "sweep"
