@@ -19,6 +19,8 @@ from vitattn.cli.console import (
     check_group_choices,
     composition_message,
     console_main,
+    explicit_run_dir,
+    explicit_sweep_dir,
     name_jobs_by_what_differs,
     single_runs,
 )
@@ -162,6 +164,15 @@ def test_a_sweep_jobs_path_unquoted_is_one_line_that_shows_it_quoted(
         f"ckpt_path={checkpoint} cannot be read (mismatched input '=' expecting <EOF>); Hydra "
         f"""reads '=' and ',' as its own syntax: quote the value, e.g. 'ckpt_path="{checkpoint}"'"""
     )
+
+
+@pytest.mark.parametrize("given", ["/tmp/my sweep", "'/tmp/my sweep'", '"/tmp/my sweep"'])
+def test_the_directories_a_command_names_are_read_as_hydra_reads_them(given: str) -> None:
+    """The run and sweep directories the console checks and locks are the ones Hydra writes:
+    quoted or not, ``/tmp/my sweep`` (the quotes once made them paths relative to the working
+    directory, beginning with a quote, where the lock would have been taken)."""
+    assert explicit_run_dir([f"hydra.run.dir={given}"]) == Path("/tmp/my sweep")
+    assert explicit_sweep_dir(["-m", f"hydra.sweep.dir={given}"]) == Path("/tmp/my sweep")
 
 
 def test_a_sweep_names_its_jobs_by_the_settings_that_take_several_values() -> None:
