@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import statistics
 import time
@@ -19,6 +20,7 @@ from tests.support.presets import RUN_40, TINY, steps
 from tests.support.runners import last_line, refused, run_cli, train_with
 from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
+from vitattn.cli.overrides import as_override
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +50,7 @@ def failing_writes(how: str) -> str:
 
 def start(run_dir: Path, *faults: str, data_dir: Path, env: dict[str, str] | None = None) -> Any:
     """40 steps of the tiny model in ``run_dir`` with ``faults`` injected, however it ends."""
-    run = [*RUN_40, *faults, f"hydra.run.dir={run_dir}"]
+    run = [*RUN_40, *faults, as_override("hydra.run.dir", str(run_dir))]
     return run_cli("vitattn-train", *run, data_dir=data_dir, check=False, env=env)
 
 
@@ -87,10 +89,11 @@ def assert_same_as_straight(run_dir: Path, straight: Path, steps: int = 40) -> N
 
 
 @pytest.mark.parametrize(
-    ("callback", "signal_name", "status", "step"),
+    ("callback", "signal_name", "status", "step", "directory"),
     [
-        ("SigtermAtStep", "SIGTERM", 143, 25),
-        ("SigintAtStep", "Ctrl-C", 130, 25),
+        ("SigtermAtStep", "SIGTERM", 143, 25, "run"),
+        # a sweep's job, named by its settings: the command to copy quotes the '=' and ','
+        ("SigintAtStep", "Ctrl-C", 130, 25, "attention=softmax,seed=1"),
     ],
 )
 def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
@@ -98,20 +101,23 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     signal_name: str,
     status: int,
     step: int,
+    directory: str,
     straight: Path,
     tmp_path: Path,
     data_dir: Path,
 ) -> None:
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / directory
     stopped = start(
         run_dir,
         *at_step(callback, 25),  # mid-epoch: an epoch is 71 batches of 64
         data_dir=data_dir,
     )
     assert stopped.returncode == status, stopped.stderr[-2000:]
-    assert last_line(stopped) == (
+    given = f"hydra.run.dir={run_dir}" if directory == "run" else f"""'hydra.run.dir="{run_dir}"'"""
+    said = last_line(stopped)
+    assert said == (
         f"vitattn-train: interrupted by {signal_name} after step {step}; continue with: "
-        f"vitattn-train resume=true hydra.run.dir={run_dir}"
+        f"vitattn-train resume=true {given}"
     )
     assert checkpoint_step(run_dir) == step
     metrics = metrics_of(run_dir)
@@ -120,7 +126,8 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     assert metrics["val/acc"] is not None  # what the validations so far reached
 
     first_costs = throughput_state(run_dir)
-    resume = ["resume=true", f"hydra.run.dir={run_dir}", WITHOUT_FAULT]
+    # the command it printed, as a shell splits it
+    resume = [*shlex.split(said.split("continue with: vitattn-train ")[1]), WITHOUT_FAULT]
     started = time.perf_counter()
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
     second_attempt_at_most = time.perf_counter() - started

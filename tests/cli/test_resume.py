@@ -58,7 +58,7 @@ def test_a_sweep_jobs_checkpoint_given_quoted_continues_the_job_in_its_directory
     assert given_values(continued)["ckpt_path"] == str(ckpt)
     resumed = resume_arguments(["resume=true", f'hydra.run.dir="{job}"'])
     assert given_values(resumed)["ckpt_path"] == str(ckpt)
-    assert resumed[-1] == f"ckpt_path='{ckpt}'"
+    assert resumed[-1] == f'ckpt_path="{ckpt}"'
 
 
 def test_a_node_given_now_replaces_what_the_run_recorded_under_it(tmp_path: Path) -> None:

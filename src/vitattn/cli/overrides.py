@@ -77,10 +77,11 @@ def given_path(arguments: Sequence[str], key: str) -> str | None:
 
 def as_override(key: str, value: str) -> str:
     """``key=value`` that Hydra reads back as ``value``: as it is where it can be, else quoted
-    (a path holding ``=`` or ``,``)."""
+    (a path holding ``=`` or ``,``), in double quotes where it can be, so that a shell's single
+    quotes can hold it (:func:`for_the_shell`)."""
     from hydra.errors import HydraException
 
-    candidates = [f"{key}={value}", f"{key}='{value}'", f'{key}="{value}"']
+    candidates = [f"{key}={value}", f'{key}="{value}"', f"{key}='{value}'"]
     for text in candidates:
         try:
             override = parsed(text)
@@ -92,3 +93,11 @@ def as_override(key: str, value: str) -> str:
         f"{key}={value}: Hydra cannot read this value back, quoted or not; rename the "
         "directory without quotes in its name"
     )
+
+
+def for_the_shell(key: str, value: str) -> str:
+    """:func:`as_override` as a shell command line takes it, to be copied from a message:
+    ``hydra.run.dir=outputs/run``, ``'hydra.run.dir="multiruns/x/attention=linear,seed=1"'``."""
+    import shlex
+
+    return shlex.quote(as_override(key, value))
