@@ -20,7 +20,7 @@ from tests.support.presets import RUN_40, TINY, steps
 from tests.support.runners import last_line, refused, run_cli, train_with
 from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
-from vitattn.cli.overrides import as_override
+from vitattn.utils.hydra_grammar import as_override
 
 pytestmark = pytest.mark.slow
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
+from vitattn.utils.hydra_grammar import parsed
 
 HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
@@ -20,14 +21,6 @@ HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 def overrides_of(arguments: Sequence[str]) -> list[str]:
     """The ``key=value`` overrides among command-line arguments (flags left out)."""
     return [arg for arg in arguments if "=" in arg and not arg.startswith("-")]
-
-
-def parsed(text: str) -> Any:
-    """Hydra's reading of one override (``hydra.core.override_parser``'s ``Override``); raises
-    Hydra's ``OverrideParseException`` when the grammar cannot read it."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create().parse_override(text)
 
 
 def check_syntax(arguments: Sequence[str]) -> None:
@@ -73,31 +66,3 @@ def given_path(arguments: Sequence[str], key: str) -> str | None:
     resolves."""
     value = given_values(arguments).get(key)
     return value if isinstance(value, str) and value and "${" not in value else None
-
-
-def as_override(key: str, value: str) -> str:
-    """``key=value`` that Hydra reads back as ``value``: as it is where it can be, else quoted
-    (a path holding ``=`` or ``,``), in double quotes where it can be, so that a shell's single
-    quotes can hold it (:func:`for_the_shell`)."""
-    from hydra.errors import HydraException
-
-    candidates = [f"{key}={value}", f'{key}="{value}"', f"{key}='{value}'"]
-    for text in candidates:
-        try:
-            override = parsed(text)
-        except HydraException:
-            continue
-        if not override.is_sweep_override() and override.value() == value:
-            return text
-    raise ConfigError(
-        f"{key}={value}: Hydra cannot read this value back, quoted or not; rename the "
-        "directory without quotes in its name"
-    )
-
-
-def for_the_shell(key: str, value: str) -> str:
-    """:func:`as_override` as a shell command line takes it, to be copied from a message:
-    ``hydra.run.dir=outputs/run``, ``'hydra.run.dir="multiruns/x/attention=linear,seed=1"'``."""
-    import shlex
-
-    return shlex.quote(as_override(key, value))

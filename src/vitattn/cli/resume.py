@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from vitattn.cli.console import MULTIRUN_FLAGS
-from vitattn.cli.overrides import as_override, given_path, given_values, overrides_of
+from vitattn.cli.overrides import given_path, given_values, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
     BoundExceededError,
@@ -18,6 +18,7 @@ from vitattn.runs.files import (
 from vitattn.runs.layout import RunDir
 from vitattn.runs.recorded import RecordedSettings
 from vitattn.runs.trust import check_recorded_override, with_current_targets
+from vitattn.utils.hydra_grammar import as_override
 
 
 def resume_arguments(arguments: list[str]) -> list[str]:

@@ -161,7 +161,7 @@ def end_interrupted(
     metrics.update({"status": "interrupted", "signal": name})
     if trainer.is_global_zero:
         write_metrics(output_dir / METRICS, metrics)
-    from vitattn.cli.overrides import for_the_shell
+    from vitattn.utils.hydra_grammar import for_the_shell
 
     then = (
         f"continue with: {program} resume=true {for_the_shell('hydra.run.dir', str(output_dir))}"

@@ -1,0 +1,45 @@
+"""Values in Hydra's override grammar (``key=value`` on a command line): how Hydra reads one, and
+how to write a value so that Hydra reads it back, also inside a command a message prints. A path
+holding ``=`` or ``,`` (a sweep's job directory, named by its settings) must be quoted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitattn.errors import ConfigError
+
+
+def parsed(text: str) -> Any:
+    """Hydra's reading of one override (``hydra.core.override_parser``'s ``Override``); raises
+    Hydra's ``OverrideParseException`` when the grammar cannot read it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(text)
+
+
+def as_override(key: str, value: str) -> str:
+    """``key=value`` that Hydra reads back as ``value``: as it is where it can be, else quoted
+    (a path holding ``=`` or ``,``), in double quotes where it can be, so that a shell's single
+    quotes can hold it (:func:`for_the_shell`)."""
+    from hydra.errors import HydraException
+
+    candidates = [f"{key}={value}", f'{key}="{value}"', f"{key}='{value}'"]
+    for text in candidates:
+        try:
+            override = parsed(text)
+        except HydraException:
+            continue
+        if not override.is_sweep_override() and override.value() == value:
+            return text
+    raise ConfigError(
+        f"{key}={value}: Hydra cannot read this value back, quoted or not; rename the "
+        "directory without quotes in its name"
+    )
+
+
+def for_the_shell(key: str, value: str) -> str:
+    """:func:`as_override` as a shell command line takes it, to be copied from a message:
+    ``hydra.run.dir=outputs/run``, ``'hydra.run.dir="multiruns/x/attention=linear,seed=1"'``."""
+    import shlex
+
+    return shlex.quote(as_override(key, value))
