@@ -9,11 +9,12 @@ will use, without its quotes. Unquoted, such a path is refused in one line that 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
-from vitattn.utils.hydra_grammar import parsed
+from vitattn.utils.hydra_grammar import for_the_shell, parsed
 
 HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
@@ -36,10 +37,9 @@ def check_syntax(arguments: Sequence[str]) -> None:
             key, _, value = text.partition("=")
             hint = f"see {HYDRA_GRAMMAR}"
             if "=" in value and '"' not in value and "'" not in value:
-                hint = (
-                    "Hydra reads '=' and ',' as its own syntax: quote the value, e.g. "
-                    f"""'{key}="{value}"'"""
-                )
+                with contextlib.suppress(ConfigError):  # no quoting reads it back: the link
+                    said = "Hydra reads '=' and ',' as its own syntax: quote the value"
+                    hint = f"{said}, e.g. {for_the_shell(key, value)}"
             raise ConfigError(f"{text} cannot be read ({why}); {hint}") from None
 
 
