@@ -195,7 +195,7 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
     try:
         overrides = OverridesParser.create().parse_overrides(overrides_of(arguments))
     except HydraException:
-        return  # not ours to report: Hydra explains syntax errors itself
+        return  # a syntax error: check_syntax reports it in one line
     for override in overrides:
         group = override.key_or_group
         if override.is_delete() or override.package or group.startswith("hydra/"):
@@ -286,7 +286,7 @@ def check_composition(
     try:
         jobs = single_runs(arguments)
     except HydraException:
-        return  # a syntax error: Hydra reports it in its own words
+        return  # a syntax error: check_syntax reports it in one line
     for overrides in itertools.islice(jobs, MAX_COMPOSITIONS):
         try:
             with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
