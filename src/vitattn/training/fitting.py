@@ -26,6 +26,7 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import instantiate_list, instantiate_loggers
+from vitattn.utils.hydra_grammar import for_the_shell
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +162,6 @@ def end_interrupted(
     metrics.update({"status": "interrupted", "signal": name})
     if trainer.is_global_zero:
         write_metrics(output_dir / METRICS, metrics)
-    from vitattn.utils.hydra_grammar import for_the_shell
-
     then = (
         f"continue with: {program} resume=true {for_the_shell('hydra.run.dir', str(output_dir))}"
         if resumable
