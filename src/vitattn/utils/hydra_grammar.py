@@ -4,14 +4,17 @@ holding ``=`` or ``,`` (a sweep's job directory, named by its settings) must be 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from vitattn.errors import ConfigError
 
 
+@functools.lru_cache(maxsize=1024)
 def parsed(text: str) -> Any:
     """Hydra's reading of one override (``hydra.core.override_parser``'s ``Override``); raises
-    Hydra's ``OverrideParseException`` when the grammar cannot read it."""
+    Hydra's ``OverrideParseException`` when the grammar cannot read it. Kept per text: a console
+    script's checks read the same command line several times before the app starts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_override(text)
