@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.analysis.conftest import write_seeded_sweep
+from tests.analysis.conftest import write_run, write_seeded_sweep
 from tests.support.tables import markdown_tables, read_csv
 from vitattn.analysis.frontier import pareto_front, point_names
 from vitattn.analysis.summary import (
@@ -95,6 +95,21 @@ def test_a_baseline_named_by_value_or_by_pairs(seeded_sweep: Path) -> None:
     assert settings_table(seeded_sweep)["attention=performer"]["vs attention=performer"] == (
         "baseline"
     )
+
+
+def test_a_baseline_named_by_a_searched_value_in_full_or_as_shown(tmp_path: Path) -> None:
+    """A search's label shows its decimals to four digits; the value in full (as the study and
+    ``optimization_results.yaml`` give it) names the setting too."""
+    full = {"fast": "0.0015291934777093281", "slow": "0.00019182157424526137"}
+    for name, lr in full.items():
+        for seed in (1, 2):
+            write_run(
+                tmp_path / f"{name}{seed}", [f"optimizer.lr={lr}", f"seed={seed}"], maps=False
+            )
+    for spec in (full["slow"], "0.0001918", f"optimizer.lr={full['slow']}"):
+        summary = summary_of(read_runs([tmp_path]), baseline=spec)
+        assert summary.baseline is not None and summary.baseline.label == "optimizer.lr=0.0001918"
+        assert not summary.warnings
 
 
 def test_a_baseline_that_names_no_setting_is_one_warning_line(seeded_sweep: Path) -> None:

@@ -223,6 +223,22 @@ def test_a_sweep_that_repeats_a_value_numbers_its_jobs() -> None:
     assert job_directory_name("seed=1", 3, "hydra._internal.BasicSweeper") == "seed=1"
 
 
+def test_a_searchs_job_names_show_its_decimals_to_four_digits() -> None:
+    """Optuna suggests floats in full; the job's name (its directory, its TensorBoard run) shows
+    them to four significant digits, and its number keeps two alike apart."""
+    suggested = "attention.k=8,optimizer.lr=0.00019182157424526137,optimizer.weight_decay=-2.5e-07"
+    optuna = "hydra_plugins.vitattn_optuna.OptunaSearch"
+    assert job_directory_name(suggested, 5, optuna) == (
+        "5_attention.k=8,optimizer.lr=0.0001918,optimizer.weight_decay=-2.5e-07"
+    )
+    near = suggested.replace("0.00019182157424526137", "0.00019182157424526138")
+    assert job_directory_name(near, 6, optuna) != job_directory_name(suggested, 5, optuna)
+    # A grid sweep's names are how a re-run finds its completed jobs: those stay in full.
+    assert job_directory_name(
+        suggested, 5, "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    ) == (suggested)
+
+
 @pytest.mark.parametrize(
     ("available", "capability", "precision"),
     [

@@ -145,7 +145,7 @@ def choose_baseline(
             if all(m.run.setting(k) == v for m in s.runs for k, v in pairs.items())
         ]
     else:
-        matches = [s for s in settings if spec in _label_values(s.label)]
+        matches = [s for s in settings if spec in _label_values(s)]
     if len(matches) == 1 and (given or len(settings) > 1):
         return matches[0], None
     if not given:
@@ -158,8 +158,13 @@ def choose_baseline(
     )
 
 
-def _label_values(label: str) -> set[str]:
-    return {part.partition("=")[2].strip() for part in label.split(", ") if "=" in part}
+def _label_values(setting: Setting) -> set[str]:
+    """The values the setting's label shows, and those values in full (a label shows a decimal
+    a program wrote to four digits: :mod:`vitattn.utils.decimals`)."""
+    pairs = [part.partition("=") for part in setting.label.split(", ") if "=" in part]
+    shown = {value.strip() for _, _, value in pairs}
+    full = {member.run.setting(key.strip()) for member in setting.runs for key, _, _ in pairs}
+    return shown | {value for value in full if value is not None}
 
 
 LOAD_MARGIN = 0.5

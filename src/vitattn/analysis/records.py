@@ -24,7 +24,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
+from vitattn.utils.decimals import shown
 
 SUMMARY_COLUMNS = (
     "run",
@@ -203,7 +204,9 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     """Name each run by the overrides whose values differ between ``runs`` other than
     ``seed`` (``attention=linear, model.depth=2``). Runs that differ only by seed share a label
     (the name of their common folder), hence a line; if nothing differs at all, each run is
-    named by its directory (relative to ``root``, default :func:`common_root`)."""
+    named by its directory (relative to ``root``, default :func:`common_root`). Decimals a
+    program wrote in full (an Optuna search's) are shown to four digits where no two settings
+    are then named alike (:mod:`vitattn.utils.decimals`)."""
     if not runs:
         return
     root = root if root is not None else common_root([run.path for run in runs])
@@ -211,14 +214,23 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     values = [{key: run.setting(key) for key in keys} for run in runs]
     differing = [key for key in keys if len({v[key] for v in values}) > 1]
     if differing:
-        for run, value in zip(runs, values, strict=True):
-            run.label = one_line(", ".join(f"{key}={value[key] or '(unset)'}" for key in differing))
+        labels = [label_of(value, differing, lambda text: text) for value in values]
+        short = [label_of(value, differing, shown) for value in values]
+        if len(set(short)) == len(set(labels)):  # no two settings shown alike
+            labels = short
+        for run, label in zip(runs, labels, strict=True):
+            run.label = label
     elif len({str(run.seed) for run in runs}) > 1:
         for run in runs:
             run.label = one_line(root.name or root)
     else:
         for run in runs:
             run.label = relative_name(run, root)
+
+
+def label_of(values: dict[str, str | None], keys: Sequence[str], show: Callable[[str], str]) -> str:
+    """``key=value, ...`` of ``keys``, each value as ``show`` writes it."""
+    return one_line(", ".join(f"{key}={show(values[key] or '(unset)')}" for key in keys))
 
 
 def describe(runs: Sequence[Run], steps: bool = True) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.errors import ConfigError
+from vitattn.utils.decimals import shown_in_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 """The repository root (``src/vitattn/utils/config.py`` is three levels below it)."""
@@ -72,9 +73,12 @@ def job_directory_name(override_dirname: str, number: int | str, sweeper: str = 
     e.g. ``attention=linear,seed=1``) with ``/`` made ``_``, or the job's number if nothing
     differs. Names past :data:`MAX_NAME` characters are cut and made unique with a hash. A
     ``sweeper`` other than Hydra's basic one (Optuna, say) may try the same values twice: its
-    jobs' names start with their number (``3_optimizer.lr=0.001``)."""
+    jobs' names start with their number, which keeps them apart, and the decimals it wrote in
+    full are shown to four significant digits (``3_optimizer.lr=0.0001918``:
+    :mod:`vitattn.utils.decimals`)."""
     name = str(override_dirname).replace("/", "_").replace("\\", "_").strip()
     if sweeper and not str(sweeper).endswith("BasicSweeper"):
+        name = shown_in_name(name)
         name = f"{number}_{name}" if name else str(number)
     if not name:
         return str(number)
