@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import typing
 from pathlib import Path
@@ -17,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tests.support.presets import TINY, compose_config
 from vitattn.cli.console import check_composition
-from vitattn.cli.validation import check_types, finished_run
+from vitattn.cli.validation import check_types, finished_run, given_first, target_nodes
 from vitattn.errors import ConfigError
 from vitattn.runs.task import user_error
 from vitattn.train import train
@@ -102,6 +104,43 @@ def test_a_setting_added_to_a_class_is_checked_by_its_type_hint(tmp_path: Path) 
     cfg.extra.ratio = "half"
     with pytest.raises(ConfigError, match=r"^extra.ratio='half' is not valid; choose a number$"):
         check_types(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "first"),
+    [
+        (["optimizer.lr=abc"], ["optimizer"]),
+        (["trainer=cpu", "+model.colour=red", "trainer.max_steps=5"], ["model", "trainer"]),
+        (["trainer=cpu", "optimizer.lr=abc"], ["optimizer"]),
+        (["attention=linformer", "attention.k=abc"], ["attention"]),
+        ([], []),
+    ],
+)
+def test_the_nodes_a_command_sets_are_checked_first(
+    overrides: list[str], first: list[str], tmp_path: Path
+) -> None:
+    """Checking a node imports its target: a mistake on the command line is named after
+    importing its own (torch's optimizer), not every target before it (Lightning's)."""
+    cfg = compose_config("train", overrides, tmp_path)
+    in_config_order = [path for path, _ in target_nodes(cfg)]
+    checked = [path for path, _ in given_first(cfg, target_nodes(cfg))]
+    assert sorted(checked) == sorted(in_config_order)
+    assert checked[: len(first)] == first
+    assert checked[len(first) :] == [path for path in in_config_order if path not in first]
+
+
+@pytest.mark.slow
+def test_a_mistyped_optimizer_setting_is_refused_before_lightning_is_imported() -> None:
+    script = (
+        "import sys; from vitattn.cli.console import check_composition; "
+        "from vitattn.train import validate; from vitattn.errors import ConfigError\n"
+        "try: check_composition('train', ['optimizer.lr=abc'], validate)\n"
+        "except ConfigError as error: print(error, 'lightning' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "optimizer.lr='abc' is not valid; choose a number False", (
+        result.stdout + result.stderr[-2000:]
+    )
 
 
 def with_a_new_knob(ratio: float = 0.5) -> float:

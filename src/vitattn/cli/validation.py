@@ -95,12 +95,27 @@ def check_matmul_precision(cfg: DictConfig) -> None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
 
 
+def given_first(cfg: DictConfig, nodes: Iterator[tuple[str, DictConfig]]):
+    """``nodes`` with those the command line sets a value in first (``optimizer.lr=...``: the
+    ``optimizer`` node; not a group's choice, ``trainer=cpu``), in their order: checking a node
+    imports its target, and a mistake typed on the command line is then named after importing
+    its own target only (torch's optimizer, not Lightning's trainer: seconds apart)."""
+    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
+    keys = [str(override).split("=", 1)[0].lstrip("+~") for override in task]
+
+    def given(path: str) -> bool:
+        return any(key.startswith(f"{path}.") for key in keys)
+
+    return sorted(nodes, key=lambda pair: not given(pair[0]))
+
+
 def check_types(cfg: DictConfig) -> None:
     """Every setting of every ``_target_`` node exists in its target's signature and fits its
-    type hint; otherwise one :class:`ConfigError` naming the setting and what is valid."""
+    type hint; otherwise one :class:`ConfigError` naming the setting and what is valid. The
+    nodes the command line set something in are checked first (:func:`given_first`)."""
     from hydra.utils import get_object
 
-    for path, node in target_nodes(cfg):
+    for path, node in given_first(cfg, target_nodes(cfg)):
         target_name = str(node._get_node("_target_")._value())
         check_target_policy(path, target_name)
         try:
