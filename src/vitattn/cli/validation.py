@@ -13,7 +13,7 @@ setting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,9 @@ def check_matmul_precision(cfg: DictConfig) -> None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
 
 
-def given_first(cfg: DictConfig, nodes: Iterator[tuple[str, DictConfig]]):
+def given_first(
+    cfg: DictConfig, nodes: Iterable[tuple[str, DictConfig]]
+) -> list[tuple[str, DictConfig]]:
     """``nodes`` with those the command line sets a value in first (``optimizer.lr=...``: the
     ``optimizer`` node; not a group's choice, ``trainer=cpu``), in their order: checking a node
     imports its target, and a mistake typed on the command line is then named after importing
@@ -112,7 +114,7 @@ def given_first(cfg: DictConfig, nodes: Iterator[tuple[str, DictConfig]]):
 def check_types(cfg: DictConfig) -> None:
     """Every setting of every ``_target_`` node exists in its target's signature and fits its
     type hint; otherwise one :class:`ConfigError` naming the setting and what is valid. The
-    nodes the command line set something in are checked first (:func:`given_first`)."""
+    nodes the command line sets a value in are checked first (:func:`given_first`)."""
     from hydra.utils import get_object
 
     for path, node in given_first(cfg, target_nodes(cfg)):
