@@ -234,9 +234,8 @@ def test_a_searchs_job_names_show_its_decimals_to_four_digits() -> None:
     near = suggested.replace("0.00019182157424526137", "0.00019182157424526138")
     assert job_directory_name(near, 6, optuna) != job_directory_name(suggested, 5, optuna)
     # A grid sweep's names are how a re-run finds its completed jobs: those stay in full.
-    assert job_directory_name(
-        suggested, 5, "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-    ) == (suggested)
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    assert job_directory_name(suggested, 5, basic) == suggested
 
 
 @pytest.mark.parametrize(

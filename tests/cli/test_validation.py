@@ -137,7 +137,9 @@ def test_a_mistyped_optimizer_setting_is_refused_before_lightning_is_imported() 
         "try: check_composition('train', ['optimizer.lr=abc'], validate)\n"
         "except ConfigError as error: print(error, 'lightning' in sys.modules)"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert result.stdout.strip() == "optimizer.lr='abc' is not valid; choose a number False", (
         result.stdout + result.stderr[-2000:]
     )
