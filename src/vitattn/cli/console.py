@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.overrides import check_syntax, given_path, given_values, overrides_of
+from vitattn.cli.overrides import check_syntax, given_path, given_values, key_of, overrides_of
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.layout import RunDir, check_run_files
@@ -170,7 +170,7 @@ def check_given_runs(arguments: Sequence[str]) -> None:
 
 def basic_sweep(arguments: Sequence[str]) -> bool:
     """Whether a sweep runs with Hydra's basic sweeper (not a search such as Optuna's)."""
-    keys = [arg.split("=", 1)[0].lstrip("+~") for arg in overrides_of(arguments)]
+    keys = [key_of(arg) for arg in overrides_of(arguments)]
     return not any(key in ("hparams_search", "hydra/sweeper") for key in keys)
 
 

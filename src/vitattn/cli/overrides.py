@@ -43,6 +43,12 @@ def check_syntax(arguments: Sequence[str]) -> None:
             raise ConfigError(f"{text} cannot be read ({why}); {hint}") from None
 
 
+def key_of(override: str) -> str:
+    """The key an override sets, without Hydra's ``+``, ``++`` or ``~`` (``optimizer.lr`` of
+    ``+optimizer.lr=0.1``, ``attention`` of ``attention=linear``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def given_values(arguments: Sequence[str]) -> dict[str, Any]:
     """What each override of one value sets, by key (without ``+``), as Hydra reads it: a
     quoted string without its quotes, ``true`` a bool, ``null`` None. Sweeps (``a,b``),

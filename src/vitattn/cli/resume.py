@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from vitattn.cli.console import MULTIRUN_FLAGS
-from vitattn.cli.overrides import given_path, given_values, overrides_of
+from vitattn.cli.overrides import given_path, given_values, key_of, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
     BoundExceededError,
@@ -63,7 +63,7 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     recorded = RunDir(run_dir).overrides_file if run_dir is not None else None
     if recorded is None or not recorded.is_file():
         return arguments
-    given_now = {"ckpt_path", "resume", *(arg.split("=", 1)[0].lstrip("+~") for arg in arguments)}
+    given_now = {"ckpt_path", "resume", *(key_of(arg) for arg in arguments)}
     previous = [(with_current_targets(arg), line) for arg, line in recorded_overrides(recorded)]
     kept = [(arg, line) for arg, line in previous if not set_now(key_of(arg), given_now)]
     sources = [(arg, f"{recorded} line {line}") for arg, line in kept]
@@ -73,10 +73,6 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     for arg, source in sources:
         settings.check(arg, source)
     return [*(arg for arg, _ in kept), *without_recorded_additions(arguments, previous)]
-
-
-def key_of(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def without_recorded_additions(arguments: list[str], recorded: list[tuple[str, int]]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from vitattn.cli.overrides import key_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
 from vitattn.runs.layout import RunDir, RunState, run_state
@@ -103,7 +104,7 @@ def given_first(
     imports its target, and a mistake typed on the command line is then named after importing
     its own target only (torch's optimizer, not Lightning's trainer: seconds apart)."""
     task = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
-    keys = [str(override).split("=", 1)[0].lstrip("+~") for override in task]
+    keys = [key_of(str(override)) for override in task]
 
     def given(path: str) -> bool:
         return any(key.startswith(f"{path}.") for key in keys)
