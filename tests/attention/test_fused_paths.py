@@ -349,6 +349,40 @@ def test_the_tuner_never_steps_through_fewer_rows_than_a_product_takes(block, ha
     assert len(kept) == 2 * len(halves)
 
 
+@pytest.mark.parametrize("name", ["performer", "random_feature"])
+def test_the_tuner_chooses_per_batch_size(name, device, monkeypatch) -> None:
+    """Each kernel's configuration is chosen per batch size as well as per heads, n and d: the
+    check's kernels at batch 4 and a training step at batch 256 fill a GPU differently, and a
+    choice is kept on disk for later processes. Each tuner here has two configurations and a
+    stand-in for Triton's timer that runs the call once; batches 1 and 2 of one shape are timed
+    apart, and a second call of batch 2 is not timed again."""
+    from vitattn.attention.fused import tiles
+
+    timed: list[str] = []
+    for tuner in tuned_kernels(name):
+        configs = tiles.configurations(halves="HALVES" in tuner.fn.arg_names, interpreted=False)
+        monkeypatch.setattr(tuner, "configs", configs[:2])
+        monkeypatch.setattr(tuner, "cache", {})
+
+        def timer(call, quantiles, kernel: str = tuner.fn.__name__) -> list[float]:
+            call()
+            timed.append(kernel)
+            return [1.0] * len(quantiles)
+
+        monkeypatch.setattr(tuner, "do_bench", timer)
+    fused, plain = kernels(name, 70, 2, 16, device)
+    for batch in (1, 2, 2):
+        q, k, v = inputs((batch, 2, 70, 16), device)
+        for got, wanted in zip(
+            outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
+        ):
+            torch.testing.assert_close(got, wanted, rtol=1e-4, atol=1e-5)
+    for tuner in tuned_kernels(name):
+        keys = sorted(tuner.cache, key=str)
+        assert len(keys) == 2, (tuner.fn.__name__, keys)
+        assert timed.count(tuner.fn.__name__) == 4  # two configurations at two batch sizes
+
+
 def test_the_flop_counter_counts_the_fused_path_as_the_plain_one(mechanism, device) -> None:
     fused, plain = kernels(mechanism, 48, 2, 16, device)
     q, k, v = inputs((2, 2, 48, 16), device)

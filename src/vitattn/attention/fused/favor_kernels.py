@@ -72,11 +72,11 @@ def _projections(x, w, fcols, M, SCALE, PRECISION: tl.constexpr, NORM: tl.conste
     return projections, half_square
 
 
-@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
+@tuned("BATCH", "HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
 @triton.jit
 def _key_state(
     K, V, W, S_PARTS, Z_PARTS, MAX_PARTS, VSUM_PARTS,
-    HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE,
+    BATCH, HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
@@ -123,11 +123,11 @@ def _key_state(
         tl.store(VSUM_PARTS + part * DV + vcols, value_sum, mask=vcols < DV)
 
 
-@tuned("HEADS", "N", "D", "DV", "M")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _output(
     Q, W, S, Z, S_SUM, Z_SUM, OUT, DEN, SHIFT,
-    HEADS, N, D, DV, M, SCALE, eps,
+    BATCH, HEADS, N, D, DV, M, SCALE, eps,
     sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
@@ -174,11 +174,11 @@ def _output_gradients(
     return grad_numerator, grad_normaliser
 
 
-@tuned("HEADS", "N", "D", "DV", "M")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _query_grads(
     Q, DO, OUT, W, S, Z, DEN, SHIFT, DQ,
-    HEADS, N, D, DV, M, SCALE,
+    BATCH, HEADS, N, D, DV, M, SCALE,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     sdq_b, sdq_h, sdq_n, sdq_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -215,11 +215,11 @@ def _query_grads(
     put_tile(DQ, grad_q, b, h, n, N, cols, D, sdq_b, sdq_h, sdq_n, sdq_d)
 
 
-@tuned("HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
+@tuned("BATCH", "HEADS", "N", "D", "DV", "M", "ROWS_PER_SPLIT", halves=True)
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, DEN, SHIFT, DS_PARTS, DZ_PARTS,
-    HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE, eps,
+    BATCH, HEADS, N, D, DV, M, ROWS_PER_SPLIT, SCALE, eps,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, AUTHORS: tl.constexpr,
@@ -255,11 +255,11 @@ def _feature_grads(
     tl.store(DZ_PARTS + part * BLOCK_M + every, grad_key_sum)
 
 
-@tuned("HEADS", "N", "D", "DV", "M")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "M")
 @triton.jit
 def _key_grads(
     K, V, W, DS, DZ, KEY_MAX, DK, DVAL,
-    HEADS, N, D, DV, M, SCALE, eps,
+    BATCH, HEADS, N, D, DV, M, SCALE, eps,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -338,7 +338,7 @@ def forward(
     value_sum_parts = torch.empty(batch * heads, splits, dv, **fp32)
     _key_state[(batch * heads, splits, feature_blocks)](
         k, v, projection, state_parts, key_sum_parts, max_parts, value_sum_parts,
-        heads, n_k, d, dv, m, rows_per_split, scale,
+        batch, heads, n_k, d, dv, m, rows_per_split, scale,
         *strides(k), *strides(v), **meta,
     )  # fmt: skip
     # merged at the head's maximum over splits and features; then eps's share of every feature
@@ -353,7 +353,7 @@ def forward(
     shift = torch.empty(batch, heads, n_q, **fp32)
     _output[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, projection, state, key_sum, state.sum(1), key_sum.sum(1), out, normaliser, shift,
-        heads, n_q, d, dv, m, scale, eps,
+        batch, heads, n_q, d, dv, m, scale, eps,
         *strides(q), *strides(out), **meta,
     )  # fmt: skip
     return (
@@ -387,7 +387,7 @@ def backward(
     grad_q = torch.empty_like(q)
     _query_grads[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, grad_out, out, projection, state, key_sum, normaliser, shift, grad_q,
-        heads, n_q, d, dv, m, scale,
+        batch, heads, n_q, d, dv, m, scale,
         *strides(q), *strides(grad_out), *strides(out), *strides(grad_q), **meta,
     )  # fmt: skip
     feature_blocks = cdiv(m, BLOCK_M)
@@ -399,7 +399,7 @@ def backward(
     grad_key_sum_parts = torch.empty(batch * heads, splits, feature_blocks * BLOCK_M, **fp32)
     _feature_grads[(batch * heads, splits, feature_blocks)](
         q, grad_out, out, projection, normaliser, shift, grad_state_parts, grad_key_sum_parts,
-        heads, n_q, d, dv, m, rows_per_split, scale, eps,
+        batch, heads, n_q, d, dv, m, rows_per_split, scale, eps,
         *strides(q), *strides(grad_out), *strides(out), **meta,
     )  # fmt: skip
     grad_state = grad_state_parts[:, :, :m].sum(1)
@@ -408,7 +408,7 @@ def backward(
     grad_v = torch.empty_like(v)
     _key_grads[(batch * heads, cdiv(n_k, meta["BLOCK_N"]))](
         k, v, projection, grad_state, grad_key_sum, key_max, grad_k, grad_v,
-        heads, n_k, d, dv, m, scale, eps,
+        batch, heads, n_k, d, dv, m, scale, eps,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,
     )  # fmt: skip
     return grad_q, grad_k, grad_v

@@ -93,11 +93,11 @@ def _sin_cos(x, w, fcols, F, SCALE, PRECISION: tl.constexpr, FAST_TRIG: tl.const
     return tl.where(inside, sin, 0.0), tl.where(inside, cos, 0.0)
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
+@tuned("BATCH", "HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
 @triton.jit
 def _key_state(
     K, V, W, SS_PARTS, SC_PARTS, ZS_PARTS, ZC_PARTS, MAX_PARTS, GSUM_PARTS,
-    HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE, WEIGHT_SCALE,
+    BATCH, HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE, WEIGHT_SCALE,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
@@ -147,11 +147,11 @@ def _key_state(
         tl.store(GSUM_PARTS + part + one, weight_sum)
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _output(
     Q, W, SS, SC, ZS, ZC, FLOOR, OUT, DEN,
-    HEADS, N, D, DV, F, SCALE,
+    BATCH, HEADS, N, D, DV, F, SCALE,
     sq_b, sq_h, sq_n, sq_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
@@ -198,11 +198,11 @@ def _output_gradients(
     return grad_out / floored[:, None], grad_normaliser, grad_floor
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _query_grads(
     Q, DO, OUT, W, SS, SC, ZS, ZC, FLOOR, DEN, DQ, DFLOOR_PARTS,
-    HEADS, N, D, DV, F, SCALE,
+    BATCH, HEADS, N, D, DV, F, SCALE,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     sdq_b, sdq_h, sdq_n, sdq_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -237,11 +237,11 @@ def _query_grads(
     tl.store(DFLOOR_PARTS + part, tl.sum(grad_floor, axis=0))
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
+@tuned("BATCH", "HEADS", "N", "D", "DV", "F", "ROWS_PER_SPLIT", "FAST_TRIG", halves=True)
 @triton.jit
 def _feature_grads(
     Q, DO, OUT, W, FLOOR, DEN, DSS_PARTS, DSC_PARTS, DZS_PARTS, DZC_PARTS,
-    HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE,
+    BATCH, HEADS, N, D, DV, F, ROWS_PER_SPLIT, SCALE,
     sq_b, sq_h, sq_n, sq_d, sdo_b, sdo_h, sdo_n, sdo_d, so_b, so_h, so_n, so_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, PRECISION: tl.constexpr, FAST_TRIG: tl.constexpr,
@@ -280,11 +280,11 @@ def _feature_grads(
     tl.store(DZC_PARTS + part * BLOCK_M + every, grad_sum_cos)
 
 
-@tuned("HEADS", "N", "D", "DV", "F", "FAST_TRIG")
+@tuned("BATCH", "HEADS", "N", "D", "DV", "F", "FAST_TRIG")
 @triton.jit
 def _key_grads(
     K, V, W, DSS, DSC, DZS, DZC, KEY_MAX, DFLOOR, DK, DVAL,
-    HEADS, N, D, DV, F, SCALE, WEIGHT_SCALE, eps,
+    BATCH, HEADS, N, D, DV, F, SCALE, WEIGHT_SCALE, eps,
     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
     sdk_b, sdk_h, sdk_n, sdk_d, sdv_b, sdv_h, sdv_n, sdv_d,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -377,7 +377,7 @@ def forward(
     _key_state[(batch * heads, splits, frequency_blocks)](
         k, v, frequencies, state_sin_parts, state_cos_parts, sum_sin_parts, sum_cos_parts,
         max_parts, weight_sum_parts,
-        heads, n_k, d, dv, count, rows_per_split, scale, weight_scale,
+        batch, heads, n_k, d, dv, count, rows_per_split, scale, weight_scale,
         *strides(k), *strides(v), **meta,
     )  # fmt: skip
     # merged at the head's maximum; the features' two factors 1/sqrt(D) as one division
@@ -393,7 +393,7 @@ def forward(
     normaliser = torch.empty(batch, heads, n_q, **fp32)
     _output[(batch * heads, cdiv(n_q, meta["BLOCK_N"]))](
         q, frequencies, *merged, floor, out, normaliser,
-        heads, n_q, d, dv, count, scale,
+        batch, heads, n_q, d, dv, count, scale,
         *strides(q), *strides(out), **meta,
     )  # fmt: skip
     state_sin, state_cos, sum_sin, sum_cos = merged
@@ -434,7 +434,7 @@ def backward(
     _query_grads[(batch * heads, row_blocks)](
         q, grad_out, out, frequencies, state_sin, state_cos, sum_sin, sum_cos, floor,
         normaliser, grad_q, grad_floor_parts,
-        heads, n_q, d, dv, count, scale,
+        batch, heads, n_q, d, dv, count, scale,
         *strides(q), *strides(grad_out), *strides(out), *strides(grad_q), **meta,
     )  # fmt: skip
     frequency_blocks = cdiv(count, BLOCK_M)
@@ -446,7 +446,7 @@ def backward(
     grad_parts += [torch.empty(*parts, **fp32), torch.empty(*parts, **fp32)]
     _feature_grads[(batch * heads, splits, frequency_blocks)](
         q, grad_out, out, frequencies, floor, normaliser, *grad_parts,
-        heads, n_q, d, dv, count, rows_per_split, scale,
+        batch, heads, n_q, d, dv, count, rows_per_split, scale,
         *strides(q), *strides(grad_out), *strides(out), **meta,
     )  # fmt: skip
     # the gradients for the sums over the keys, before their division by D
@@ -455,7 +455,7 @@ def backward(
     grad_v = torch.empty_like(v)
     _key_grads[(batch * heads, cdiv(n_k, meta["BLOCK_N"]))](
         k, v, frequencies, *grad_sums, key_max, grad_floor_parts.sum(1), grad_k, grad_v,
-        heads, n_k, d, dv, count, scale, weight_scale, eps,
+        batch, heads, n_k, d, dv, count, scale, weight_scale, eps,
         *strides(k), *strides(v), *strides(grad_k), *strides(grad_v), **meta,
     )  # fmt: skip
     return grad_q, grad_k, grad_v
