@@ -38,7 +38,7 @@ MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "performer": ("favor_kernels", ("unbiased",)),
     "random_feature": ("fourier_kernels", ()),
 }
-SIZES = {"HEADS", "N", "D", "DV", "F", "M", "N_KEYS", "ROWS_PER_SPLIT"}
+SIZES = {"BATCH", "HEADS", "N", "D", "DV", "F", "M", "N_KEYS", "ROWS_PER_SPLIT"}
 SCALARS = {"SCALE", "WEIGHT_SCALE", "eps"}
 IN_THE_INPUTS_DTYPE = {"Q", "K", "V", "DO", "OUT", "DQ", "DK", "DVAL"}
 STRIDE = re.compile(r"s[a-z]+_[bhnd]")
