@@ -355,7 +355,8 @@ def test_the_tuner_chooses_per_batch_size(name, device, monkeypatch) -> None:
     check's kernels at batch 4 and a training step at batch 256 fill a GPU differently, and a
     choice is kept on disk for later processes. Each tuner here has two configurations and a
     stand-in for Triton's timer that runs the call once; batches 1 and 2 of one shape are timed
-    apart, and a second call of batch 2 is not timed again."""
+    apart, and a second call of batch 2 is not timed again (what each configuration computes:
+    :func:`test_every_configuration_the_tuner_tries_computes_the_plain_paths_function`)."""
     from vitattn.attention.fused import tiles
 
     timed: list[str] = []
@@ -370,13 +371,9 @@ def test_the_tuner_chooses_per_batch_size(name, device, monkeypatch) -> None:
             return [1.0] * len(quantiles)
 
         monkeypatch.setattr(tuner, "do_bench", timer)
-    fused, plain = kernels(name, 70, 2, 16, device)
+    fused, _ = kernels(name, 16, 1, 16, device)
     for batch in (1, 2, 2):
-        q, k, v = inputs((batch, 2, 70, 16), device)
-        for got, wanted in zip(
-            outputs_and_grads(fused, q, k, v), outputs_and_grads(plain, q, k, v), strict=True
-        ):
-            torch.testing.assert_close(got, wanted, rtol=1e-4, atol=1e-5)
+        outputs_and_grads(fused, *inputs((batch, 1, 16, 16), device))
     for tuner in tuned_kernels(name):
         keys = sorted(tuner.cache, key=str)
         assert len(keys) == 2, (tuner.fn.__name__, keys)
