@@ -60,6 +60,18 @@ BAD_INPUTS = [
     ),
     (["train.model=vit_huge"], r"train.model=vit_huge is not a known model; choose one of: vit"),
     (["typo=1"], r"Key 'typo' not in 'BenchSettings'"),
+    (["compiled=[linear,nope]"], r"compiled=\[nope\] names no registered attention; .*linear"),
+    (["compiled=linear"], r"compiled=linear: Invalid value assigned: str is not a ListConfig"),
+    (
+        ["attentions=[softmax,linear]", "compiled=[linear,performer,nystrom]"],
+        r"^compiled=\[performer,nystrom\] names attentions not measured "
+        r"\(attentions=\[softmax,linear\]\); add them there or drop them here$",
+    ),
+    (
+        ["mode=approx", "compiled=null"],
+        r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
+        r"\(mode=train compiles with train.compile\)$",
+    ),
 ]
 
 
@@ -102,6 +114,31 @@ def test_the_composed_config_is_typed(tmp_path: Path) -> None:
     # mode=approx with attentions=null: every registered attention but the reference.
     assert settings.attentions == sorted(set(ATTENTIONS) - {"softmax"})
     assert settings.train.implementations == ["vitattn", "plain_loop", "timm", "report_style"]
+
+
+@pytest.mark.parametrize(
+    ("compiled", "rows"),
+    [
+        ("[]", ["softmax", "linear", "softmax_naive"]),
+        (
+            "[linear,softmax]",
+            ["softmax", "softmax_compiled", "linear", "linear_compiled", "softmax_naive"],
+        ),
+        ("null", ["softmax", "softmax_compiled", "linear", "linear_compiled", "softmax_naive"]),
+    ],
+)
+def test_compiled_adds_each_attentions_compiled_row_after_its_eager_one(
+    compiled: str, rows: list[str], tmp_path: Path
+) -> None:
+    """``compiled=[...]``: the attentions also timed compiled (``null``: each one measured), each
+    as the variant ``<name>_compiled`` right after its eager row."""
+    overrides = ["attentions=[softmax,linear,softmax_naive]", f"compiled={compiled}"]
+    settings = load_settings(compose_config("bench", overrides, tmp_path))
+    assert settings.attentions == rows
+    for row in rows:
+        if row.endswith("_compiled"):
+            attention = row.removesuffix("_compiled")
+            assert settings.variants[row] == {"attention": attention, "compile": True}
 
 
 def test_budget_knobs_of_the_config_are_settings_of_the_attentions(tmp_path: Path) -> None:

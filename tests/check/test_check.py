@@ -103,6 +103,15 @@ def test_an_empty_list_of_compiled_kernels_times_none_compiled(tmp_path: Path) -
     assert not any(v.get("compile") for v in settings.kernels.variants.values())
 
 
+def test_null_compiled_kernels_are_every_attention_compiled(tmp_path: Path) -> None:
+    """``kernels.compiled=null``: each attention also timed compiled (of them, the kernels time
+    those checked)."""
+    overrides = ["device=cpu", "kernels.compiled=null"]
+    settings = load_settings(compose_config("check", overrides, tmp_path))
+    compiled = {v["attention"] for v in settings.kernels.variants.values() if v.get("compile")}
+    assert compiled == set(ATTENTIONS)
+
+
 def test_the_kernels_time_the_variants_of_the_attentions_checked_only(tmp_path: Path) -> None:
     """A variant of a mechanism not checked (the feature maps' ``impl=autograd``, a compiled
     performer) ran in every kernels run, so that each part of a GPU run timed them again."""

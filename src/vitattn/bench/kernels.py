@@ -71,6 +71,20 @@ so a call costs one launch from the host whatever its operators; ``default`` wit
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+COMPILED_SUFFIX = "_compiled"
+"""The name of a mechanism's compiled row (``linear_compiled``) where a list of names asks for
+them (``vitattn-bench compiled=[...]``, ``vitattn-check kernels.compiled=[...]``)."""
+
+
+def compiled_variants(selected: Sequence[str] | None, setting: str) -> dict[str, dict[str, Any]]:
+    """The variants ``<name>_compiled``, ``{attention: <name>, compile: true}``: each attention of
+    ``selected`` (the setting ``setting``; ``[]``: none; null: every registered one, of which a
+    command times those it measures) timed compiled."""
+    none = selected is not None and len(selected) == 0
+    names = [] if none else resolve_attentions(selected, setting)
+    return {f"{name}{COMPILED_SUFFIX}": {"attention": name, COMPILE: True} for name in names}
+
+
 def compiled_variant(label: str, variants: Mapping[str, Mapping[str, Any]] | None) -> bool:
     """Whether the results' name ``label`` is a variant that runs compiled."""
     return bool((variants or {}).get(label, {}).get(COMPILE, False))

@@ -223,6 +223,7 @@ class BenchSettings(Checked):
     reference: str | None = MISSING
     knobs: dict[str, Any] = MISSING  # {attention or variant: {its setting: value}}
     variants: dict[str, Any] = MISSING  # {new name: {attention: <registered>, setting: value}}
+    compiled: list[str] | None = MISSING  # also timed compiled, as <name>_compiled; null: each
     ckpt_path: str | None = MISSING
     guard: GuardSettings = MISSING
     approx: ApproxSettings = MISSING
@@ -244,10 +245,17 @@ class BenchSettings(Checked):
         self.head_dims = sizes("head_dims", self.head_dims)
         # The checks against the device and the attention registry import torch: after the rest.
         from vitattn.bench.environment import resolve_device
-        from vitattn.bench.kernels import registered, resolve_attentions
+        from vitattn.bench.kernels import compiled_variants, registered, resolve_attentions
 
         self.device = str(resolve_device(self.device))
-        self.variants = check_variants(self.variants)
+        compiled = compiled_variants(self.compiled, "compiled")
+        if self.compiled != [] and self.mode is not Mode.scaling:
+            shown = "null" if self.compiled is None else f"[{','.join(self.compiled)}]"
+            raise ConfigError(
+                f"compiled={shown} times kernels compiled in mode=scaling, not "
+                f"mode={self.mode.value} (mode=train compiles with train.compile)"
+            )
+        self.variants = check_variants({**self.variants, **compiled})
         self.knobs = check_knobs(self.knobs, self.variants)
         if self.reference is not None:
             resolve_attentions([self.reference], "reference", self.variants)
@@ -255,6 +263,7 @@ class BenchSettings(Checked):
             self.attentions = [n for n in registered() if n != self.reference]
         else:
             self.attentions = resolve_attentions(self.attentions, variants=self.variants)
+        self.attentions = with_compiled_rows(self.attentions, compiled, every=self.compiled is None)
         if self.mode is Mode.approx:
             self.approx.budgets = check_budgets(self.approx.budgets, self.attentions, self.variants)
         if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
@@ -348,6 +357,27 @@ def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[s
         knobs = {k: v for k, v in entry.items() if k not in ("attention", COMPILE, COMPILE_MODE)}
         check_knob_names(setting, attention, knobs)
     return variants
+
+
+def with_compiled_rows(
+    attentions: list[str], compiled: dict[str, dict[str, Any]], every: bool = False
+) -> list[str]:
+    """``attentions`` with each compiled variant (``compiled``, by :func:`compiled_variants`) of
+    an attention measured right after its eager row; unless ``every`` (``compiled=null``), an
+    attention asked compiled but not measured is one line."""
+    by_attention = {spec["attention"]: name for name, spec in compiled.items()}
+    missing = [attention for attention in by_attention if attention not in attentions]
+    if missing and not every:
+        raise ConfigError(
+            f"compiled=[{','.join(missing)}] names attentions not measured "
+            f"(attentions=[{','.join(attentions)}]); add them there or drop them here"
+        )
+    rows: list[str] = []
+    for attention in attentions:
+        rows.append(attention)
+        if attention in by_attention and by_attention[attention] not in attentions:
+            rows.append(by_attention[attention])
+    return rows
 
 
 def check_knobs(

@@ -100,23 +100,15 @@ class KernelSettings(Checked):
     repeats: int = at_least(1)
     max_call_seconds: float | None = positive()
     variants: dict[str, Any] = MISSING  # {name: {attention: <registered>, <knob>: value}}
-    compiled: list[str] = MISSING  # also timed compiled, as the variant <name>_compiled ([]: none)
+    compiled: list[str] | None = MISSING  # also timed compiled, as <name>_compiled; null: each
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.seq_lens = sizes("kernels.seq_lens", self.seq_lens)
-        from vitattn.bench.kernels import COMPILE, resolve_attentions
+        from vitattn.bench.kernels import compiled_variants
 
-        # [] times nothing compiled; resolve_attentions refuses an empty list of attentions
-        none = self.compiled == []
-        compiled = [] if none else resolve_attentions(self.compiled, "kernels.compiled")
-        self.variants = check_variants(
-            {
-                **self.variants,
-                **{f"{a}_compiled": {"attention": a, COMPILE: True} for a in compiled},
-            },
-            "kernels.variants",
-        )
+        compiled = compiled_variants(self.compiled, "kernels.compiled")
+        self.variants = check_variants({**self.variants, **compiled}, "kernels.variants")
 
 
 @dataclass
