@@ -7,9 +7,10 @@ AOTAutograd's joint forward+backward graph, run by the eager kernels: the whole 
 break, without C++ compilation) on q, k, v that require grad, and its output and gradients are
 compared with the eager kernel's. ``random_feature``, whose compiled path differs from its eager
 one (one expression instead of reused buffers), runs through Inductor as well, which generates
-and compiles C++ on the CPU. A training kernel (redrawing its random
-features) is called for a few steps and must not recompile at every step, and a compiled network
-trains on one graph with every attention (with Dynamo's cheapest backend, its graphs counted).
+and compiles C++ on the CPU. A training kernel (redrawing its random features) is called for a
+few steps and must not recompile at every step (Performer's, compiled alone, counts its forwards
+before its graph: ``fullgraph=True`` refuses it while it redraws), and a compiled network trains
+on one graph with every attention (with Dynamo's cheapest backend, its graphs counted).
 
 About two minutes on the project's 2-core machine shared with other work, a third of it
 Inductor's: ``slow``.
@@ -93,28 +94,74 @@ def test_inductor_compiles_random_features_fused() -> None:
     assert_same(compiled, eager, tol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["performer", "random_feature", "reformer"])
+@pytest.mark.parametrize("name", ["random_feature", "reformer"])
 def test_a_training_kernel_that_draws_random_numbers_compiles_a_bounded_number_of_graphs(
     name: str,
 ) -> None:
-    """Training redraws features (random_feature at every step, performer every
-    ``redraw_interval`` steps, counted in a Python attribute) or buckets: six steps compile at
-    most three graphs (the first, the counter made dynamic, the redraw), never one a step."""
+    """Training redraws features (random_feature at every step) or buckets (reformer): six steps
+    compiled with ``fullgraph=True`` compile at most three graphs, never one a step."""
     module = kernel(name, {}).train()
-    if name == "performer":
-        module.redraw_interval = 2
     graphs: list[torch.fx.GraphModule] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, backend=counting_into(graphs))
+    for _ in range(6):
+        out, *grads = forward_backward(compiled)
+        assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    assert 1 <= len(graphs) <= 3
+
+
+def counting_into(graphs: list[torch.fx.GraphModule]):
+    """A ``torch.compile`` backend that keeps each graph in ``graphs`` and runs it as traced."""
 
     def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
         graphs.append(graph)
         return graph.forward
 
+    return counting
+
+
+@pytest.mark.parametrize("redraw_interval", [1000, 3])
+def test_a_performer_kernel_compiled_alone_trains_on_one_graph_redrawing_as_eager(
+    redraw_interval: int,
+) -> None:
+    """``torch.compile(kernel)``, training: Performer's count of forwards since it last redrew,
+    a Python int, was read in the graph, where Dynamo guards on it (an ``nn.Module``'s integers
+    are static): at its default ``redraw_interval`` the kernel recompiled at every step, up to
+    Dynamo's limit (8), then ran eager. Its count now runs untraced, before the graph: one graph
+    for seven steps, each output the eager kernel's, the projection redrawn alike."""
+    knobs = {"redraw_interval": redraw_interval}
+    module, eager = kernel("performer", knobs).train(), kernel("performer", knobs).train()
+    graphs: list[torch.fx.GraphModule] = []
     torch._dynamo.reset()
-    compiled = torch.compile(module, fullgraph=True, backend=counting)
-    for _ in range(6):
-        out, *grads = forward_backward(compiled)
-        assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
-    assert 1 <= len(graphs) <= 3
+    compiled = torch.compile(module, backend=counting_into(graphs))
+    for _ in range(7):
+        torch.manual_seed(3)
+        mine = forward_backward(compiled)
+        torch.manual_seed(3)
+        assert_same(mine, forward_backward(eager), tol=1e-6)
+    assert len(graphs) == 1
+    torch.testing.assert_close(module.projection, eager.projection)
+    # seven forwards: at redraw_interval=3 redrawn before the 4th and the 7th
+    since_redraw = 7 if redraw_interval == 1000 else 1
+    assert module.forwards_since_redraw == eager.forwards_since_redraw == since_redraw
+
+
+def test_fullgraph_refuses_a_training_performer_kernel_at_once_unless_it_never_redraws() -> None:
+    """Performer's count must run between graphs, so ``fullgraph=True`` refuses a training
+    Performer at its first call (it used to fail at the ninth, after eight recompiles); with
+    ``redraw_interval=0`` it counts nothing and trains on one graph, as in ``eval()`` at any
+    interval (:func:`test_every_attention_compiles_in_one_graph_forward_and_backward`)."""
+    torch._dynamo.reset()
+    redrawing = torch.compile(kernel("performer", {}).train(), fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="disable"):
+        forward_backward(redrawing)
+    graphs: list[torch.fx.GraphModule] = []
+    torch._dynamo.reset()
+    never = kernel("performer", {"redraw_interval": 0}).train()
+    compiled = torch.compile(never, fullgraph=True, backend=counting_into(graphs))
+    for _ in range(4):
+        forward_backward(compiled)
+    assert len(graphs) == 1
 
 
 @pytest.fixture
@@ -122,11 +169,7 @@ def graphs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.fx.GraphModul
     """Every graph Dynamo compiles while the test runs, ``torch.compile``'s backend replaced by
     one that counts them and runs them as traced (no Inductor)."""
     made: list[torch.fx.GraphModule] = []
-
-    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-        made.append(graph)
-        return graph.forward
-
+    counting = counting_into(made)
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting))
     torch._dynamo.reset()
     yield made
@@ -228,14 +271,16 @@ def test_a_network_that_recompiles_at_every_step_says_it_ran_eager(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Performer's counter read inside the graph again (the network no longer counting for its
-    kernels): a recompile at every step until Dynamo's limit, eager after. The run says so, as
-    it says so when Dynamo compiled nothing, and the check's and the bench's rows call it eager
-    rather than compiled."""
+    kernels, the kernel counting traced): a recompile at every step until Dynamo's limit, eager
+    after. The run says so, as it says so when Dynamo compiled nothing, and the check's and the
+    bench's rows call it eager rather than compiled."""
     import vitattn.models.vit as vit
+    from vitattn.attention.performer import PerformerAttention
     from vitattn.bench.train_speed import eager_status
     from vitattn.training.fitting import compiled
 
     monkeypatch.setattr(vit, "before_forward_of_kernels", lambda network, device: None)
+    monkeypatch.setattr(PerformerAttention, "counts_every_forward", False)
     network = tiny_network("performer", {}, True)
     run = types.SimpleNamespace(net=network, device=torch.device("cpu"))
     train_steps(network, 2)

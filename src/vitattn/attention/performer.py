@@ -69,7 +69,6 @@ class PerformerAttention(FeatureMapAttention):
 
     WEIGHTS = "projection"
     FUSED = True
-    counts_every_forward = True  # its count of training forwards since the last redraw
     KNOBS = ("num_features", "redraw_interval", "stabilizer", "impl", "tile_memory")
     COST_KNOBS = ("num_features", "stabilizer", "tile_memory")
 
@@ -118,6 +117,11 @@ class PerformerAttention(FeatureMapAttention):
             self.forwards_since_redraw = 0
         self.forwards_since_redraw += 1
 
+    @property
+    def counts_every_forward(self) -> bool:  # type: ignore[override]
+        """Its count of training forwards since the last redraw, where it redraws."""
+        return self.redraw_interval > 0
+
     def get_extra_state(self) -> dict[str, int]:
         return {"forwards_since_redraw": self.forwards_since_redraw}
 
@@ -125,8 +129,7 @@ class PerformerAttention(FeatureMapAttention):
         self.forwards_since_redraw = int(state["forwards_since_redraw"])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if not self.network_calls_before_forward:
-            self.before_forward(q.device)
+        self.before_own_forward(q.device)
         dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
             out = self.attend(q, k, v)  # in fp32 (the fused kernels read q, k, v as they are)

@@ -83,6 +83,21 @@ class AttentionKernel(nn.Module):
         the sequence once, cached); none here. A kernel whose forward needs it done calls it at
         its start unless :attr:`network_calls_before_forward`."""
 
+    def before_own_forward(self, device: torch.device) -> None:
+        """What a kernel whose forward needs :meth:`before_forward` calls at its start: nothing
+        where the network calls it (:attr:`network_calls_before_forward`), else
+        :meth:`before_forward`. A kernel compiled alone and training, ``torch.compile(kernel)``,
+        that :attr:`counts_every_forward` runs it untraced: a graph break before its first
+        operator, so ``fullgraph=True`` refuses it at its first call; traced, Performer's count
+        was a guard that recompiled the kernel at every step, up to Dynamo's limit (8), after
+        which it ran eager, or ``fullgraph=True`` failed at the ninth step."""
+        if self.network_calls_before_forward:
+            return
+        if self.counts_every_forward and self.training and torch.compiler.is_compiling():
+            _untraced(self.before_forward, device)
+        else:
+            self.before_forward(device)
+
     def exact_because(self) -> str | None:
         """Why this kernel, at its ``seq_len`` and knobs, computes exactly what full attention
         computes (its approximation does nothing here), or ``None`` when it approximates.
