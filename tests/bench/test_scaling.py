@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,8 +114,44 @@ def test_a_compiled_variant_is_compiled_whole_in_its_mode(monkeypatch) -> None:
         ("linear_graphed", True, "ok"), ("linear_compiled", True, "ok")
     ]  # fmt: skip
     assert calls == [
-        {"fullgraph": True, "mode": "reduce-overhead"}, {"fullgraph": True, "mode": "default"}
-    ]  # fmt: skip
+        {"fullgraph": True, "mode": "reduce-overhead", "dynamic": False},
+        {"fullgraph": True, "mode": "default", "dynamic": False},
+    ]
+
+
+def symbolic(graph: torch.fx.GraphModule) -> bool:
+    """Whether a graph Dynamo captured takes a size as a symbol (dynamic shapes)."""
+    for node in graph.graph.nodes:
+        value = node.meta.get("example_value")
+        if node.op == "placeholder" and (
+            isinstance(value, torch.SymInt)
+            or (
+                isinstance(value, torch.Tensor)
+                and any(isinstance(s, torch.SymInt) for s in value.shape)
+            )
+        ):
+            return True
+    return False
+
+
+def test_each_size_of_a_compiled_variant_is_compiled_for_that_size(monkeypatch) -> None:
+    """Every size is timed on a graph of its own shapes, as a run of one shape compiles. From the
+    second size on, Dynamo's automatic dynamic shapes compiled the sweep's graphs with n as a
+    symbol: on the project's CPU performer_compiled at n = 1024 took 375 ms forward+backward
+    against eager's 138 (static, 106), its time against n nearly quadratic."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        graphs.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting))
+    torch._dynamo.reset()
+    variants = {"linear_compiled": {"attention": "linear", "compile": True}}
+    sweep = small_sweep(attentions=["linear_compiled"], seq_lens=[32, 64, 128], variants=variants)
+    rows = Runner(sweep).run()
+    assert [r.status for r in rows] == ["ok"] * 3
+    assert len(graphs) >= 3 and not any(symbolic(graph) for graph in graphs)
 
 
 @pytest.mark.slow  # Inductor compiles a graph per size and gradient mode on a CPU

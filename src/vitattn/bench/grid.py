@@ -103,7 +103,7 @@ class Workload:
         if compiled_variant(attention, sweep.variants):
             # One graph or an error: a break would time the eager pieces between graphs.
             mode = compile_mode(attention, sweep.variants)
-            self.module = torch.compile(self.module, fullgraph=True, mode=mode)
+            self.module = torch.compile(self.module, fullgraph=True, mode=mode, dynamic=False)
         for tensor in self.inputs:
             tensor.requires_grad_(True)
         self.grad_out = torch.randn(shape, device=device, dtype=dtype)
