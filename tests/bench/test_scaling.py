@@ -138,7 +138,8 @@ def test_each_size_of_a_compiled_variant_is_compiled_for_that_size(monkeypatch) 
     """Every size is timed on a graph of its own shapes, as a run of one shape compiles. From the
     second size on, Dynamo's automatic dynamic shapes compiled the sweep's graphs with n as a
     symbol: on the project's CPU performer_compiled at n = 1024 took 375 ms forward+backward
-    against eager's 138 (static, 106), its time against n nearly quadratic."""
+    against eager's 138 (static, 106), its time against n nearly quadratic. The guard's probes
+    (here n = 16, before 128) run the mechanism eager: compiled, each would be a build."""
     graphs: list[torch.fx.GraphModule] = []
 
     def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
@@ -148,10 +149,22 @@ def test_each_size_of_a_compiled_variant_is_compiled_for_that_size(monkeypatch) 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting))
     torch._dynamo.reset()
     variants = {"linear_compiled": {"attention": "linear", "compile": True}}
-    sweep = small_sweep(attentions=["linear_compiled"], seq_lens=[32, 64, 128], variants=variants)
+    sweep = small_sweep(
+        attentions=["linear_compiled"],
+        seq_lens=[32, 64, 128],
+        variants=variants,
+        guard=Guard(free_below=64),
+    )
     rows = Runner(sweep).run()
     assert [r.status for r in rows] == ["ok"] * 3
-    assert len(graphs) >= 3 and not any(symbolic(graph) for graph in graphs)
+    assert not any(symbolic(graph) for graph in graphs)
+    assert sorted(tokens(graph) for graph in graphs) == [32, 32, 64, 64, 128, 128]
+
+
+def tokens(graph: torch.fx.GraphModule) -> int:
+    """The sequence length of a kernel's graph: its first input's third dimension."""
+    first = next(node for node in graph.graph.nodes if node.op == "placeholder")
+    return int(first.meta["example_value"].shape[2])
 
 
 @pytest.mark.slow  # Inductor compiles a graph per size and gradient mode on a CPU

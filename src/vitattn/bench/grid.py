@@ -60,8 +60,8 @@ class Sweep:
 
 
 GRAPHS_PER_SIZE = 8
-"""Room for a compiled variant's graphs at one size: with and without gradients, at the size and
-at the smaller shapes the guard probes. Each is a recompile of the mechanism's ``forward``."""
+"""Room for a compiled variant's graphs at one size: with and without gradients, with room to
+spare. Each is a recompile of the mechanism's ``forward`` (the guard probes smaller sizes eager)."""
 
 
 def room_to_recompile(sizes: int) -> contextlib.AbstractContextManager[Any]:
@@ -72,9 +72,13 @@ def room_to_recompile(sizes: int) -> contextlib.AbstractContextManager[Any]:
 
 
 class Workload:
-    """The module, inputs and the two calls (forward, forward+backward) of one grid point."""
+    """The module, inputs and the two calls (forward, forward+backward) of one grid point; with
+    ``eager``, a compiled variant's mechanism run eager (the guard's probes, which only predict:
+    compiled, each probe's size would be a graph and a build of its own)."""
 
-    def __init__(self, sweep: Sweep, attention: str, seq_len: int, head_dim: int) -> None:
+    def __init__(
+        self, sweep: Sweep, attention: str, seq_len: int, head_dim: int, eager: bool = False
+    ) -> None:
         torch.manual_seed(sweep.seed)
         base, knobs = split_variant(attention, sweep.variants, sweep.knobs)
         self.attention: str | None = base if sweep.level == "kernel" else None  # its formula
@@ -100,8 +104,10 @@ class Workload:
             self.inputs = [torch.randn(shape, device=device, dtype=dtype) for _ in range(3)]
         self.module.to(device=device, dtype=dtype)
         self.eager = self.module  # FLOPs and least bytes: the mechanism's, compiled or not
-        if compiled_variant(attention, sweep.variants):
-            # One graph or an error: a break would time the eager pieces between graphs.
+        if compiled_variant(attention, sweep.variants) and not eager:
+            # One graph or an error: a break would time the eager pieces between graphs. Each
+            # size its own graph, as a run of one shape compiles (automatic dynamic shapes
+            # would make n a symbol from the second size on).
             mode = compile_mode(attention, sweep.variants)
             self.module = torch.compile(self.module, fullgraph=True, mode=mode, dynamic=False)
         for tensor in self.inputs:

@@ -292,7 +292,8 @@ class Runner:
     def probe(self, attention: str, seq_len: int, head_dim: int) -> None:
         """Measure one forward+backward at sizes doubling up to ``seq_len / 8`` (from
         ``seq_len / 4096``, at least 16 tokens), each only if the sizes before it predict that it
-        fits the guard, so that ``seq_len`` can be predicted from the two largest."""
+        fits the guard, so that ``seq_len`` can be predicted from the two largest; a compiled
+        variant's mechanism eager."""
         key = (attention, head_dim)
         measured = {n for n, _ in self.memory_history.get(key, [])}
         sizes = sorted({seq_len >> shift for shift in range(3, 13)} - measured)
@@ -300,7 +301,7 @@ class Runner:
             if self.predicted_too_large(attention, size, head_dim) is not None:
                 return
             try:
-                work = Workload(self.sweep, attention, size, head_dim)
+                work = Workload(self.sweep, attention, size, head_dim, eager=True)
                 timing = time_call(work.forward_backward, self.sweep.device, warmup=1, repeats=1)
                 memory = measure_memory(work.forward_backward, self.sweep.device)
             except Exception:  # a probe that fails predicts nothing; the real run will tell
