@@ -115,23 +115,36 @@ def scaling_table(rows: list[Row], reference: str | None = "softmax") -> list[di
 def crossover(rows: list[Row], attention: str, head_dim: int, reference: str | None) -> int | None:
     """Smallest n from which ``attention`` beats ``reference`` at every larger measured n.
 
-    A size the reference could not run (out of memory, skipped) counts as a win for an attention
-    that did run there.
+    Beating is beyond the timings' spread: the attention's upper quartile of forward+backward
+    below the reference's lower quartile (the medians where a row has no quartiles). Medians alone
+    named a different n from one run to the next where two sub-millisecond times overlap. A size
+    the reference could not run (out of memory, skipped) counts as a win for an attention that did
+    run there.
     """
     if not reference or attention == reference:
         return None
     ref_rows = {r.seq_len: r for r in rows if r.attention == reference and r.head_dim == head_dim}
     mine = sorted(
-        (r.seq_len, r.fwd_bwd_ms)
-        for r in rows
-        if r.attention == attention and r.head_dim == head_dim and r.ok and r.seq_len in ref_rows
+        (r for r in rows if r.attention == attention and r.head_dim == head_dim and r.ok),
+        key=lambda r: r.seq_len,
     )
     found: int | None = None
-    for seq_len, ms in mine:
-        ref = ref_rows[seq_len]
-        wins = not ref.ok or (ms is not None and ref.fwd_bwd_ms is not None and ms < ref.fwd_bwd_ms)
+    for row in (r for r in mine if r.seq_len in ref_rows):
+        ref = ref_rows[row.seq_len]
+        slowest, fastest = upper_quartile(row), lower_quartile(ref)
+        wins = not ref.ok or (slowest is not None and fastest is not None and slowest < fastest)
         if not wins:
             found = None
         elif found is None:
-            found = seq_len
+            found = row.seq_len
     return found
+
+
+def upper_quartile(row: Row) -> float | None:
+    """The row's forward+backward upper quartile, or its median where it has none."""
+    return row.fwd_bwd_q75_ms if row.fwd_bwd_q75_ms is not None else row.fwd_bwd_ms
+
+
+def lower_quartile(row: Row) -> float | None:
+    """The row's forward+backward lower quartile, or its median where it has none."""
+    return row.fwd_bwd_q25_ms if row.fwd_bwd_q25_ms is not None else row.fwd_bwd_ms
