@@ -42,3 +42,24 @@ def test_an_axis_within_a_decade_labels_the_ticks_between_decades() -> None:
 
 def test_an_axis_of_several_decades_labels_the_decades() -> None:
     assert set(y_tick_labels(1.0, 3000.0)) == {"1", "10", "100", "1000"}
+
+
+def test_a_compiled_row_is_drawn_in_its_eager_rows_colour_with_hollow_markers() -> None:
+    """``compiled=[linear]`` puts ``linear_compiled`` beside ``linear``: the two lines share a
+    colour and a marker, the compiled one hollow, so that a reader pairs them at a glance (each
+    took a colour of its own, as another mechanism would)."""
+    rows = [
+        Row(name, n, 64, fwd_ms=ms * n, compiled=name.endswith("_compiled"))
+        for name, ms in (("softmax", 1.0), ("linear", 0.5), ("linear_compiled", 0.3))
+        for n in (256, 1024)
+    ]
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
+        lines = {line.get_label(): line for line in axis.get_lines()}
+        eager, compiled = lines["linear"], lines["linear_compiled"]
+        assert compiled.get_color() == eager.get_color() != lines["softmax"].get_color()
+        assert compiled.get_marker() == eager.get_marker()
+        assert compiled.get_markerfacecolor() == "none" != eager.get_markerfacecolor()
+    finally:
+        plt.close(figure)

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import LogFormatter
 
 from vitattn.bench.approx import ApproxRow
+from vitattn.bench.kernels import COMPILED_SUFFIX
 from vitattn.bench.scaling_table import Row
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.runs.files import save_figure
@@ -48,12 +49,26 @@ def _plain_log_y(axis: Any) -> None:
 
 
 def _styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
-    """A distinct (colour, marker) per attention: ten colours, then a new marker."""
+    """A distinct (colour, marker) per attention: ten colours, then a new marker. A compiled row
+    ``<name>_compiled`` takes its eager row's, where that is drawn too (its markers are hollow)."""
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {
+    unique = list(dict.fromkeys(names))
+    own = [name for name in unique if _eager_of(name, unique) is None]
+    styles = {
         name: (cycle[i % len(cycle)], MARKERS[(i // len(cycle)) % len(MARKERS)])
-        for i, name in enumerate(dict.fromkeys(names))
+        for i, name in enumerate(own)
     }
+    for name in unique:
+        eager = _eager_of(name, unique)
+        if eager is not None:
+            styles[name] = styles[eager]
+    return styles
+
+
+def _eager_of(name: str, names: Sequence[str]) -> str | None:
+    """The eager row ``name`` is the compiled twin of, where ``names`` has it."""
+    eager = name.removesuffix(COMPILED_SUFFIX)
+    return eager if eager != name and eager in names else None
 
 
 def _log_log_panel(
@@ -72,6 +87,7 @@ def _log_log_panel(
             [n for n, _ in ok],
             [v / scale for _, v in ok],
             marker=marker,
+            markerfacecolor="none" if any(r.compiled for r in points) else colour,
             linestyle=LINESTYLES[head_dims.index(head_dim) % len(LINESTYLES)],
             color=colour,
             label=label,
