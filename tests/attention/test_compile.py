@@ -27,6 +27,7 @@ import pytest
 import torch
 import torch._dynamo
 
+from tests.support.compiling import counting_into
 from tests.support.presets import tiny_vit
 from vitattn.attention import ATTENTIONS
 from vitattn.utils.recompiles import recompile_limit
@@ -108,16 +109,6 @@ def test_a_training_kernel_that_draws_random_numbers_compiles_a_bounded_number_o
         out, *grads = forward_backward(compiled)
         assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
     assert 1 <= len(graphs) <= 3
-
-
-def counting_into(graphs: list[torch.fx.GraphModule]):
-    """A ``torch.compile`` backend that keeps each graph in ``graphs`` and runs it as traced."""
-
-    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-        graphs.append(graph)
-        return graph.forward
-
-    return counting
 
 
 @pytest.mark.parametrize("redraw_interval", [1000, 3])

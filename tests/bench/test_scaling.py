@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.compiling import counting_into
 from tests.support.presets import compose_config
 from vitattn.bench import scaling
 from vitattn.bench.app import benchmark
@@ -163,11 +164,7 @@ def test_each_size_of_a_compiled_variant_is_compiled_for_that_size(monkeypatch) 
     against eager's 138 (static, 106), its time against n nearly quadratic. The guard's probes
     (here n = 16, before 128) run the mechanism eager: compiled, each would be a build."""
     graphs: list[torch.fx.GraphModule] = []
-
-    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-        graphs.append(graph)
-        return graph.forward
-
+    counting = counting_into(graphs)
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting))
     torch._dynamo.reset()
     variants = {"linear_compiled": {"attention": "linear", "compile": True}}

@@ -1,9 +1,11 @@
-"""A compile asked for that never happens, caused for real: ``torch.compile`` stood down."""
+"""A compile asked for that never happens, caused for real: ``torch.compile`` stood down; and a
+backend that counts the graphs Dynamo compiles."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -16,3 +18,13 @@ def compile_stood_down() -> Iterator[None]:
     torch._dynamo.reset()
     with torch.compiler.set_stance("force_eager"):
         yield
+
+
+def counting_into(graphs: list[torch.fx.GraphModule]) -> Callable[..., Any]:
+    """A ``torch.compile`` backend that keeps each graph in ``graphs`` and runs it as traced."""
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(graph)
+        return graph.forward
+
+    return counting
