@@ -125,11 +125,18 @@ def crossover(rows: list[Row], attention: str, head_dim: int, reference: str | N
         return None
     ref_rows = {r.seq_len: r for r in rows if r.attention == reference and r.head_dim == head_dim}
     mine = sorted(
-        (r for r in rows if r.attention == attention and r.head_dim == head_dim and r.ok),
+        (
+            r
+            for r in rows
+            if r.attention == attention
+            and r.head_dim == head_dim
+            and r.ok
+            and r.seq_len in ref_rows
+        ),
         key=lambda r: r.seq_len,
     )
     found: int | None = None
-    for row in (r for r in mine if r.seq_len in ref_rows):
+    for row in mine:
         ref = ref_rows[row.seq_len]
         slowest, fastest = upper_quartile(row), lower_quartile(ref)
         wins = not ref.ok or (slowest is not None and fastest is not None and slowest < fastest)
