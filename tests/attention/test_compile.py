@@ -222,18 +222,18 @@ def test_a_network_its_user_compiles_whole_trains_on_one_graph(
     counter was a guard that failed at every step (at its default ``redraw_interval`` eight
     graphs in twelve steps, then eager); its count is now never traced (a graph break before
     the network's first operator), and the network trains on one graph, redrawing as the eager
-    network does. Local attention builds its layout inside the first graph, whose guard on the
-    layout cache then fails once: two graphs, and ``fullgraph=True`` works for it (it cannot
-    for Performer, whose host work must run between graphs). The kernels with no host work
-    trace as softmax does (each compiles in one graph within a network:
-    :func:`test_a_compiled_network_trains_on_one_graph_with_every_attention`)."""
+    network does. Local attention built its layout inside the first graph, whose guard on the
+    layout cache then failed once (two graphs); the layout is now buffers made with the kernel.
+    ``fullgraph=True`` works but for Performer, whose host work must run between graphs. The
+    kernels with no host work trace as softmax does (each compiles in one graph within a
+    network: :func:`test_a_compiled_network_trains_on_one_graph_with_every_attention`)."""
     network, eager = tiny_network(name, knobs, False), tiny_network(name, knobs, False)
     compiled = torch.compile(network, fullgraph=name != "performer")
     torch.manual_seed(3)
     train_steps(compiled, 12)
     torch.manual_seed(3)
     train_steps(eager, 12)
-    assert len(graphs) == (2 if name == "local" else 1)
+    assert len(graphs) == 1
     for mine, theirs in zip(network.buffers(), eager.buffers(), strict=True):
         torch.testing.assert_close(mine, theirs)
 

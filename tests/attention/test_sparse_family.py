@@ -128,6 +128,24 @@ def test_local_global_tokens_default_to_the_class_token() -> None:
     assert LocalAttention(seq_len=64, heads=1, head_dim=8, window_shape="1d").global_tokens == 0
 
 
+def test_local_layout_is_made_with_the_kernel_moves_with_it_and_is_not_saved() -> None:
+    """The gather layout of the kernel's token count: buffers made at construction (a network
+    compiled whole by its user built it inside its first graph, then compiled a second), cast
+    and moved with the module, outside its state dict (checkpoints from before load)."""
+    kernel = LocalAttention(seq_len=65, heads=2, head_dim=16, window=3, impl="gather")
+    assert kernel.state_dict() == {}
+    assert {name for name, _ in kernel.named_buffers()} == {
+        "layout_queries", "layout_keys", "layout_bias", "layout_inverse",
+    }  # fmt: skip
+    q, k, v = qkv(65)
+    expected = kernel(q, k, v)
+    assert not kernel._layouts  # the buffers served the forward
+    kernel.to(torch.float16)  # its bias too: 0 and MASKED (-inf in float16) mask alike
+    torch.testing.assert_close(kernel(q, k, v), expected)
+    assert not kernel._layouts
+    assert not dict(LocalAttention(seq_len=65, heads=2, head_dim=16, impl="flex").named_buffers())
+
+
 # ---------------------------------------------------------------------------------- bigbird
 
 

@@ -39,6 +39,10 @@ from vitattn.errors import ConfigError
 
 WINDOW_SHAPES = ("1d", "2d")
 
+LAYOUT_BUFFERS = ("layout_queries", "layout_keys", "layout_bias", "layout_inverse")
+"""The buffers of :meth:`LocalAttention.layout` for the kernel's own token count (not saved in
+a checkpoint: they follow from the knobs)."""
+
 
 def _window_starts(positions: torch.Tensor, window: int, length: int) -> torch.Tensor:
     """First key of the window of each query position: centred, shifted inwards at the edges."""
@@ -134,14 +138,17 @@ class LocalAttention(AttentionKernel):
         self.impl = knobs.one_of("impl", impl, flex.IMPLEMENTATIONS)
         self._layouts: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
         self._block_masks = flex.BlockMasks(self.mask_mod)
-
-    def before_forward(self, device: torch.device) -> None:
-        """The layout of :attr:`seq_len` tokens on ``device`` built, before a compiled graph
-        reads the cache (built inside it, it changed the cache the graph guards on)."""
-        self.layout(self.seq_len, device)
+        if self.impl != "flex":
+            # Buffers, not the cache: they move with the module, and a graph that reads them
+            # guards on nothing that changes (a network compiled whole by its user built the
+            # cache in its first graph, whose guard then failed: a second compile).
+            for name, tensor in zip(LAYOUT_BUFFERS, self._build_layout(self.seq_len), strict=True):
+                self.register_buffer(name, tensor, persistent=False)
 
     def layout(self, tokens: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(query_index, key_index, bias, inverse) for ``tokens`` tokens, cached per device.
+        """(query_index, key_index, bias, inverse) for ``tokens`` tokens on ``device``: the
+        layout buffers for :attr:`seq_len` tokens where they are on ``device``, else built once
+        and cached per token count and device.
 
         ``query_index`` (blocks, per_block) and ``key_index`` (blocks, span) are token positions,
         the global tokens first in every block's keys; ``bias`` (blocks, per_block, span) is 0
@@ -149,41 +156,47 @@ class LocalAttention(AttentionKernel):
         copy of a global token); ``inverse`` gives, for each non-global token, its row in the
         flattened query blocks.
         """
+        buffers = tuple(getattr(self, name, None) for name in LAYOUT_BUFFERS)
+        if tokens == self.seq_len and buffers[0] is not None and buffers[0].device == device:
+            return buffers
         cache_key = (tokens, str(device))
         if cache_key not in self._layouts:
-            g = self.global_tokens
-            if self.window_shape == "1d":
-                window = min(self.window, tokens)
-                block = min(tokens, max(16, window))
-                queries, keys, allowed = _band(tokens, window, block)
-                flat_position = torch.arange(tokens)
-            else:
-                side = grid_side(tokens)
-                offset = tokens - side * side
-                window = min(self.window, side)
-                tile = min(side, max(4, window + 1))
-                queries, keys, allowed = _tiles(side, window, tile)
-                queries, keys = queries + offset, keys + offset
-                # Row of each grid cell in the tile order, for cells r*side + c.
-                cell = torch.arange(side * side)
-                r, c = cell // side, cell % side
-                tiles_per_side = math.ceil(side / tile)
-                flat_position = torch.full((tokens,), -1, dtype=torch.long)
-                flat_position[offset:] = (
-                    ((r // tile) * tiles_per_side + c // tile) * tile * tile
-                    + (r % tile) * tile
-                    + c % tile
-                )
-            allowed = allowed & (keys[:, None, :] >= g)  # global keys: once, in front
-            if g:
-                blocks, per_block = queries.shape
-                keys = torch.cat([torch.arange(g).expand(blocks, g), keys], dim=1)
-                everyone = torch.ones(blocks, per_block, g, dtype=torch.bool)
-                allowed = torch.cat([everyone, allowed], dim=2)
-            bias = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, MASKED)
-            inverse = flat_position[g:]
-            self._layouts[cache_key] = tuple(t.to(device) for t in (queries, keys, bias, inverse))
+            self._layouts[cache_key] = tuple(t.to(device) for t in self._build_layout(tokens))
         return self._layouts[cache_key]
+
+    def _build_layout(self, tokens: int) -> tuple[torch.Tensor, ...]:
+        """:meth:`layout` for ``tokens`` tokens, on the CPU."""
+        g = self.global_tokens
+        if self.window_shape == "1d":
+            window = min(self.window, tokens)
+            block = min(tokens, max(16, window))
+            queries, keys, allowed = _band(tokens, window, block)
+            flat_position = torch.arange(tokens)
+        else:
+            side = grid_side(tokens)
+            offset = tokens - side * side
+            window = min(self.window, side)
+            tile = min(side, max(4, window + 1))
+            queries, keys, allowed = _tiles(side, window, tile)
+            queries, keys = queries + offset, keys + offset
+            # Row of each grid cell in the tile order, for cells r*side + c.
+            cell = torch.arange(side * side)
+            r, c = cell // side, cell % side
+            tiles_per_side = math.ceil(side / tile)
+            flat_position = torch.full((tokens,), -1, dtype=torch.long)
+            flat_position[offset:] = (
+                ((r // tile) * tiles_per_side + c // tile) * tile * tile
+                + (r % tile) * tile
+                + c % tile
+            )
+        allowed = allowed & (keys[:, None, :] >= g)  # global keys: once, in front
+        if g:
+            blocks, per_block = queries.shape
+            keys = torch.cat([torch.arange(g).expand(blocks, g), keys], dim=1)
+            everyone = torch.ones(blocks, per_block, g, dtype=torch.bool)
+            allowed = torch.cat([everyone, allowed], dim=2)
+        bias = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, MASKED)
+        return queries, keys, bias, flat_position[g:]
 
     def mask_mod(self, tokens: int, device: torch.device) -> flex.MaskMod:
         """The pattern for ``tokens`` tokens as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``:
