@@ -68,6 +68,15 @@ BAD_INPUTS = [
         r"\(attentions=\[softmax,linear\]\); add them there or drop them here$",
     ),
     (
+        [
+            "attentions=[linear,linear_compiled]",
+            "+variants.linear_compiled={attention:linear,compile:true,compile_mode:max-autotune}",
+            "compiled=[linear]",
+        ],
+        r"^variants.linear_compiled and compiled=\[linear\] both name the row linear_compiled; "
+        r"rename the variant or drop linear from compiled$",
+    ),
+    (
         ["mode=approx", "compiled=null"],
         r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
         r"\(mode=train compiles with train.compile\)$",
@@ -139,6 +148,15 @@ def test_compiled_adds_each_attentions_compiled_row_after_its_eager_one(
         if row.endswith("_compiled"):
             attention = row.removesuffix("_compiled")
             assert settings.variants[row] == {"attention": attention, "compile": True}
+
+
+def test_a_variant_that_is_what_compiled_makes_is_no_clash(tmp_path: Path) -> None:
+    """A user's variant ``linear_compiled`` with another mode is refused beside
+    ``compiled=[linear]`` (it was replaced without a word); the same settings are one row."""
+    overrides = ["attentions=[linear]", "compiled=[linear]"]
+    overrides += ["+variants.linear_compiled={attention:linear,compile:true}"]
+    settings = load_settings(compose_config("bench", overrides, tmp_path))
+    assert settings.attentions == ["linear", "linear_compiled"]
 
 
 def test_budget_knobs_of_the_config_are_settings_of_the_attentions(tmp_path: Path) -> None:

@@ -58,6 +58,15 @@ BAD_INPUTS = [
         ],
         r"kernels.variants.g.compile_mode='fast' is not valid; choose one of default \| reduce-",
     ),
+    (
+        [
+            "kernels.compiled=[linear]",
+            "+kernels.variants.linear_compiled={attention:linear,compile:true,"
+            "compile_mode:reduce-overhead}",
+        ],
+        r"^kernels.variants.linear_compiled and kernels.compiled=\[linear\] both name the row "
+        r"linear_compiled; rename the variant or drop linear from kernels.compiled$",
+    ),
     (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
     (["matmul_precision=low"], r"matmul_precision=low: Invalid value 'low', expected one of"),
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),

@@ -255,7 +255,7 @@ class BenchSettings(Checked):
                 f"compiled={shown} times kernels compiled in mode=scaling, not "
                 f"mode={self.mode.value} (mode=train compiles with train.compile)"
             )
-        self.variants = check_variants({**self.variants, **compiled})
+        self.variants = check_variants(with_compiled_variants(self.variants, compiled))
         self.knobs = check_knobs(self.knobs, self.variants)
         if self.reference is not None:
             resolve_attentions([self.reference], "reference", self.variants)
@@ -357,6 +357,26 @@ def check_variants(variants: dict[str, Any], prefix: str = "variants") -> dict[s
         knobs = {k: v for k, v in entry.items() if k not in ("attention", COMPILE, COMPILE_MODE)}
         check_knob_names(setting, attention, knobs)
     return variants
+
+
+def with_compiled_variants(
+    variants: dict[str, Any],
+    compiled: dict[str, dict[str, Any]],
+    variants_setting: str = "variants",
+    compiled_setting: str = "compiled",
+) -> dict[str, Any]:
+    """``variants`` and the variants ``compiled`` makes (:func:`compiled_variants`), one line
+    where a variant of ``variants`` has the name of one of them but other settings (it would be
+    replaced without a word)."""
+    for name, spec in compiled.items():
+        mine = variants.get(name)
+        if mine is not None and mine != spec:
+            raise ConfigError(
+                f"{variants_setting}.{name} and {compiled_setting}=[{spec['attention']}] both "
+                f"name the row {name}; rename the variant or drop {spec['attention']} from "
+                f"{compiled_setting}"
+            )
+    return {**variants, **compiled}
 
 
 def with_compiled_rows(

@@ -20,6 +20,7 @@ from vitattn.bench.settings import (
     positive,
     sizes,
     typed_settings,
+    with_compiled_variants,
 )
 from vitattn.errors import ConfigError
 from vitattn.utils.config import MatmulPrecision, gpu_precision
@@ -108,7 +109,10 @@ class KernelSettings(Checked):
         from vitattn.bench.kernels import compiled_variants
 
         compiled = compiled_variants(self.compiled, "kernels.compiled")
-        self.variants = check_variants({**self.variants, **compiled}, "kernels.variants")
+        variants = with_compiled_variants(
+            self.variants, compiled, "kernels.variants", "kernels.compiled"
+        )
+        self.variants = check_variants(variants, "kernels.variants")
 
 
 @dataclass
