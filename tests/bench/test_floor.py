@@ -56,6 +56,20 @@ def test_least_bytes_of_linformer_add_its_projections_and_their_gradients() -> N
     assert least_bytes(kernel, [q, k, v], out, training=True) == 8 * one + 2 * projections
 
 
+def test_least_bytes_leave_out_what_a_kernel_derives_from_its_knobs() -> None:
+    """Local attention's gather layout is buffers it does not save (what its window and token
+    count give): no part of the mechanism's floor. BigBird's random blocks, drawn and saved, are."""
+    q, k, v = (torch.randn(1, 2, 65, 16) for _ in range(3))
+    one = 2 * 65 * 16 * 4
+    out = torch.empty_like(q)
+    local = build_kernel("local", seq_len=65, heads=2, head_dim=16, knobs={"impl": "gather"})
+    assert sum(b.numel() for b in local.buffers()) > 0
+    assert least_bytes(local, [q, k, v], out, training=True) == 8 * one
+    bigbird = build_kernel("bigbird", seq_len=65, heads=2, head_dim=16)
+    table = bigbird.key_blocks.numel() * bigbird.key_blocks.element_size()
+    assert least_bytes(bigbird, [q, k, v], out, training=True) == 8 * one + table
+
+
 def test_the_softmax_formula_by_hand() -> None:
     kernel = build_kernel("softmax", seq_len=128, heads=4, head_dim=32)
     # q k^T and weights x v: 2 n^2 d each, per batch element and head; backward twice that.

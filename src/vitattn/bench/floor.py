@@ -12,9 +12,11 @@ moved over the device's memory bandwidth (:mod:`vitattn.bench.devices`):
 * **least bytes** (:func:`least_bytes`): one rule for every mechanism. Whatever it computes, a
   call must read its inputs and write its output once; a forward+backward also reads the output's
   gradient and writes each input's. The mechanism's own must-move tensors are its parameters and
-  buffers (Linformer's projections, Performer's and the random features' draws, Reformer's
-  rotations, BigBird's random blocks), read once, and in training the gradients of those that
-  learn, written once. Its intermediates are not counted: a fused kernel keeps them on chip.
+  the buffers it saves (Linformer's projections, Performer's and the random features' draws,
+  Reformer's rotations, BigBird's random blocks), read once, and in training the gradients of
+  those that learn, written once. Its intermediates are not counted: a fused kernel keeps them
+  on chip; nor are buffers it does not save, which follow from its knobs (local attention's
+  gather layout: FlexAttention computes the same mask from indices).
 
 The share of the floor is ``floor_ms / measured_ms`` in percent (100%: at the device's limit).
 :func:`count_dispatches` counts the operators a call dispatches (a dispatch mode: every aten
@@ -86,9 +88,10 @@ def least_bytes(
 ) -> int:
     """The fewest bytes a call of ``module`` on ``inputs`` must move (the module docstring's
     rule): inputs read and output written; in training also the output's gradient read and each
-    input's written; the module's parameters and buffers read, and in training the gradients of
-    its parameters that learn written."""
-    state = [*module.parameters(), *module.buffers()]
+    input's written; the module's parameters and saved buffers read (each tensor once), and in
+    training the gradients of its parameters that learn written."""
+    saved = module.state_dict(keep_vars=True).values()
+    state = list({id(t): t for t in saved if isinstance(t, torch.Tensor)}.values())
     learned = [p for p in module.parameters() if p.requires_grad]
     moved = tensor_bytes(inputs) + tensor_bytes([output]) + tensor_bytes(state)
     if training:
