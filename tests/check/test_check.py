@@ -156,6 +156,29 @@ def test_the_training_section_trains_eager_and_compiled_side_by_side(
     assert rows[0]["params"] == rows[1]["params"]
 
 
+@pytest.mark.slow
+def test_a_training_row_is_the_same_whatever_trained_before_it(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Each row trains on the batches the seed gives, augmented alike: the data module's epoch
+    order was drawn before the check seeded anything (another order in every process) and its
+    augmentation continued from the rows before, so a row's losses, and with them "the loss did
+    not fall", came and went from one run to the next."""
+
+    def softmax_row(*attentions: str) -> dict:
+        run_dir = tmp_path / "-".join(attentions)
+        overrides = ["device=cpu", "sections=[training]", f"attentions=[{','.join(attentions)}]"]
+        run_in_process("vitattn-check", *overrides, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+        rows = json.loads((run_dir / "check.json").read_text())["training"]
+        return next(r for r in rows if r["attention"] == "softmax")
+
+    alone, after_bigbird = softmax_row("softmax"), softmax_row("bigbird", "softmax")
+    assert (alone["loss_first"], alone["loss_last"]) == (
+        after_bigbird["loss_first"],
+        after_bigbird["loss_last"],
+    )
+
+
 def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Path) -> None:
     """On an H200 with torch 2.11 the compiled rows trained at their eager speed, reported as
     compiled: Dynamo had skipped the network's forward (pytorch/pytorch#190286). Here the same
@@ -314,8 +337,11 @@ def test_the_dry_run_writes_the_same_files_as_on_a_gpu(tmp_path: Path, data_dir:
     assert [r["status"] for r in result["numerics"]] == ["ok"] * len(result["numerics"])
     training = {r["attention"]: r for r in result["training"]}
     assert sorted(training) == attentions
+    assert result["problems"] == []  # what a good machine shows
     for row in training.values():
         assert row["status"] == "ok", row
+        # the profile's learning rate lowers the loss well beyond what a draw moves it
+        assert row["loss_last"] < row["loss_first"] - 0.03, row
         assert row["images_per_sec"] > 0 and row["gflop_per_image"] > 0
         assert row["loss_first"] is not None and row["loss_last"] is not None
         assert row["mfu"] is None and row["peak_memory_gb"] is None  # no GPU: no peak to compare

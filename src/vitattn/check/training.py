@@ -131,6 +131,7 @@ def train_briefly(
     row.compiled = compile
     cfg = train_config(bench_settings(settings, attention), compile=compile)
     torch.manual_seed(settings.seed)
+    datamodule.reseed(device)  # every row on the same batches, augmented alike
     module = hydra.utils.instantiate(cfg.module)
     row.params = sum(p.numel() for p in module.parameters())
     example = datamodule.on_after_batch_transfer(module.example_input_array, 0)

@@ -385,6 +385,16 @@ class CIFAR10DataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, self.settings.eval_batch_size, train=False)
 
+    def reseed(self, device: torch.device) -> None:
+        """The epoch order and the augmentation RNG on ``device`` drawn anew, now, from torch's
+        global generator (or ``augment_seed``), as a fresh data module's would be: what a
+        caller that trains several networks one after another on this data module calls after
+        seeding, so that each network trains on the same batches, augmented alike, whatever the
+        ones before it drew (``vitattn-check``'s training rows)."""
+        self.shuffle_seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        self._generator, self._generator_state = None, None
+        self.generator(device)
+
     def generator(self, device: torch.device) -> torch.Generator:
         """The augmentation RNG on ``device``, created on first use and checkpointed."""
         if self._generator is None or self._generator.device != device:
