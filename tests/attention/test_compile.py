@@ -211,8 +211,8 @@ def test_a_compiled_network_trains_on_one_graph_with_every_attention(
 
 @pytest.mark.parametrize(
     ("name", "knobs"),
-    [("softmax", {}), ("local", {}), ("performer", {}), ("performer", {"redraw_interval": 2})],
-    ids=["softmax", "local", "performer", "performer-redraw_interval=2"],
+    [(name, {}) for name in sorted(ATTENTIONS)] + [("performer", {"redraw_interval": 2})],
+    ids=[*sorted(ATTENTIONS), "performer-redraw_interval=2"],
 )
 def test_a_network_its_user_compiles_whole_trains_on_one_graph(
     name: str, knobs: dict[str, object], graphs: list[torch.fx.GraphModule]
@@ -224,9 +224,8 @@ def test_a_network_its_user_compiles_whole_trains_on_one_graph(
     the network's first operator), and the network trains on one graph, redrawing as the eager
     network does. Local attention built its layout inside the first graph, whose guard on the
     layout cache then failed once (two graphs); the layout is now buffers made with the kernel.
-    ``fullgraph=True`` works but for Performer, whose host work must run between graphs. The
-    kernels with no host work trace as softmax does (each compiles in one graph within a
-    network: :func:`test_a_compiled_network_trains_on_one_graph_with_every_attention`)."""
+    ``fullgraph=True`` holds every attention but Performer, whose host work must run between
+    graphs; each trains on one graph, its buffers (random draws) as the eager network's."""
     network, eager = tiny_network(name, knobs, False), tiny_network(name, knobs, False)
     compiled = torch.compile(network, fullgraph=name != "performer")
     torch.manual_seed(3)
