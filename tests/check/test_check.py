@@ -154,6 +154,10 @@ def test_the_training_section_trains_eager_and_compiled_side_by_side(
     assert all(r["status"] == "ok" and r["images_per_sec"] > 0 for r in rows)
     assert rows[0]["compile_seconds"] is None and rows[1]["compile_seconds"] >= 0
     assert rows[0]["params"] == rows[1]["params"]
+    # The same weights, batches and augmentations: compiled, the same losses (before the rows
+    # were seeded alike, the compiled row's augmentations went on from the eager row's).
+    for loss in ("loss_first", "loss_last"):
+        assert rows[1][loss] == pytest.approx(rows[0][loss], abs=1e-5), loss
 
 
 @pytest.mark.slow
