@@ -250,6 +250,11 @@ def usable_local_archive(path: Path, md5: str | None) -> Path | None:
     return path
 
 
+def _drawn_shuffle_seed() -> int:
+    """A seed of the epoch order, drawn from torch's global generator."""
+    return int(torch.randint(0, 2**31 - 1, (1,)).item())
+
+
 class CIFAR10DataModule(L.LightningDataModule):
     """CIFAR-10 with a seeded validation split carved from the training set.
 
@@ -277,7 +282,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         self._generator_state: torch.Tensor | None = None
         self._resume_batches = 0
         # Seed of the epoch order, from the global seed (``seed_everything`` ran before this).
-        self.shuffle_seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        self.shuffle_seed = _drawn_shuffle_seed()
 
     @property
     def folder(self) -> Path:
@@ -391,7 +396,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         caller that trains several networks one after another on this data module calls after
         seeding, so that each network trains on the same batches, augmented alike, whatever the
         ones before it drew (``vitattn-check``'s training rows)."""
-        self.shuffle_seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        self.shuffle_seed = _drawn_shuffle_seed()
         self._generator, self._generator_state = None, None
         self.generator(device)
 

@@ -79,9 +79,8 @@ class AttentionKernel(nn.Module):
 
     def before_forward(self, device: torch.device) -> None:
         """The host's work before a forward on ``device``, in Python state (Performer counts its
-        training forwards to redraw its features when due; local attention builds its layout of
-        the sequence once, cached); none here. A kernel whose forward needs it done calls it at
-        its start unless :attr:`network_calls_before_forward`."""
+        training forwards to redraw its features when due); none here. A kernel whose forward
+        needs it done calls it at its start unless :attr:`network_calls_before_forward`."""
 
     def before_own_forward(self, device: torch.device) -> None:
         """What a kernel whose forward needs :meth:`before_forward` calls at its start: nothing
@@ -138,14 +137,14 @@ def before_forward_of_kernels(network: nn.Module, device: torch.device) -> None:
     by the network, and called: what a network that compiles its forward calls before it on
     ``device``, outside the graph. Python state that a graph reads is a guard of the graph: a
     counter changed at every step (Performer's) recompiled the network at every step until
-    Dynamo's limit (8), which then ran it eager for the rest of the run; a cache filled at the
-    first step (local attention's layout) recompiled it at the second.
+    Dynamo's limit (8), which then ran it eager for the rest of the run (local attention's
+    layout, a cache filled here until it became buffers, recompiled it once).
 
     Where a user compiles the whole network, ``torch.compile(network)``, this is traced with
     its forward: the host work of a kernel that :attr:`~AttentionKernel.counts_every_forward`
     then runs untraced (a graph break before the network's first operator, once per forward;
     traced, Performer recompiled the network at every step, then ran it eager), and the rest is
-    traced (local attention's layout: a second graph, once, and ``fullgraph=True`` works)."""
+    traced."""
     for module in network.modules():
         if isinstance(module, AttentionKernel):
             module.network_calls_before_forward = True
