@@ -222,15 +222,22 @@ def validate(cfg: DictConfig) -> None:
     optimizer, schedule and trainer settings."""
     from omegaconf import open_dict
 
-    from vitattn.cli.validation import check_matmul_precision, check_types
+    from vitattn.cli.validation import check_matmul_precision, check_types, given_groups
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
-    from vitattn.training.trial_build import check_buildable
+    from vitattn.training.trial_build import (
+        built_with_torch_alone,
+        check_buildable,
+        check_buildable_with_torch,
+    )
 
     require_peft()
     check_matmul_precision(cfg)
     lora_settings(cfg)
+    first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
+    check_types(cfg, groups=first)
+    check_buildable_with_torch(cfg, first)
     path = cfg.get("ckpt_path")
     if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():
         checkpoint_file(path, "vitattn-finetune")  # holds no code, and builds what vitattn builds

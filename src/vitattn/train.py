@@ -126,11 +126,25 @@ def warn_if_exact(net: Any, attention: str | None) -> str | None:
 
 def validate(cfg: DictConfig) -> None:
     """Everything ``vitattn-train`` checks before its run directory exists: the settings' types,
-    each object built once, and what a resume may do."""
-    from vitattn.cli.validation import check_matmul_precision, check_resume, check_types
-    from vitattn.training.trial_build import check_buildable
+    each object built once (first those torch alone builds that the command line sets a value
+    in: a mistake typed there is named before Lightning is imported), and what a resume may
+    do."""
+    from vitattn.cli.validation import (
+        check_matmul_precision,
+        check_resume,
+        check_types,
+        given_groups,
+    )
+    from vitattn.training.trial_build import (
+        built_with_torch_alone,
+        check_buildable,
+        check_buildable_with_torch,
+    )
 
     check_matmul_precision(cfg)
+    first = built_with_torch_alone(given_groups(cfg))
+    check_types(cfg, groups=first)
+    check_buildable_with_torch(cfg, first)
     check_types(cfg)
     check_buildable(cfg)
     check_resume(cfg)

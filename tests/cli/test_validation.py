@@ -24,6 +24,7 @@ from vitattn.errors import ConfigError
 from vitattn.runs.task import user_error
 from vitattn.train import train
 from vitattn.train import validate as validate_training
+from vitattn.training.trial_build import check_buildable
 from vitattn.utils.checks import describe, matches
 
 
@@ -129,20 +130,58 @@ def test_the_nodes_a_command_sets_are_checked_first(
     assert checked[len(first) :] == [path for path in in_config_order if path not in first]
 
 
+REFUSED_BEFORE_LIGHTNING = {
+    "optimizer.lr=abc": "optimizer.lr='abc' is not valid; choose a number",
+    "optimizer.lr=-1": (
+        "optimizer: these settings are refused (ValueError: Invalid learning rate: -1)"
+    ),
+    "model.depth=-1": "model.depth=-1 is not valid; choose an integer >= 1",
+    "attention=performer attention.num_features=0": (
+        "attention.num_features=0 is not valid; choose an integer >= 1"
+    ),
+    "scheduler.warmup_steps=-1": "scheduler.warmup_steps=-1 is not valid; choose an integer >= 0",
+}
+
+
 @pytest.mark.slow
-def test_a_mistyped_optimizer_setting_is_refused_before_lightning_is_imported() -> None:
+def test_a_mistake_in_what_torch_alone_builds_is_refused_before_lightning_is_imported() -> None:
+    """A type or a range typed in the network, its attention, the optimizer or the schedule is
+    one line before the data module or the trainer imports Lightning (seconds apart here);
+    every case in one process, which must not have imported Lightning by the end."""
     script = (
         "import sys; from vitattn.cli.console import check_composition; "
         "from vitattn.train import validate; from vitattn.errors import ConfigError\n"
-        "try: check_composition('train', ['optimizer.lr=abc'], validate)\n"
-        "except ConfigError as error: print(error, 'lightning' in sys.modules)"
+        "for line in sys.stdin.read().splitlines():\n"
+        "    try: check_composition('train', line.split(), validate)\n"
+        "    except ConfigError as error: print(error)\n"
+        "    else: print('accepted')\n"
+        "print('lightning' in sys.modules)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script],
+        input="\n".join(REFUSED_BEFORE_LIGHTNING),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert result.stdout.strip() == "optimizer.lr='abc' is not valid; choose a number False", (
+    assert result.stdout.splitlines() == [*REFUSED_BEFORE_LIGHTNING.values(), "False"], (
         result.stdout + result.stderr[-2000:]
     )
+
+
+@pytest.mark.parametrize("command_line", list(REFUSED_BEFORE_LIGHTNING))
+def test_a_mistake_refused_before_lightning_reads_as_after_it(
+    command_line: str, tmp_path: Path
+) -> None:
+    """The line refusing a mistake is the one every check together gives (the same check,
+    made earlier)."""
+    cfg = compose_config("train", command_line.split(), tmp_path)
+    with pytest.raises(ConfigError) as early:
+        validate_training(cfg)
+    with pytest.raises(ConfigError) as late:
+        check_types(cfg)
+        check_buildable(cfg)
+    assert str(early.value) == str(late.value) == REFUSED_BEFORE_LIGHTNING[command_line]
 
 
 def with_a_new_knob(ratio: float = 0.5) -> float:

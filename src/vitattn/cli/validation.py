@@ -13,7 +13,7 @@ setting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,19 @@ def check_matmul_precision(cfg: DictConfig) -> None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
 
 
+def given_keys(cfg: DictConfig) -> list[str]:
+    """The keys the command line sets, as Hydra recorded them (``optimizer.lr``,
+    ``trainer``)."""
+    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
+    return [key_of(str(override)) for override in task]
+
+
+def given_groups(cfg: DictConfig) -> set[str]:
+    """The top-level nodes the command line sets a value in (``optimizer.lr=...``:
+    ``optimizer``; not a group's choice, ``trainer=cpu``)."""
+    return {key.split(".", 1)[0] for key in given_keys(cfg) if "." in key}
+
+
 def given_first(
     cfg: DictConfig, nodes: Iterable[tuple[str, DictConfig]]
 ) -> list[tuple[str, DictConfig]]:
@@ -103,8 +116,7 @@ def given_first(
     ``optimizer`` node; not a group's choice, ``trainer=cpu``), in their order: checking a node
     imports its target, and a mistake typed on the command line is then named after importing
     its own target only (torch's optimizer, not Lightning's trainer: seconds apart)."""
-    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
-    keys = [key_of(str(override)) for override in task]
+    keys = given_keys(cfg)
 
     def given(path: str) -> bool:
         return any(key.startswith(f"{path}.") for key in keys)
@@ -112,13 +124,17 @@ def given_first(
     return sorted(nodes, key=lambda pair: not given(pair[0]))
 
 
-def check_types(cfg: DictConfig) -> None:
+def check_types(cfg: DictConfig, groups: Container[str] | None = None) -> None:
     """Every setting of every ``_target_`` node exists in its target's signature and fits its
     type hint; otherwise one :class:`ConfigError` naming the setting and what is valid. The
-    nodes the command line sets a value in are checked first (:func:`given_first`)."""
+    nodes the command line sets a value in are checked first (:func:`given_first`); with
+    ``groups``, only the nodes under those top-level groups."""
     from hydra.utils import get_object
 
-    for path, node in given_first(cfg, target_nodes(cfg)):
+    nodes = target_nodes(cfg)
+    if groups is not None:
+        nodes = ((path, node) for path, node in nodes if path.split(".", 1)[0] in groups)
+    for path, node in given_first(cfg, nodes):
         target_name = str(node._get_node("_target_")._value())
         check_target_policy(path, target_name)
         try:

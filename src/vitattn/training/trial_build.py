@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from omegaconf import DictConfig
@@ -30,12 +30,68 @@ def refused(group: str, error: BaseException) -> ConfigError:
     return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
 
 
+def built_with_torch_alone(given: Collection[str]) -> set[str]:
+    """The groups that torch alone builds (no Lightning) and that the groups ``given`` on the
+    command line need: the network and its attention where either is given, the optimizer where
+    it or the schedule is, and the schedule."""
+    given = set(given)
+    groups: set[str] = set()
+    if given & {"model", "attention"}:
+        groups |= {"model", "attention"}
+    if given & {"optimizer", "scheduler"}:
+        groups.add("optimizer")
+    return groups | (given & {"scheduler"})
+
+
+@contextlib.contextmanager
+def refusing(group: str) -> Iterator[None]:
+    """Whatever the block raises, one :func:`refused` line for ``group``."""
+    try:
+        yield
+    except Exception as error:
+        raise refused(group, error) from error
+
+
+def build_optimizer(cfg: DictConfig) -> Any:
+    """The configured optimizer, over one parameter of nothing."""
+    import hydra
+    import torch
+
+    return hydra.utils.instantiate(cfg.optimizer)(params=[torch.nn.Parameter(torch.zeros(1))])
+
+
+def build_schedule(cfg: DictConfig, optimizer: Any) -> None:
+    """The configured schedule, over ``optimizer`` and 100 steps."""
+    import hydra
+
+    hydra.utils.instantiate(cfg.scheduler)(optimizer=optimizer, total_steps=100)
+
+
+def check_buildable_with_torch(cfg: DictConfig, groups: Collection[str]) -> None:
+    """Build, once and on nothing, those of the network (``model``), the optimizer and the
+    schedule that ``groups`` names (:func:`built_with_torch_alone`): torch alone builds them, so
+    a range typed on the command line is refused in one line before the data module and the
+    trainer import Lightning (seconds on a small machine). :func:`check_buildable` builds every
+    object after."""
+    import hydra
+
+    with quiet_lightning():
+        if "model" in groups and cfg.get("model"):
+            with refusing("model"):
+                hydra.utils.instantiate(cfg.model)
+        if "optimizer" in groups and cfg.get("optimizer"):
+            with refusing("optimizer"):
+                optimizer = build_optimizer(cfg)
+            if "scheduler" in groups and cfg.get("scheduler"):
+                with refusing("scheduler"):
+                    build_schedule(cfg, optimizer)
+
+
 def check_buildable(cfg: DictConfig) -> None:
     """Build, once and on nothing, each object of a config that has one: the data module, the
     LightningModule (which checks it can read the data), an optimizer, the schedule and the
     trainer; the first refusal is one :class:`ConfigError` naming its group."""
     import hydra
-    import torch
 
     built: dict[str, Any] = {}
 
@@ -48,20 +104,14 @@ def check_buildable(cfg: DictConfig) -> None:
         if callable(check_data) and "data" in built:  # the network can read the images
             check_data(built["data"])
 
-    def build_optimizer() -> None:
-        built["optimizer"] = hydra.utils.instantiate(cfg.optimizer)(
-            params=[torch.nn.Parameter(torch.zeros(1))]
-        )
-
-    def build_scheduler() -> None:
-        schedule = hydra.utils.instantiate(cfg.scheduler)
-        schedule(optimizer=built["optimizer"], total_steps=100)
+    def build_optimizer_once() -> None:
+        built["optimizer"] = build_optimizer(cfg)
 
     builders: list[tuple[str, Callable[[], Any]]] = [
         ("data", build_data),
         ("model", build_model),
-        ("optimizer", build_optimizer),
-        ("scheduler", build_scheduler),
+        ("optimizer", build_optimizer_once),
+        ("scheduler", lambda: build_schedule(cfg, built["optimizer"])),
         ("trainer", lambda: bare_trainer(cfg.trainer)),
     ]
     groups = {"model": "module"}  # the model is built through the module that holds it
@@ -71,10 +121,8 @@ def check_buildable(cfg: DictConfig) -> None:
                 continue
             if group == "scheduler" and "optimizer" not in built:
                 continue
-            try:
+            with refusing(group):
                 build()
-            except Exception as error:
-                raise refused(group, error) from error
 
 
 @contextlib.contextmanager
