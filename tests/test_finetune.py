@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.in_process import refused_in_process
 from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
 from tests.support.runners import trained_run
 from vitattn.errors import ConfigError
@@ -137,6 +138,28 @@ def test_an_unknown_matmul_precision_is_refused_before_anything(tmp_path: Path) 
     cfg = compose_config("finetune", ["matmul_precision=low"], tmp_path)
     with pytest.raises(ConfigError, match=r"^matmul_precision='low' is not valid; choose one of"):
         validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ([], "ckpt_path is required: vitattn-finetune ckpt_path=<run>/checkpoints/last.ckpt"),
+        (
+            ["ckpt_path=/no/such.ckpt"],
+            "ckpt_path=/no/such.ckpt is not a file; pass a .ckpt saved by vitattn-train",
+        ),
+    ],
+)
+def test_the_console_names_a_missing_base_checkpoint(
+    given: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Without its base checkpoint, ``vitattn-finetune`` says so, not what the data settings
+    left to the checkpoint then lack (it said ``data.grayscale=None is not valid``)."""
+    run_dir = tmp_path / "run"
+    said = refused_in_process(
+        "vitattn-finetune", *given, f"hydra.run.dir={run_dir}", data_dir=data_dir, creates=run_dir
+    )
+    assert said == message
 
 
 @pytest.mark.slow

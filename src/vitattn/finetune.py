@@ -218,8 +218,9 @@ def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
 
 def validate(cfg: DictConfig) -> None:
     """What ``vitattn-finetune`` checks before its run directory exists: PEFT is there, the
-    ``lora`` settings, and the data (its input format read from the base checkpoint),
-    optimizer, schedule and trainer settings."""
+    ``lora`` settings, the base checkpoint (a file, holding no code), and the data (its input
+    format read from the checkpoint), optimizer, schedule and trainer settings (the optimizer's
+    and the schedule's first where the command line sets a value in them)."""
     from omegaconf import open_dict
 
     from vitattn.cli.validation import check_matmul_precision, check_types, given_groups
@@ -235,14 +236,13 @@ def validate(cfg: DictConfig) -> None:
     require_peft()
     check_matmul_precision(cfg)
     lora_settings(cfg)
+    # there, holding no code, building what vitattn builds: the data settings left to it
+    path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-finetune")
+    with open_dict(cfg):
+        cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
     first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)
-    path = cfg.get("ckpt_path")
-    if path not in (None, "", "???") and Path(str(path)).expanduser().is_file():
-        checkpoint_file(path, "vitattn-finetune")  # holds no code, and builds what vitattn builds
-        with open_dict(cfg):
-            cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
     check_types(cfg)
     check_buildable(cfg)
 
