@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.mounts import tmpfs
 from tests.support.presets import RUN_40, TINY, steps
 from tests.support.runners import last_line, refused, run_cli, train_with
 from tests.support.trees import tree_digest
@@ -336,21 +337,8 @@ def test_a_refused_resume_leaves_the_run_byte_for_byte(
 def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     """A real tmpfs of ``request.param`` bytes mounted in ``tmp_path`` (root only: skipped where
     mounting is not allowed; the injected ENOSPC above covers such machines)."""
-    import subprocess
-
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={request.param}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", f"size={request.param}") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 @pytest.mark.parametrize("small_tmpfs", ["200k", "400k"], indirect=True)

@@ -11,6 +11,7 @@ import torch
 
 from tests.support.faults import CrashAtStep
 from tests.support.in_process import refused_in_process, run_in_process
+from tests.support.mounts import fill, tmpfs
 from tests.support.presets import RUN_40, TINY, compose_config, plug, steps
 from tests.support.probes import ComputeDtypeProbe
 from tests.support.runners import refused, run_cli, train_tiny
@@ -158,6 +159,56 @@ def test_output_directory_that_cannot_be_written(
         "not a directory; choose another location"
     )
     assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("setting", ["hydra.run.dir", "hydra.sweep.dir", "paths.log_dir"])
+def test_a_full_disk_at_the_start_is_one_line_and_nothing_is_made(
+    setting: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A real tmpfs with no byte left, as the run's location (for ``paths.log_dir``, Hydra's
+    own folders: it wrote them, then failed with a traceback)."""
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        fill(disk)
+        target = disk / "runs" / "run"
+        sweep = ["-m", "seed=1,2"] if setting == "hydra.sweep.dir" else []
+        said = refused_in_process("vitattn-train", f"{setting}={target}", *sweep, data_dir=data_dir)
+        assert said == (
+            f"{setting}={target} cannot be written: no space left on its device (0 bytes free); "
+            "free space or choose another location"
+        )
+        assert [path.name for path in disk.iterdir()] == ["fill"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "run"),
+    [(3, "made/run"), (4, "run")],
+    ids=["a folder of the path", "the run's own files"],
+)
+def test_a_run_directory_that_cannot_be_made_is_one_line_and_what_was_made_is_removed(
+    entries: int, run: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Bytes to spare, but a real file system out of file entries: room for the first folder
+    and not the run (3), or for the run and its lock and not the record of who holds it (4).
+    The line says so, and the folders and lock made on the way are gone."""
+    with tmpfs(tmp_path / "disk", f"size=1m,nr_inodes={entries}") as disk:
+        (disk / "taken").touch()
+        run_dir = disk / run
+        said = refused_in_process("vitattn-train", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+        assert said.startswith(
+            f"hydra.run.dir={run_dir} cannot be written: no room for another file on its device ("
+        ), said
+        assert said.endswith("free space or choose another location")
+        assert [path.name for path in disk.iterdir()] == ["taken"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_run_directory_where_no_folder_can_be_made_is_one_line(data_dir: Path) -> None:
+    """``/proc`` takes no new folder (it once ended in mkdir's traceback)."""
+    said = refused_in_process("vitattn-train", "hydra.run.dir=/proc/vitattn/run", data_dir=data_dir)
+    assert said == (
+        "hydra.run.dir=/proc/vitattn/run cannot be written: no such file or directory; "
+        "choose a directory you can write to"
+    )
 
 
 @pytest.mark.slow

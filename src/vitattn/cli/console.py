@@ -26,8 +26,9 @@ from omegaconf import DictConfig
 from vitattn.cli.overrides import check_syntax, given_path, given_values, key_of, overrides_of
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
+from vitattn.runs.disk import FULL, short_of_space, space_left
 from vitattn.runs.layout import RunDir, check_run_files
-from vitattn.runs.lock import hold_run_directory
+from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
 from vitattn.runs.task import remember_run_directory
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
 
@@ -76,9 +77,12 @@ def console_main(
     try:
         if continuing:
             check_continuation(config_name, overrides_of(named), sweep_dir)
-        for directory in [explicit_run_dir(arguments), sweep_dir]:
+        for setting, directory in [
+            ("hydra.run.dir", explicit_run_dir(arguments)),
+            ("hydra.sweep.dir", sweep_dir),
+        ]:
             if directory is not None and not informational:
-                hold_run_directory(directory, program)
+                hold(directory, setting, program)
         if continuing:
             for attempt in set_failed_jobs_aside(overrides_of(named), sweep_dir):
                 print(f"{program}: a failed attempt is kept in {attempt}", file=sys.stderr)
@@ -93,6 +97,29 @@ def console_main(
         # Python's documentation advises, stdout then points at devnull, so exiting is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def hold(directory: Path, setting: str, program: str) -> None:
+    """:func:`hold_run_directory`, and one line naming ``setting`` where the directory cannot be
+    made or written (a full disk or quota, a folder the process may not write, a read-only
+    file system): the line says why, and what was made for it is removed."""
+    try:
+        hold_run_directory(directory, program)
+    except OSError as error:
+        if error.errno in FULL and short_of_space(directory, RESERVE_BYTES):
+            reason = f"no space left on its device ({space_left(directory)})"
+            advice = "free space or choose another location"
+        elif error.errno in FULL:  # bytes enough: files counted, or a quota, at their limit
+            reason = (
+                f"no room for another file on its device ({space_left(directory)}; its count "
+                "of files, or a quota, is at its limit)"
+            )
+            advice = "free space or choose another location"
+        else:
+            said = error.strerror or type(error).__name__
+            reason = said[:1].lower() + said[1:]
+            advice = "choose a directory you can write to"
+        raise ConfigError(f"{setting}={directory} cannot be written: {reason}; {advice}") from None
 
 
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
@@ -218,8 +245,9 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
     """Reject, before Hydra creates anything, an output location that cannot be written.
 
     Looks at ``hydra.run.dir``, ``hydra.sweep.dir`` and ``paths.log_dir`` when given (else the
-    default ``outputs/``): the nearest existing folder on the path must be a writable directory.
-    Paths with interpolations (``${...}``) are left to Hydra.
+    default ``outputs/``): the nearest existing folder on the path must be a writable directory
+    on a device with at least :data:`~vitattn.runs.lock.RESERVE_BYTES` free (what a run sets
+    aside for its last word). Paths with interpolations (``${...}``) are left to Hydra.
     """
     given = {
         key: value
@@ -244,6 +272,11 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
             raise ConfigError(
                 f"{setting}={value} is not writable (no write permission in {existing}); "
                 "choose a directory you can write to"
+            )
+        if short_of_space(existing, RESERVE_BYTES):  # not even a run's last word fits
+            raise ConfigError(
+                f"{setting}={value} cannot be written: no space left on its device "
+                f"({space_left(existing)}); free space or choose another location"
             )
 
 

@@ -47,6 +47,20 @@ def free_bytes(path: Path) -> int | None:
     return None
 
 
+def short_of_space(path: Path, needed: int) -> bool:
+    """Whether the file system holding ``path`` (its nearest existing parent) has fewer than
+    ``needed`` bytes free; ``False`` where that cannot be known, and on file systems with no
+    size of their own (``/proc``: nothing to fill)."""
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            try:
+                usage = shutil.disk_usage(candidate)
+            except OSError:
+                return False
+            return usage.total > 0 and usage.free < needed
+    return False
+
+
 def disk_full(error: BaseException, path: Path) -> bool:
     """Whether ``error``, raised while writing under ``path``, means the disk is full."""
     chain = _chain(error)
@@ -59,14 +73,31 @@ def disk_full(error: BaseException, path: Path) -> bool:
 
 
 def space_left(path: Path) -> str:
-    """``"12 KiB free"`` on ``path``'s filesystem, for a message."""
+    """``"12 KiB free"`` on ``path``'s filesystem, for a message; ``"1.0 MiB free, no file
+    entry (inode) free"`` where its files' count is at its limit."""
     free = free_bytes(path)
     if free is None:
         return "free space unknown"
+    said = f"{free} bytes free"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if free >= size:
-            return f"{free / size:.1f} {unit} free"
-    return f"{free} bytes free"
+            said = f"{free / size:.1f} {unit} free"
+            break
+    if no_inode_left(path):
+        said += ", no file entry (inode) free"
+    return said
+
+
+def no_inode_left(path: Path) -> bool:
+    """Whether the file system holding ``path`` counts its files and has room for no more."""
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            try:
+                stats = os.statvfs(candidate)
+            except OSError:
+                return False
+            return stats.f_files > 0 and stats.f_favail == 0
+    return False
 
 
 def full_disk_message(path: Path) -> str:

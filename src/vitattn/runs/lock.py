@@ -12,10 +12,12 @@ the last word of a run that fills the disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from vitattn.errors import VitattnError
@@ -51,8 +53,14 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     path = run_dir.expanduser().absolute()
     if path in held or os.environ.get("LOCAL_RANK", "0") != "0":
         return  # a DDP worker Lightning started: its rank-zero process holds the directory
-    path.mkdir(parents=True, exist_ok=True)
+    made = [folder for folder in (path, *path.parents) if not folder.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        remove_made([], made)
+        raise
     refuse_planted_links(path)  # filelock, Hydra and the log open their files as they are
+    lock_made = not (path / LOCK).exists()
     lock = FileLock(str(path / LOCK), timeout=0)
     try:
         lock.acquire()
@@ -60,6 +68,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         raise RunDirectoryInUseError(in_use_message(path)) from None
     except OSError:
         refuse_link(path / LOCK)  # planted since: filelock's O_NOFOLLOW refused it
+        remove_made([path / LOCK] if lock_made else [], made)
         raise
     held[path] = lock
     holder = {
@@ -74,7 +83,21 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
     except BaseException:
         held.pop(path, None)
         lock.release()
+        remove_made([path / LOCK] if lock_made else [], made)
         raise
+
+
+def remove_made(files: Sequence[Path], folders: Sequence[Path] = ()) -> None:
+    """Remove what a refused :func:`hold_run_directory` made: ``files``, then ``folders`` (from
+    the deepest), each only as it was made, a file and an empty folder; what another process put
+    there since stays."""
+    for file in files:
+        with contextlib.suppress(OSError):
+            if file.is_file() and not file.is_symlink() and file.stat().st_size == 0:
+                file.unlink()
+    for folder in folders:  # listed from the deepest
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty one
 
 
 def write_reserve(path: Path) -> None:
