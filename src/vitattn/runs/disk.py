@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -36,29 +35,31 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
-def free_bytes(path: Path) -> int | None:
-    """Free bytes on the filesystem holding ``path`` (its nearest existing parent)."""
+def file_system_of(path: Path) -> os.statvfs_result | None:
+    """``statvfs`` of the file system holding ``path`` (its nearest existing parent); ``None``
+    where it cannot be read."""
     for candidate in [path, *path.parents]:
         if candidate.exists():
             try:
-                return shutil.disk_usage(candidate).free
+                return os.statvfs(candidate)
             except OSError:
                 return None
     return None
 
 
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (as :func:`shutil.disk_usage` counts
+    them: those an unprivileged process may take)."""
+    stats = file_system_of(path)
+    return None if stats is None else stats.f_bavail * stats.f_frsize
+
+
 def short_of_space(path: Path, needed: int) -> bool:
-    """Whether the file system holding ``path`` (its nearest existing parent) has fewer than
-    ``needed`` bytes free; ``False`` where that cannot be known, and on file systems with no
-    size of their own (``/proc``: nothing to fill)."""
-    for candidate in [path, *path.parents]:
-        if candidate.exists():
-            try:
-                usage = shutil.disk_usage(candidate)
-            except OSError:
-                return False
-            return usage.total > 0 and usage.free < needed
-    return False
+    """Whether the file system holding ``path`` has fewer than ``needed`` bytes free; ``False``
+    where that cannot be known, and on file systems with no size of their own (``/proc``:
+    nothing to fill)."""
+    stats = file_system_of(path)
+    return stats is not None and stats.f_blocks > 0 and stats.f_bavail * stats.f_frsize < needed
 
 
 def disk_full(error: BaseException, path: Path) -> bool:
@@ -90,14 +91,8 @@ def space_left(path: Path) -> str:
 
 def no_inode_left(path: Path) -> bool:
     """Whether the file system holding ``path`` counts its files and has room for no more."""
-    for candidate in [path, *path.parents]:
-        if candidate.exists():
-            try:
-                stats = os.statvfs(candidate)
-            except OSError:
-                return False
-            return stats.f_files > 0 and stats.f_favail == 0
-    return False
+    stats = file_system_of(path)
+    return stats is not None and stats.f_files > 0 and stats.f_favail == 0
 
 
 def full_disk_message(path: Path) -> str:
