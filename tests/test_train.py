@@ -135,7 +135,7 @@ BAD_INPUTS = [
         ["model.embed_dim=100", "model.heads=8"],
         r"model.embed_dim=100 is not divisible by model.heads=8",
     ),
-    (["model.patch_size=3"], r"model.patch_size=3 does not divide the image size 32"),
+    (["model.patch_size=3"], r"model.patch_size=3 does not divide model.image_size=32"),
     (["attention=linformer", "attention.k=100"], r"attention.k=100 is larger than the 64 tokens"),
     (["attention=nystrom", "attention.landmarks=65"], r"attention.landmarks=65 is more than"),
     (["attention=performer", "attention.num_features=0"], r"attention.num_features=0 is not valid"),

@@ -289,8 +289,8 @@ def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
     attention: str, knob: str, value: object, data: st.DataObject, data_dir: Path
 ) -> None:
     """The contract of every setting: a run with it starts and trains, or it is refused in one
-    line before anything exists. What fails in the run (not in the check) must be a one-line
-    error too, never a traceback."""
+    line, naming it, before anything exists. What fails in the run (not in the check) must be a
+    one-line error too, never a traceback."""
     base = [*TINY, f"paths.data_dir={data_dir}", f"attention={attention}", *SHORT_RUN]
     if knob == "attention.__knob__":
         cfg = compose_config("train", base, Path("/tmp/unused"))
@@ -302,7 +302,12 @@ def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
     try:
         check_composition("train", overrides, validate_training)
     except ConfigError as error:
-        assert "\n" not in str(error) and str(error), str(error)
+        said = str(error)
+        assert "\n" not in said and said, said
+        # It names the setting, or, where torch or Lightning refused and said why in its own
+        # words, the group (model.embed_dim=0 once named model.mlp_dim)
+        group = knob.split(".", 1)[0]
+        assert knob in said or said.startswith(f"{group}: these settings are refused"), said
         return
     with tempfile.TemporaryDirectory() as run_dir:
         try:

@@ -55,7 +55,7 @@ def test_pixel_model_has_1024_tokens() -> None:
     [
         (
             {"patch_size": 3},
-            r"model.patch_size=3 does not divide the image size 32; .*\[1, 2, 4, 8, 16, 32\]",
+            r"model.patch_size=3 does not divide model.image_size=32; .*\[1, 2, 4, 8, 16, 32\]",
         ),
         ({"embed_dim": 100, "heads": 8}, r"model.embed_dim=100 is not divisible by model.heads=8"),
         ({"pool": "max"}, r"^model.pool='max' is not valid; choose one of mean \| cls$"),
@@ -65,7 +65,16 @@ def test_pixel_model_has_1024_tokens() -> None:
         ({"drop_path": -0.1}, r"^model.drop_path=-0.1 is not valid; choose 0 <= model.drop_"),
         ({"drop_path": "x"}, r"^model.drop_path='x' is not valid; choose 0 <= model.drop_"),
         ({"embedding": "conv"}, r"^model.embedding='conv' is not valid; choose one of patch \|"),
-        ({"mlp_ratio": 0.001}, r"^model.mlp_dim=0 is not valid; choose an integer >= 1$"),
+        ({"mlp_ratio": 0.001}, r"^model.mlp_ratio=0.001 is not valid; choose a number >= 0.0039"),
+        ({"mlp_ratio": -1}, r"^model.mlp_ratio=-1 is not valid; .* model.embed_dim=256 times it"),
+        ({"mlp_dim": 0}, r"^model.mlp_dim=0 is not valid; choose an integer >= 1$"),
+        # each named itself, where another setting or torch's own error was named
+        ({"embed_dim": 0}, r"^model.embed_dim=0 is not valid; choose an integer >= 1$"),
+        ({"image_size": 0}, r"^model.image_size=0 is not valid; choose an integer >= 1$"),
+        ({"image_size": -1}, r"^model.image_size=-1 is not valid; choose an integer >= 1$"),
+        ({"in_channels": -1}, r"^model.in_channels=-1 is not valid; choose an integer >= 1$"),
+        ({"num_classes": 1}, r"^model.num_classes=1 is not valid; choose an integer >= 2 \(a "),
+        ({"num_classes": -1}, r"^model.num_classes=-1 is not valid; choose an integer >= 2"),
         ({"pos_embed_init": "zeros"}, r"^model.pos_embed_init='zeros' is not valid; choose one"),
     ],
 )

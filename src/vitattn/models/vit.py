@@ -332,6 +332,9 @@ class VisionTransformer(nn.Module):
         check_network_sizes(sizes, upper=True)  # before any weight is allocated
         # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
+        checks.integer("model.in_channels", in_channels)
+        checks.integer("model.num_classes", num_classes, low=2, hint=" (a classifier's classes)")
+        checks.integer("model.embed_dim", embed_dim)
         checks.fraction("model.drop_path", drop_path)
         checks.one_of("model.embedding", embedding, EMBEDDINGS)
         if embedding == "intensity" and patch_size != 1:
@@ -341,8 +344,17 @@ class VisionTransformer(nn.Module):
             )
         self.image_size, self.in_channels, self.num_classes = image_size, in_channels, num_classes
         self.grid = image_size // patch_size
-        mlp_dim = int(mlp_dim) if mlp_dim is not None else round(embed_dim * mlp_ratio)
+        if mlp_dim is None:  # the MLP's width from the ratio: at least one unit
+            if not checks.is_number(mlp_ratio) or embed_dim * mlp_ratio < 1:
+                raise checks.invalid(
+                    "model.mlp_ratio",
+                    mlp_ratio,
+                    f"a number >= {1 / embed_dim:.3g}",
+                    f" (the MLP's width is model.embed_dim={embed_dim} times it)",
+                )
+            mlp_dim = round(embed_dim * mlp_ratio)
         checks.integer("model.mlp_dim", mlp_dim)
+        mlp_dim = int(mlp_dim)
         self.pool = pool
         self.num_patches = (image_size // patch_size) ** 2
         self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
@@ -427,10 +439,11 @@ class VisionTransformer(nn.Module):
 def _validate(
     image_size: int, patch_size: int, depth: int, pool: str, dropout: float, pos_embed_init: str
 ) -> None:
+    checks.integer("model.image_size", image_size)
     if patch_size < 1 or image_size % patch_size != 0:
         valid = [p for p in range(1, image_size + 1) if image_size % p == 0]
         raise ConfigError(
-            f"model.patch_size={patch_size} does not divide the image size {image_size}; "
+            f"model.patch_size={patch_size} does not divide model.image_size={image_size}; "
             f"choose one of {valid}"
         )
     checks.integer("model.depth", depth)

@@ -16,16 +16,25 @@ from vitattn.errors import ConfigError, VitattnError
 from vitattn.training.instantiators import bare_trainer
 
 
-def refused(group: str, error: BaseException) -> ConfigError:
-    """The one line for an object that would not build from the ``group`` settings."""
+def own_refusal(error: BaseException) -> VitattnError | None:
+    """The :class:`VitattnError` in ``error``'s chain of causes (a class of vitattn refused its
+    settings; Hydra's instantiate wraps it), or ``None``."""
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, VitattnError):
-            return ConfigError(str(seen))
-        if seen.__cause__ is None:
-            break
+            return seen
         seen = seen.__cause__
-    root = seen or error
+    return None
+
+
+def refused(group: str, error: BaseException) -> ConfigError:
+    """The one line for an object that would not build from the ``group`` settings."""
+    own = own_refusal(error)
+    if own is not None:
+        return ConfigError(str(own))
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
     reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
     return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
 
@@ -74,11 +83,19 @@ def check_buildable_with_torch(cfg: DictConfig, groups: Collection[str]) -> None
     trainer import Lightning (seconds on a small machine). :func:`check_buildable` builds every
     object after."""
     import hydra
+    import torch
 
     with quiet_lightning():
         if "model" in groups and cfg.get("model"):
-            with refusing("model"):
-                hydra.utils.instantiate(cfg.model)
+            # On the meta device: no memory and no initialisation, built again for real by
+            # check_buildable. Only vitattn's own refusals are taken here: an operation the meta
+            # device lacks is no mistake of the settings.
+            try:
+                with torch.device("meta"):
+                    hydra.utils.instantiate(cfg.model)
+            except Exception as error:
+                if own_refusal(error) is not None:
+                    raise refused("model", error) from error
         if "optimizer" in groups and cfg.get("optimizer"):
             with refusing("optimizer"):
                 optimizer = build_optimizer(cfg)
