@@ -7,6 +7,7 @@ Plain helpers (tiny settings, the command runners, fault injectors, ...) are in
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,39 @@ def _nothing_written_into_the_repository() -> Iterator[None]:
     yield
     added = sorted(str(path) for path in files_under(outputs) - before)
     assert not added, f"tests wrote into {outputs}: {added[:3]}"
+
+
+def untracked_files() -> set[str] | None:
+    """The repository's files git neither tracks nor ignores; ``None`` where it is not a git
+    checkout."""
+    listed = subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "ls-files", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+    )
+    return set(listed.stdout.splitlines()) if listed.returncode == 0 else None
+
+
+UNTRACKED = pytest.StashKey[set[str] | None]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # pytest-xdist's controller, or -n 0
+        session.config.stash[UNTRACKED] = untracked_files()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the session if the tests left a file anywhere in the repository (a knob that says
+    where, relative to the working directory, say): checked once every worker has ended."""
+    before = session.config.stash.get(UNTRACKED, None)
+    after = untracked_files() if before is not None else None
+    if before is None or after is None or not after - before:
+        return
+    left = sorted(after - before)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"tests left files in the repository: {left[:5]}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ else escapes; a run whose config passes starts."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -239,6 +241,17 @@ KNOBS = knobs(compose_config("train", TINY, Path("/tmp/unused")))
 ATTENTIONS_WITH_KNOBS = ["softmax", "linformer", "nystrom", "performer", "local", "reformer"]
 
 
+@contextlib.contextmanager
+def working_directory(folder: Path) -> Iterator[None]:
+    """``folder`` as the working directory for the block."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def as_override(value: object) -> str:
     """A value as the command line writes it."""
     if value is None:
@@ -309,7 +322,9 @@ def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
         group = knob.split(".", 1)[0]
         assert knob in said or said.startswith(f"{group}: these settings are refused"), said
         return
-    with tempfile.TemporaryDirectory() as run_dir:
+    # In the run's folder: a knob that says where (trainer.default_root_dir=2d, or null: the
+    # working directory) writes there, not into the repository
+    with tempfile.TemporaryDirectory() as run_dir, working_directory(Path(run_dir)):
         try:
             train(compose_config("train", overrides, Path(run_dir)))
         except Exception as error:
