@@ -330,7 +330,7 @@ class VisionTransformer(nn.Module):
         sizes.update(num_classes=num_classes, embed_dim=embed_dim, depth=depth, heads=heads)
         sizes.update(mlp_dim=mlp_dim, mlp_ratio=mlp_ratio)
         check_network_sizes(sizes, upper=True)  # before any weight is allocated
-        # embed_dim and heads are checked by MultiHeadAttention, which every block builds.
+        # heads, and embed_dim's division by it, are checked by MultiHeadAttention in each block.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
         checks.integer("model.in_channels", in_channels)
         checks.integer("model.num_classes", num_classes, low=2, hint=" (a classifier's classes)")
