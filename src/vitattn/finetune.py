@@ -243,7 +243,7 @@ def validate(cfg: DictConfig) -> None:
     first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)
-    check_types(cfg)
+    check_types(cfg, checked=first)
     check_buildable(cfg)
 
 

@@ -124,16 +124,21 @@ def given_first(
     return sorted(nodes, key=lambda pair: not given(pair[0]))
 
 
-def check_types(cfg: DictConfig, groups: Container[str] | None = None) -> None:
+def check_types(
+    cfg: DictConfig, groups: Container[str] | None = None, checked: Container[str] = ()
+) -> None:
     """Every setting of every ``_target_`` node exists in its target's signature and fits its
     type hint; otherwise one :class:`ConfigError` naming the setting and what is valid. The
     nodes the command line sets a value in are checked first (:func:`given_first`); with
-    ``groups``, only the nodes under those top-level groups."""
+    ``groups``, only the nodes under those top-level groups; none under the groups ``checked``
+    (by a call before)."""
     from hydra.utils import get_object
 
-    nodes = target_nodes(cfg)
-    if groups is not None:
-        nodes = ((path, node) for path, node in nodes if path.split(".", 1)[0] in groups)
+    def wanted(path: str) -> bool:
+        group = path.split(".", 1)[0]
+        return (groups is None or group in groups) and group not in checked
+
+    nodes = ((path, node) for path, node in target_nodes(cfg) if wanted(path))
     for path, node in given_first(cfg, nodes):
         target_name = str(node._get_node("_target_")._value())
         check_target_policy(path, target_name)
