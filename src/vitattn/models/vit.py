@@ -353,8 +353,7 @@ class VisionTransformer(nn.Module):
                     f" (the MLP's width is model.embed_dim={embed_dim} times it)",
                 )
             mlp_dim = round(embed_dim * mlp_ratio)
-        checks.integer("model.mlp_dim", mlp_dim)
-        mlp_dim = int(mlp_dim)
+        mlp_dim = checks.integer("model.mlp_dim", mlp_dim)
         self.pool = pool
         self.num_patches = (image_size // patch_size) ** 2
         self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
