@@ -75,7 +75,7 @@ def test_describe_names_what_is_valid() -> None:
             "scheduler.min_lr_ratio=2",
             r"^scheduler.min_lr_ratio=2 is not valid; choose 0 <= scheduler.min_lr_ratio <= 1$",
         ),
-        ("data.batch_size=0", r"^data.batch_size=0 .*must be positive integers"),
+        ("data.batch_size=0", r"^data.batch_size=0 is not valid; choose an integer >= 1$"),
         ("trainer.accelerator=tpu9", r"^trainer: these settings are refused .*accelerator"),
     ],
 )
@@ -142,13 +142,29 @@ REFUSED_BEFORE_LIGHTNING = {
         "attention.num_features=0 is not valid; choose an integer >= 1"
     ),
     "scheduler.warmup_steps=-1": "scheduler.warmup_steps=-1 is not valid; choose an integer >= 0",
+    "data.batch_size=0": "data.batch_size=0 is not valid; choose an integer >= 1",
+    "data.val_fraction=abc": "data.val_fraction='abc' is not valid; choose a number",
+    "data.shift=blur": (
+        "data.shift='blur' is not valid; choose one of none | quantize | rotate | invert"
+    ),
+    "data.mixup_alpha=0.2 data.normalize=false": (
+        "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true"
+    ),
+    "+data.colour=red": (
+        "data.colour is not a data setting; choose among: augment_seed, batch_size, "
+        "crop_padding, cutmix_alpha, data_dir, download, "
+        "download_timeout, eval_batch_size, grayscale, hflip, mixup_alpha, normalize, "
+        "num_workers, pin_memory, randaugment_group, randaugment_magnitude, randaugment_ops, "
+        "shift, split_seed, url, val_fraction"
+    ),
 }
 
 
 @pytest.mark.slow
 def test_a_mistake_in_what_torch_alone_builds_is_refused_before_lightning_is_imported() -> None:
-    """A type or a range typed in the network, its attention, the optimizer or the schedule is
-    one line before the data module or the trainer imports Lightning (seconds apart here);
+    """A type or a range typed in the network, its attention, the optimizer, the schedule or the
+    data settings is one line before the data module or the trainer imports Lightning (seconds
+    apart here);
     every case in one process, which must not have imported Lightning by the end."""
     script = (
         "import sys; from vitattn.cli.console import check_composition; "

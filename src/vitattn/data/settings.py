@@ -110,11 +110,6 @@ class DataSettings:
                 checks.of_type(f"data.{name}", value, hint)
             elif not isinstance(value, str | Path):  # a config gives text, Python callers a Path
                 raise checks.invalid("data.data_dir", value, "a directory")
-        if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ConfigError(
-                f"data.batch_size={self.batch_size} and data.eval_batch_size="
-                f"{self.eval_batch_size} must be positive integers"
-            )
         for name, refused, valid in self.ranges():
             if refused:
                 raise checks.invalid(f"data.{name}", getattr(self, name), valid)
@@ -128,6 +123,8 @@ class DataSettings:
         are checked (a NaN fails every comparison: ``not 0 < x`` refuses it, ``x < 0`` does not)."""
         cpus = os.cpu_count() or 1  # each worker is a copy of this process, kept alive
         return [
+            ("batch_size", self.batch_size < 1, "an integer >= 1"),
+            ("eval_batch_size", self.eval_batch_size < 1, "an integer >= 1"),
             ("val_fraction", not 0.0 < self.val_fraction < 1.0, "0 < value < 1"),
             ("crop_padding", self.crop_padding < 0, ">= 0"),
             ("randaugment_ops", self.randaugment_ops < 0, OFF),
@@ -136,7 +133,7 @@ class DataSettings:
             ("randaugment_magnitude", not 0 <= self.randaugment_magnitude <= 30, "0..30"),
             ("randaugment_group", self.randaugment_group < 1, ">= 1"),
             ("download_timeout", not self.download_timeout > 0, "a positive number of seconds"),
-            ("shift", self.shift not in SHIFTS, f"one of {SHIFTS}"),
+            ("shift", self.shift not in SHIFTS, f"one of {' | '.join(SHIFTS)}"),
             (
                 "num_workers",
                 not 0 <= self.num_workers <= cpus,

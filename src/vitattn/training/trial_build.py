@@ -40,11 +40,12 @@ def refused(group: str, error: BaseException) -> ConfigError:
 
 
 def built_with_torch_alone(given: Collection[str]) -> set[str]:
-    """The groups that torch alone builds (no Lightning) and that the groups ``given`` on the
-    command line need: the network and its attention where either is given, the optimizer where
-    it or the schedule is, and the schedule."""
+    """The groups that torch alone builds or checks (no Lightning) and that the groups ``given``
+    on the command line need: the network and its attention where either is given, the
+    optimizer where it or the schedule is, the schedule, and the data settings (the data module
+    is Lightning's; its settings' class is not: ``cli.validation.SETTINGS_CLASSES``)."""
     given = set(given)
-    groups: set[str] = set()
+    groups: set[str] = given & {"data"}
     if given & {"model", "attention"}:
         groups |= {"model", "attention"}
     if given & {"optimizer", "scheduler"}:
