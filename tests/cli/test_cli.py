@@ -138,6 +138,53 @@ def test_help_piped_into_a_reader_that_stops_is_quiet(program: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["-m", "attention=linear,softmax", "~callbacks.confusion_report"],
+        ["~data.data_dir", "seed=1"],
+        ["--cfg", "job", "~model.depth", "attention"],
+        ["-i", "defaults", "a=1"],
+        ["-cd", "~/configs", "-cn", "train", "~seed", "+x=~/y"],
+        ["--config-dir=~/configs", "a=1"],
+        ["--experimental-rerun", "~/run/.hydra/config.pickle"],
+    ],
+)
+def test_the_overrides_are_what_hydras_parser_reads(arguments: list[str]) -> None:
+    """Deletions (``~key``) and words the grammar refuses are overrides; a flag's value is not."""
+    from hydra._internal.utils import get_args_parser
+
+    from vitattn.cli.overrides import overrides_of
+
+    assert overrides_of(arguments) == get_args_parser().parse_args(arguments).overrides
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        (
+            "~data.data_dir",
+            "data.data_dir is not set; give the directory that holds (or will receive) "
+            "cifar-10-batches-py/: data.data_dir=<directory>",
+        ),
+        (
+            "attention",
+            "attention cannot be read (missing EQUAL at '<EOF>'); see "
+            "https://hydra.cc/docs/advanced/override_grammar/basic/",
+        ),
+    ],
+)
+def test_a_deletion_or_a_bare_word_is_checked_as_hydra_reads_it(
+    argument: str, message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A deletion is part of the config checked (it was left out, and ``~data.data_dir`` made a
+    run directory before failing with a traceback), and a word with no ``=`` is refused in the
+    one line of every override the grammar cannot read."""
+    run_dir = tmp_path / "run"
+    args = [argument, f"hydra.run.dir={run_dir}"]
+    assert refused_in_process("vitattn-train", *args, data_dir=data_dir, creates=run_dir) == message
+
+
 def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     tmp_path: Path, data_dir: Path
 ) -> None:

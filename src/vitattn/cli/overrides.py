@@ -10,7 +10,8 @@ will use, without its quotes. Unquoted, such a path is refused in one line that 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import functools
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
@@ -20,8 +21,36 @@ HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
 
 def overrides_of(arguments: Sequence[str]) -> list[str]:
-    """The ``key=value`` overrides among command-line arguments (flags left out)."""
-    return [arg for arg in arguments if "=" in arg and not arg.startswith("-")]
+    """The overrides among command-line arguments, as Hydra's own parser sorts them: every
+    argument that is neither a flag nor the value of one (``key=value``, a deletion ``~key``,
+    and a word the grammar will refuse, which :func:`check_syntax` then names)."""
+    values = flag_values()
+    found: list[str] = []
+    flag: str | None = None
+    for arg in arguments:
+        takes = values.get(flag or "", ())
+        flag = None
+        if takes is None or arg in takes:  # the value of the flag before it
+            continue
+        if arg.startswith("-"):
+            flag = arg
+        else:
+            found.append(arg)
+    return found
+
+
+@functools.cache
+def flag_values() -> dict[str, Collection[str] | None]:
+    """Hydra's flags that take a value (``-cd <dir>``, ``--cfg job``, ``--info [defaults]``),
+    each with the values it takes where only some are (``None``: any), from Hydra's parser."""
+    from hydra._internal.utils import get_args_parser
+
+    return {
+        flag: action.choices
+        for action in get_args_parser()._actions
+        if action.nargs in (None, "?")
+        for flag in action.option_strings
+    }
 
 
 def check_syntax(arguments: Sequence[str]) -> None:

@@ -89,12 +89,18 @@ class DataSettings:
 
     @classmethod
     def of(cls, **settings: Any) -> DataSettings:
-        """The settings from the ``data`` node's keys; one line for a key that is not one."""
+        """The settings from the ``data`` node's keys; one line for a key that is not one, or
+        one that must be given and is not (a command line's ``~data.data_dir``)."""
         names = sorted(spec.name for spec in fields(cls))
         unknown = sorted(set(settings) - set(names))
         if unknown:
             raise ConfigError(
                 f"data.{unknown[0]} is not a data setting; choose among: {', '.join(names)}"
+            )
+        if "data_dir" not in settings:
+            raise ConfigError(
+                "data.data_dir is not set; give the directory that holds (or will receive) "
+                "cifar-10-batches-py/: data.data_dir=<directory>"
             )
         return cls(**settings)
 
