@@ -218,12 +218,13 @@ def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
 
 def validate(cfg: DictConfig) -> None:
     """What ``vitattn-finetune`` checks before its run directory exists: PEFT is there, the
-    ``lora`` settings, the base checkpoint (a file, holding no code), and the data (its input
-    format read from the checkpoint), optimizer, schedule and trainer settings (the optimizer's
-    and the schedule's first where the command line sets a value in them)."""
+    run's own settings (``seed``, ``test``, ...), the ``lora`` settings, the base checkpoint (a
+    file, holding no code), and the data (its input format read from the checkpoint),
+    optimizer, schedule and trainer settings (the optimizer's and the schedule's first where
+    the command line sets a value in them)."""
     from omegaconf import open_dict
 
-    from vitattn.cli.validation import check_matmul_precision, check_types, given_groups
+    from vitattn.cli.validation import check_run_settings, check_types, given_groups
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
@@ -234,7 +235,7 @@ def validate(cfg: DictConfig) -> None:
     )
 
     require_peft()
-    check_matmul_precision(cfg)
+    check_run_settings(cfg)
     lora_settings(cfg)
     # there, holding no code, building what vitattn builds: the data settings left to it
     path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-finetune")

@@ -125,13 +125,13 @@ def warn_if_exact(net: Any, attention: str | None) -> str | None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Everything ``vitattn-train`` checks before its run directory exists: the settings' types,
-    each object built once (first those torch alone builds that the command line sets a value
-    in: a mistake typed there is named before Lightning is imported), and what a resume may
-    do."""
+    """Everything ``vitattn-train`` checks before its run directory exists: the run's own
+    settings (``seed``, ``test``, ...), the settings' types, each object built once (first those
+    torch alone builds that the command line sets a value in: a mistake typed there is named
+    before Lightning is imported), and what a resume may do."""
     from vitattn.cli.validation import (
-        check_matmul_precision,
         check_resume,
+        check_run_settings,
         check_types,
         given_groups,
     )
@@ -141,7 +141,7 @@ def validate(cfg: DictConfig) -> None:
         check_buildable_with_torch,
     )
 
-    check_matmul_precision(cfg)
+    check_run_settings(cfg)
     first = built_with_torch_alone(given_groups(cfg))
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)

@@ -185,6 +185,26 @@ def test_a_deletion_or_a_bare_word_is_checked_as_hydra_reads_it(
     assert refused_in_process("vitattn-train", *args, data_dir=data_dir, creates=run_dir) == message
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [["hydra.run.dir="], ["paths.log_dir="], ["-m", "hydra.sweep.dir=", "seed=1,2"]],
+    ids=["run", "log", "sweep"],
+)
+def test_an_empty_output_location_is_one_line_and_nothing_is_written(
+    arguments: list[str], tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hydra takes an empty ``hydra.run.dir`` as the working directory (it wrote ``.hydra/`` and
+    ``train.log`` there, then the run refused the folder), and an empty ``paths.log_dir`` as the
+    file system's root."""
+    monkeypatch.chdir(tmp_path)
+    setting = arguments[-2] if arguments[0] == "-m" else arguments[0]
+    key = setting.removesuffix("=")
+    assert refused_in_process("vitattn-train", *arguments, data_dir=data_dir).startswith(
+        f"{key} is empty; give a directory ({key}=<dir>), or leave it out for the default under "
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     tmp_path: Path, data_dir: Path
 ) -> None:

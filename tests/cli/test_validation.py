@@ -76,6 +76,15 @@ def test_describe_names_what_is_valid() -> None:
             r"^scheduler.min_lr_ratio=2 is not valid; choose 0 <= scheduler.min_lr_ratio <= 1$",
         ),
         ("data.batch_size=0", r"^data.batch_size=0 is not valid; choose an integer >= 1$"),
+        ("seed=-1", r"^seed=-1 is not valid; choose an integer 0 <= seed <= 4294967295, or null"),
+        ("seed=abc", r"^seed='abc' is not valid; choose an integer 0 <= seed <= 4294967295"),
+        ("test=abc", r"^test='abc' is not valid; choose true or false$"),
+        ("resume=maybe", r"^resume='maybe' is not valid; choose true or false$"),
+        (
+            "ckpt_path=",
+            r"^ckpt_path='' is not valid; choose a checkpoint file \(\.ckpt\), or null$",
+        ),
+        ("matmul_precision=low", r"^matmul_precision='low' is not valid; choose one of highest"),
         ("trainer.accelerator=tpu9", r"^trainer: these settings are refused .*accelerator"),
     ],
 )

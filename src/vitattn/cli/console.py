@@ -257,6 +257,11 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
     if not given:
         given = {"paths.log_dir": str(default)}
     for setting, value in given.items():
+        if not value.strip():  # Hydra would write the run into the working directory
+            raise ConfigError(
+                f"{setting} is empty; give a directory ({setting}=<dir>), or leave it out for "
+                f"the default under {default}"
+            )
         if "${" in value:
             continue
         path = Path(value).expanduser().absolute()

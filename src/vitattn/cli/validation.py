@@ -96,9 +96,22 @@ def check_target_policy(path: str, target_name: str) -> None:
         ) from None
 
 
-def check_matmul_precision(cfg: DictConfig) -> None:
-    """The run's ``matmul_precision``, where it sets one, is one torch knows: torch itself takes
-    any other word with a warning and keeps its float32 products as they were."""
+MAX_SEED = 2**32 - 1
+"""The largest seed numpy (and so Lightning's ``seed_everything``) takes."""
+
+
+def check_run_settings(cfg: DictConfig) -> None:
+    """The run's own settings, at the config's top level, which no class checks as it is built:
+    ``seed`` an integer 0..2**32-1 or null, ``resume`` and ``test`` true or false, and
+    ``matmul_precision`` one torch knows (torch itself takes any other word with a warning and
+    keeps its float32 products as they were). ``ckpt_path`` is the resume's
+    (:func:`check_resume`) or the fine-tune's."""
+    seed = cfg.get("seed")
+    if seed is not None:
+        checks.integer("seed", seed, 0, MAX_SEED, hint=", or null (unseeded)")
+    for name in ("resume", "test"):
+        if name in cfg:
+            checks.flag(name, cfg[name])
     value = cfg.get("matmul_precision")
     if value is not None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
@@ -201,8 +214,10 @@ def check_resume(cfg: DictConfig) -> None:
     from vitattn.runs.checkpoints import check_checkpoint_matches
 
     ckpt_path = cfg.get("ckpt_path")
-    if not ckpt_path:
+    if ckpt_path is None:
         return
+    if not (isinstance(ckpt_path, str) and ckpt_path.strip()):
+        raise checks.invalid("ckpt_path", ckpt_path, "a checkpoint file (.ckpt), or null")
     scheduler = cfg.get("scheduler")
     training = {
         "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
