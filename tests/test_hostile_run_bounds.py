@@ -276,6 +276,38 @@ def test_a_planted_marker_makes_the_summary_delete_no_job(run: Path, data_dir: P
     assert aggregate.is_dir()  # replaced: it is listed and looks as written
 
 
+def test_a_setting_of_a_million_characters_keeps_the_summary_small(
+    run: Path, data_dir: Path
+) -> None:
+    """A job's override of a million characters (one value of a 1 MB file, within the reader's
+    bounds) was its label whole: the summary failed (``Image size of 9000951x528 pixels is too
+    large``, a figure's labels), and its Markdown tables padded every row to it (a summary of
+    157 settings wrote 272 MB). A label is cut to
+    :data:`~vitattn.utils.config.MAX_LABEL` characters, ending with a hash, and a table's column
+    is padded to at most :data:`~vitattn.runs.results.MAX_PADDED`."""
+    from vitattn.utils.config import MAX_LABEL
+
+    sweep = two_seeds(run)
+    for seed, note in ((1, "a" * 1_000_000), (2, "a" * 999_999 + "b")):  # alike for 999,999
+        overrides = sweep / f"seed={seed}" / ".hydra" / "overrides.yaml"
+        overrides.write_text(f"{overrides.read_text()}- +model.note={note}\n")
+    result = run_cli(
+        "python",
+        PLOT_CURVES,
+        str(sweep),
+        data_dir=data_dir,
+        timeout=LIMIT,
+        memory=bombs.MEMORY_CAP,
+    )
+    assert "Traceback" not in result.stderr
+    labels = {row["label"] for row in read_csv(sweep / "summary.csv")}
+    assert len(labels) == 2, labels  # told apart
+    assert all(len(label) <= MAX_LABEL for label in labels)
+    assert all(label.startswith("model.note=aaaa") for label in labels)
+    assert (sweep / "summary.md").stat().st_size < 32 << 10
+    assert len(result.stdout) < 32 << 10
+
+
 def summary_line_naming(planted: Path, run: Path, data_dir: Path) -> str:
     """``scripts/plot_curves.py`` on ``run`` as a process of its own under the memory cap and
     :data:`LIMIT`: no traceback, and the one line it printed naming ``planted``."""

@@ -30,6 +30,17 @@ def test_csv_columns_missing_cells_and_nan(tmp_path: Path) -> None:
     assert path.read_text().splitlines() == ["b", "2"]
 
 
+def test_a_long_cell_is_written_whole_and_pads_no_other_row() -> None:
+    """A table's size grows with its text, not with its rows times its longest cell."""
+    from vitattn.runs.results import MAX_PADDED
+
+    rows = [{"name": "x" * 10_000}, *({"name": f"run {i}"} for i in range(1000))]
+    lines = markdown_table(rows, {"name": "name"}).splitlines()
+    assert lines[2] == f"| {'x' * 10_000} |"
+    assert lines[3] == f"| {'run 0'.ljust(MAX_PADDED)} |"
+    assert sum(map(len, lines)) <= 10_000 + len(lines) * (MAX_PADDED + 4)
+
+
 def test_markdown_rows_stay_one_line_and_align() -> None:
     table = markdown_table(
         [{"name": "a|b", "n": 5}, {"name": "two\nlines", "n": 12}],

@@ -32,6 +32,7 @@ from typing import Any
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
+from vitattn.utils.config import MAX_LABEL, cut_apart
 from vitattn.utils.decimals import shown
 
 SUMMARY_COLUMNS = (
@@ -80,18 +81,21 @@ class Run:
     @property
     def attention(self) -> str:
         if self.choices.get("attention"):
-            return self.choices["attention"]
+            return bounded(self.choices["attention"])
         if "attention" in self.settings:
-            return self.settings["attention"]
-        return str(self.metrics.get("attention") or _target_name(self.config.get("attention")))
+            return bounded(self.settings["attention"])
+        attention = self.metrics.get("attention") or _target_name(self.config.get("attention"))
+        return bounded(str(attention))
 
     @property
     def model(self) -> str:
-        return str(
-            self.metrics.get("model")
-            or self.choices.get("model")
-            or self.settings.get("model")
-            or _target_name(self.config.get("model"))
+        return bounded(
+            str(
+                self.metrics.get("model")
+                or self.choices.get("model")
+                or self.settings.get("model")
+                or _target_name(self.config.get("model"))
+            )
         )
 
     @property
@@ -229,8 +233,16 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
 
 
 def label_of(values: dict[str, str | None], keys: Sequence[str], show: Callable[[str], str]) -> str:
-    """``key=value, ...`` of ``keys``, each value as ``show`` writes it."""
-    return one_line(", ".join(f"{key}={show(values[key] or '(unset)')}" for key in keys))
+    """``key=value, ...`` of ``keys``, each value as ``show`` writes it, within
+    :data:`~vitattn.utils.config.MAX_LABEL` characters (:func:`bounded`)."""
+    return bounded(", ".join(f"{key}={show(values[key] or '(unset)')}" for key in keys))
+
+
+def bounded(text: str) -> str:
+    """Text read from a run, as a label shows it: control characters escaped, and cut to
+    :data:`~vitattn.utils.config.MAX_LABEL` characters ending with a hash where longer (every
+    table row, legend entry and title that shows it stays short)."""
+    return cut_apart(one_line(text), MAX_LABEL)
 
 
 def describe(runs: Sequence[Run], steps: bool = True) -> str:

@@ -61,18 +61,27 @@ def write_csv(
             )
 
 
+MAX_PADDED = 200
+"""The widest a Markdown table's column is padded to."""
+
+
 def markdown_table(
     rows: Sequence[Mapping[str, Any]],
     columns: Mapping[str, str],
     align_right: Sequence[str] = (),
 ) -> str:
     """A Markdown table of ``rows`` with ``{key: header}`` columns, padded to align in a
-    terminal. Values are shown as given (format them first); a ``|`` inside a cell is escaped and
-    line breaks are folded, so every row stays one line. Columns in ``align_right`` are right
-    aligned (``---:``)."""
+    terminal, each column to at most :data:`MAX_PADDED` characters (a longer cell is written
+    whole and not padded to: the table's size grows with its text, not with its rows times its
+    longest cell). Values are shown as given (format them first); a ``|`` inside a cell is
+    escaped and line breaks are folded, so every row stays one line. Columns in ``align_right``
+    are right aligned (``---:``)."""
     headers = list(columns.values())
     cells = [[_cell_text(row.get(key, "")) for key in columns] for row in rows]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    widths = [
+        min(max([len(h)] + [len(c[i]) for c in cells]), max(len(h), MAX_PADDED))
+        for i, h in enumerate(headers)
+    ]
     right = [key in align_right for key in columns]
 
     def line(values: Sequence[str]) -> str:

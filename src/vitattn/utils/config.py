@@ -67,6 +67,20 @@ def groups_help(*groups: str) -> str:
 MAX_NAME = 120
 """Longest directory name made from overrides; longer ones are cut and end with a hash."""
 
+MAX_LABEL = 160
+"""Longest label a summary gives a setting or a run (the overrides that differ, an attention's
+name), read from run directories that anyone may have written; longer ones are cut and end with
+a hash."""
+
+
+def cut_apart(text: str, limit: int) -> str:
+    """``text`` where it has at most ``limit`` characters, else its first ones, ``~`` and eight
+    hex digits of its SHA-1: two texts that start alike stay apart."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha1(text.encode(errors="surrogatepass")).hexdigest()[:8]
+    return f"{text[: limit - 9]}~{digest}"
+
 
 def job_directory_name(override_dirname: str, number: int | str, sweeper: str = "") -> str:
     """A sweep job's directory: what differs between the jobs (Hydra's ``override_dirname``,
@@ -82,10 +96,7 @@ def job_directory_name(override_dirname: str, number: int | str, sweeper: str = 
         name = f"{number}_{name}" if name else str(number)
     if not name:
         return str(number)
-    if len(name) > MAX_NAME:
-        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-        name = f"{name[: MAX_NAME - 9]}~{digest}"
-    return name
+    return cut_apart(name, MAX_NAME)
 
 
 def run_directory_name(stamp: str, attention: str | None = None) -> str:
