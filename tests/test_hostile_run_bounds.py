@@ -308,6 +308,20 @@ def test_a_setting_of_a_million_characters_keeps_the_summary_small(
     assert len(result.stdout) < 32 << 10
 
 
+def test_an_empty_directory_argument_summarizes_nothing(
+    run: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``plot_curves.py "$RUNS"`` with ``RUNS`` unset: an empty argument was the working
+    directory, whose runs, however many, were read and summarized, the files written there."""
+    monkeypatch.chdir(run)
+    before = tree_digest(run)
+    result = run_cli("python", PLOT_CURVES, "", data_dir=data_dir, timeout=LIMIT, check=False)
+    assert refusal_message("plot_curves.py", result) == (
+        "'' is not a directory; name run or sweep directories"
+    )
+    assert tree_digest(run) == before
+
+
 def summary_line_naming(planted: Path, run: Path, data_dir: Path) -> str:
     """``scripts/plot_curves.py`` on ``run`` as a process of its own under the memory cap and
     :data:`LIMIT`: no traceback, and the one line it printed naming ``planted``."""

@@ -289,7 +289,10 @@ def find_runs(
     (``seed=2`` before ``seed=10``)."""
     pattern = "/".join(marker)
     found: list[Path] = []
-    for path in map(Path, paths):
+    for given in paths:
+        if not str(given).strip():  # an unset shell variable: not the working directory
+            raise FileNotFoundError(f"{given!r} is not a directory; name run or sweep directories")
+        path = Path(given)
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a directory")
         if (path / pattern).is_file():
