@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.support.in_process import run_in_process
+from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import FEW_STEPS, TINY, steps
 from tests.support.runners import refusal_message
 from tests.support.tables import markdown_tables
@@ -92,6 +92,45 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
     assert f"pruned by the search: {job}" in said and "not completed" not in said
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "hydra.sweeper.n_trials=0",
+            "hydra.sweeper.n_trials=0 is not valid; choose an integer >= 1",
+        ),
+        ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0 is not valid; choose an integer >= 1"),
+        (
+            "hydra.sweeper.sampler.seed=-1",
+            "hydra.sweeper: these settings are refused (ValueError: Seed must be between 0 and "
+            "2**32 - 1)",
+        ),
+        (
+            "hydra.sweeper.direction=up",
+            "hydra.sweeper.direction=up is not valid; choose maximize or minimize (a list of them "
+            "for several objectives)",
+        ),
+        (
+            "optimized_metric=[val/acc_best,images_per_sec]",
+            "optimized_metric=['val/acc_best', 'images_per_sec'] is not valid; name 1 metric(s) "
+            "of metrics.json (e.g. val/acc_best), one per direction of "
+            "hydra.sweeper.direction(s)",
+        ),
+    ],
+)
+def test_a_bad_search_setting_is_one_line_before_the_search_starts(
+    setting: str, message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Checked as the search checks them, before Hydra starts it: ``n_trials=0`` ran nothing
+    and exited 0, ``sampler.seed=-1`` ended in Hydra's three lines, and the rest were refused
+    once the search had started, its sweep directory made, followed by a warning that it had no
+    summary."""
+    sweep = tmp_path / "search"
+    command = search(sweep, *FEW_STEPS, setting)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=sweep)
+    assert said == message
+
+
 @pytest.mark.slow
 def test_a_malformed_study_file_is_one_line(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "search"
@@ -101,6 +140,7 @@ def test_a_malformed_study_file_is_one_line(tmp_path: Path, data_dir: Path) -> N
         "vitattn-train", *search(sweep, *FEW_STEPS), data_dir=data_dir, check=False
     )
     message = refusal_message("vitattn-train", result)
+    assert "no summary" not in result.stdout + result.stderr  # no job to summarize
     assert message.startswith(f"{sweep}/optuna.db (hydra.sweeper.storage) is not an Optuna study")
     assert "file is not a database" in message
     assert (sweep / "optuna.db").read_bytes() == b"not a database, " * 64

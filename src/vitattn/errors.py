@@ -1,6 +1,9 @@
-"""Exceptions that end a run with one clear line instead of a traceback, and that line."""
+"""Exceptions that end a run with one clear line instead of a traceback, and that line; the one
+line for an object that would not build from its settings."""
 
+import contextlib
 import sys
+from collections.abc import Iterator
 
 
 class VitattnError(Exception):
@@ -30,3 +33,35 @@ class MissingDependencyError(VitattnError):
 def fail(program: str, error: BaseException) -> None:
     """Print the one line that ends a run, on stderr: ``<program>: error: <message>``."""
     print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+
+
+def own_refusal(error: BaseException) -> VitattnError | None:
+    """The :class:`VitattnError` in ``error``'s chain of causes (a class of vitattn refused its
+    settings; Hydra's instantiate wraps it), or ``None``."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, VitattnError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def refused(group: str, error: BaseException) -> ConfigError:
+    """The one line for an object that would not build from the ``group`` settings."""
+    own = own_refusal(error)
+    if own is not None:
+        return ConfigError(str(own))
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
+    return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
+
+
+@contextlib.contextmanager
+def refusing(group: str) -> Iterator[None]:
+    """Whatever the block raises, one :func:`refused` line for ``group``."""
+    try:
+        yield
+    except Exception as error:
+        raise refused(group, error) from error

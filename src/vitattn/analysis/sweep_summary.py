@@ -52,9 +52,21 @@ class SweepSummary(Callback):
     def _at_exit(self) -> None:
         sweep_dir, self._pending = self._pending, None
         # a Ctrl-C during the summary means the user wants out, not a table
-        if sweep_dir is not None:
+        if sweep_dir is not None and holds_a_run(sweep_dir):
             with contextlib.suppress(KeyboardInterrupt):
                 summarize_sweep(sweep_dir, self._baseline)
+
+
+def holds_a_run(sweep_dir: Path) -> bool:
+    """Whether a job of the sweep in ``sweep_dir`` started (a sweep refused before its first
+    job, a search whose study file is not one, has nothing to summarize: its one line is the
+    last word)."""
+    from vitattn.runs.layout import find_runs
+
+    try:
+        return bool(find_runs([sweep_dir]))
+    except OSError:
+        return False
 
 
 def baseline_of(config: DictConfig) -> str | None:

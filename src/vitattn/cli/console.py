@@ -29,6 +29,7 @@ from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
 from vitattn.runs.layout import RunDir, check_run_files
 from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
+from vitattn.runs.optuna_sweeper import check_search
 from vitattn.runs.task import remember_run_directory
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
 
@@ -325,7 +326,7 @@ def check_composition(
         jobs = single_runs(arguments)
     except HydraException:
         return  # a syntax error: check_syntax reports it in one line
-    for overrides in itertools.islice(jobs, MAX_COMPOSITIONS):
+    for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):
         try:
             with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
                 cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
@@ -333,6 +334,8 @@ def check_composition(
             raise ConfigError(composition_message(error)) from error
         if validate is not None:
             validate(cfg)
+        if index == 0:
+            check_search(cfg)
 
 
 def composition_message(error: BaseException) -> str:

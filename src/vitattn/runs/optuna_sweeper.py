@@ -35,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.errors import ConfigError
+from vitattn.errors import ConfigError, refusing
 from vitattn.runs.files import one_line, write_text
 from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
+from vitattn.utils import checks
 
 log = logging.getLogger(__name__)
 
+SWEEPER_TARGET = "hydra_plugins.vitattn_optuna.optuna_search.OptunaSearch"
+"""``hydra.sweeper._target_`` of an Optuna search (``configs/hparams_search/``)."""
 TRIAL_ENV = "VITATTN_OPTUNA_TRIAL"
 """The environment variable (``hydra.job.env_set``) that tells a job its trial's number."""
 RESULTS_FILE = "optimization_results.yaml"
@@ -292,6 +295,52 @@ def finished(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a search asks of Optuna, checked before its first trial (:func:`plan_search`)."""
+
+    distributions: dict[str, Any]
+    fixed: dict[str, str]
+    directions: list[str]
+    objectives: list[str]
+    sampler: Any
+    grid_size: int | None
+    pruner: Any
+
+
+def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str]) -> Plan:
+    """The search's space (``hydra.sweeper.params`` and the command line's ``arguments``), its
+    trial counts, directions, objectives, sampler and pruner, each refused in one line naming
+    its setting; nothing is opened or written."""
+    params = [f"{key}={value}" for key, value in (settings.params or {}).items()]
+    distributions, fixed = parse_space([*params, *arguments])
+    if not distributions:
+        raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
+    checks.integer("hydra.sweeper.n_trials", settings.n_trials, 1)
+    checks.integer("hydra.sweeper.n_jobs", settings.n_jobs, 1)
+    directions = directions_of(settings)
+    objectives = objectives_of(config, len(directions))
+    sampler, grid_size = make_sampler(settings.sampler, distributions)
+    pruner = check_pruner(settings, directions, config)
+    return Plan(distributions, fixed, directions, objectives, sampler, grid_size, pruner)
+
+
+def check_search(config: Any) -> None:
+    """An Optuna search's settings (``hydra.sweeper`` of the composed ``config``, where it is
+    one), checked as the search checks them (:func:`plan_search`), before Hydra starts it and
+    makes its sweep directory: the sweeper built as Hydra builds it (its sampler, its pruner), a
+    refusal in one line naming ``hydra.sweeper``."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    if OmegaConf.select(config, "hydra.sweeper._target_", default=None) != SWEEPER_TARGET:
+        return
+    with refusing("hydra.sweeper"):
+        sweeper = instantiate(config.hydra.sweeper)
+    arguments = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    plan_search(sweeper.settings, config, [str(argument) for argument in arguments])
+
+
 @dataclass
 class Search:
     """One invocation of a search: its settings, the sweep's config and Hydra's launcher."""
@@ -303,19 +352,14 @@ class Search:
     def run(self, arguments: Sequence[str]) -> list[Any]:
         """Run the trials still missing; the failed jobs' returns (Hydra's basic sweeper, too,
         raises for them once all have run)."""
-        params = [f"{key}={value}" for key, value in (self.settings.params or {}).items()]
-        distributions, fixed = parse_space([*params, *arguments])
-        if not distributions:
-            raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
-        directions = directions_of(self.settings)
-        objectives = objectives_of(self.config, len(directions))
-        sampler, grid_size = make_sampler(self.settings.sampler, distributions)
-        pruner = check_pruner(self.settings, directions, self.config)
+        plan = plan_search(self.settings, self.config, arguments)
+        distributions, fixed = plan.distributions, plan.fixed
+        directions, objectives = plan.directions, plan.objectives
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)  # where the sqlite file usually lives
-        study, storage = open_study(self.settings, directions, sampler, pruner)
+        study, storage = open_study(self.settings, directions, plan.sampler, plan.pruner)
         settle_stored_trials(study, storage, distributions)
-        n_trials = min(self.settings.n_trials, grid_size or self.settings.n_trials)
+        n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(study), len(study.trials)
         log.info(
             "study %s (%s): %d of %d trials finished, %s, jobs numbered from %d",

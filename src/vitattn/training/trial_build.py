@@ -12,31 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.errors import ConfigError, VitattnError
+from vitattn.errors import own_refusal, refused, refusing
 from vitattn.training.instantiators import bare_trainer
-
-
-def own_refusal(error: BaseException) -> VitattnError | None:
-    """The :class:`VitattnError` in ``error``'s chain of causes (a class of vitattn refused its
-    settings; Hydra's instantiate wraps it), or ``None``."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, VitattnError):
-            return seen
-        seen = seen.__cause__
-    return None
-
-
-def refused(group: str, error: BaseException) -> ConfigError:
-    """The one line for an object that would not build from the ``group`` settings."""
-    own = own_refusal(error)
-    if own is not None:
-        return ConfigError(str(own))
-    root = error
-    while root.__cause__ is not None:
-        root = root.__cause__
-    reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
-    return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
 
 
 def built_with_torch_alone(given: Collection[str]) -> set[str]:
@@ -51,15 +28,6 @@ def built_with_torch_alone(given: Collection[str]) -> set[str]:
     if given & {"optimizer", "scheduler"}:
         groups.add("optimizer")
     return groups | (given & {"scheduler"})
-
-
-@contextlib.contextmanager
-def refusing(group: str) -> Iterator[None]:
-    """Whatever the block raises, one :func:`refused` line for ``group``."""
-    try:
-        yield
-    except Exception as error:
-        raise refused(group, error) from error
 
 
 def build_optimizer(cfg: DictConfig) -> Any:
