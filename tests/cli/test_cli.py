@@ -39,6 +39,17 @@ def test_unknown_group_choice_is_one_clear_error() -> None:
         check_group_choices(["attention=nope"])
     with pytest.raises(ConfigError, match=r"model=vit_tiny .*vit, vit_pixel"):
         check_group_choices(["-m", "model=vit,vit_tiny"])
+    with pytest.raises(ConfigError, match=r"logger=null .*: csv, .*left out with ~logger, not"):
+        check_group_choices(["logger=null"])  # Hydra's traceback: group=null is no choice
+
+
+@pytest.mark.parametrize(
+    ("program", "given"), [("vitattn-train", []), ("vitattn-eval", ["ckpt_path=/no/such.ckpt"])]
+)
+def test_a_group_set_to_null_is_one_line(program: str, given: list[str], data_dir: Path) -> None:
+    said = refused_in_process(program, *given, "logger=null", data_dir=data_dir)
+    assert said.startswith("logger=null is not a known logger; choose one of: ")
+    assert said.endswith(" (a group is left out with ~logger, not null)")
 
 
 def test_a_sweep_is_checked_value_by_value() -> None:

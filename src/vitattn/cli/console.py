@@ -236,9 +236,12 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
             values = [override.get_value_element_as_str()]
         valid = group_options(group, config_dir)
         for value in values:
-            if value != "null" and value not in valid:
+            if value not in valid:
+                # Hydra ends group=null in a traceback: a group is left out with ~group
+                hint = f" (a group is left out with ~{group}, not null)" if value == "null" else ""
                 raise ConfigError(
                     f"{group}={value} is not a known {group}; choose one of: {', '.join(valid)}"
+                    f"{hint}"
                 )
 
 
