@@ -67,6 +67,7 @@ def test_a_sweep_is_checked_value_by_value() -> None:
         (["model.foo=1"], r"^Could not override 'model.foo'; .*Key 'foo' is not in struct$"),
         (["-m", "model.depth=2,3", "model.bar=1,2"], r"'model.bar'.*not in struct"),
         (["+model=vit"], r"model"),
+        (["~attention=[1]"], r"^Config group override deletion value must be a string"),
     ],
 )
 def test_a_rejected_override_is_one_line(arguments: list[str], message: str) -> None:

@@ -333,7 +333,8 @@ def check_composition(
         try:
             with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
                 cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
-        except (HydraException, OmegaConfBaseException) as error:
+        except (HydraException, OmegaConfBaseException, ValueError) as error:
+            # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
             raise ConfigError(composition_message(error)) from error
         if validate is not None:
             validate(cfg)
