@@ -171,6 +171,11 @@ def test_the_console_names_a_missing_base_checkpoint(
         ("data.shift=blur", r"data\.shift='blur' is not valid; choose one of"),
         ("lora.rank=-2", r"lora\.rank=-2 is not valid"),
         ("lora.target_modules=[qkv,fc9]", r"'fc9' matches no layer"),
+        ("lora.merge=abc", r"^lora\.merge='abc' is not valid; choose true or false$"),
+        (
+            "label_smoothing=2",
+            r"^label_smoothing=2 is not valid; choose 0 <= label_smoothing < 1, or null \(the",
+        ),
     ],
 )
 def test_bad_inputs_are_one_line_errors(

@@ -32,6 +32,7 @@ from vitattn.cli.console import console_main
 from vitattn.errors import ConfigError
 from vitattn.runs.layout import MERGED_CHECKPOINT, RunDir
 from vitattn.runs.task import run_task
+from vitattn.utils import checks
 from vitattn.utils.config import CONFIG_DIR
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,17 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
 
 def lora_settings(cfg: DictConfig) -> tuple[Any, bool]:
     """The ``lora`` node as :class:`~vitattn.lora.adapters.LoRASettings` (one line for a wrong
-    one), and whether to save the merged checkpoint (``lora.merge``)."""
+    one), and whether to save the merged checkpoint (``lora.merge``); with them, the run's
+    ``label_smoothing`` (null: the base run's)."""
     from vitattn.lora.adapters import LoRASettings
 
     lora_cfg = OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
     assert isinstance(lora_cfg, dict)
-    return LoRASettings.from_mapping(lora_cfg), bool(lora_cfg.get("merge", True))
+    settings = LoRASettings.from_mapping(lora_cfg)
+    merge = checks.flag("lora.merge", lora_cfg.get("merge", True))
+    if cfg.get("label_smoothing") is not None:
+        checks.fraction("label_smoothing", cfg.label_smoothing, hint=", or null (the base run's)")
+    return settings, merge
 
 
 def load_base(ckpt_path: Any) -> Any:

@@ -148,6 +148,7 @@ def test_target_modules_regex_and_conv(tmp_path: Path) -> None:
         ({"target_modules": ["head"]}, r"lora\.train_head=true trains the head fully"),
         ({"rnak": 4}, r"lora\.rnak is not a setting"),
         ({"alpha": 0}, r"lora\.alpha=0 is not valid"),
+        ({"train_head": 1}, r"^lora\.train_head=1 is not valid; choose true or false$"),
     ],
 )
 def test_bad_lora_settings_are_one_line_errors(

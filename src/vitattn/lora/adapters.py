@@ -79,6 +79,7 @@ class LoRASettings:
         checks.integer("lora.rank", self.rank, low=0, hint=" (0 = full fine-tuning)")
         checks.positive("lora.alpha", self.alpha)
         checks.fraction("lora.dropout", self.dropout)
+        checks.flag("lora.train_head", self.train_head)
         if not self.target_modules:
             raise ConfigError(
                 f"lora.target_modules is empty; name layers such as [{', '.join(DEFAULT_TARGETS)}]"
