@@ -35,7 +35,12 @@ BAD_INPUTS = [
     (["warmup=5", "warmup_max=3"], r"warmup_max=3 is not valid; choose an integer >= warmup=5"),
     (["settle=0"], r"settle=0.0 is not valid; choose a positive number"),
     (["seq_lens=[0,64]"], r"seq_lens has 0, which is not valid"),
-    (["head_dims=[]"], r"head_dims=\[\] is not valid; give a list such as \[256,1024\]"),
+    (["head_dims=[]"], r"head_dims=\[\] is not valid; give a list such as \[32,64\]"),
+    (
+        ["head_dims=[0]"],
+        r"head_dims has 0, which is not valid; choose integers >= 1, e.g. \[32,64\]",
+    ),
+    (["reference=nope"], r"^reference=nope is not a registered attention; choose from: .*linear"),
     (["guard.max_call_seconds=0"], r"guard.max_call_seconds=0.0 is not valid; choose a positive"),
     (["guard.max_memory_bytes=lots"], r"guard.max_memory_bytes=lots is not valid"),
     (["spectrum.energy=1.5"], r"spectrum.energy=1.5 is not valid; choose 0 < energy <= 1"),

@@ -44,14 +44,18 @@ def resolve_attentions(
     valid = registered()
     if selected is None:
         return valid
-    if isinstance(selected, str):
-        selected = [selected]
-    names = [str(name) for name in selected]
+    one = isinstance(selected, str)  # a setting of one name (``reference``), not a list
+    names = [str(selected)] if one else [str(name) for name in selected]
     known = set(ATTENTIONS) | set(variants or {})
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         shown = ",".join(unknown) if unknown else ""
         extra = f"; variants: {', '.join(sorted(variants))}" if variants else ""
+        if one:
+            raise ConfigError(
+                f"{setting}={shown} is not a registered attention; choose from: "
+                f"{', '.join(valid)}{extra}"
+            )
         raise ConfigError(
             f"{setting}=[{shown}] names no registered attention; choose from: {', '.join(valid)} "
             f"(or null for all){extra}"

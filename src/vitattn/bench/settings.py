@@ -104,14 +104,15 @@ def known_option(setting: str, group: str, value: str) -> None:
         )
 
 
-def sizes(setting: str, values: list[int]) -> list[int]:
-    """A non-empty list of integers >= 1, sorted, without repeats."""
+def sizes(setting: str, values: list[int], example: str = "[256,1024]") -> list[int]:
+    """A non-empty list of integers >= 1, sorted, without repeats; ``example`` is one the
+    refusal gives."""
     if not values:
-        raise ConfigError(f"{setting}={values} is not valid; give a list such as [256,1024]")
+        raise ConfigError(f"{setting}={values} is not valid; give a list such as {example}")
     bad = [v for v in values if v < 1]
     if bad:
         raise ConfigError(
-            f"{setting} has {bad[0]!r}, which is not valid; choose integers >= 1, e.g. [256,1024]"
+            f"{setting} has {bad[0]!r}, which is not valid; choose integers >= 1, e.g. {example}"
         )
     return sorted(dict.fromkeys(values))
 
@@ -242,7 +243,7 @@ class BenchSettings(Checked):
                 "warmup_max", self.warmup_max, f"an integer >= warmup={self.warmup}"
             )
         self.seq_lens = sizes("seq_lens", self.seq_lens)
-        self.head_dims = sizes("head_dims", self.head_dims)
+        self.head_dims = sizes("head_dims", self.head_dims, example="[32,64]")
         # The checks against the device and the attention registry import torch: after the rest.
         from vitattn.bench.environment import resolve_device
         from vitattn.bench.kernels import compiled_variants, registered, resolve_attentions
@@ -258,7 +259,7 @@ class BenchSettings(Checked):
         self.variants = check_variants(with_compiled_variants(self.variants, compiled))
         self.knobs = check_knobs(self.knobs, self.variants)
         if self.reference is not None:
-            resolve_attentions([self.reference], "reference", self.variants)
+            resolve_attentions(str(self.reference), "reference", self.variants)
         if self.attentions is None and self.mode is Mode.approx:
             self.attentions = [n for n in registered() if n != self.reference]
         else:
