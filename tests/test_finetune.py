@@ -15,11 +15,10 @@ import pytest
 from tests.support.in_process import refused_in_process
 from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
 from tests.support.runners import trained_run
-from vitattn.errors import ConfigError
+from vitattn.errors import ConfigError, own_refusal
 from vitattn.loading import load_classifier
 from vitattn.lora.adapters import DEFAULT_TARGETS
 from vitattn.lora.module import LoRAClassifier
-from vitattn.runs.task import user_error
 
 # The base: the tiny training model, 60 steps at a high learning rate (test accuracy ~0.22).
 BASE_STEPS = ["trainer.max_steps=60", "trainer.val_check_interval=1000", "optimizer.lr=3e-3"]
@@ -190,7 +189,7 @@ def test_bad_inputs_are_one_line_errors(
     )
     with pytest.raises(Exception) as info:  # hydra.utils.instantiate may wrap it
         finetune(cfg)
-    error = user_error(info.value)  # what run_task prints
+    error = own_refusal(info.value)  # what run_task prints
     assert isinstance(error, ConfigError), info.value
     assert re.search(message, str(error)) and "\n" not in str(error)
     assert not (tmp_path / "metrics.json").exists()

@@ -22,8 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from tests.support.presets import TINY, compose_config
 from vitattn.cli.console import check_composition
 from vitattn.cli.validation import check_types, finished_run, given_first, target_nodes
-from vitattn.errors import ConfigError
-from vitattn.runs.task import user_error
+from vitattn.errors import ConfigError, own_refusal
 from vitattn.train import train
 from vitattn.train import validate as validate_training
 from vitattn.training.trial_build import check_buildable
@@ -353,6 +352,6 @@ def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
         try:
             train(compose_config("train", overrides, Path(run_dir)))
         except Exception as error:
-            problem = user_error(error)  # what the console script would print in one line
+            problem = own_refusal(error)  # what the console script would print in one line
             assert problem is not None, f"{knob}={value!r}: {type(error).__name__}: {error}"
             assert "\n" not in str(problem)

@@ -17,8 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitattn.attention import ATTENTIONS
 from vitattn.attention.common.base import AttentionKernel
-from vitattn.errors import ConfigError
-from vitattn.runs.task import user_error
+from vitattn.errors import ConfigError, own_refusal
 from vitattn.utils.config import CONFIG_DIR
 
 
@@ -192,7 +191,7 @@ def first_line(error: BaseException, limit: int = 200) -> str:
 def failure_status(error: BaseException) -> str:
     """The status of a row whose kernel could not be built or run: ``unsupported: <why>`` for a
     setting the kernel refuses, ``oom``, or ``error: <Type: message>``."""
-    problem = user_error(error)
+    problem = own_refusal(error)
     if problem is not None:
         return f"unsupported: {problem}"
     return "oom" if is_out_of_memory(error) else f"error: {first_line(error)}"

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.errors import TrainingError, VitattnError, fail
+from vitattn.errors import TrainingError, VitattnError, fail, own_refusal
 from vitattn.runs.continuation import kept_metrics
 from vitattn.runs.disk import (
     disk_full,
@@ -132,16 +132,6 @@ def full_disk(error: BaseException) -> TrainingError | None:
     return TrainingError(full_disk_message(output_dir))
 
 
-def user_error(error: BaseException) -> VitattnError | None:
-    """The :class:`VitattnError` behind ``error``, also when Hydra's ``instantiate`` wrapped it."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, VitattnError):
-            return seen
-        seen = seen.__cause__
-    return None
-
-
 def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     """Call ``task(cfg)``; a :class:`VitattnError` ends it with one line and exit status 1.
 
@@ -177,7 +167,7 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
     try:
         return task(cfg)
     except Exception as raised:
-        error = user_error(raised) or full_disk(raised)
+        error = own_refusal(raised) or full_disk(raised)
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             output_dir = Path(HydraConfig.get().runtime.output_dir)
             record_failure(output_dir / METRICS, error or raised)
