@@ -20,7 +20,7 @@ def built_with_torch_alone(given: Collection[str]) -> set[str]:
     """The groups that torch alone builds or checks (no Lightning) and that the groups ``given``
     on the command line need: the network and its attention where either is given, the
     optimizer where it or the schedule is, the schedule, and the data settings (the data module
-    is Lightning's; its settings' class is not: ``cli.validation.SETTINGS_CLASSES``)."""
+    is Lightning's; its settings' class is not: ``cli.validation.SETTINGS_CHECKS``)."""
     given = set(given)
     groups: set[str] = given & {"data"}
     if given & {"model", "attention"}:
