@@ -149,7 +149,6 @@ def test_help_piped_into_a_reader_that_stops_is_quiet(program: str) -> None:
     assert process.returncode == 1 and errors.decode() == ""
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -217,6 +216,7 @@ def test_an_empty_output_location_is_one_line_and_nothing_is_written(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     tmp_path: Path, data_dir: Path
 ) -> None:
