@@ -47,6 +47,20 @@ BAD_INPUTS = [
     (["approx.trials=0"], r"approx.trials=0 is not valid; choose an integer >= 1"),
     (["device=tpu"], r"device=tpu is not valid; choose auto, cpu, cuda or cuda:<index>"),
     (["+knobs.linear.k=4"], r"knobs.linear.k is not a setting of configs/attention/linear.yaml"),
+    (
+        ["attentions=[linformer]", "+knobs.linformer.k=-3"],
+        r"^knobs.linformer.k=-3 is not valid; choose an integer >= 1 \(refused at every size: "
+        r"seq_lens=\[256, 1024, 4096\], head_dims=\[64\]\)$",
+    ),
+    (
+        ["attentions=[lf]", "+variants.lf={attention:linformer,k:0}", "head_dims=[32,64]"],
+        r"^variants.lf.k=0 is not valid; choose an integer >= 1 \(refused at every size",
+    ),
+    (
+        ["attentions=[linformer]", "+knobs.linformer.k=300", "seq_lens=[64,256]"],
+        r"^knobs.linformer.k=300 is larger than the 64 tokens of this model; choose 1 <= "
+        r"knobs.linformer.k <= 64 .*\(refused at every size: seq_lens=\[64, 256\]",
+    ),
     (["mode=spectrum"], r"ckpt_path is required for mode=spectrum"),
     (["mode=approx", "ckpt_path=nowhere.ckpt"], r"ckpt_path=nowhere.ckpt is not a file"),
     (["+variants.fast.attention=nope"], r"variants.fast.attention=\[nope\] names no registered"),
@@ -105,6 +119,15 @@ def test_the_task_checks_its_settings_too(overrides: list[str], tmp_path: Path) 
     with pytest.raises(ConfigError):
         benchmark(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_settings_a_mechanism_takes_at_one_size_of_the_grid_are_measured(tmp_path: Path) -> None:
+    """``knobs.linformer.k=100`` is too many for 64 tokens and fine for 256: the bench measures,
+    and the row at n=64 says why it has no figures (only settings refused at every size are
+    refused before the run)."""
+    overrides = ["attentions=[linformer]", "+knobs.linformer.k=100", "seq_lens=[64,256]"]
+    settings = load_settings(compose_config("bench", overrides, tmp_path / "run"))
+    assert settings.knobs == {"linformer": {"k": 100}} and settings.seq_lens == [64, 256]
 
 
 def test_level_train_moved_to_mode_train() -> None:

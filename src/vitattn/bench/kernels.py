@@ -166,6 +166,33 @@ def build_kernel(
     return factory(seq_len=seq_len, heads=heads, head_dim=head_dim)
 
 
+def refused_at_every_size(
+    name: str,
+    knobs: Mapping[str, Any],
+    seq_lens: Sequence[int],
+    head_dims: Sequence[int],
+    heads: int,
+) -> ConfigError | None:
+    """Mechanism ``name``'s refusal of ``knobs`` where it refuses them at every size (each
+    ``seq_len`` with each ``head_dim``), as at the first; ``None`` where it builds at one size,
+    or fails there otherwise than by refusing (that row's status will say how). Built on the
+    meta device: no memory and no arithmetic, whatever the sizes."""
+    refusal: ConfigError | None = None
+    for seq_len in seq_lens:
+        for head_dim in head_dims:
+            try:
+                with torch.device("meta"):
+                    build_kernel(name, seq_len=seq_len, heads=heads, head_dim=head_dim, knobs=knobs)
+            except Exception as error:
+                own = own_refusal(error)
+                if not isinstance(own, ConfigError):
+                    return None
+                refusal = refusal or own
+                continue
+            return None
+    return refusal
+
+
 def attention_factory(name: str, knobs: Mapping[str, Any] | None = None) -> Any:
     """The ``_partial_`` factory of mechanism ``name`` (what ``Block`` takes as ``attention``)."""
     return hydra.utils.instantiate(attention_config(name, knobs))

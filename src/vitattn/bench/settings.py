@@ -265,6 +265,8 @@ class BenchSettings(Checked):
         else:
             self.attentions = resolve_attentions(self.attentions, variants=self.variants)
         self.attentions = with_compiled_rows(self.attentions, compiled, every=self.compiled is None)
+        if self.mode is Mode.scaling:
+            check_rows_build(self.attentions, self.variants, self.knobs, self)
         if self.mode is Mode.approx:
             self.approx.budgets = check_budgets(self.approx.budgets, self.attentions, self.variants)
         if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
@@ -411,6 +413,48 @@ def check_knobs(
         resolve_attentions([name], f"knobs.{name}", variants)
         check_knob_names(f"knobs.{name}", split_variant(name, variants)[0], settings)
     return knobs
+
+
+def check_rows_build(
+    rows: Sequence[str],
+    variants: dict[str, dict[str, Any]],
+    knobs: dict[str, dict[str, Any]],
+    grid: BenchSettings,
+) -> None:
+    """Refuse in one line the settings of a row that its mechanism refuses at every size of the
+    grid (``knobs.linformer.k=-3``): measured, the row would only be ``unsupported`` at each
+    size. A row refused at some sizes only (``knobs.linformer.k=512`` with ``seq_lens=[256,
+    1024]``) is measured, and its status says where it was refused."""
+    from vitattn.bench.kernels import refused_at_every_size, split_variant
+
+    for row in rows:
+        attention, settings = split_variant(row, variants, knobs)
+        if not settings:
+            continue  # the config's defaults: every mechanism builds at every size
+        refusal = refused_at_every_size(
+            attention, settings, grid.seq_lens, grid.head_dims, grid.heads
+        )
+        if refusal is not None:
+            raise ConfigError(
+                f"{in_bench_words(str(refusal), row, knobs, variants)} (refused at every size: "
+                f"seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
+            )
+
+
+def in_bench_words(
+    message: str, row: str, knobs: dict[str, dict[str, Any]], variants: dict[str, dict[str, Any]]
+) -> str:
+    """A mechanism's refusal (``attention.k=-3 is not valid; ...``) with the setting named as the
+    bench's command line gives it: ``knobs.<row>.k``, or ``variants.<row>.k`` for a variant's
+    own setting."""
+    from vitattn.attention.common.knobs import PREFIX
+
+    knob = message.removeprefix(PREFIX).split("=")[0].split(" ")[0]
+    own = row in variants and knob not in (knobs.get(row) or {})
+    given = f"variants.{row}" if own else f"knobs.{row}"
+    if message.startswith(PREFIX):
+        return message.replace(PREFIX, f"{given}.")
+    return f"{given}: {message}"
 
 
 def check_budgets(
