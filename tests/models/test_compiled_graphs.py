@@ -1,8 +1,9 @@
 """How many graphs a compiled run compiles: one for training and one for evaluation, not another
 for the test stage (each is seconds of Inductor on a GPU, outside ``train/compile_seconds``).
-Lightning's model summary runs its forward under ``FlopCounterMode``, where Dynamo does not
-trace: eager, no graph. The graphs are counted with Dynamo's cheapest backend
-(``torch.compile``'s backend replaced: no C++), in this process."""
+The model summary runs its forward with ``torch.compile`` stood down (it counts FLOPs under
+``FlopCounterMode``, where Dynamo before torch 2.14 marked the code never to be compiled: this
+test failed there with Lightning's summary): eager, no graph. The graphs are counted with
+Dynamo's cheapest backend (``torch.compile``'s backend replaced: no C++), in this process."""
 
 from __future__ import annotations
 

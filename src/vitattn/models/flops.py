@@ -9,7 +9,6 @@ softmax, and this number shows it.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from torch import nn
 
 from vitattn.attention.common import autotune
 from vitattn.utils.datasheets import datasheet
+from vitattn.utils.recompiles import eager_only
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +51,6 @@ def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
         if op is not None:
             formulas[op] = formula
     return formulas
-
-
-def eager_only() -> contextlib.AbstractContextManager[Any]:
-    """Every ``torch.compile``'d function called inside runs eager, and Dynamo never sees it.
-
-    Dynamo refuses to trace under a dispatch mode such as ``FlopCounterMode``, and up to torch
-    2.13 it then marks the code object as never to be compiled (pytorch/pytorch#190286): one
-    count before training left every later ``model.compile=true`` forward eager, silently. On a
-    torch without ``torch.compiler.set_stance`` (before 2.6), nothing changes."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return contextlib.nullcontext() if set_stance is None else set_stance("force_eager")
 
 
 def count_gflop(call: Callable[[], Any], quiet: bool = False) -> float | None:

@@ -1,6 +1,6 @@
 """Dynamo's limit on the graphs it keeps per function, under either of its names: every graph
 past it is refused (or, with ``fullgraph=True``, an error). ``recompile_limit`` since torch 2.6,
-``cache_size_limit`` before."""
+``cache_size_limit`` before. And :func:`eager_only`, a block Dynamo never sees."""
 
 from __future__ import annotations
 
@@ -25,3 +25,16 @@ def recompile_limit_set_to(limit: int) -> contextlib.AbstractContextManager[Any]
     """The limit set to ``limit`` inside the block."""
     config, name = _setting()
     return config.patch(**{name: limit})
+
+
+def eager_only() -> contextlib.AbstractContextManager[Any]:
+    """Every ``torch.compile``'d function called inside runs eager, and Dynamo never sees it.
+
+    Dynamo refuses to trace under a dispatch mode such as ``FlopCounterMode``, and up to torch
+    2.13 it then marks the code object as never to be compiled (pytorch/pytorch#190286): one
+    count before training left every later ``model.compile=true`` forward eager, silently. On a
+    torch without ``torch.compiler.set_stance`` (before 2.6), nothing changes."""
+    import torch
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return contextlib.nullcontext() if set_stance is None else set_stance("force_eager")

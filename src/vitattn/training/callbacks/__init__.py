@@ -1,6 +1,6 @@
 """The Lightning callbacks the configs name (``configs/callbacks/*.yaml``): throughput, the
-interruption and preemption guards, the attention maps, the confusion report and an Optuna
-search's pruning."""
+interruption and preemption guards, the model summary, the attention maps, the confusion report
+and an Optuna search's pruning."""
 
 from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
@@ -9,6 +9,7 @@ from vitattn.training.callbacks.preemption import RequeueOnPreemption
 from vitattn.training.callbacks.progress import ProgressBar
 from vitattn.training.callbacks.pruning import OptunaPruning, pruned_at
 from vitattn.training.callbacks.stopping import NanGuard, ValidateAtEnd
+from vitattn.training.callbacks.summary import ModelSummary
 from vitattn.training.callbacks.throughput import ImagesPerSecond
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "CheckpointOnInterrupt",
     "ConfusionReport",
     "ImagesPerSecond",
+    "ModelSummary",
     "NanGuard",
     "OptunaPruning",
     "ProgressBar",

@@ -1,0 +1,26 @@
+"""Lightning's model summary, taken so that a compiled network stays compiled."""
+
+from __future__ import annotations
+
+import lightning as L
+
+from vitattn.utils.recompiles import eager_only
+
+
+class ModelSummary(L.pytorch.callbacks.ModelSummary):
+    """Lightning's :class:`~lightning.pytorch.callbacks.ModelSummary` (each layer's parameters
+    and, from the module's ``example_input_array``, its input and output sizes and FLOPs), with
+    that example's forward run eager.
+
+    Lightning counts the FLOPs under ``FlopCounterMode``; before torch 2.14 Dynamo, called under
+    a dispatch mode, marks the code it was asked to compile as never to be compiled
+    (pytorch/pytorch#190286). So with this summary among the callbacks, as by default, every
+    ``model.compile`` run on such a torch trained eager, with a warning that it had (seen on
+    torch 2.11, the image of the project's lent GPUs). The summary's forward now runs with
+    ``torch.compile`` stood down (:func:`vitattn.utils.recompiles.eager_only`), as the project's own
+    FLOP count does, and Dynamo never sees it.
+    """
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        with eager_only():
+            super().on_fit_start(trainer, pl_module)
