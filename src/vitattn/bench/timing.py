@@ -177,6 +177,10 @@ def steady_heap() -> bool:
     return bool(trim) and bool(mmap)
 
 
+_FROZEN_BY_US = False
+"""Whether an :func:`objects_before_frozen` block is open: an inner one changes nothing."""
+
+
 @contextlib.contextmanager
 def objects_before_frozen() -> Iterator[None]:
     """Within the block, ``gc.collect()`` scans only the objects made in it.
@@ -186,14 +190,22 @@ def objects_before_frozen() -> Iterator[None]:
     collection walks some 300,000 objects, a third of a second on a small CPU, and
     :func:`vitattn.bench.scaling.release` collects after every grid point. An object from
     before the block that is left in a reference cycle within it waits for the block's end.
-    Where something else froze objects already, nothing changes.
+
+    Objects frozen before the block come back with the rest: Python 3.12 freezes a few hundred
+    as it starts, and where this block stepped aside for any frozen object (until 2026-11-29)
+    it froze nothing on Python 3.12, the lent GPUs' Python. Freezing only spares the collector
+    work, so unfreezing them changes what later collections scan, nothing else. A block inside
+    another changes nothing.
     """
-    if gc.get_freeze_count():
+    global _FROZEN_BY_US
+    if _FROZEN_BY_US:
         yield
         return
     gc.collect()
     gc.freeze()
+    _FROZEN_BY_US = True
     try:
         yield
     finally:
+        _FROZEN_BY_US = False
         gc.unfreeze()
