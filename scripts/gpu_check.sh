@@ -24,6 +24,11 @@
 #                      the fused paths (each against its plain path and flash SDPA, the tuned
 #                      kernels' choices), its report in OUT/fused-paths.log, cut after
 #                      FUSED_SECONDS (default 200), which the budget does not include
+#   TRAIN_STEPS=N      after fused-paths, the part train-run: a real `vitattn-train trainer=DEVICE`
+#                      of N steps (model.compile=auto, the default callbacks, the model summary
+#                      included) in OUT/train-run, whose metrics.json says whether it trained
+#                      compiled (train/compile_seconds) and how fast; cut after TRAIN_SECONDS
+#                      (default 150), which the budget does not include
 #   PARTS="a b"        run only these parts (names as PLAN=1 prints them), each with its cap
 #   PLAN=1             print each part's cap and overrides, and run nothing
 #
@@ -32,7 +37,7 @@
 set -uo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 OUT="$1"
@@ -75,7 +80,7 @@ run() {
     printf '%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - started))" >> "$OUT/parts.tsv"
     echo "gpu_check: $name: exit $status after $((SECONDS - started)) s (cap $cap s)"
     if [[ -n "${PACK:-}" ]]; then
-        tar czf "$PACK.partial" --exclude=.hydra --exclude=.site -C "$OUT" . \
+        tar czf "$PACK.partial" --exclude=.hydra --exclude=.site --exclude=checkpoints -C "$OUT" . \
             && mv "$PACK.partial" "$PACK"
     fi
 }
@@ -93,6 +98,14 @@ if [[ -n "${FUSED:-}" ]]; then
     read -r -a fused <<< "$FUSED"
     PLAN_SHOWS="scripts/fused_paths_gpu.py ${fused[*]}" run fused-paths "${FUSED_SECONDS:-200}" \
         "$PYTHON" scripts/fused_paths_gpu.py "${fused[@]}"
+fi
+
+# train-run, outside the budget: what a user's first `vitattn-train trainer=gpu` does.
+if [[ -n "${TRAIN_STEPS:-}" ]]; then
+    train_run=("trainer=$DEVICE" "trainer.max_steps=$TRAIN_STEPS"
+               "trainer.val_check_interval=$TRAIN_STEPS" "hydra.run.dir=$OUT/train-run")
+    PLAN_SHOWS="vitattn-train ${train_run[*]}" run train-run "${TRAIN_SECONDS:-150}" \
+        "$PYTHON" -m vitattn.train "${train_run[@]}"
 fi
 
 # The budget's shares, from what each part took on an H200: numerics 8%, training 42% in
@@ -139,6 +152,8 @@ while IFS=$'\t' read -r name status seconds; do
     problems="no check.md (cut or failed: $name.log)"
     if [[ "$name" == fused-paths ]]; then
         problems="its report: $name.log"
+    elif [[ "$name" == train-run ]]; then
+        problems="$(tail -n 1 "$OUT/$name.log")"  # its line: accuracy, seconds, directory
     elif [[ -f "$OUT/$name/check.md" ]]; then
         problems="$(grep -A2 '^## Problems' "$OUT/$name/check.md" | sed -n '3p')"
     fi

@@ -135,6 +135,19 @@ def test_gpu_check_gives_each_section_and_training_group_a_share_of_the_budget(
     # FUSED: the fused paths' script first, with its own cap outside the budget
     fused = gpu_check_plan(tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2", FUSED="linear")
     assert fused == [["fused-paths", "200", "scripts/fused_paths_gpu.py linear"], *plan]
+    # TRAIN_STEPS: a user's first `vitattn-train trainer=gpu` (compiled by default, with the
+    # model summary), its own cap outside the budget, after the fused paths
+    trained = gpu_check_plan(
+        tmp_path, 600, ATTENTIONS=checked, TRAINING_PARTS="2", FUSED="linear", TRAIN_STEPS="300"
+    )
+    run_dir = tmp_path / "out" / "train-run"
+    assert trained[1] == [
+        "train-run",
+        "150",
+        "vitattn-train trainer=gpu trainer.max_steps=300 trainer.val_check_interval=300 "
+        f"hydra.run.dir={run_dir}",
+    ]
+    assert trained == [fused[0], trained[1], *plan]
     one_each = gpu_check_plan(tmp_path, 600, ATTENTIONS="a b", TRAINING_PARTS="9")
     assert [name for name, _, _ in one_each if name.startswith("training")] == [
         "training-1", "training-2"
