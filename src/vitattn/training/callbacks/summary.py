@@ -14,11 +14,11 @@ class ModelSummary(L.pytorch.callbacks.ModelSummary):
 
     Lightning counts the FLOPs under ``FlopCounterMode``; before torch 2.14 Dynamo, called under
     a dispatch mode, marks the code it was asked to compile as never to be compiled
-    (pytorch/pytorch#190286). So with this summary among the callbacks, as by default, every
-    ``model.compile`` run on such a torch trained eager, with a warning that it had (seen on
-    torch 2.11, the image of the project's lent GPUs). The summary's forward now runs with
-    ``torch.compile`` stood down (:func:`vitattn.utils.recompiles.eager_only`), as the project's own
-    FLOP count does, and Dynamo never sees it.
+    (pytorch/pytorch#190286). So with Lightning's summary among the callbacks, as by default,
+    every ``model.compile`` run on such a torch trained eager and warned that it had (seen on
+    torch 2.11, the image of the project's lent GPUs). Here the summary's forward runs with
+    ``torch.compile`` stood down (:func:`vitattn.utils.recompiles.eager_only`), as the project's
+    own FLOP count does, and Dynamo never sees it.
     """
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
