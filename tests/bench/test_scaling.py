@@ -17,6 +17,7 @@ from vitattn.bench import scaling
 from vitattn.bench.app import benchmark
 from vitattn.bench.environment import half_the_memory
 from vitattn.bench.grid import Guard, Sweep
+from vitattn.bench.kernels import as_given
 from vitattn.bench.scaling import Runner, predict
 from vitattn.bench.scaling_table import Row, crossover, fit_exponent
 from vitattn.bench.settings import load_settings
@@ -101,7 +102,37 @@ def test_guard_skips_a_size_predicted_too_large() -> None:
 
 def test_kernel_errors_are_recorded_not_raised() -> None:
     rows = Runner(small_sweep(attentions=["softmax"], knobs={"softmax": {"impl": "bad"}})).run()
-    assert all(r.status.startswith("unsupported: attention.impl='bad'") for r in rows)
+    assert all(r.status.startswith("unsupported: knobs.softmax.impl='bad'") for r in rows)
+
+
+def test_a_size_that_refuses_a_setting_names_it_as_given() -> None:
+    """``knobs.linformer.k=40`` is too many for 32 tokens and fine for 64: the row at n=32 says
+    why, naming the setting as the command line gave it (a variant's own under ``variants``)."""
+    variants = {"lf": {"attention": "linformer", "k": 40}}
+    sweep = small_sweep(
+        attentions=["linformer", "lf"], knobs={"linformer": {"k": 40}}, variants=variants
+    )
+    rows = Runner(sweep).run()
+    assert [r.status.split(" is ")[0] for r in rows] == [
+        "unsupported: knobs.linformer.k=40", "ok", "unsupported: variants.lf.k=40", "ok"
+    ]  # fmt: skip
+    assert "choose 1 <= knobs.linformer.k <= 32" in rows[0].status
+
+
+@pytest.mark.parametrize(
+    ("knobs", "variants", "named"),
+    [
+        ({"local": {"window": 9}}, {}, "knobs.local.window=9 is not valid"),
+        ({}, {"local": {"attention": "local", "window": 9}}, "variants.local.window=9 is not"),
+        ({"local": {"block": 4}}, {}, "attention.window=9 is not valid"),  # not given: a default
+        ({}, {}, "attention.window=9 is not valid"),
+    ],
+)
+def test_a_refusal_names_a_setting_as_given_and_a_default_in_the_mechanisms_words(
+    knobs: dict, variants: dict, named: str
+) -> None:
+    message = "attention.window=9 is not valid; choose an even integer"
+    assert as_given(message, "local", knobs, variants).startswith(named)
 
 
 def test_variants_measure_a_registered_attention_with_other_settings() -> None:

@@ -7,7 +7,7 @@ which exist, the config file says how to build each and which knobs it has.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +215,32 @@ def first_line(error: BaseException, limit: int = 200) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def failure_status(error: BaseException) -> str:
+def as_given(
+    message: str,
+    row: str,
+    knobs: Mapping[str, Mapping[str, Any]] | None,
+    variants: Mapping[str, Mapping[str, Any]] | None,
+) -> str:
+    """A mechanism's refusal of one of its settings (``attention.k=-3 is not valid; ...``) with
+    the setting named as the bench's command line gave it for row ``row``: ``knobs.<row>.k``, or
+    ``variants.<row>.k`` for a variant's own setting. A refusal of a setting the command line
+    did not give (a default of ``configs/attention/<name>.yaml``) is left as it is."""
+    from vitattn.attention.common.knobs import PREFIX
+
+    if not message.startswith(PREFIX):
+        return message
+    knob = message.removeprefix(PREFIX).split("=")[0].split(" ")[0]
+    for setting, given in (("knobs", knobs), ("variants", variants)):
+        if knob in ((given or {}).get(row) or {}):
+            return message.replace(PREFIX, f"{setting}.{row}.")
+    return message
+
+
+def failure_status(error: BaseException, named: Callable[[str], str] = str) -> str:
     """The status of a row whose kernel could not be built or run: ``unsupported: <why>`` for a
-    setting the kernel refuses, ``oom``, or ``error: <Type: message>``."""
+    setting the kernel refuses (its setting ``named`` as given, :func:`as_given`), ``oom``, or
+    ``error: <Type: message>``."""
     problem = own_refusal(error)
     if problem is not None:
-        return f"unsupported: {problem}"
+        return f"unsupported: {named(str(problem))}"
     return "oom" if is_out_of_memory(error) else f"error: {first_line(error)}"

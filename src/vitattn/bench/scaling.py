@@ -45,10 +45,7 @@ from vitattn.bench.floor import (
     share_of_floor,
 )
 from vitattn.bench.grid import Guard, Sweep, Workload, room_to_recompile
-from vitattn.bench.kernels import (
-    compiled_variant,
-    failure_status,
-)
+from vitattn.bench.kernels import as_given, compiled_variant, failure_status
 from vitattn.bench.memory import measure_memory
 from vitattn.bench.scaling_table import Row, add_speedups, scaling_table
 from vitattn.bench.settings import BenchSettings
@@ -338,7 +335,9 @@ class Runner:
             memory = measure_memory(work.forward_backward, sweep.device)
             add_floor(row, work, self.spec)
         except Exception as error:
-            row.status = failure_status(error)
+            row.status = failure_status(
+                error, lambda message: as_given(message, attention, sweep.knobs, sweep.variants)
+            )
             return
         finally:
             del work  # what this grid point allocated goes before the next one starts

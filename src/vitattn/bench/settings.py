@@ -425,7 +425,7 @@ def check_rows_build(
     grid (``knobs.linformer.k=-3``): measured, the row would only be ``unsupported`` at each
     size. A row refused at some sizes only (``knobs.linformer.k=512`` with ``seq_lens=[256,
     1024]``) is measured, and its status says where it was refused."""
-    from vitattn.bench.kernels import refused_at_every_size, split_variant
+    from vitattn.bench.kernels import as_given, refused_at_every_size, split_variant
 
     for row in rows:
         attention, settings = split_variant(row, variants, knobs)
@@ -435,26 +435,11 @@ def check_rows_build(
             attention, settings, grid.seq_lens, grid.head_dims, grid.heads
         )
         if refusal is not None:
+            named = as_given(str(refusal), row, knobs, variants)
             raise ConfigError(
-                f"{in_bench_words(str(refusal), row, knobs, variants)} (refused at every size: "
-                f"seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
+                f"{named if named != str(refusal) else f'{row}: {named}'} (refused at every "
+                f"size: seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
             )
-
-
-def in_bench_words(
-    message: str, row: str, knobs: dict[str, dict[str, Any]], variants: dict[str, dict[str, Any]]
-) -> str:
-    """A mechanism's refusal (``attention.k=-3 is not valid; ...``) with the setting named as the
-    bench's command line gives it: ``knobs.<row>.k``, or ``variants.<row>.k`` for a variant's
-    own setting."""
-    from vitattn.attention.common.knobs import PREFIX
-
-    knob = message.removeprefix(PREFIX).split("=")[0].split(" ")[0]
-    own = row in variants and knob not in (knobs.get(row) or {})
-    given = f"variants.{row}" if own else f"knobs.{row}"
-    if message.startswith(PREFIX):
-        return message.replace(PREFIX, f"{given}.")
-    return f"{given}: {message}"
 
 
 def check_budgets(
