@@ -103,3 +103,13 @@ def test_find_runs_in_natural_order_without_attempts_set_aside(tmp_path: Path) -
     assert find_runs([tmp_path], marker=("metrics.json",)) == [tmp_path / "seed=2"]
     with pytest.raises(FileNotFoundError):
         find_runs([tmp_path / "missing"])
+
+
+def test_a_run_state_reads_as_its_value_everywhere() -> None:
+    """``RunState`` is ``(str, Enum)`` with its value as its text, as ``enum.StrEnum`` (Python
+    3.11) would be: the project runs on 3.10, where the import of ``StrEnum`` failed."""
+    state = RunState.INTERRUPTED
+    assert state == "interrupted" and str(state) == f"{state}" == "interrupted"
+    assert f"{state:>12}" == " interrupted"
+    assert json.dumps({"status": state}) == '{"status": "interrupted"}'
+    assert RunState("completed") is RunState.COMPLETED

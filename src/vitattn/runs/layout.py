@@ -55,8 +55,15 @@ RESULTS = ("test/acc", "val/acc")
 """Figures only a run that reached its end records without a ``status`` (earlier versions)."""
 
 
-class RunState(enum.StrEnum):
-    """What a run directory says of its run."""
+class RunState(str, enum.Enum):
+    """What a run directory says of its run; a string, its value (``enum.StrEnum`` is Python
+    3.11's, and the project runs on 3.10)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
