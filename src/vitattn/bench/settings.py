@@ -266,7 +266,7 @@ class BenchSettings(Checked):
             self.attentions = resolve_attentions(self.attentions, variants=self.variants)
         self.attentions = with_compiled_rows(self.attentions, compiled, every=self.compiled is None)
         if self.mode is Mode.scaling:
-            check_rows_build(self.attentions, self.variants, self.knobs, self)
+            check_rows_build(self)
         if self.mode is Mode.approx:
             self.approx.budgets = check_budgets(self.approx.budgets, self.attentions, self.variants)
         if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
@@ -415,27 +415,23 @@ def check_knobs(
     return knobs
 
 
-def check_rows_build(
-    rows: Sequence[str],
-    variants: dict[str, dict[str, Any]],
-    knobs: dict[str, dict[str, Any]],
-    grid: BenchSettings,
-) -> None:
+def check_rows_build(grid: BenchSettings) -> None:
     """Refuse in one line the settings of a row that its mechanism refuses at every size of the
     grid (``knobs.linformer.k=-3``): measured, the row would only be ``unsupported`` at each
     size. A row refused at some sizes only (``knobs.linformer.k=512`` with ``seq_lens=[256,
     1024]``) is measured, and its status says where it was refused."""
     from vitattn.bench.kernels import as_given, refused_at_every_size, split_variant
 
-    for row in rows:
-        attention, settings = split_variant(row, variants, knobs)
+    assert grid.attentions is not None
+    for row in grid.attentions:
+        attention, settings = split_variant(row, grid.variants, grid.knobs)
         if not settings:
             continue  # the config's defaults: every mechanism builds at every size
         refusal = refused_at_every_size(
             attention, settings, grid.seq_lens, grid.head_dims, grid.heads
         )
         if refusal is not None:
-            named = as_given(str(refusal), row, knobs, variants)
+            named = as_given(str(refusal), row, grid.knobs, grid.variants)
             raise ConfigError(
                 f"{named if named != str(refusal) else f'{row}: {named}'} (refused at every "
                 f"size: seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
