@@ -36,10 +36,6 @@ from vitattn.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
-needs_flex = pytest.mark.skipif(
-    flex.flex_attention is None or flex._torch_version() < flex.MIN_TORCH,
-    reason="torch has no usable FlexAttention",
-)
 on_gpu = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="FlexAttention's backward runs on CUDA only"
 )
@@ -151,7 +147,6 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     return float((got.float() - expected).norm() / expected.norm())
 
 
-@needs_flex
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("case", CASES)
 def test_flex_equals_gather_equals_the_dense_pattern(case: str, dtype, eager_flex) -> None:
@@ -171,7 +166,6 @@ def test_flex_equals_gather_equals_the_dense_pattern(case: str, dtype, eager_fle
                 assert relative_error(got, expected) < 2e-2, impl
 
 
-@needs_flex
 @pytest.mark.slow
 @pytest.mark.parametrize("case", COMPILED)
 def test_compiled_flex_equals_the_dense_pattern(case: str) -> None:
@@ -182,7 +176,6 @@ def test_compiled_flex_equals_the_dense_pattern(case: str) -> None:
     torch.testing.assert_close(got, masked_softmax(q, k, v, allowed), rtol=1e-4, atol=1e-4)
 
 
-@needs_flex
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["bigbird-cls", "sparse-fixed-heads-cls"])
 def test_compiled_flex_in_bf16_is_the_fp32_pattern_rounded(case: str) -> None:
@@ -206,7 +199,6 @@ def test_compiled_flex_in_bf16_is_the_fp32_pattern_rounded(case: str) -> None:
 # --------------------------------------------------------------------------- gradients
 
 
-@needs_flex
 @on_gpu
 @pytest.mark.slow  # compiles forward and backward kernels per case
 @pytest.mark.parametrize(
@@ -246,7 +238,6 @@ def test_flex_refuses_gradients_on_a_cpu_in_one_line(kernel_class) -> None:
     assert str(refused.value).startswith(f"attention.impl=flex ({kernel.name}) cannot run here")
 
 
-@needs_flex
 def test_flex_without_gradients_takes_inputs_that_require_them(eager_flex) -> None:
     """Evaluation of a model whose inputs require grad (the bench's forward) runs flex."""
     kernel, allowed = build("local-2d-cls")
@@ -286,7 +277,6 @@ def test_auto_on_a_cpu_is_gather_untimed(kernel_class, monkeypatch) -> None:
     assert not autotune.choices().chosen
 
 
-@needs_flex
 def test_timed_auto_chooses_once_per_shape_and_logs_once(
     timed_cpu, eager_flex, monkeypatch, caplog
 ) -> None:
@@ -330,22 +320,6 @@ def test_nothing_is_timed_under_torch_compile(kernel_class, timed_cpu, monkeypat
 # ------------------------------------------------------------- where flex cannot run
 
 
-@pytest.mark.parametrize("missing", ["flex_attention", "version"])
-def test_without_flexattention_flex_refuses_and_auto_gathers(missing, monkeypatch, timed_cpu):
-    if missing == "flex_attention":  # torch < 2.5
-        monkeypatch.setattr(flex, "flex_attention", None)
-    else:
-        monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
-    kernel = SparseAttention(seq_len=64, heads=2, head_dim=16, impl="flex")
-    q, k, v = qkv(64)
-    with pytest.raises(flex.FlexUnavailableError, match="has no usable FlexAttention") as refused:
-        kernel(q, k, v)
-    assert "\n" not in str(refused.value) and "attention.impl=gather or auto" in str(refused.value)
-    with torch.no_grad():
-        assert torch.equal(attend(kernel, "auto", q, k, v), attend(kernel, "gather", q, k, v))
-    assert not autotune.choices().chosen
-
-
 def test_float64_flex_refuses_and_auto_gathers(timed_cpu) -> None:
     kernel = BigBirdAttention(seq_len=64, heads=2, head_dim=16, block=8, impl="flex")
     q, k, v = (x.double() for x in qkv(64))
@@ -362,7 +336,6 @@ def failing_compiler(*args, **kwargs) -> torch.Tensor:
     raise CppCompileError(["g++", "kernel.cpp"], "kernel.cpp:1: error: the compiler failed")
 
 
-@needs_flex
 def test_a_failed_compilation_refuses_flex_and_auto_gathers(monkeypatch, timed_cpu, caplog):
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda: failing_compiler)
     kernel = LocalAttention(seq_len=64, heads=2, head_dim=16, impl="flex")
@@ -381,7 +354,6 @@ def test_a_failed_compilation_refuses_flex_and_auto_gathers(monkeypatch, timed_c
     assert not autotune.choices().chosen
 
 
-@needs_flex
 def test_auto_falls_back_to_gather_when_timing_finds_flex_broken(monkeypatch, timed_cpu):
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda: failing_compiler)
     kernel = BigBirdAttention(seq_len=64, heads=2, head_dim=16, block=8)
@@ -391,7 +363,6 @@ def test_auto_falls_back_to_gather_when_timing_finds_flex_broken(monkeypatch, ti
     assert not autotune.choices().chosen and "cpu" in flex.failures()
 
 
-@needs_flex
 @pytest.mark.slow
 def test_no_cxx_compiler_refuses_flex_in_one_line(monkeypatch, tmp_path) -> None:
     """A real failed compilation: no C++ compiler, and no cached kernel to fall back on."""
@@ -428,7 +399,6 @@ def test_configs_default_to_auto(name: str) -> None:
     )
 
 
-@needs_flex
 @pytest.mark.parametrize("case", ["local-2d-cls", "bigbird-cls", "sparse-fixed-heads-cls"])
 def test_block_masks_are_torch_block_masks_built_in_chunks(case: str, monkeypatch) -> None:
     """flex.build_block_mask (chunks of query rows) gives the BlockMask torch's
@@ -449,7 +419,6 @@ def test_block_masks_are_torch_block_masks_built_in_chunks(case: str, monkeypatc
         assert torch.equal(getattr(ours, name), getattr(torchs, name)), name
 
 
-@needs_flex
 @pytest.mark.parametrize(
     ("kernel", "skipped"),
     [(lambda: LocalAttention(seq_len=1025, heads=4, head_dim=16), 0.7),
@@ -467,7 +436,6 @@ def test_block_masks_skip_most_blocks(kernel, skipped: float) -> None:
     assert block_mask.sparsity() / 100 > skipped
 
 
-@needs_flex
 def test_block_mask_built_once_per_token_count(eager_flex) -> None:
     kernel = local(50, 7, "1d", 0)
     for n in (50, 50, 40, 50, 40):
@@ -476,7 +444,6 @@ def test_block_mask_built_once_per_token_count(eager_flex) -> None:
     assert sorted(key[0] for key in kernel._block_masks._masks) == [40, 50]
 
 
-@needs_flex
 def test_bigbird_flex_follows_loaded_random_blocks(eager_flex) -> None:
     """Loading a checkpoint replaces a layer's random blocks: flex must not keep the old ones."""
     first = bigbird(64, 8, 1, 2, 0)

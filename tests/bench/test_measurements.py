@@ -57,13 +57,6 @@ def flex_local(n: int) -> torch.nn.Module:
     return build_kernel("local", seq_len=n, heads=2, head_dim=16, knobs={"impl": "flex"})
 
 
-needs_flex = pytest.mark.skipif(
-    flex.flex_attention is None or flex._torch_version() < flex.MIN_TORCH,
-    reason="torch has no usable FlexAttention",
-)
-
-
-@needs_flex
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_memory_of_an_uncompiled_flex_kernel_counts_its_output_not_its_internals(
     monkeypatch,
@@ -90,7 +83,6 @@ def test_memory_of_an_uncompiled_flex_kernel_counts_its_output_not_its_internals
     torch.testing.assert_close(forward(), expected)
 
 
-@needs_flex
 @pytest.mark.slow
 def test_memory_of_compiled_flex_kernels_at_two_sizes_in_a_row() -> None:
     """The real path: FlexAttention compiled stays compiled under the measurement (a dispatch

@@ -17,11 +17,7 @@ import torch
 from vitattn.attention.common import knobs
 from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.fusable import IMPLEMENTATIONS, FusedOrPlain
-
-try:
-    from vitattn.attention.fused.efficient import fused_efficient_attention
-except ImportError:  # torch < 2.4: fused.unavailable_on says so, and it is never called
-    fused_efficient_attention = None
+from vitattn.attention.fused.efficient import fused_efficient_attention
 
 
 @register_attention("efficient")

@@ -38,11 +38,7 @@ from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.favor import STABILIZERS, Favor, orthogonal_gaussian_rows
 from vitattn.attention.feature_maps.kernel import FUSED_IMPLEMENTATIONS, FeatureMapAttention
-
-try:
-    from vitattn.attention.fused.favor import fused_favor_attention
-except ImportError:  # torch < 2.4: fused.unavailable_on says so, and it is never called
-    fused_favor_attention = None
+from vitattn.attention.fused.favor import fused_favor_attention
 
 
 @register_attention("performer")

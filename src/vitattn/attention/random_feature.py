@@ -43,11 +43,7 @@ from vitattn.attention.common.base import register_attention
 from vitattn.attention.common.tiling import GPU_TILE_MEMORY
 from vitattn.attention.feature_maps.fourier import RandomFourier
 from vitattn.attention.feature_maps.kernel import FUSED_IMPLEMENTATIONS, FeatureMapAttention
-
-try:
-    from vitattn.attention.fused.fourier import fused_fourier_attention
-except ImportError:  # torch < 2.4: fused.unavailable_on says so, and it is never called
-    fused_fourier_attention = None
+from vitattn.attention.fused.fourier import fused_fourier_attention
 
 
 @register_attention("random_feature")

@@ -32,9 +32,7 @@ def eager_only() -> contextlib.AbstractContextManager[Any]:
 
     Dynamo refuses to trace under a dispatch mode such as ``FlopCounterMode``, and up to torch
     2.13 it then marks the code object as never to be compiled (pytorch/pytorch#190286): one
-    count before training left every later ``model.compile=true`` forward eager, silently. On a
-    torch without ``torch.compiler.set_stance`` (before 2.6), nothing changes."""
+    count before training left every later ``model.compile=true`` forward eager, silently."""
     import torch
 
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return contextlib.nullcontext() if set_stance is None else set_stance("force_eager")
+    return torch.compiler.set_stance("force_eager")

@@ -22,8 +22,6 @@ bf16 or fp16 inputs give the weights times V as a half-precision product. It tak
 
 Where it cannot run. ``impl=flex`` then refuses in one line and ``auto`` takes ``gather``:
 
-- torch before 2.6 (without ``torch.nn.attention.flex_attention``, or without the BlockMask
-  sequence lengths used here);
 - gradients on a CPU: FlexAttention's backward is a Triton kernel, so on a CPU it is inference
   only (torch 2.14: "FlexAttention does not support backward on CPU");
 - a failed compilation (no C++ compiler on a CPU, say): the first failure is logged, and flex is
@@ -35,24 +33,14 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from vitattn.attention.common import autotune
 from vitattn.attention.common.blocks import pad_tokens
 from vitattn.errors import ConfigError
 from vitattn.utils.recompiles import recompile_limit_set_to
-
-try:
-    from torch.nn.attention.flex_attention import BlockMask, flex_attention
-except ImportError:  # torch < 2.5
-    BlockMask = Any  # type: ignore[misc,assignment]
-    flex_attention = None
-
-MIN_TORCH = (2, 6)
-"""The first torch whose BlockMask takes sequence lengths that are no multiple of its blocks
-(``seq_lengths``) and whose CPU FlexAttention kernel is compiled; 2.14 is what was tested."""
 
 IMPLEMENTATIONS = ("auto", "gather", "flex")
 """The ``impl`` knob of the sparse kernels."""
@@ -117,8 +105,6 @@ class FlexUnavailableError(ConfigError):
 
 def unusable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why FlexAttention cannot run on these inputs, or ``None`` if it can."""
-    if flex_attention is None or _torch_version() < MIN_TORCH:
-        return f"torch {torch.__version__} has no usable FlexAttention (torch >= 2.6)"
     device = q.device.type
     if (failed := failure(device)) is not None:
         return failed
@@ -132,11 +118,6 @@ def unusable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
             "there it runs without gradients only (evaluation, inference)"
         )
     return None
-
-
-def _torch_version() -> tuple[int, int]:
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
 def compute_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.dtype:

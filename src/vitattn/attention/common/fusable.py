@@ -12,11 +12,7 @@ import torch
 from vitattn.attention import fused as fused_paths
 from vitattn.attention.common import autotune
 from vitattn.attention.common.base import AttentionKernel
-
-try:
-    from vitattn.attention.fused.linear import fused_linear_attention
-except ImportError:  # torch < 2.4: fused_paths.unavailable_on says so, and it is never called
-    fused_linear_attention = None
+from vitattn.attention.fused.linear import fused_linear_attention
 
 IMPLEMENTATIONS = ("auto", "torch", "triton")
 """The ``impl`` knob of a mechanism with a fused path."""

@@ -26,8 +26,6 @@ from vitattn.errors import ConfigError
 @torch.compiler.assume_constant_result
 def unavailable_on(device_type: str) -> str | None:
     """Why the fused paths cannot run on a device of this type here, or ``None`` if they can."""
-    if not hasattr(torch.library, "custom_op"):
-        return f"the fused kernels need torch 2.4 or later, not {torch.__version__}"
     try:
         from vitattn.attention.fused import tiles
     except ImportError as error:

@@ -15,9 +15,6 @@ from torch import Tensor
 
 from vitattn.attention.fused import count_as_products, fused_operators
 
-if not hasattr(torch.library, "custom_op"):
-    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
-
 
 def _efficient_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(out, C, L): out = softmax_row(q) C, C = softmax_col(k)^T v, L the keys' log-sum-exp over

@@ -17,9 +17,6 @@ from torch import Tensor
 
 from vitattn.attention.fused import count_as_feature_products, fused_operators
 
-if not hasattr(torch.library, "custom_op"):
-    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
-
 Saved = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 """out, the sine and cosine halves of S and of z, the keys' maximum, the floor, the normaliser."""
 

@@ -17,9 +17,6 @@ from torch import Tensor
 
 from vitattn.attention.fused import count_as_products, fused_operators
 
-if not hasattr(torch.library, "custom_op"):
-    raise ImportError(f"the fused kernels need torch 2.4 or later, not {torch.__version__}")
-
 
 def _linear_attention(
     q: Tensor, k: Tensor, v: Tensor, eps: float, feature: str
