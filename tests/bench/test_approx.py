@@ -13,6 +13,7 @@ from tests.support.presets import compose_config
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.approx import approximation_errors, random_qkv
+from vitattn.bench.kernels import as_budgeted
 from vitattn.bench.packages import PACKAGES
 
 
@@ -32,6 +33,27 @@ def test_error_falls_with_the_budget_on_random_inputs() -> None:
     nystrom_full = [r for r in rows if r.attention == "nystrom" and r.budget == 32]
     if nystrom_full:  # landmarks = n is exact up to the iterative pseudoinverse
         assert nystrom_full[0].output_rel_error < 0.05
+
+
+def test_a_refused_budget_value_is_named_as_given_in_its_row() -> None:
+    """A budget value the mechanism refuses is a row ``unsupported`` naming the list it came
+    from (``approx.budgets.<row>.values``, over ``knobs.<row>`` of the same knob), and the other
+    values are measured; a refused knob outside the budget is named as the command line gave it."""
+    budgets = {"linformer": {"knob": "k", "values": [-3, 8]}}
+    inputs = {"random": random_qkv(1, 2, 32, 16, seed=3)}
+    knobs = {"linformer": {"k": 4}}
+    rows = approximation_errors(["linformer"], budgets, inputs, knobs=knobs)
+    assert [r.budget for r in rows] == [-3, 8]
+    assert rows[0].status == (
+        "unsupported: approx.budgets.linformer.values: k=-3 is not valid; choose an integer >= 1"
+    )
+    assert rows[1].status == "ok" and rows[1].output_rel_error is not None
+    assert as_budgeted("attention.k=-3 is not valid", "linformer", "", knobs, None) == (
+        "knobs.linformer.k=-3 is not valid"
+    )
+    variants = {"lf": {"attention": "linformer", "share_kv": 2}}
+    message = "attention.share_kv=2 is not valid"
+    assert as_budgeted(message, "lf", "k", None, variants) == "variants.lf.share_kv=2 is not valid"
 
 
 @pytest.mark.slow

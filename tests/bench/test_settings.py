@@ -69,6 +69,27 @@ BAD_INPUTS = [
         r"variants.fast.k is not a setting",
     ),
     (
+        ["mode=approx", "attentions=[linformer]", "approx.budgets.linformer.values=[-3,-4]"],
+        r"^approx.budgets.linformer.values: k=-3 is not valid; choose an integer >= 1 \(refused "
+        r"at each of approx.budgets.linformer.values=\[-3, -4\], at approx.seq_len=256, "
+        r"approx.head_dim=64\)$",
+    ),
+    (
+        ["mode=approx", "attentions=[linformer]", "approx.budgets.linformer.values=[300]"],
+        r"^approx.budgets.linformer.values: k=300 is larger than the 256 tokens of this model; "
+        r"choose 1 <= k <= 256 .*\(refused at each of",
+    ),
+    (
+        ["mode=approx", "attentions=[performer]", "+knobs.performer.redraw_interval=-1"],
+        r"^knobs.performer.redraw_interval=-1 is not valid; choose an integer >= 0 .*\(refused "
+        r"at each of approx.budgets.performer.values=\[16, 32, 64, 128, 256, 512, 1024\], at",
+    ),
+    (
+        ["mode=approx", "attentions=[lf]", "+variants.lf={attention:linformer,k:0}"],
+        r"^variants.lf.k=0 is not valid; choose an integer >= 1 \(refused at "
+        r"approx.seq_len=256, approx.head_dim=64\)$",
+    ),
+    (
         ["mode=approx", "attentions=[nystrom]", "approx.budgets.nystrom.knob=m"],
         r"approx.budgets.nystrom.knob=m is not a setting of configs/attention/nystrom.yaml",
     ),
@@ -128,6 +149,23 @@ def test_settings_a_mechanism_takes_at_one_size_of_the_grid_are_measured(tmp_pat
     overrides = ["attentions=[linformer]", "+knobs.linformer.k=100", "seq_lens=[64,256]"]
     settings = load_settings(compose_config("bench", overrides, tmp_path / "run"))
     assert settings.knobs == {"linformer": {"k": 100}} and settings.seq_lens == [64, 256]
+
+
+def test_budget_values_a_mechanism_takes_at_one_size_of_the_inputs_are_measured(
+    tmp_path: Path,
+) -> None:
+    """``mode=approx``: a budget refused at some of its values only is measured (those rows say
+    why), and so is one refused at ``approx.seq_len`` but taken at the pixel inputs' 1024
+    tokens. With ``ckpt_path`` nothing is refused before the run: the checkpoint's inputs have
+    their own n, known once it is read."""
+    overrides = ["mode=approx", "attentions=[linformer]"]
+    for more in (
+        ["approx.budgets.linformer.values=[-3,8]"],
+        ["approx.budgets.linformer.values=[300]", "approx.pixels=true"],
+    ):
+        settings = load_settings(compose_config("bench", overrides + more, tmp_path / "run"))
+        assert settings.approx.budgets["linformer"]["knob"] == "k"
+    assert not (tmp_path / "run").exists()
 
 
 def test_level_train_moved_to_mode_train() -> None:

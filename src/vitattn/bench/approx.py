@@ -40,7 +40,7 @@ from vitattn.attention.common.base import AttentionKernel
 from vitattn.attention.common.probe import implied_matrix, relative_error, softmax_reference
 from vitattn.bench.capture import QKV, checkpoint_qkv, pixel_qkv
 from vitattn.bench.environment import environment
-from vitattn.bench.kernels import build_kernel, failure_status, split_variant
+from vitattn.bench.kernels import as_budgeted, build_kernel, failure_status, split_variant
 from vitattn.bench.packages import PACKAGES
 from vitattn.bench.settings import BenchSettings
 from vitattn.runs.results import number
@@ -116,9 +116,10 @@ def measure_row(
     *,
     trials: int,
     seed: int,
+    named: Callable[[str], str] = str,
 ) -> None:
     """Fill ``row``: errors of the kernels ``build`` returns, one per seed of ``trials``,
-    averaged."""
+    averaged; a setting the kernel refuses is ``named`` as given in the row's status."""
     q, k, v = qkv
     outputs: list[float] = []
     matrices: list[float] = []
@@ -128,7 +129,7 @@ def measure_row(
             kernel = build().to(device=q.device, dtype=q.dtype)
             output, matrix, row.matrix_method = errors_of(kernel, q, k, v, reference)
         except Exception as error:
-            row.status = failure_status(error)
+            row.status = failure_status(error, named)
             return
         outputs.append(output)
         if matrix is not None:
@@ -183,6 +184,10 @@ def approximation_errors(
         for name in attentions:
             attention, settings = split_variant(name, variants, knobs)
             budget = budget_of(name, budgets)
+
+            def named(message: str, name: str = name, knob: str = budget.knob) -> str:
+                return as_budgeted(message, name, knob, knobs, variants)
+
             for value in budget.values:
                 if budget.knob:
                     settings[budget.knob] = value
@@ -194,7 +199,9 @@ def approximation_errors(
                     if isinstance(build, str):
                         row.status = build
                     else:
-                        measure_row(row, build, qkv, reference, trials=trials, seed=seed)
+                        measure_row(
+                            row, build, qkv, reference, trials=trials, seed=seed, named=named
+                        )
                     rows.append(row)
                     log.info(
                         "%s (%s) %s=%s on %s: output error %s, matrix error %s (%s)",

@@ -227,13 +227,38 @@ def as_given(
     did not give (a default of ``configs/attention/<name>.yaml``) is left as it is."""
     from vitattn.attention.common.knobs import PREFIX
 
-    if not message.startswith(PREFIX):
-        return message
-    knob = message.removeprefix(PREFIX).split("=")[0].split(" ")[0]
+    knob = refused_knob(message)
     for setting, given in (("knobs", knobs), ("variants", variants)):
-        if knob in ((given or {}).get(row) or {}):
+        if knob is not None and knob in ((given or {}).get(row) or {}):
             return message.replace(PREFIX, f"{setting}.{row}.")
     return message
+
+
+def refused_knob(message: str) -> str | None:
+    """The setting a mechanism's refusal names (``attention.k=-3 is not valid; ...``: ``k``), or
+    ``None`` where it names none."""
+    from vitattn.attention.common.knobs import PREFIX
+
+    if not message.startswith(PREFIX):
+        return None
+    return message.removeprefix(PREFIX).split("=")[0].split(" ")[0]
+
+
+def as_budgeted(
+    message: str,
+    row: str,
+    budget_knob: str,
+    knobs: Mapping[str, Mapping[str, Any]] | None,
+    variants: Mapping[str, Mapping[str, Any]] | None,
+) -> str:
+    """:func:`as_given` for ``mode=approx``, where row ``row``'s ``budget_knob`` takes the values
+    of ``approx.budgets.<row>.values`` (over any ``knobs.<row>`` of it): a refusal of that knob
+    names the list it came from (``approx.budgets.linformer.values: k=-3 is not valid; ...``)."""
+    from vitattn.attention.common.knobs import PREFIX
+
+    if budget_knob and refused_knob(message) == budget_knob:
+        return f"approx.budgets.{row}.values: {message.replace(PREFIX, '')}"
+    return as_given(message, row, knobs, variants)
 
 
 def failure_status(error: BaseException, named: Callable[[str], str] = str) -> str:

@@ -269,6 +269,8 @@ class BenchSettings(Checked):
             check_rows_build(self)
         if self.mode is Mode.approx:
             self.approx.budgets = check_budgets(self.approx.budgets, self.attentions, self.variants)
+            if not self.ckpt_path:
+                check_budget_rows_build(self)
         if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
             self.ckpt_path = require_checkpoint(self.ckpt_path, self.mode)
         if self.mode is Mode.train and "timm" in self.train.implementations:
@@ -435,6 +437,49 @@ def check_rows_build(grid: BenchSettings) -> None:
             raise ConfigError(
                 f"{named if named != str(refusal) else f'{row}: {named}'} (refused at every "
                 f"size: seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
+            )
+
+
+PIXEL_TOKENS = 1024
+"""Tokens of ``approx.pixels``' inputs: one per pixel of a CIFAR-10 image."""
+
+
+def check_budget_rows_build(grid: BenchSettings) -> None:
+    """``mode=approx``: refuse in one line the settings of a row that its mechanism refuses at
+    every value of its budget (``approx.budgets.linformer.values=[-3]``, or ``knobs.<row>`` it
+    refuses whatever the budget), at the inputs' sizes: measured, the row would only be
+    ``unsupported`` at each value. A row refused at some values only is measured, and their
+    statuses say why. Not with ``ckpt_path``: the checkpoint's inputs have their own n and d,
+    known once it is read, and its rows say what they refuse."""
+    from vitattn.bench.kernels import as_budgeted, refused_at_every_size, split_variant
+
+    assert grid.attentions is not None
+    approx = grid.approx
+    seq_lens = [approx.seq_len] + ([PIXEL_TOKENS] if approx.pixels else [])
+    for row in grid.attentions:
+        attention, settings = split_variant(row, grid.variants, grid.knobs)
+        entry = approx.budgets.get(row) or {"knob": "", "values": [None]}
+        if not settings and not entry["knob"]:
+            continue  # the config's defaults
+        first: ConfigError | None = None
+        for value in entry["values"]:
+            if entry["knob"]:
+                settings[entry["knob"]] = value
+            refusal = refused_at_every_size(
+                attention, settings, seq_lens, [approx.head_dim], grid.heads
+            )
+            if refusal is None:
+                break  # measured: the refused values' rows say why
+            first = first or refusal
+        else:
+            assert first is not None
+            named = as_budgeted(str(first), row, entry["knob"], grid.knobs, grid.variants)
+            values = f"each of approx.budgets.{row}.values={entry['values']}, at "
+            sizes = f"approx.seq_len={approx.seq_len}"
+            sizes += f" (and {PIXEL_TOKENS}: approx.pixels)" if approx.pixels else ""
+            raise ConfigError(
+                f"{named if named != str(first) else f'{row}: {named}'} (refused at "
+                f"{values if entry['knob'] else ''}{sizes}, approx.head_dim={approx.head_dim})"
             )
 
 
