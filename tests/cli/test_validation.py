@@ -85,6 +85,18 @@ def test_describe_names_what_is_valid() -> None:
         ),
         ("matmul_precision=low", r"^matmul_precision='low' is not valid; choose one of highest"),
         ("trainer.accelerator=tpu9", r"^trainer: these settings are refused .*accelerator"),
+        (
+            "trainer.gradient_clip_val=-1",
+            r"^trainer.gradient_clip_val=-1 is not valid; choose a number > 0 .*, or 0 or null "
+            r"\(no clipping\)$",
+        ),
+        ("trainer.gradient_clip_val=nan", r"^trainer.gradient_clip_val=nan is not valid"),
+        (
+            "trainer.check_val_every_n_epoch=0",
+            r"^trainer.check_val_every_n_epoch=0 is not valid; choose an integer >= 1, or null",
+        ),
+        ("trainer.check_val_every_n_epoch=-2", r"^trainer.check_val_every_n_epoch=-2 is not"),
+        ("trainer.log_every_n_steps=-1", r"^trainer.log_every_n_steps=-1 is not valid; choose an"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:

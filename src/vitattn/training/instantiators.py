@@ -72,6 +72,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     max_epochs = trainer_cfg.get("max_epochs")
     if max_epochs == 0:
         raise checks.invalid("trainer.max_epochs", 0, "-1, null or a number of epochs >= 1")
+    check_lightning_counts(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
         default_root_dir=None,
@@ -81,3 +82,33 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
+
+
+def check_lightning_counts(trainer_cfg: DictConfig) -> None:
+    """Trainer settings Lightning takes in any value but uses as a count or a bound, refused in
+    one line where it would fail or quietly do another thing: ``check_val_every_n_epoch=0``
+    divides by zero after the first epoch, a negative ``gradient_clip_val`` turns clipping off
+    and NaN makes every gradient NaN, a negative ``log_every_n_steps`` logs at every step."""
+    every = trainer_cfg.get("check_val_every_n_epoch")
+    if every is not None:
+        checks.integer(
+            "trainer.check_val_every_n_epoch",
+            every,
+            hint=", or null (validate every trainer.val_check_interval steps)",
+        )
+    clip = trainer_cfg.get("gradient_clip_val")
+    if clip is not None and not (checks.is_number(clip) and clip >= 0):
+        raise checks.invalid(
+            "trainer.gradient_clip_val",
+            clip,
+            "a number > 0 (the gradients' largest norm, or value with "
+            "trainer.gradient_clip_algorithm=value), or 0 or null (no clipping)",
+        )
+    log_every = trainer_cfg.get("log_every_n_steps")
+    if log_every is not None:
+        checks.integer(
+            "trainer.log_every_n_steps",
+            log_every,
+            low=0,
+            hint=" (0: no training curves), or null (Lightning's 50)",
+        )
