@@ -138,6 +138,24 @@ def set_data(name: str, node: Callable[[Site], Any]) -> Callable[[Site, dict[str
     return edit
 
 
+def trains_elsewhere(site: Site) -> dict[str, Any]:
+    """A class vitattn builds, but never from a module's settings: a trainer and its logger,
+    with folders outside the run."""
+    logger = {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(site.victim_dir)}
+    trainer = {"_target_": "lightning.pytorch.Trainer", "default_root_dir": str(site.victim_dir)}
+    return {**trainer, "logger": logger}
+
+
+def downloads_elsewhere(site: Site, checkpoint: dict[str, Any]) -> None:
+    """The network's attention is vitattn's data module, downloading into a folder outside."""
+    checkpoint["hyper_parameters"]["net"]["attention"] = {
+        "_target_": "vitattn.data.cifar10.CIFAR10DataModule",
+        "_partial_": True,
+        "data_dir": str(site.victim_dir / "data"),
+        "download": True,
+    }
+
+
 def reads_the_secret(site: Site, checkpoint: dict[str, Any]) -> None:
     checkpoint["hyper_parameters"]["net"]["embed_dim"] = f"${{oc.env:{SECRET_NAME}}}"
 
@@ -164,6 +182,16 @@ CHECKPOINT_VECTORS: dict[str, tuple[Callable[[Site, dict[str, Any]], None], str]
         r"datamodule_hyper_parameters\.grayscale is a dict, not a plain value",
     ),
     "a setting reads the environment": (reads_the_secret, r"calls the resolver 'oc\.env'"),
+    "the network is a trainer writing elsewhere": (
+        set_network(trains_elsewhere),
+        r"hyper_parameters\.net\._target_=lightning\.pytorch\.Trainer is built by vitattn "
+        r"elsewhere, never from a module's settings",
+    ),
+    "the attention is a data module": (
+        downloads_elsewhere,
+        r"hyper_parameters\.net\.attention\._target_=vitattn\.data\.cifar10\."
+        r"CIFAR10DataModule is built by vitattn elsewhere",
+    ),
 }
 
 COMMANDS = {

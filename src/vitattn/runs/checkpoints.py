@@ -29,7 +29,7 @@ from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.checkpoint_values import check_values
 from vitattn.runs.files import one_line
 from vitattn.runs.training_state import check_training_state
-from vitattn.runs.trust import check_data_settings, check_stored_config
+from vitattn.runs.trust import check_data_settings, check_stored_config, module_targets
 from vitattn.utils.config import flatten
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
         )
     for key in MODULE_SETTINGS_KEYS:
         if key in checkpoint:
-            check_stored_config(checkpoint[key], str(path), key)
+            check_stored_config(checkpoint[key], str(path), key, module_targets())
     if DATA_SETTINGS_KEY in checkpoint:
         check_data_settings(checkpoint[DATA_SETTINGS_KEY], str(path), DATA_SETTINGS_KEY)
     check_values(checkpoint, str(path))

@@ -12,7 +12,10 @@ read from a file is checked here first, against an allowlist:
 * a ``_target_`` (anywhere: nested nodes, ``_args_``, ``_partial_`` ones) must be one that the
   project's own ``configs/`` name: the attention registry, vitattn's model, data, callback and
   logger classes, and the torch optimizers and Lightning callbacks and loggers it uses
-  (:func:`allowed_targets`);
+  (:func:`allowed_targets`); in a checkpoint's module settings, only what the module builds
+  from them: the network, its attention, the optimizer and the schedule
+  (:func:`module_targets`: a trainer, a logger or a data module there would be built with
+  paths from the file);
 * a string may interpolate other settings (``${model.embed_dim}``) but call no resolver other
   than vitattn's own: ``${oc.env:...}`` would read the environment, others run code;
 * data settings (``shift``, ``grayscale``, ``normalize``, ...) are plain values, never configs.
@@ -67,6 +70,22 @@ def allowed_targets(config_dir: Path = CONFIG_DIR) -> frozenset[str]:
     return frozenset(targets)
 
 
+MODULE_GROUPS = ("model", "attention", "optimizer", "scheduler")
+"""The config groups whose objects the LightningModule builds from its settings
+(``configs/module/classifier.yaml``: ``net``, its ``attention``, ``optimizer``, ``scheduler``)."""
+
+
+@functools.cache
+def module_targets(config_dir: Path = CONFIG_DIR) -> frozenset[str]:
+    """The ``_target_`` s of :data:`MODULE_GROUPS` in the project's ``configs/``: all that a
+    checkpoint's module settings may ask vitattn to build."""
+    targets: set[str] = set()
+    for group in MODULE_GROUPS:
+        for path in sorted((config_dir / group).rglob("*.yaml")):
+            targets.update(_targets_in(yaml.safe_load(path.read_text())))
+    return frozenset(targets)
+
+
 def _targets_in(content: Any) -> Iterator[str]:
     if isinstance(content, Mapping):
         for key, value in content.items():
@@ -91,9 +110,12 @@ def plain(content: Any) -> Any:
     return content
 
 
-def check_stored_config(content: Any, source: str, key: str) -> None:
+def check_stored_config(
+    content: Any, source: str, key: str, allowed: frozenset[str] | None = None
+) -> None:
     """Refuse in one line a config read from ``source`` (a file) that names a ``_target_``
-    outside :func:`allowed_targets`, or calls a resolver other than vitattn's own. ``key`` is
+    outside ``allowed`` (:func:`allowed_targets` if not given), or calls a resolver other than
+    vitattn's own. ``key`` is
     where ``content`` sits in the file (``hyper_parameters.net``). The walk has no recursion (a
     file's nesting has no bound of its own) and visits each container once: one the file refers
     to twice (a few KB that expand to billions of nodes in any copy), past
@@ -117,7 +139,7 @@ def check_stored_config(content: Any, source: str, key: str) -> None:
                 )
         if isinstance(node, Mapping):
             if "_target_" in node:
-                check_target(node["_target_"], source, f"{shown(path)}._target_")
+                check_target(node["_target_"], source, f"{shown(path)}._target_", allowed)
             partial = node.get("_partial_", False)
             if not isinstance(partial, bool):
                 raise UntrustedFileError(
@@ -153,10 +175,18 @@ def shown(path: Path_) -> str:
     return "".join(reversed(steps))
 
 
-def check_target(target: Any, source: str, key: str) -> None:
-    """Refuse a ``_target_`` read from a file unless vitattn builds it itself."""
-    if isinstance(target, str) and target in allowed_targets():
+def check_target(target: Any, source: str, key: str, allowed: frozenset[str] | None = None) -> None:
+    """Refuse a ``_target_`` read from a file unless vitattn builds it itself, there: one of
+    ``allowed`` (:func:`allowed_targets` if not given; a checkpoint's module settings give
+    :func:`module_targets`, and the line says so of a target vitattn builds elsewhere)."""
+    if isinstance(target, str) and target in (allowed or allowed_targets()):
         return
+    if isinstance(target, str) and target in allowed_targets():
+        raise UntrustedFileError(
+            f"{source}: {key}={target} is built by vitattn elsewhere, never from a module's "
+            f"settings (the network, its attention, the optimizer, the schedule), so it was "
+            f"not built ({COMMAND_LINE})"
+        )
     raise UntrustedFileError(
         f"{source}: {key}={target} is not something vitattn builds, so it was not built "
         f"(vitattn builds only the classes its configs/ name; {COMMAND_LINE})"
