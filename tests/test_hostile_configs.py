@@ -405,6 +405,21 @@ def test_a_checkpoint_of_someone_elses_run_replays_no_place_from_its_files(
     assert not list(site.root.rglob("evil_last*"))
 
 
+def test_a_recorded_count_that_would_never_end_a_step_is_refused(
+    site: Site, data_dir: Path
+) -> None:
+    """A recorded ``data.randaugment_ops=10^9`` is an integer of vitattn's configs, so it is
+    replayed; the data settings' bound refuses it before the run is touched (a resume trained
+    its first step for ever, and a SIGTERM waited for that step to end)."""
+    write_overrides(site, ["data.randaugment_ops=1000000000"])
+    before = tree_digest(site.root)
+    message = refused_in_process(
+        "vitattn-train", "resume=true", f"hydra.run.dir={site.run}", data_dir=data_dir
+    )
+    assert "data.randaugment_ops=1000000000 is not valid; choose 0..16" in message, message
+    assert tree_digest(site.root) == before and site.unharmed()
+
+
 @pytest.mark.parametrize(
     ("content", "refusal"),
     [

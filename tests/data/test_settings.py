@@ -106,6 +106,16 @@ def test_a_checkpoint_from_before_the_settings_builds_the_same_module(tmp_path: 
             "data.val_fraction=nan is not valid; choose 0 < value < 1",
         ),
         ({"randaugment_magnitude": 31}, "data.randaugment_magnitude=31 is not valid; choose 0..30"),
+        (
+            {"randaugment_ops": 10**9},
+            "data.randaugment_ops=1000000000 is not valid; choose 0..16 (0 = off)",
+        ),
+        ({"crop_padding": 33}, "data.crop_padding=33 is not valid; choose 0..32 (0 = off)"),
+        (
+            {"download_timeout": 1e9},
+            "data.download_timeout=1000000000.0 is not valid; choose a positive number of seconds, "
+            "at most 3600",
+        ),
         ({"cutmix_alpha": -1.0}, "data.cutmix_alpha=-1.0 is not valid; choose >= 0 (0 = off)"),
         (
             {"mixup_alpha": 0.8, "normalize": False},

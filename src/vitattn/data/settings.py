@@ -25,6 +25,16 @@ URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 
 OFF = ">= 0 (0 = off)"
 
+MAX_RANDAUGMENT_OPS = 16
+"""The most RandAugment operations per image: torchvision has 14 to draw from, and Cubuk et al.
+use 1 to 3. Each costs a pass over every image, and a step of 10^9 never ends (a resume replays
+a run's recorded overrides: a count from a file)."""
+MAX_CROP_PADDING = 32
+"""The widest padding of the random crop: an image's side (a padding of 10^9 asks for a tensor
+of 10^18 pixels)."""
+MAX_DOWNLOAD_TIMEOUT = 3600.0
+"""The longest the download waits for the server (to connect, or for the next data)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
@@ -132,13 +142,25 @@ class DataSettings:
             ("batch_size", self.batch_size < 1, "an integer >= 1"),
             ("eval_batch_size", self.eval_batch_size < 1, "an integer >= 1"),
             ("val_fraction", not 0.0 < self.val_fraction < 1.0, "0 < value < 1"),
-            ("crop_padding", self.crop_padding < 0, ">= 0"),
-            ("randaugment_ops", self.randaugment_ops < 0, OFF),
+            (
+                "crop_padding",
+                not 0 <= self.crop_padding <= MAX_CROP_PADDING,
+                f"0..{MAX_CROP_PADDING} (0 = off)",
+            ),
+            (
+                "randaugment_ops",
+                not 0 <= self.randaugment_ops <= MAX_RANDAUGMENT_OPS,
+                f"0..{MAX_RANDAUGMENT_OPS} (0 = off)",
+            ),
             ("mixup_alpha", self.mixup_alpha < 0, OFF),
             ("cutmix_alpha", self.cutmix_alpha < 0, OFF),
             ("randaugment_magnitude", not 0 <= self.randaugment_magnitude <= 30, "0..30"),
             ("randaugment_group", self.randaugment_group < 1, ">= 1"),
-            ("download_timeout", not self.download_timeout > 0, "a positive number of seconds"),
+            (
+                "download_timeout",
+                not 0 < self.download_timeout <= MAX_DOWNLOAD_TIMEOUT,
+                f"a positive number of seconds, at most {MAX_DOWNLOAD_TIMEOUT:g}",
+            ),
             ("shift", self.shift not in SHIFTS, f"one of {' | '.join(SHIFTS)}"),
             (
                 "num_workers",
