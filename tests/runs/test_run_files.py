@@ -298,6 +298,7 @@ def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> 
         ("null", "holds nothing (null) where a mapping belongs"),
         ("3", "holds a number where a mapping belongs"),
         ("[" * 100_000, "is nested more than 64 deep"),
+        ('{"steps": ' + "9" * 5000 + "}", "is not JSON (Exceeds the limit (4300 digits)"),
     ],
 )
 def test_malformed_json_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:

@@ -226,8 +226,8 @@ def read_json(path: Path, expected: type = dict, *, follow_links: bool = True) -
     text = read_text(path, follow_links)
     try:
         content = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UnreadableFileError(path, f"is not JSON ({error})") from None
+    except ValueError as error:  # not JSON, or an integer of more digits than Python parses
+        raise UnreadableFileError(path, f"is not JSON ({one_line(error)[:200]})") from None
     except RecursionError:
         raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
     _check_bounds(path, content)
