@@ -14,6 +14,7 @@ of eating the machine."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -213,12 +214,38 @@ def test_a_sweep_jobs_checkpoint_given_quoted_has_its_run_checked(
 
 
 @pytest.mark.parametrize(
+    ("name", "kind"),
+    [("train.log", "hard link"), ("train.log", "FIFO"), ("hparams.yaml", "FIFO")],
+)
+def test_a_hard_link_or_a_fifo_in_a_run_is_refused_before_a_resume(
+    run: Path, elsewhere: Path, name: str, kind: str, data_dir: Path
+) -> None:
+    """A log hard-linked to a file outside the run was appended to by a resume (the file grew by
+    the run's log lines: links were checked for symbolic ones only); a FIFO at the log or at
+    ``hparams.yaml`` (which Lightning writes in place) made the resume wait for a reader for
+    ever. A process of its own under :data:`LIMIT`, so that a hang fails the test."""
+    path, victim = run / name, elsewhere / "kept.txt"
+    path.unlink(missing_ok=True)
+    if kind == "hard link":
+        os.link(victim, path)
+        expected = "is a hard link (one of 2 names of one file)"
+    else:
+        os.mkfifo(path)
+        expected = "is not a regular file (a FIFO)"
+    inside = tree_digest(run)
+    said = refused_capped("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{path} {expected}: "), said
+    assert victim.read_bytes() == KEPT and tree_digest(run) == inside
+
+
+@pytest.mark.parametrize(
     ("status", "plant"),
     [
         ("interrupted", "checkpoints"),
         ("completed", "csv"),
         ("failed", "attention"),
         ("completed", "alias bomb"),
+        ("interrupted", "FIFO log"),
     ],
 )
 def test_a_linked_folder_or_a_bomb_in_a_sweeps_job_is_refused_before_any_job_runs(
@@ -229,6 +256,10 @@ def test_a_linked_folder_or_a_bomb_in_a_sweeps_job_is_refused_before_any_job_run
         path = job / ".hydra" / "config.yaml"
         path.write_text(bombs.alias_bomb())
         expected = f"{path}: {ALIAS}"
+    elif plant == "FIFO log":  # the job's continuation appends to its log
+        (job / "train.log").unlink(missing_ok=True)
+        os.mkfifo(job / "train.log")
+        expected = f"{job / 'train.log'} is not a regular file (a FIFO): "
     else:
         shutil.rmtree(job / plant, ignore_errors=True)
         (job / plant).symlink_to(elsewhere, target_is_directory=True)

@@ -35,7 +35,7 @@ from vitattn.runs.files import (
     write_text,
     write_with,
 )
-from vitattn.runs.layout import planted_links
+from vitattn.runs.layout import planted_entries
 from vitattn.runs.lock import hold_run_directory, in_use_message
 from vitattn.runs.process import this_process
 from vitattn.runs.results import write_csv, write_json
@@ -237,7 +237,7 @@ def test_a_link_where_a_file_is_written_through_is_refused_before_the_lock(
     run: Path, elsewhere: Path, name: str
 ) -> None:
     link = plant(run / name, elsewhere / "kept.txt")
-    assert planted_links(run) == [link]
+    assert planted_entries(run) == [link]
     with pytest.raises(UnsafeWriteError) as raised:
         hold_run_directory(run, "vitattn-train")
     assert_one_line(raised.value, link)
@@ -261,7 +261,7 @@ def test_a_link_where_a_file_is_written_through_is_refused_before_the_lock(
 def test_a_run_holds_no_link_at_all(run: Path, elsewhere: Path, name: str) -> None:
     target = elsewhere / "kept.txt" if "." in Path(name).name else elsewhere
     link = plant(run / name, target)
-    assert planted_links(run) == [link]
+    assert planted_entries(run) == [link]
     with pytest.raises(UnsafeWriteError) as raised:
         hold_run_directory(run, "vitattn-train")
     assert_one_line(raised.value, link)
@@ -270,10 +270,32 @@ def test_a_run_holds_no_link_at_all(run: Path, elsewhere: Path, name: str) -> No
     assert (elsewhere / "kept.txt").read_bytes() == KEPT
 
 
+def test_the_log_is_appended_to_only_as_the_one_name_of_a_regular_file(
+    run: Path, elsewhere: Path
+) -> None:
+    """A hard link to a file outside the run is neither appended to nor truncated, and a FIFO
+    is refused at once (opened as it is, it waits for a reader for ever)."""
+    victim = elsewhere / "kept.txt"
+    os.link(victim, run / "linked.log")
+    os.mkfifo(run / "fifo.log")
+    for name, what in [("linked.log", "a hard link"), ("fifo.log", "not a regular file (a FIFO)")]:
+        for mode in ("a", "w"):
+            with pytest.raises(UnsafeWriteError, match=re.escape(f"is {what}")) as raised:
+                open_for_append(run / name, mode)
+            assert_one_line(raised.value, run / name)
+    assert victim.read_bytes() == KEPT
+    with open_for_append(run / "train.log", "w") as log:
+        log.write("one\n")
+    with open_for_append(run / "train.log") as log:
+        log.write("two\n")
+    assert (run / "train.log").read_text() == "one\ntwo\n"
+    assert planted_entries(run) == [run / "fifo.log", run / "linked.log"]
+
+
 def test_a_linked_run_directory_is_refused(tmp_path: Path, run: Path) -> None:
     link = tmp_path / "linked"
     link.symlink_to(run)
-    assert planted_links(link) == [link]
+    assert planted_entries(link) == [link]
 
 
 def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> None:

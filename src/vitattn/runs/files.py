@@ -71,12 +71,29 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{PARTIAL}")
 
 
+def what_is_at(path: Path) -> str:
+    """What a planted entry at ``path`` is, for a one-line refusal: ``a symbolic link (to
+    <target>)``, ``a hard link (one of 2 names of one file)``, or ``not a regular file (a
+    FIFO)``."""
+    try:
+        status = path.lstat()
+    except OSError:
+        return "not a regular file"
+    if stat.S_ISLNK(status.st_mode):
+        return f"a symbolic link (to {one_line(os.readlink(path))})"
+    if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+        return f"a hard link (one of {status.st_nlink} names of one file)"
+    mode = status.st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return f"not a regular file (a {'FIFO' if stat.S_ISFIFO(mode) else 'socket'})"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "not a regular file (a device)"
+    return "not a regular file"
+
+
 def unsafe(path: Path) -> UnsafeWriteError:
     """The one line refusing ``path``: what is there, and that nothing went through it."""
-    if path.is_symlink():
-        what = f"a symbolic link (to {one_line(os.readlink(path))})"
-    else:
-        what = "not a regular file"
+    what = what_is_at(path)
     return UnsafeWriteError(
         f"{one_line(path)} is {what}: vitattn writes its run files itself, never through a link, "
         "and wrote nothing there: remove it and run again"
@@ -159,16 +176,25 @@ def save_figure(figure: Any, path: Path, **options: Any) -> None:
 def open_for_append(
     path: Path, mode: str = "a", encoding: str | None = None, errors: str | None = None
 ) -> IO[str]:
-    """``open(path, mode)`` for a log file (``"a"``, or ``"w"`` to start it afresh), never
-    through a symbolic link: a link at ``path`` is refused in one line."""
-    flags = os.O_WRONLY | os.O_CREAT | NOFOLLOW | CLOEXEC
-    flags |= os.O_TRUNC if "w" in mode else os.O_APPEND
+    """``open(path, mode)`` for a log file (``"a"``, or ``"w"`` to start it afresh), only as
+    the one name of a regular file: a symbolic link, a hard link (a file outside the run under a
+    second name) or a FIFO (opened as it is, it waits for a reader for ever) at ``path`` is
+    refused in one line. Opened without blocking, then checked."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
+    flags |= os.O_APPEND if "w" not in mode else 0
     try:
         descriptor = os.open(path, flags, 0o666)
     except OSError:
-        if path.is_symlink():
+        if path.is_symlink() or (path.exists() and not path.is_file()):
             raise unsafe(path) from None
         raise
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:
+        os.close(descriptor)
+        raise unsafe(path)
+    os.set_blocking(descriptor, True)
+    if "w" in mode:
+        os.ftruncate(descriptor, 0)
     return os.fdopen(descriptor, "w" if "w" in mode else "a", encoding=encoding, errors=errors)
 
 

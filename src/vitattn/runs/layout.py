@@ -29,6 +29,7 @@ from vitattn.runs.files import (
     read_text,
     read_yaml,
     unsafe,
+    what_is_at,
 )
 
 METRICS = "metrics.json"
@@ -217,11 +218,14 @@ class RunDir:
         return run_state(self.metrics(), self.path)
 
 
-def planted_links(run_dir: Path) -> list[Path]:
-    """Every symbolic link at or below ``run_dir`` (``run_dir`` itself if it is one), links never
-    followed, in order of their paths. A run or sweep directory holds none: vitattn writes no
-    link, and a folder that is one (``checkpoints -> <another run>/checkpoints``) would make a
-    resume write and delete in another run."""
+def planted_entries(run_dir: Path) -> list[Path]:
+    """Every entry at or below ``run_dir`` (``run_dir`` itself if it is a link) that is not a
+    folder or the one name of a regular file: a symbolic link, a hard link (a regular file with
+    more than one name), a FIFO, a socket or a device; links never followed, in order of their
+    paths. A run or sweep directory holds none: vitattn writes no link and no special file. A
+    folder that is a link (``checkpoints -> <another run>/checkpoints``) would make a resume
+    write and delete in another run; a file hard-linked to one outside the run is written in
+    place by whatever appends to it (the log); a FIFO makes its writer or reader wait for ever."""
     if run_dir.is_symlink():
         return [run_dir]
     found: list[Path] = []
@@ -233,29 +237,37 @@ def planted_links(run_dir: Path) -> list[Path]:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            if entry.is_symlink():
-                found.append(Path(entry.path))
-            elif entry.is_dir(follow_symlinks=False):
+            if entry.is_dir(follow_symlinks=False):
                 pending.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False) or _other_names(entry):
+                found.append(Path(entry.path))  # a link, a special file or a hard link
     return sorted(found)
 
 
+def _other_names(entry: os.DirEntry[str]) -> bool:
+    """Whether the regular file ``entry`` has more names than this one (a hard link)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_nlink > 1
+    except OSError:  # gone since the folder was listed
+        return False
+
+
 def refuse_planted_links(run_dir: Path) -> None:
-    """Refuse in one line naming it a symbolic link in a run or sweep directory
-    (:func:`planted_links`), before anything is read from it or written to it."""
-    found = planted_links(run_dir)
+    """Refuse in one line naming it a link or a special file in a run or sweep directory
+    (:func:`planted_entries`), before anything is read from it or written to it."""
+    found = planted_entries(run_dir)
     if found:
         raise unsafe(found[0])
 
 
 def refuse_links_read(run_dir: Path) -> None:
     """Refuse in one line (:class:`UnreadableFileError`) reading a run directory that holds a
-    symbolic link (:func:`planted_links`): a summary leaves such a run out, naming the link."""
-    found = planted_links(run_dir)
+    link or a special file (:func:`planted_entries`): a summary leaves such a run out, naming
+    it."""
+    found = planted_entries(run_dir)
     if found:
-        target = one_line(os.readlink(found[0]))
         raise UnreadableFileError(
-            found[0], f"is a symbolic link (to {target}), and a run holds none", "remove it"
+            found[0], f"is {what_is_at(found[0])}, and a run holds none", "remove it"
         )
 
 
@@ -265,10 +277,10 @@ RUN_FILES = ((HYDRA_DIR, CONFIG), (HYDRA_DIR, OVERRIDES), (HYDRA_DIR, HYDRA_CONF
 
 def check_run_files(run_dir: Path) -> None:
     """Refuse in one line, before a command reads or writes anything else of ``run_dir``: a
-    symbolic link in it (:func:`refuse_planted_links`), and a file of :data:`RUN_FILES` that the
-    bounded reader refuses (too large, an anchor or alias, too deep, too many values, not the
-    kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without any; what
-    its items say is checked by the command that replays them
+    link or special file in it (:func:`refuse_planted_links`), and a file of :data:`RUN_FILES`
+    that the bounded reader refuses (too large, an anchor or alias, too deep, too many values,
+    not the kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without
+    any; what its items say is checked by the command that replays them
     (:func:`vitattn.cli.resume.recorded_overrides`)."""
     if not run_dir.is_dir():
         return
