@@ -410,6 +410,19 @@ def test_text_where_a_number_belongs_is_one_line(run: Path, script: str, data_di
     assert line.startswith("Failed: seed=1" if script == "lora_table" else "skipping ")
 
 
+def test_text_where_a_number_belongs_is_one_line_before_a_resume(run: Path, data_dir: Path) -> None:
+    """A resume read ``metrics.json`` untyped: a ``status`` that is a list and ``steps`` as text
+    were a run it went on with (exit 0) where the summaries refused the file."""
+    path = run / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, "status": ["completed"], "steps": "3"}))
+    inside = tree_digest(run)
+    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"{path}: "), said
+    assert re.search(r'"(status|steps)" is .*, not (text|a number)', said), said
+    assert tree_digest(run) == inside
+
+
 def test_what_a_jobs_files_say_reaches_the_console_escaped(run: Path, data_dir: Path) -> None:
     """Terminal escapes and line breaks in a job's overrides, its attention's name and its
     folder's name are printed escaped: no escape reaches the terminal, no line is forged."""

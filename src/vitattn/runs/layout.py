@@ -279,7 +279,8 @@ def check_run_files(run_dir: Path) -> None:
     """Refuse in one line, before a command reads or writes anything else of ``run_dir``: a
     link or special file in it (:func:`refuse_planted_links`), and a file of :data:`RUN_FILES`
     that the bounded reader refuses (too large, an anchor or alias, too deep, too many values,
-    not the kind of content vitattn writes there). An empty ``overrides.yaml`` is a run without
+    not the kind of content vitattn writes there; in ``metrics.json`` a value not of its key's
+    type, :func:`typed_metrics`). An empty ``overrides.yaml`` is a run without
     any; what its items say is checked by the command that replays them
     (:func:`vitattn.cli.resume.recorded_overrides`)."""
     if not run_dir.is_dir():
@@ -290,7 +291,7 @@ def check_run_files(run_dir: Path) -> None:
         if not path.exists():
             continue
         if path.suffix == ".json":
-            read_json(path, dict)
+            read_metrics(path)  # each value of the type vitattn writes there, as summaries read it
             continue
         text = read_text(path, follow_links=False)
         if parts[-1] != OVERRIDES:
