@@ -353,6 +353,24 @@ def test_an_empty_directory_argument_summarizes_nothing(
     assert tree_digest(run) == before
 
 
+def test_a_job_folder_linked_outside_is_named_by_the_summary(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    """A sweep's job folder that is a link to a run outside: the summary leaves it out with a
+    line naming it (it was left out without a word) and reads nothing through it."""
+    sweep = two_seeds(run)
+    linked = sweep / "seed=3"
+    outside = copy_run(run, elsewhere / "run")
+    linked.symlink_to(outside, target_is_directory=True)
+    theirs = tree_digest(elsewhere)
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if str(linked) in line]
+    assert line.startswith(f"skipping {linked}: {linked}: is a symbolic link (to {outside})"), line
+    assert [row["run"] for row in read_csv(sweep / "summary.csv")] == ["seed=1", "seed=2"]
+    assert tree_digest(elsewhere) == theirs
+
+
 def summary_line_naming(planted: Path, run: Path, data_dir: Path) -> str:
     """``scripts/plot_curves.py`` on ``run`` as a process of its own under the memory cap and
     :data:`LIMIT`: no traceback, and the one line it printed naming ``planted``."""

@@ -105,6 +105,22 @@ def test_find_runs_in_natural_order_without_attempts_set_aside(tmp_path: Path) -
         find_runs([tmp_path / "missing"])
 
 
+def test_find_runs_lists_a_linked_folder_for_the_summary_to_refuse(tmp_path: Path) -> None:
+    """A job folder that is a link to one outside is listed, so that the summary says it left it
+    out (no search follows it: it was left out without a word); a link inside a run is that
+    run's to refuse, and a sweep the user names through a link is read as the sweep."""
+    sweep, outside = tmp_path / "sweep", tmp_path / "outside"
+    for run in (sweep / "seed=1", outside / "seed=2"):
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "config.yaml").write_text("{}\n")
+    (sweep / "seed=2").symlink_to(outside / "seed=2", target_is_directory=True)
+    (sweep / "seed=1" / "attention").symlink_to(outside, target_is_directory=True)
+    (sweep / "summary.md").symlink_to(outside / "seed=2" / ".hydra" / "config.yaml")
+    assert find_runs([sweep]) == [sweep / "seed=1", sweep / "seed=2"]
+    (tmp_path / "named").symlink_to(sweep, target_is_directory=True)
+    assert find_runs([tmp_path / "named"]) == [tmp_path / "named" / n for n in ("seed=1", "seed=2")]
+
+
 def test_a_run_state_reads_as_its_value_everywhere() -> None:
     """``RunState`` is ``(str, Enum)`` with its value as its text, as ``enum.StrEnum`` (Python
     3.11) would be: the project runs on 3.10, where the import of ``StrEnum`` failed."""

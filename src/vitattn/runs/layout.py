@@ -306,7 +306,9 @@ def find_runs(
     """Every run directory at or below ``paths``: a directory holding ``marker`` (by default
     ``.hydra/config.yaml``; the LoRA table takes those with a ``metrics.json``), failed
     attempts set aside in ``.attempts/`` left out, in natural order of their paths
-    (``seed=2`` before ``seed=10``)."""
+    (``seed=2`` before ``seed=10``). A link to a folder below them, which no search follows, is
+    listed too, so that a summary leaves it out with a line saying so
+    (:func:`refuse_links_read`) rather than without a word."""
     pattern = "/".join(marker)
     found: list[Path] = []
     for given in paths:
@@ -323,7 +325,23 @@ def find_runs(
             for hit in path.rglob(pattern)
             if ATTEMPTS_DIR not in hit.relative_to(path).parts
         )
+        found.extend(linked_folders(path, found))
     return sorted(dict.fromkeys(found), key=natural_key)
+
+
+def linked_folders(path: Path, runs: Iterable[Path]) -> list[Path]:
+    """The symbolic links to folders below ``path`` (which may be one: a name the user gave),
+    outside ``runs`` and ``.attempts/`` (a link inside a run is that run's to refuse)."""
+    runs = list(runs)
+    planted = [entry for child in path.iterdir() for entry in planted_entries(child)]
+    return [
+        link
+        for link in planted
+        if link.is_symlink()
+        and link.is_dir()
+        and ATTEMPTS_DIR not in link.relative_to(path).parts
+        and not any(link.is_relative_to(run) for run in runs)
+    ]
 
 
 def natural_key(path: Path) -> list[list[Any]]:
