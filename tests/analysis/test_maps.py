@@ -81,3 +81,8 @@ def test_a_broken_maps_file_is_skipped(tmp_path: Path) -> None:
     assert load_maps(tmp_path) is None
     np.savez(tmp_path / MAPS_FILE, images=np.zeros((2, 4), np.uint8), rollout=np.zeros((2, 4)))
     assert load_maps(tmp_path) is None
+    images, rollout = np.zeros((2, 4, 4, 3), np.uint8), np.zeros((2, 4, 4))
+    np.savez(tmp_path / MAPS_FILE, images=images, rollout=rollout, step=np.float64("inf"))
+    assert load_maps(tmp_path) is None  # OverflowError was a traceback
+    np.savez(tmp_path / MAPS_FILE, images=np.full((2, 4, 4, 3), "a"), rollout=rollout)
+    assert load_maps(tmp_path) is None  # text images failed in matplotlib

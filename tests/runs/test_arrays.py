@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,40 @@ def test_a_member_that_is_not_as_written_is_one_line(
     with pytest.raises(UnreadableFileError) as raised:
         read_npz(path)
     assert str(raised.value).startswith(f"{path}: ") and problem in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def _central_entry(data: bytearray) -> int:
+    return data.index(b"PK\x01\x02")  # the first member's entry in the central directory
+
+
+def encrypted(data: bytearray) -> None:
+    data[_central_entry(data) + 8] |= 1  # "encrypted": zipfile asks for a password
+
+
+def compressed_unknown(data: bytearray) -> None:
+    start = _central_entry(data) + 10
+    data[start : start + 2] = (99).to_bytes(2, "little")  # AES, which zipfile lacks
+
+
+def corrupt_deflate(data: bytearray) -> None:
+    name_length = int.from_bytes(data[26:28], "little")
+    extra_length = int.from_bytes(data[28:30], "little")
+    start = 30 + name_length + extra_length  # the first member's deflated bytes
+    data[start : start + 8] = b"\xff" * 8
+
+
+@pytest.mark.parametrize("change", [encrypted, compressed_unknown, corrupt_deflate])
+def test_a_damaged_archive_is_one_line(tmp_path: Path, change: Callable[[bytearray], None]) -> None:
+    """Errors zipfile and zlib raise outside ``OSError`` and ``BadZipFile`` (``RuntimeError``,
+    ``NotImplementedError``, ``zlib.error``) were tracebacks that ended the whole summary."""
+    path = tmp_path / "maps.npz"
+    np.savez_compressed(path, images=np.arange(4096, dtype=np.float32))
+    data = bytearray(path.read_bytes())
+    change(data)
+    path.write_bytes(bytes(data))
+    with pytest.raises(UnreadableFileError, match=r"is not a \.npz of arrays") as raised:
+        read_npz(path)
     assert "\n" not in str(raised.value)
 
 

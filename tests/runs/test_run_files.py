@@ -360,6 +360,7 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
         ("- a\n", "holds a list where a mapping belongs"),
         ("", "is empty where a mapping belongs"),
         ("!!python/object:os.system {}", "is not valid YAML"),
+        ("a: " + "9" * 5000, "is not plain data (Exceeds the limit (4300 digits)"),
     ],
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:

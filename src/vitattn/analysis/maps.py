@@ -59,13 +59,15 @@ def load_maps(run_dir: str | Path) -> AttentionMaps | None:
     try:
         content = read_npz(path)  # headers checked before anything is inflated
         images = np.asarray(content["images"])
+        if images.dtype.kind not in "biuf":
+            raise TypeError(f"its images are {images.dtype}, not numbers")
         rollout = np.asarray(content["rollout"], dtype=np.float32)
         step = int(content["step"]) if "step" in content else None
         attention = str(content["attention"]) if "attention" in content else ""
     except UnreadableFileError as error:
         log.warning("skipping %s", error)
         return None
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError) as error:  # a step of inf: Overflow
         log.warning("skipping %s: %s", path, one_line(error))
         return None
     if images.ndim == 3:  # grayscale without its channel axis

@@ -14,10 +14,11 @@ import math
 import os
 import stat
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Any
 
-from vitattn.runs.files import CLOEXEC, MAX_READ, NOFOLLOW, UnreadableFileError
+from vitattn.runs.files import CLOEXEC, MAX_READ, NOFOLLOW, UnreadableFileError, one_line
 
 MAX_ARRAY_BYTES = 256 << 20
 """The most bytes the arrays of one ``.npz`` may take once inflated, all members together: far
@@ -52,8 +53,11 @@ def read_npz(path: Path) -> dict[str, Any]:
             return arrays
     except UnreadableFileError:
         raise
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as error:
-        raise UnreadableFileError(path, f"is not a .npz of arrays ({error})") from None
+    except (OSError, EOFError, ValueError, RuntimeError, zlib.error, zipfile.BadZipFile) as error:
+        # RuntimeError: an encrypted member, NotImplementedError a compression zipfile lacks
+        raise UnreadableFileError(
+            path, f"is not a .npz of arrays ({one_line(error)[:200]})"
+        ) from None
 
 
 def _check_header(path: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> None:

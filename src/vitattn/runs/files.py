@@ -302,6 +302,8 @@ def _yaml_content(path: Path, text: str, expected: type) -> Any:
         raise UnreadableFileError(path, f"is not valid YAML{_yaml_problem(error)}") from None
     except RecursionError:
         raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise UnreadableFileError(path, f"is not plain data ({one_line(error)[:200]})") from None
     if content is None:
         raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
     return _checked(path, content, expected)
