@@ -86,3 +86,39 @@ def test_lora_table_averages_seeds(tmp_path: Path) -> None:
     rows = lora_table(find_runs([tmp_path]))
     assert rows[0]["runs"] == 2 and rows[0]["test_acc"] == pytest.approx(0.6)
     assert "60.0 ± 14.1" in to_markdown(rows)
+
+
+@pytest.mark.parametrize(
+    ("change", "failed"),
+    [
+        ({"test/acc": [0.1, 0.2]}, '"test/acc" is [0.1, 0.2], not a number'),
+        ({"params": {"a": 1}}, '"params" is {"a": 1}, not a number'),
+        ({"lora/rank": float("inf")}, None),  # a rank that is no integer: the run is left out
+    ],
+)
+def test_a_value_not_as_written_leaves_its_run_out_not_the_table(
+    tmp_path: Path, change: dict, failed: str | None
+) -> None:
+    """A list or a mapping where one number belongs passed the type check (which took numbers
+    in lists anywhere) and ended the whole table in a traceback; so did a rank of Infinity."""
+    root = fake_multirun(tmp_path / "multirun")
+    path = root / "4" / "metrics.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    runs = find_runs([root])
+    markdown = to_markdown(lora_table(runs), runs)
+    assert len(lora_table(runs)) == 8 and "| 1 " in markdown  # the other cells stand
+    if failed is not None:
+        assert "Failed: 4 " in markdown and failed in markdown
+
+
+def test_a_base_checkpoint_path_is_shown_escaped_and_short(tmp_path: Path) -> None:
+    root = fake_multirun(tmp_path / "multirun")
+    hostile = "\x1b[2J\x1b[31mPWNED\n" + "B" * 300_000
+    for path in root.glob("*/metrics.json"):
+        metrics = json.loads(path.read_text())
+        if metrics.get("status") == "completed":
+            path.write_text(json.dumps({**metrics, "ckpt_path": hostile}))
+    runs = find_runs([root])
+    markdown = to_markdown(lora_table(runs), runs)
+    (note,) = [line for line in markdown.splitlines() if line.startswith("Base checkpoint")]
+    assert "\x1b" not in markdown and "\\x1b[2J" in note and len(note) < 200

@@ -33,6 +33,7 @@ from vitattn.runs.layout import (
 )
 from vitattn.runs.layout import find_runs as layout_find_runs
 from vitattn.runs.results import markdown_table, write_csv
+from vitattn.utils.config import MAX_LABEL, cut_apart
 
 CSV_COLUMNS = (
     "rank",
@@ -67,7 +68,7 @@ class FinetuneRun:
         value = self._setting("lora/rank", "lora.rank")
         try:
             return int(value) if value is not None else None
-        except (TypeError, ValueError):  # not a rank vitattn wrote: the run is left out
+        except (TypeError, ValueError, OverflowError):  # not a rank vitattn wrote: left out
             return None
 
     @property
@@ -201,7 +202,8 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
         notes.append(f"Model parameters: {' / '.join(_count(p) for p in params)}.")
     base_ckpts = _distinct(r.metrics.get("ckpt_path") for r in runs if r.completed)
     if len(base_ckpts) == 1:
-        notes.append(f"Base checkpoint: `{base_ckpts[0]}`.")
+        shown = cut_apart(one_line(base_ckpts[0]), MAX_LABEL)  # text from a file
+        notes.append(f"Base checkpoint: `{shown}`.")
     elif len(base_ckpts) > 1:
         notes.append(f"Note: the runs fine-tuned {len(base_ckpts)} different base checkpoints.")
     return "\n".join(lines + notes + failure_notes(runs)) + "\n"

@@ -31,6 +31,7 @@ from vitattn.runs.files import (
     unsafe,
     what_is_at,
 )
+from vitattn.utils.checks import is_number
 
 METRICS = "metrics.json"
 ATTEMPTS_FILE = "failed_attempts.json"
@@ -128,17 +129,18 @@ METRICS_TEXT = (
     "data/shift",
     "degenerate",
 )
-"""The keys of ``metrics.json`` that hold text; ``lora/train_head`` holds true or false, and every
-other key a number, or numbers in lists and mappings (``test/confusion_matrix``,
-``test/acc_per_class``), or null."""
+"""The keys of ``metrics.json`` that hold text; ``lora/train_head`` holds true or false, the keys
+of :data:`METRICS_ARRAYS` numbers in lists and mappings, and every other key a number, or null."""
 METRICS_FLAGS = ("lora/train_head",)
+METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
 
 
 def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """``metrics`` (read from the ``metrics.json`` at ``path``) if each value has the type
     vitattn writes there: text for :data:`METRICS_TEXT`, true or false for
-    :data:`METRICS_FLAGS`, a number for every other key (null for any); else one line naming
-    ``path`` and the key (:class:`UnreadableFileError`)."""
+    :data:`METRICS_FLAGS`, numbers in lists and mappings for :data:`METRICS_ARRAYS`, a single
+    number for every other key (null for any); else one line naming ``path`` and the key
+    (:class:`UnreadableFileError`)."""
     for key, value in metrics.items():
         if value is None:
             continue
@@ -146,8 +148,10 @@ def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
             fits, kind = isinstance(value, str), "text"
         elif key in METRICS_FLAGS:
             fits, kind = isinstance(value, bool), "true or false"
+        elif key in METRICS_ARRAYS:
+            fits, kind = _numbers(value), "numbers"
         else:
-            fits, kind = _numbers(value), "a number"
+            fits, kind = is_number(value), "a number"
         if not fits:
             shown = one_line(json.dumps(value))
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
