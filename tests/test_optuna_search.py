@@ -5,6 +5,7 @@ file: ``tests/test_sweep_continuation.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -145,3 +146,37 @@ def test_a_malformed_study_file_is_one_line(tmp_path: Path, data_dir: Path) -> N
     assert "file is not a database" in message
     assert (sweep / "optuna.db").read_bytes() == b"not a database, " * 64
     assert not jobs(sweep)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["a folder", "a database of other tables of those names"])
+def test_a_study_file_that_is_no_study_is_one_line_and_kept(
+    kind: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A folder at ``optuna.db`` was a traceback (``sqlite3.connect`` before the check); a
+    database with tables named ``studies`` and ``trials`` passed the check and got Optuna's
+    tables added (the docs say such a file is kept as it is)."""
+    import sqlite3
+
+    sweep = tmp_path / "search"
+    sweep.mkdir()
+    path = sweep / "optuna.db"
+    if kind == "a folder":
+        path.mkdir()
+        expected = "is not a file"
+    else:
+        with contextlib.closing(sqlite3.connect(path)) as database, database:
+            database.execute("create table studies(a)")
+            database.execute("create table trials(b)")
+        expected = "is a database without an Optuna study"
+    before = path.read_bytes() if path.is_file() else None
+    result = run_in_process(
+        "vitattn-train", *search(sweep, *FEW_STEPS), data_dir=data_dir, check=False
+    )
+    message = refusal_message("vitattn-train", result)
+    assert message.startswith(f"{path} (hydra.sweeper.storage) {expected}"), message
+    assert not jobs(sweep)
+    if before is None:
+        assert path.is_dir() and not any(path.iterdir())
+    else:  # the database as it was: no table of Optuna's added
+        assert path.read_bytes() == before

@@ -110,3 +110,19 @@ def test_a_pruner_is_refused_where_no_trial_could_report_to_it() -> None:
     for given, directions, config, message in refusals:
         with pytest.raises(ConfigError, match=f"^hydra.sweeper.pruner {message}"):
             check_pruner(given, directions, config)
+
+
+def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_traceback() -> None:
+    """A study file whose waiting trial keeps ``fixed_params`` as text ended the search in
+    ``TypeError: 'str' object is not a mapping``; it is refused and marked failed as a trial
+    outside the space is."""
+    from vitattn.runs.optuna_sweeper import settle_stored_trials
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="planted")
+    study.enqueue_trial({"optimizer.lr": 0.001})
+    (trial,) = study.get_trials(deepcopy=False)
+    storage.set_trial_system_attr(trial._trial_id, "fixed_params", "abc")
+    space = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    settle_stored_trials(study, storage, space)
+    assert [t.state.name for t in study.get_trials(deepcopy=False)] == ["FAIL"]

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
+from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, save_figure
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
+from vitattn.utils.config import MAX_LABEL, cut_apart
 
 PARETO_FIGURE = "pareto.png"
 
@@ -41,17 +42,33 @@ class SearchResults:
     """The Pareto trials (two or more objectives), else the best trial."""
 
 
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number a float holds (a 400-digit integer is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _shown(value: Any) -> str:
+    """Text from the file as a table shows it: escaped, and cut as labels are."""
+    return cut_apart(one_line(value), MAX_LABEL)
+
+
 def _trial(entry: Any, count: int, path: Path) -> Trial:
     if not isinstance(entry, dict) or not isinstance(entry.get("trial"), int):
         raise UnreadableFileError(path, "holds a trial without its number")
     values = entry.get("values")
     if not isinstance(values, list) or len(values) != count:
         raise UnreadableFileError(path, f"trial {entry['trial']} holds no {count} values")
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+    if not all(_finite(v) for v in values):
         raise UnreadableFileError(path, f"trial {entry['trial']} holds values that are not numbers")
     params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
     run = entry.get("run")
-    return Trial(entry["trial"], str(run) if run else "", tuple(map(float, values)), params)
+    params = {_shown(key): _shown(value) for key, value in params.items()}
+    return Trial(entry["trial"], _shown(run) if run else "", tuple(map(float, values)), params)
 
 
 def read_search(sweep_dir: Path) -> SearchResults | None:
@@ -71,13 +88,13 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
     by_number = {t.number: t for t in trials}
     if len(metrics) == 1:
         best = content.get("best_trial")
-        pareto = (by_number[best],) if best in by_number else ()
+        pareto = (by_number[best],) if isinstance(best, int) and best in by_number else ()
     else:
         pareto = tuple(_trial(t, len(metrics), path) for t in content.get("solutions") or [])
     return SearchResults(
-        str(content.get("study_name") or ""),
-        tuple(map(str, metrics)),
-        tuple(map(str, directions)),
+        _shown(content.get("study_name") or ""),
+        tuple(map(_shown, metrics)),
+        tuple(map(_shown, directions)),
         {str(k): int(v) for k, v in states.items() if isinstance(v, int) and v},
         trials,
         pareto,

@@ -147,6 +147,15 @@ def check_pruner(settings: SearchSettings, directions: Sequence[str], config: An
     return pruner
 
 
+OPTUNA_TABLES = {"studies", "trials", "version_info", "alembic_version"}
+"""Tables every Optuna study database has (its schema's version among them): a database with
+tables of these names but not Optuna's own would get Optuna's added."""
+
+
+MAX_SHOWN = 1000
+"""The most characters of a study's text (read from its file) one log line shows."""
+
+
 def check_storage_file(storage: str) -> None:
     """Refuse in one line a sqlite storage whose file is not an Optuna study (Optuna would add
     its tables to another database, or fail in a traceback on a file that is not one)."""
@@ -155,16 +164,17 @@ def check_storage_file(storage: str) -> None:
     path = Path(storage.removeprefix(SQLITE))
     if not path.exists() or path.stat().st_size == 0:
         return
-    problem = None
-    database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # read, never changed
+    problem = None if path.is_file() else "is not a file"
     try:
-        tables = {row[0] for row in database.execute("select name from sqlite_master")}
-        if not {"studies", "trials"} <= tables:
-            problem = "is a database without an Optuna study"
+        database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # read, never changed
+        try:
+            tables = {row[0] for row in database.execute("select name from sqlite_master")}
+        finally:
+            database.close()
+        if not OPTUNA_TABLES.issubset(tables):
+            problem = problem or "is a database without an Optuna study"
     except sqlite3.Error as error:
-        problem = f"is not an Optuna study ({one_line(error)})"
-    finally:
-        database.close()
+        problem = problem or f"is not an Optuna study ({one_line(error)})"
     if problem:
         raise ConfigError(
             f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
@@ -218,8 +228,11 @@ def settle_stored_trials(study: Any, storage: Any, distributions: Mapping[str, A
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
             log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
             continue
-        values = {**trial.system_attrs.get("fixed_params", {}), **trial.params}
-        why = outside_space(values, distributions)
+        fixed = trial.system_attrs.get("fixed_params", {})
+        if isinstance(fixed, Mapping):
+            why = outside_space({**fixed, **trial.params}, distributions)
+        else:
+            why = "its fixed_params are not a mapping"
         if why is not None:
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
             log.warning(
@@ -408,7 +421,7 @@ def write_results(study: Any, path: Path, objectives: Sequence[str]) -> None:
         best = study.best_trial
         results.update(best_trial=best.number, best_params=dict(best.params))
         results["best_value"] = float(best.value)
-        log.info("Best parameters: %s", best.params)
+        log.info("Best parameters: %s", one_line(best.params)[:MAX_SHOWN])  # from the study file
         log.info("Best value: %s (trial %d)", best.value, best.number)
     elif complete:
         results["solutions"] = [trial_record(t) for t in study.best_trials]

@@ -1,0 +1,61 @@
+"""An Optuna search's ``optimization_results.yaml`` read by the summary
+(:func:`vitattn.analysis.search.read_search`): a file not as the sweeper writes it is one line,
+and what it says reaches ``summary.md`` escaped and short."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vitattn.analysis.search import read_search, search_markdown
+from vitattn.runs.files import UnreadableFileError
+from vitattn.runs.optuna_sweeper import RESULTS_FILE
+
+
+def results(**changes: Any) -> dict[str, Any]:
+    """A one-objective search's results as the sweeper writes them, with ``changes``."""
+    trial = {"trial": 0, "run": "0_lr=0.001", "values": [0.5], "params": {"optimizer.lr": 0.001}}
+    written = {
+        "name": "optuna",
+        "study_name": "vitattn",
+        "directions": ["maximize"],
+        "metrics": ["val/acc_best"],
+        "states": {"COMPLETE": 1},
+        "best_trial": 0,
+        "trials": [trial],
+    }
+    return {**written, **changes}
+
+
+def read(tmp_path: Path, content: dict[str, Any]) -> Any:
+    (tmp_path / RESULTS_FILE).write_text(yaml.safe_dump(content))
+    return read_search(tmp_path)
+
+
+def test_the_sweepers_results_are_read(tmp_path: Path) -> None:
+    search = read(tmp_path, results())
+    assert [trial.number for trial in search.pareto] == [0]
+    assert "| 0     | 0_lr=0.001 |" in search_markdown(search)
+
+
+def test_a_best_trial_that_is_not_a_number_names_none(tmp_path: Path) -> None:
+    """``best_trial: [1]`` was ``TypeError: unhashable type`` and no summary at all."""
+    assert read(tmp_path, results(best_trial=[1])).pareto == ()
+
+
+def test_a_value_a_float_cannot_hold_is_one_line(tmp_path: Path) -> None:
+    """A 400-digit integer among the values was an ``OverflowError`` traceback."""
+    trial = {"trial": 0, "run": "", "values": [10**400], "params": {}}
+    with pytest.raises(UnreadableFileError, match="trial 0 holds values that are not numbers"):
+        read(tmp_path, results(trials=[trial]))
+
+
+def test_what_the_file_says_reaches_the_summary_escaped_and_short(tmp_path: Path) -> None:
+    hostile = "\x1b[31mRED\n| injected |" + "A" * 300_000
+    trial = {"trial": 0, "run": hostile, "values": [0.5], "params": {f"lr{hostile}": hostile}}
+    text = search_markdown(read(tmp_path, results(trials=[trial], study_name=hostile)))
+    assert "\x1b" not in text and "\n| injected |" not in text
+    assert len(text) < 2_000
