@@ -306,6 +306,10 @@ def test_the_lock_holder_file_is_written_whole_and_read_leniently(run: Path) -> 
         json.dumps({"program": "x\ny", "pid": 7, "started": "now"})
     )
     assert "\n" not in in_use_message(run)
+    (run / ".vitattn.lock.json").write_text(
+        json.dumps({"program": "x" * (1 << 20), "pid": 7, "started": "now"})
+    )
+    assert len(in_use_message(run)) < 500  # was the megabyte, in one line
 
 
 # --- reading ------------------------------------------------------------------------------------

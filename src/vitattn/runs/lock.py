@@ -31,6 +31,7 @@ from vitattn.runs.files import (
 )
 from vitattn.runs.layout import HOLDER, LOCK, RESERVE, refuse_planted_links
 from vitattn.runs.process import free_reserve, this_process
+from vitattn.utils.config import MAX_LABEL, cut_apart
 
 RESERVE_BYTES = 64 << 10
 """Space set aside while a run holds its directory, given back when the disk fills up so that
@@ -114,6 +115,7 @@ def in_use_message(path: Path) -> str:
     try:
         holder = read_json(path / HOLDER, dict)
         who = one_line(f"{holder['program']} (PID {holder['pid']}, started {holder['started']})")
+        who = cut_apart(who, MAX_LABEL)  # the holder file's text: a line, however long it is
     except (UnreadableFileError, KeyError):
         who = "another process"
     return (
