@@ -21,6 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from vitattn.data.settings import DataSettings
 from vitattn.runs.checkpoints import read_checkpoint
+from vitattn.runs.files import one_line
+from vitattn.utils.config import cut_apart
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +51,7 @@ def as_trained(
         return data_cfg
     saved = saved_data_settings(ckpt_path)
     chosen = {name: saved.get(name, DataSettings.default(name)) for name in unset}
-    if saved:
-        log.info(
-            "data settings as the checkpoint was trained: %s",
-            ", ".join(f"data.{name}={value}" for name, value in chosen.items()),
-        )
+    if saved:  # the checkpoint's words: escaped and short in the log
+        shown = (f"data.{name}={cut_apart(one_line(value), 80)}" for name, value in chosen.items())
+        log.info("data settings as the checkpoint was trained: %s", ", ".join(shown))
     return OmegaConf.merge(data_cfg, chosen)  # type: ignore[return-value]
