@@ -133,6 +133,16 @@ def test_a_folder_at_the_temporary_is_refused(run: Path) -> None:
         write_text(run / "out", "x")
 
 
+def test_a_folder_at_the_target_is_refused_before_anything_is_written(run: Path) -> None:
+    """A folder planted at ``check.md`` or ``optimization_results.yaml`` ended the command in
+    ``IsADirectoryError`` from ``os.replace``, its work done."""
+    (run / "out").mkdir()
+    with pytest.raises(UnsafeWriteError, match="out is not a regular file") as raised:
+        write_text(run / "out", "x")
+    assert_one_line(raised.value, run / "out")
+    assert sorted(p.name for p in run.iterdir()) == ["out"] and not any((run / "out").iterdir())
+
+
 def test_a_failed_write_leaves_the_previous_file_and_no_temporary(run: Path) -> None:
     (run / "out").write_text("before")
 

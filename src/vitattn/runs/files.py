@@ -129,7 +129,11 @@ def replacing(
 ) -> Iterator[IO[Any]]:
     """A file object to write ``path``'s new content to. It goes to ``.<name>.partial`` (made
     by :func:`create_new`), which replaces ``path`` when the block ends without an error (after
-    an ``fsync`` with ``fsync``); on an error it is removed and ``path`` stays as it was."""
+    an ``fsync`` with ``fsync``); on an error it is removed and ``path`` stays as it was. A
+    folder at ``path`` (which ``os.replace`` cannot replace) is refused in one line before
+    anything is written."""
+    if path.is_dir() and not path.is_symlink():
+        raise unsafe(path)
     partial = partial_path(path)
     descriptor = create_new(partial)
     try:

@@ -115,11 +115,11 @@ def check_stored_config(
 ) -> None:
     """Refuse in one line a config read from ``source`` (a file) that names a ``_target_``
     outside ``allowed`` (:func:`allowed_targets` if not given), or calls a resolver other than
-    vitattn's own. ``key`` is
-    where ``content`` sits in the file (``hyper_parameters.net``). The walk has no recursion (a
-    file's nesting has no bound of its own) and visits each container once: one the file refers
-    to twice (a few KB that expand to billions of nodes in any copy), past
-    :data:`MAX_CONFIG_NODES` containers or :data:`MAX_CONFIG_DEPTH` levels, is refused."""
+    vitattn's own. ``key`` is where ``content`` sits in the file (``hyper_parameters.net``).
+    The walk has no recursion (a file's nesting has no bound of its own) and visits each
+    container once: one the file refers to twice (a few KB that expand to billions of nodes in
+    any copy), past :data:`MAX_CONFIG_NODES` containers or :data:`MAX_CONFIG_DEPTH` levels, is
+    refused."""
     seen: dict[int, Path_] = {}
     pending: list[tuple[Path_, Any]] = [((None, key), plain(content))]
     while pending:
