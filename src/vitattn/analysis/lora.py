@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitattn.analysis.records import bounded
 from vitattn.data.shifts import SHIFTS
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, write_text
 from vitattn.runs.layout import (
@@ -33,7 +34,6 @@ from vitattn.runs.layout import (
 )
 from vitattn.runs.layout import find_runs as layout_find_runs
 from vitattn.runs.results import markdown_table, write_csv
-from vitattn.utils.config import MAX_LABEL, cut_apart
 
 CSV_COLUMNS = (
     "rank",
@@ -202,8 +202,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
         notes.append(f"Model parameters: {' / '.join(_count(p) for p in params)}.")
     base_ckpts = _distinct(r.metrics.get("ckpt_path") for r in runs if r.completed)
     if len(base_ckpts) == 1:
-        shown = cut_apart(one_line(base_ckpts[0]), MAX_LABEL)  # text from a file
-        notes.append(f"Base checkpoint: `{shown}`.")
+        notes.append(f"Base checkpoint: `{bounded(str(base_ckpts[0]))}`.")  # text from a file
     elif len(base_ckpts) > 1:
         notes.append(f"Note: the runs fine-tuned {len(base_ckpts)} different base checkpoints.")
     return "\n".join(lines + notes + failure_notes(runs)) + "\n"

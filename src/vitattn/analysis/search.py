@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, save_figure
+from vitattn.analysis.records import bounded
+from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
-from vitattn.utils.config import MAX_LABEL, cut_apart
 
 PARETO_FIGURE = "pareto.png"
 
@@ -52,11 +52,6 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _shown(value: Any) -> str:
-    """Text from the file as a table shows it: escaped, and cut as labels are."""
-    return cut_apart(one_line(value), MAX_LABEL)
-
-
 def _trial(entry: Any, count: int, path: Path) -> Trial:
     if not isinstance(entry, dict) or not isinstance(entry.get("trial"), int):
         raise UnreadableFileError(path, "holds a trial without its number")
@@ -66,9 +61,9 @@ def _trial(entry: Any, count: int, path: Path) -> Trial:
     if not all(_finite(v) for v in values):
         raise UnreadableFileError(path, f"trial {entry['trial']} holds values that are not numbers")
     params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
-    run = entry.get("run")
-    params = {_shown(key): _shown(value) for key, value in params.items()}
-    return Trial(entry["trial"], _shown(run) if run else "", tuple(map(float, values)), params)
+    run = bounded(str(entry.get("run") or ""))
+    params = {bounded(str(key)): bounded(str(value)) for key, value in params.items()}
+    return Trial(entry["trial"], run, tuple(map(float, values)), params)
 
 
 def read_search(sweep_dir: Path) -> SearchResults | None:
@@ -92,9 +87,9 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
     else:
         pareto = tuple(_trial(t, len(metrics), path) for t in content.get("solutions") or [])
     return SearchResults(
-        _shown(content.get("study_name") or ""),
-        tuple(map(_shown, metrics)),
-        tuple(map(_shown, directions)),
+        bounded(str(content.get("study_name") or "")),
+        tuple(bounded(str(m)) for m in metrics),
+        tuple(bounded(str(d)) for d in directions),
         {str(k): int(v) for k, v in states.items() if isinstance(v, int) and v},
         trials,
         pareto,
