@@ -434,10 +434,16 @@ def check_rows_build(grid: BenchSettings) -> None:
         )
         if refusal is not None:
             named = as_given(str(refusal), row, grid.knobs, grid.variants)
-            raise ConfigError(
-                f"{named if named != str(refusal) else f'{row}: {named}'} (refused at every "
-                f"size: seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)})"
-            )
+            sizes = f"seq_lens={list(grid.seq_lens)}, head_dims={list(grid.head_dims)}"
+            raise refused_row(row, refusal, named, f"every size: {sizes}")
+
+
+def refused_row(row: str, refusal: ConfigError, named: str, where: str) -> ConfigError:
+    """The one line refusing row ``row`` before the bench runs: its mechanism's ``refusal``
+    with the setting ``named`` as given (after the row's name where it names a default of the
+    mechanism's config), and ``where`` it was refused."""
+    shown = named if named != str(refusal) else f"{row}: {named}"
+    return ConfigError(f"{shown} (refused at {where})")
 
 
 PIXEL_TOKENS = 1024
@@ -477,10 +483,8 @@ def check_budget_rows_build(grid: BenchSettings) -> None:
             values = f"each of approx.budgets.{row}.values={entry['values']}, at "
             sizes = f"approx.seq_len={approx.seq_len}"
             sizes += f" (and {PIXEL_TOKENS}: approx.pixels)" if approx.pixels else ""
-            raise ConfigError(
-                f"{named if named != str(first) else f'{row}: {named}'} (refused at "
-                f"{values if entry['knob'] else ''}{sizes}, approx.head_dim={approx.head_dim})"
-            )
+            where = f"{values if entry['knob'] else ''}{sizes}, approx.head_dim={approx.head_dim}"
+            raise refused_row(row, first, named, where)
 
 
 def check_budgets(
