@@ -98,7 +98,13 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
     [
         (
             "hydra.sweeper.n_trials=0",
-            "hydra.sweeper.n_trials=0 is not valid; choose an integer >= 1",
+            "hydra.sweeper.n_trials=0 is not valid; choose an integer 1 <= "
+            "hydra.sweeper.n_trials <= 10000",
+        ),
+        (  # a study of more is refused as the search continues (tests/test_hostile_study.py)
+            "hydra.sweeper.n_trials=10001",
+            "hydra.sweeper.n_trials=10001 is not valid; choose an integer 1 <= "
+            "hydra.sweeper.n_trials <= 10000",
         ),
         ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0 is not valid; choose an integer >= 1"),
         (

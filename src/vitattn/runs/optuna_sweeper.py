@@ -16,7 +16,9 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
   out a live one), and its directory is kept as it is;
 * a trial the storage holds for later (``WAITING``, e.g. ``study.enqueue_trial``) runs only if
   its values belong to the search space; otherwise it is refused in one line and marked failed;
-* a storage file that is not an Optuna study is one line naming it, and is left as it is.
+* a storage file that is not an Optuna study, or is one larger than a search reads, whose trials
+  Optuna would not write, or that stores a parameter as another kind than the space now asks for,
+  is one line naming it, and is left as it is (:mod:`vitattn.runs.optuna_study`).
 
 The study is Optuna's own: ``optuna.load_study(study_name=..., storage=...)`` and
 ``optuna-dashboard`` read it. The best trial, or a multi-objective search's Pareto trials
@@ -29,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,12 @@ from typing import Any
 from vitattn.errors import ConfigError, refusing
 from vitattn.runs.files import one_line, write_text
 from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
+from vitattn.runs.optuna_study import (
+    MAX_SHOWN,
+    STUDY_BOUNDS,
+    check_storage_file,
+    check_stored_trials,
+)
 from vitattn.utils import checks
 
 log = logging.getLogger(__name__)
@@ -48,7 +55,6 @@ TRIAL_ENV = "VITATTN_OPTUNA_TRIAL"
 """The environment variable (``hydra.job.env_set``) that tells a job its trial's number."""
 RESULTS_FILE = "optimization_results.yaml"
 DIRECTIONS = ("maximize", "minimize")
-SQLITE = "sqlite:///"
 
 
 @dataclass(frozen=True)
@@ -147,41 +153,6 @@ def check_pruner(settings: SearchSettings, directions: Sequence[str], config: An
     return pruner
 
 
-OPTUNA_TABLES = {"studies", "trials", "version_info", "alembic_version"}
-"""Tables every Optuna study database has (its schema's version among them): a database with
-tables of these names but not Optuna's own would get Optuna's added."""
-
-
-MAX_SHOWN = 1000
-"""The most characters of a study's text (read from its file) one log line shows."""
-
-
-def check_storage_file(storage: str) -> None:
-    """Refuse in one line a sqlite storage whose file is not an Optuna study (Optuna would add
-    its tables to another database, or fail in a traceback on a file that is not one)."""
-    if not storage.startswith(SQLITE):
-        return
-    path = Path(storage.removeprefix(SQLITE))
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    problem = None if path.is_file() else "is not a file"
-    try:
-        database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # read, never changed
-        try:
-            tables = {row[0] for row in database.execute("select name from sqlite_master")}
-        finally:
-            database.close()
-        if not OPTUNA_TABLES.issubset(tables):
-            problem = problem or "is a database without an Optuna study"
-    except sqlite3.Error as error:
-        problem = problem or f"is not an Optuna study ({one_line(error)})"
-    if problem:
-        raise ConfigError(
-            f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
-            "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
-        )
-
-
 def open_study(
     settings: SearchSettings, directions: list[str], sampler: Any, pruner: Any
 ) -> tuple[Any, Any]:
@@ -192,8 +163,7 @@ def open_study(
     from sqlalchemy.exc import SQLAlchemyError
 
     url = settings.storage or None
-    if url:
-        check_storage_file(url)
+    check_storage_file(url)
     try:
         storage = optuna.storages.get_storage(url)
         study = optuna.create_study(
@@ -329,7 +299,7 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     distributions, fixed = parse_space([*params, *arguments])
     if not distributions:
         raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
-    checks.integer("hydra.sweeper.n_trials", settings.n_trials, 1)
+    checks.integer("hydra.sweeper.n_trials", settings.n_trials, 1, STUDY_BOUNDS.trials)
     checks.integer("hydra.sweeper.n_jobs", settings.n_jobs, 1)
     directions = directions_of(settings)
     objectives = objectives_of(config, len(directions))
@@ -371,9 +341,10 @@ class Search:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)  # where the sqlite file usually lives
         study, storage = open_study(self.settings, directions, plan.sampler, plan.pruner)
+        check_stored_trials(study, self.settings.storage, distributions, directions)
         settle_stored_trials(study, storage, distributions)
         n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
-        done, job_index = finished(study), len(study.trials)
+        done, job_index = finished(study), len(study.get_trials(deepcopy=False))
         log.info(
             "study %s (%s): %d of %d trials finished, %s, jobs numbered from %d",
             study.study_name, self.settings.storage or "in memory", done, n_trials,

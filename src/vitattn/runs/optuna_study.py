@@ -1,0 +1,216 @@
+"""An Optuna search's stored study, read as data: bounded before Optuna loads it, and each of its
+trials checked to be one Optuna writes, in this search's space, before the search asks for more.
+
+A sweep directory someone else can write may hold an ``optuna.db`` made to hurt whoever continues
+the search: a database that is no study, or a study whose trials Optuna cannot read (a choice's
+index past its options, a complete trial without its value), that stores a parameter as another
+kind than the search now asks for, or that holds so many trials that loading them takes
+gigabytes. Each is refused in one line naming the file, which is kept as it is; the same line
+meets a user who changed a parameter's kind (or a choice's options) and continued the search
+into the same study. Links in a sweep directory are refused before this, with its lock
+(:func:`vitattn.runs.layout.refuse_planted_links`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line
+from vitattn.runs.optuna_space import SPACE_SETTING, describe
+
+SQLITE = "sqlite:///"
+OPTUNA_TABLES = {"studies", "trials", "version_info", "alembic_version"}
+"""Tables every Optuna study database has (its schema's version among them): a database with
+tables of these names but not Optuna's own would get Optuna's added."""
+MAX_SHOWN = 1000
+"""The most characters of a study's text (read from its file) one log line shows."""
+
+
+@dataclass(frozen=True)
+class StudyBounds:
+    """The most of a sqlite study file a search reads (what a study of this size takes to load:
+    docs/runs.md)."""
+
+    file_bytes: int = 64 * 2**20
+    trials: int = 10_000
+    rows: int = 250_000
+    """Rows of the trials' tables (parameters, values, reports, attributes) in all."""
+    text_bytes: int = 16 * 2**20
+    """Characters of names and JSON (attributes, distributions) in all, parsed as the trials
+    load."""
+
+
+STUDY_BOUNDS = StudyBounds()
+TRIAL_TABLES = (
+    "trials",
+    "trial_params",
+    "trial_values",
+    "trial_intermediate_values",
+    "trial_user_attributes",
+    "trial_system_attributes",
+    "trial_heartbeats",
+)
+"""Optuna's tables with a row per trial or more (their names are Optuna's, never the file's)."""
+TEXT_COLUMNS = {
+    "studies": ("study_name",),
+    "study_user_attributes": ("key", "value_json"),
+    "study_system_attributes": ("key", "value_json"),
+    "trial_params": ("param_name", "distribution_json"),
+    "trial_user_attributes": ("key", "value_json"),
+    "trial_system_attributes": ("key", "value_json"),
+}
+"""Optuna's columns of names and JSON, which Optuna parses as it loads a study."""
+
+
+def storage_file(storage: str | None) -> Path | None:
+    """The file of a sqlite storage URL (``None`` for another storage, or one in memory)."""
+    if not storage or not storage.startswith(SQLITE):
+        return None
+    return Path(storage.removeprefix(SQLITE))
+
+
+def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) -> None:
+    """Refuse in one line a sqlite storage whose file is not an Optuna study (Optuna would add
+    its tables to another database, or fail in a traceback on a file that is not one), or is one
+    larger than ``bounds``; read only, never changed."""
+    path = storage_file(storage)
+    if path is None or not path.exists() or path.stat().st_size == 0:
+        return
+    problem = "is not a file" if not path.is_file() else too_large(path.stat().st_size, bounds)
+    if problem is None:
+        try:
+            database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                problem = database_problem(database, bounds)
+            finally:
+                database.close()
+        except sqlite3.Error as error:
+            problem = f"is not an Optuna study ({one_line(error)})"
+    if problem:
+        raise ConfigError(
+            f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
+            "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
+        )
+
+
+def too_large(size: int, bounds: StudyBounds) -> str | None:
+    if size > bounds.file_bytes:
+        return f"holds {size} bytes, more than the {bounds.file_bytes} a search reads"
+    return None
+
+
+def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str | None:
+    """What keeps ``database`` from being a study a search reads, or ``None``."""
+    tables = {row[0] for row in database.execute("select name from sqlite_master")}
+    if not OPTUNA_TABLES.issubset(tables):
+        return "is a database without an Optuna study"
+    (trials,) = database.execute("select count(*) from trials").fetchone()
+    if trials > bounds.trials:
+        return f"holds {trials} trials, more than the {bounds.trials} a search reads"
+    rows = sum(count(database, table) for table in TRIAL_TABLES if table in tables)
+    if rows > bounds.rows:
+        return f"holds {rows} rows of trials, more than the {bounds.rows} a search reads"
+    text = sum(
+        text_length(database, table, column)
+        for table, columns in TEXT_COLUMNS.items()
+        if table in tables
+        for column in columns
+    )
+    if text > bounds.text_bytes:
+        return (
+            f"holds {text} characters of names and JSON, more than the {bounds.text_bytes} a "
+            "search reads"
+        )
+    return None
+
+
+def count(database: sqlite3.Connection, table: str) -> int:
+    """Rows of ``table``, one of Optuna's names (:data:`TRIAL_TABLES`), never one from the file."""
+    return int(database.execute(f"select count(*) from {table}").fetchone()[0])
+
+
+def text_length(database: sqlite3.Connection, table: str, column: str) -> int:
+    """Characters of ``column`` of ``table``, Optuna's names (:data:`TEXT_COLUMNS`)."""
+    query = f"select coalesce(sum(length({column})), 0) from {table}"
+    return int(database.execute(query).fetchone()[0])
+
+
+UNREADABLE = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    AssertionError,
+    OverflowError,
+    RecursionError,
+)
+"""What Optuna raises on a stored trial it never writes (``AssertionError`` for a complete
+trial's missing value, ``IndexError`` for a choice past its options)."""
+
+
+def check_stored_trials(
+    study: Any, storage: str | None, distributions: Mapping[str, Any], directions: Sequence[str]
+) -> None:
+    """Refuse in one line a study (in ``storage``, a URL) whose trials Optuna cannot load, one
+    trial Optuna would not write, or one that stores a parameter of the space as another kind,
+    or a choice with other options, than ``distributions`` (Optuna refuses it in a traceback as
+    the search asks for the parameter, with a trial left running)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    name = one_line(study.study_name)[:MAX_SHOWN]
+    where = f"{one_line(storage_file(storage) or storage or 'memory')} (hydra.sweeper.storage)"
+    try:
+        trials = study.get_trials(deepcopy=False)
+    except (*UNREADABLE, SQLAlchemyError) as error:
+        said = one_line(error)[:MAX_SHOWN]
+        raise ConfigError(
+            f"study {name} in {where} holds a trial Optuna cannot read ({type(error).__name__}"
+            f"{': ' + said if said else ''}): it is kept as it is; choose another "
+            "hydra.sweeper.study_name or hydra.sweep.dir"
+        ) from None
+    for trial in trials:
+        why = trial_problem(trial, distributions, len(directions))
+        if why is not None:
+            raise ConfigError(
+                f"study {name} in {where}: trial {trial.number} {why}; the study is kept as it "
+                "is: choose another hydra.sweeper.study_name or hydra.sweep.dir"
+            )
+
+
+def trial_problem(trial: Any, distributions: Mapping[str, Any], objectives: int) -> str | None:
+    """Why a stored trial cannot be part of this search, or ``None``."""
+    from optuna.distributions import check_distribution_compatibility
+    from optuna.trial import TrialState
+
+    for name, stored in trial.distributions.items():
+        wanted = distributions.get(name)
+        if wanted is None:
+            continue
+        try:
+            check_distribution_compatibility(stored, wanted)
+        except ValueError:
+            return (
+                f"stores {one_line(name)[:MAX_SHOWN]} as {shown(stored)}, and "
+                f"{SPACE_SETTING}.{name} is {shown(wanted)} (Optuna keeps a parameter's kind, "
+                "and a choice's options, for the whole study)"
+            )
+    try:
+        trial._validate()  # what Optuna's own create_trial checks
+    except UNREADABLE as error:
+        return f"is not one Optuna writes ({one_line(error)[:MAX_SHOWN]})"
+    values = trial.values if trial.state == TrialState.COMPLETE else None
+    if values is not None and len(values) != objectives:
+        return f"holds {len(values)} value(s) for the study's {objectives} direction(s)"
+    return None
+
+
+def shown(distribution: Any) -> str:
+    """A distribution in words (:func:`describe`), bounded: its options come from a file."""
+    kind = type(distribution).__name__.removesuffix("Distribution").lower()
+    return f"{kind} {one_line(describe(distribution))[:200]}"

@@ -1,0 +1,190 @@
+"""An Optuna study file in a sweep directory is data: bounded before Optuna loads it, each trial
+checked before the search asks for more (:mod:`vitattn.runs.optuna_study`). A study a search of
+``hparams_search=optuna`` stores, edited as someone who can write the sweep directory would,
+continued with ``vitattn-train``: each edit is one line naming the file, no job starts, and the
+file keeps its bytes. On the code before, the typed edits ended the search in a traceback (one
+with a trial left running), and the flood of trials took gigabytes to load. The bombs run as a
+process of their own under a memory cap and a time limit; the rest in this process."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tests.support import studies
+from tests.support.in_process import run_in_process
+from tests.support.presets import FEW_STEPS
+from tests.support.runners import refusal_message, run_cli
+
+pytestmark = pytest.mark.slow
+
+MEMORY_CAP = 5 << 30
+"""Address space for the command: a refused run of a console script maps about 4 GB (torch,
+OpenBLAS' threads); a study that loads gigabytes before the check fails the test."""
+LIMIT = 120
+"""Seconds a hostile study may keep the command (a refusal takes a few)."""
+KEPT_AS_IT_IS = "it is kept as it is; choose another hydra.sweeper.study_name or hydra.sweep.dir"
+TRIAL_KEPT = (
+    "the study is kept as it is: choose another hydra.sweeper.study_name or hydra.sweep.dir"
+)
+
+
+def search(sweep: Path, *settings: str) -> list[str]:
+    return ["hparams_search=optuna", *FEW_STEPS, *settings, f"hydra.sweep.dir={sweep}"]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def jobs(sweep: Path) -> list[str]:
+    return sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
+
+
+def refused_search(
+    sweep: Path, *settings: str, data_dir: Path, capped: bool = False, multirun: bool = False
+) -> str:
+    """The one-line refusal of the search continued into ``sweep`` (with ``--multirun`` first,
+    which a sweep parameter on the command line needs); the study file keeps its bytes and no
+    job starts."""
+    study = sweep / "optuna.db"
+    before = digest(study)
+    command = ["--multirun"] * multirun + search(sweep, *settings)
+    if capped:
+        result = run_cli(
+            "vitattn-train", *command, data_dir=data_dir, check=False, timeout=LIMIT,
+            memory=MEMORY_CAP,
+        )  # fmt: skip
+    else:
+        result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    message = refusal_message("vitattn-train", result)
+    assert digest(study) == before
+    assert not jobs(sweep)
+    return message
+
+
+LR_AS_A_CHOICE = (
+    """update trial_params set param_value = 0, distribution_json = '{"name": """
+    """"CategoricalDistribution", "attributes": {"choices": [1, 2]}}' """
+    "where param_name = 'optimizer.lr'"
+)
+TYPED = {
+    "a parameter of another kind": (
+        [LR_AS_A_CHOICE],
+        "trial 0 stores optimizer.lr as categorical choice(1, 2), and "
+        "hydra.sweeper.params.optimizer.lr is float from 0.0001 to 0.003, log (Optuna keeps a "
+        f"parameter's kind, and a choice's options, for the whole study); {TRIAL_KEPT}",
+    ),
+    "a choice past its options": (
+        ["update trial_params set param_value = 99 where param_name = 'attention.k'"],
+        "holds a trial Optuna cannot read (IndexError: tuple index out of range): " + KEPT_AS_IT_IS,
+    ),
+    "a complete trial whose value is null": (
+        ["update trial_values set value = null"],
+        f"holds a trial Optuna cannot read (AssertionError): {KEPT_AS_IT_IS}",
+    ),
+    "a complete trial without a value": (
+        ["delete from trial_values"],
+        "trial 0 is not one Optuna writes (values should be set for a complete trial.); "
+        + TRIAL_KEPT,
+    ),
+    "a complete trial with two values in a study of one direction": (
+        [
+            "insert into trial_values(trial_id, objective, value, value_type) "
+            "values (1, 1, 0.5, 'FINITE')"
+        ],
+        f"trial 0 holds 2 value(s) for the study's 1 direction(s); {TRIAL_KEPT}",
+    ),
+    "a distribution nested 100,000 deep": (
+        [
+            "update trial_params set distribution_json = '"
+            + "[" * 100_000
+            + "]" * 100_000
+            + "' where param_name = 'attention.k'"
+        ],
+        "holds a trial Optuna cannot read (RecursionError: maximum recursion depth exceeded",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", list(TYPED))
+def test_a_study_optuna_would_not_write_is_one_line_and_kept(
+    edit: str, tmp_path: Path, data_dir: Path
+) -> None:
+    statements, message = TYPED[edit]
+    sweep = tmp_path / "search"
+    path = studies.made_study(sweep)
+    studies.edit(path, *statements)
+    said = refused_search(sweep, data_dir=data_dir)
+    assert said.startswith(f"study {studies.STUDY} in {path} (hydra.sweeper.storage)"), said
+    assert message in said
+
+
+def test_a_search_continued_with_a_choice_of_other_options_is_one_line(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A user who narrowed ``attention.k`` and continued the search into the same study got
+    Optuna's ``ValueError: CategoricalDistribution does not support dynamic value space.`` in a
+    traceback, with a trial left running."""
+    sweep = tmp_path / "search"
+    path = studies.made_study(sweep)
+    said = refused_search(sweep, "attention.k=choice(4,8)", data_dir=data_dir, multirun=True)
+    assert said == (
+        f"study {studies.STUDY} in {path} (hydra.sweeper.storage): trial 0 stores attention.k as "
+        "categorical choice(4, 8, 16, 32, 64), and hydra.sweeper.params.attention.k is "
+        "categorical choice(4, 8) (Optuna keeps a parameter's kind, and a choice's options, for "
+        f"the whole study); {TRIAL_KEPT}"
+    )
+
+
+def flood_of_trials(path: Path) -> None:
+    studies.add_trials(path, 200_000, params=1)
+
+
+def flood_of_rows(path: Path) -> None:
+    studies.add_trials(path, 5_000, params=60)
+
+
+def mountain_of_json(path: Path) -> None:
+    """A trial's attribute of 20 MiB of JSON: seven million empty lists once parsed."""
+    mountain = "[" + "[]," * ((20 << 20) // 3) + "[]]"
+    studies.edit(
+        path,
+        "insert into trial_user_attributes(trial_id, key, value_json) "
+        f"values (1, 'mountain', '{mountain}')",
+    )
+
+
+def heavy_file(path: Path) -> None:
+    """A file past the bound on its bytes, its weight in a column nobody checks the length of."""
+    studies.edit(path, f"update version_info set library_version = '{'x' * (65 << 20)}'")
+
+
+BOMBS = {
+    "200,000 trials": (flood_of_trials, "holds 200003 trials, more than the 10000 a search reads"),
+    "300,000 parameters": (
+        flood_of_rows,
+        "holds 305015 rows of trials, more than the 250000 a search reads",
+    ),
+    "20 MiB of JSON": (mountain_of_json, "characters of names and JSON, more than the 16777216"),
+    "a file of 65 MiB": (heavy_file, "bytes, more than the 67108864 a search reads"),
+}
+
+
+@pytest.mark.parametrize("bomb", list(BOMBS))
+def test_a_study_larger_than_a_search_reads_is_one_line_and_kept(
+    bomb: str, tmp_path: Path, data_dir: Path
+) -> None:
+    plant, message = BOMBS[bomb]
+    sweep = tmp_path / "search"
+    path = studies.made_study(sweep)
+    plant(path)
+    said = refused_search(sweep, data_dir=data_dir, capped=True)
+    assert said.startswith(f"{path} (hydra.sweeper.storage) holds "), said
+    assert message in said
+    assert said.endswith(
+        "it is kept as it is; move it away or choose another hydra.sweep.dir or "
+        "hydra.sweeper.storage"
+    )
