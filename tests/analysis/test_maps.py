@@ -86,3 +86,23 @@ def test_a_broken_maps_file_is_skipped(tmp_path: Path) -> None:
     assert load_maps(tmp_path) is None  # OverflowError was a traceback
     np.savez(tmp_path / MAPS_FILE, images=np.full((2, 4, 4, 3), "a"), rollout=rollout)
     assert load_maps(tmp_path) is None  # text images failed in matplotlib
+
+
+def test_a_run_whose_maps_are_not_finite_is_drawn_and_says_so(tmp_path: Path) -> None:
+    """A run whose weights went NaN before a validation writes maps of NaN: the sweep's summary
+    ended in ``no summary of <sweep>: ValueError: alpha must be between 0 and 1``; the images
+    are drawn without the rollout, each cell saying it is not finite."""
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    diverged = np.full((2, 8, 8), np.nan, dtype=np.float32)
+    partly = np.random.default_rng(1).random((2, 8, 8), dtype=np.float32)
+    partly[0, 0, 0] = np.inf
+    rows = [
+        ("diverged", AttentionMaps(images, diverged, 4)),
+        ("fine", AttentionMaps(images, partly, 4)),
+    ]
+    figure = maps_figure(rows, "title")
+    figure.savefig(tmp_path / "maps.png")
+    grid = image_axes(figure)
+    said = [[text.get_text() for text in axes.texts] for axes in grid]
+    assert said == [["rollout not finite"]] * 3 + [[]]
+    plt.close(figure)

@@ -170,15 +170,22 @@ def draw_cell(axes: Any, image: np.ndarray, rollout: np.ndarray) -> None:
         axes.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, extent=extent)
     else:
         axes.imshow(image, extent=extent)
+    finite = np.isfinite(rollout)  # a run whose weights went NaN has maps of NaN
+    level = np.clip(np.where(finite, rollout, 0.0), 0, 1)
     axes.imshow(
         rollout,
         cmap=COLORMAP,
         vmin=0.0,
         vmax=1.0,
-        alpha=OVERLAY_ALPHA[0] + (OVERLAY_ALPHA[1] - OVERLAY_ALPHA[0]) * np.clip(rollout, 0, 1),
+        alpha=np.where(finite, OVERLAY_ALPHA[0] + (OVERLAY_ALPHA[1] - OVERLAY_ALPHA[0]) * level, 0),
         extent=extent,
         interpolation="bilinear",
     )
+    if not finite.all():
+        axes.text(
+            width / 2, height - 1, "rollout not finite", ha="center", va="bottom", fontsize=8,
+            color="white", bbox={"facecolor": "black", "alpha": 0.6, "pad": 1.5, "linewidth": 0},
+        )  # fmt: skip
     axes.set_xticks([])
     axes.set_yticks([])
 
