@@ -42,6 +42,10 @@ def test_failed_jobs_are_recorded_and_the_others_finish(tmp_path: Path, data_dir
     )
     assert result.returncode != 0  # the sweep reports that a job failed
     assert "train/loss became NaN or infinite by step" in result.stderr
+    # the sweep ends on the failed job's one line, without a traceback
+    assert "Traceback" not in result.stderr
+    failed = [line for line in result.stderr.splitlines() if line.startswith("vitattn-train:")]
+    assert failed and all("became NaN or infinite" in line for line in failed)
     # The sweep repeats values: its jobs are numbered so that no two share a directory.
     jobs = [f"{n}_+callbacks.nan.step={step}" for n, step in enumerate([2, 1000, 2, 1000])]
     assert sorted(p.name for p in sweep.iterdir() if (p / ".hydra").is_dir()) == jobs

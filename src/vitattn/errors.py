@@ -5,6 +5,8 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
+from hydra.errors import CompactHydraException
+
 
 class VitattnError(Exception):
     """A problem the user can fix: the message names the setting and what would be valid."""
@@ -30,7 +32,21 @@ class MissingDependencyError(VitattnError):
     """An optional package a command needs is not installed; the message names the extra."""
 
 
-def fail(program: str, error: BaseException) -> None:
+class FailedJob(CompactHydraException):
+    """A sweep's job that ended with its one line (the job printed it, and its ``metrics.json``
+    records it). Raised from the job, so that Hydra records it as failed and the command exits
+    with status 1 once the sweep's jobs have run; Hydra prints a ``CompactHydraException`` as its
+    text alone, so the sweep ends on ``<program>: error: <message>``, not on a traceback."""
+
+    def __init__(self, program: str, message: str) -> None:
+        super().__init__(f"{program}: error: {message}")
+        self.message = message
+
+    def __reduce__(self) -> tuple:  # a job of another process (joblib, SLURM) sends it back
+        return (type(self), (str(self).partition(": error: ")[0], self.message))
+
+
+def fail(program: str, error: BaseException | str) -> None:
     """Print the one line that ends a run, on stderr: ``<program>: error: <message>``."""
     print(f"{program}: error: {error}", file=sys.stderr, flush=True)
 

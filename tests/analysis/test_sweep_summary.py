@@ -104,3 +104,12 @@ def test_a_sweep_with_a_failed_job_still_ends_with_its_summary(
     statuses = sorted(row["status"] for row in read_csv(sweep / "summary.csv"))
     assert statuses == ["completed", "failed"]
     assert "not completed: " in result.stdout
+    # the bug's one line names the job's log, which alone holds the traceback (as for one run)
+    assert "Traceback" not in result.stderr
+    (crashed,) = [p for p in sweep.iterdir() if p.name.endswith("step=2")]
+    line = (
+        "vitattn-train: error: unexpected RuntimeError: boom at step 2; the traceback is in "
+        f"{crashed}/train.log"
+    )
+    assert result.stderr.count(line) == 2  # the job's line, and Hydra's note of the failed job
+    assert "RuntimeError: boom at step 2" in (crashed / "train.log").read_text()

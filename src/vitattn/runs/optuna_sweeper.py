@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.errors import ConfigError, refusing
+from vitattn.errors import ConfigError, FailedJob, refusing
 from vitattn.runs.files import one_line, write_text
 from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
 from vitattn.runs.optuna_study import (
@@ -237,6 +237,8 @@ def outcome(job: Any, objectives: Sequence[str]) -> tuple[Any, list[float] | Non
 
     if job.status != JobStatus.COMPLETED:
         error = job._return_value
+        if isinstance(error, FailedJob):  # its line: what it raised, or the refusal
+            return TrialState.FAIL, None, one_line(error.message)
         return TrialState.FAIL, None, f"{type(error).__name__}: {one_line(error)}"
     metrics = job.return_value if isinstance(job.return_value, Mapping) else {}
     if metrics.get("status") == "pruned":

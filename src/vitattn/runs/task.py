@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from vitattn.errors import TrainingError, VitattnError, fail, own_refusal
+from vitattn.errors import FailedJob, TrainingError, VitattnError, fail, own_refusal
 from vitattn.runs.continuation import kept_metrics
 from vitattn.runs.disk import (
     disk_full,
@@ -141,8 +141,10 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
     unexpected (a bug, a broken installation): one line names it and the run's log file, which
     alone holds the traceback, and the directory is kept with such a ``metrics.json``. A job of a
     multirun always keeps its directory with such a ``metrics.json`` (``status: failed`` and the
-    error), so that sweep summaries can name it, and the error is re-raised: Hydra records the
-    job as failed and the other jobs go on.
+    error), so that sweep summaries can name it, prints its one line (an unexpected exception's
+    names the log holding its traceback, as for a single run) and raises it as
+    :class:`FailedJob`: Hydra records the job as failed, the other jobs go on, and the sweep
+    ends on that line.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -161,7 +163,7 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         except (RunDirectoryInUseError, UnsafeWriteError) as error:  # write nothing
             fail(program, error)
             if multirun:
-                raise error from None
+                raise FailedJob(program, str(error)) from None
             sys.exit(1)
         job_dir = Path(HydraConfig.get().runtime.output_dir) if multirun else None
     try:
@@ -171,10 +173,9 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             output_dir = Path(HydraConfig.get().runtime.output_dir)
             record_failure(output_dir / METRICS, error or raised)
-            if error is None:
-                raise
-            fail(program, error)
-            raise error from None
+            line = str(error) if error is not None else unexpected(raised, log_traceback(raised))
+            fail(program, line)
+            raise FailedJob(program, line) from None
         if not HydraConfig.initialized():
             raise
         output_dir = Path(HydraConfig.get().runtime.output_dir)
