@@ -12,7 +12,7 @@ import torch
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
 from tests.support.probes import SaveFinalWeights
-from tests.support.runners import refused, run_cli, train_tiny
+from tests.support.runners import refusal_message, refused, run_cli, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
 
@@ -222,6 +222,32 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
     assert (
         torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 7
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("settings", "most"),
+    [(["trainer.val_check_interval=100"], r"\d+"), (["+trainer.limit_train_batches=3"], "3")],
+)
+def test_a_validation_interval_an_epoch_cannot_hold_is_one_line_before_the_run(
+    settings: list[str], most: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """With ``check_val_every_n_epoch`` set, Lightning counts an integer ``val_check_interval``
+    within each epoch: one above an epoch's batches failed as the fit started, an "unexpected
+    ValueError" with the run directory made. Refused once the data is read, nothing left."""
+    run_dir = tmp_path / "run"
+    epochs = ["trainer.check_val_every_n_epoch=2", "trainer.val_check_interval=4"]
+    command = [*TINY, *epochs, *settings, "trainer.max_steps=8", f"hydra.run.dir={run_dir}"]
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    said = refusal_message("vitattn-train", result, creates=run_dir)
+    interval = 100 if "trainer.val_check_interval=100" in settings else 4
+    assert re.fullmatch(
+        rf"trainer.val_check_interval={interval} is not valid; choose at most {most} \(an "
+        r"epoch's training batches: trainer.check_val_every_n_epoch=2 counts it within each "
+        r"epoch\), a fraction of an epoch \(1.0: its end\), or "
+        r"trainer.check_val_every_n_epoch=null \(it counts steps across epochs\)",
+        said,
+    ), said
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
     module = adapted_module(cfg, base, settings)
-    fitting.prepare_for_fit(module, datamodule)
+    fitting.prepare_for_fit(module, datamodule, cfg.trainer)
     trainer = fitting.instantiate_trainer(cfg)
     figures = run_figures(cfg, module, datamodule, settings)
     log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module), FINETUNING_RESULTS)

@@ -26,6 +26,7 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import instantiate_list, instantiate_loggers
+from vitattn.utils import checks
 from vitattn.utils.hydra_grammar import for_the_shell
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,42 @@ def seed_and_precision(cfg: Any) -> None:
         torch.set_float32_matmul_precision(cfg.matmul_precision)
 
 
-def prepare_for_fit(module: Any, datamodule: Any) -> None:
+def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any) -> None:
     """Refuse in one line data that ``module``'s network cannot read, then read the data
-    (downloading it where it is missing) and split it."""
+    (downloading it where it is missing) and split it, and refuse a validation interval the
+    split's epoch cannot hold (:func:`check_validation_interval`)."""
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    check_validation_interval(trainer_cfg, datamodule)
+
+
+def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
+    """Refuse in one line, once the data is read and before anything is written, an integer
+    ``trainer.val_check_interval`` above an epoch's training batches while
+    ``trainer.check_val_every_n_epoch`` is set: Lightning then counts it within each epoch and
+    fails as ``fit`` starts, with the run begun (the same bound as Lightning's ``FitLoop``)."""
+    every = trainer_cfg.get("check_val_every_n_epoch")
+    interval = trainer_cfg.get("val_check_interval")
+    limit_val = trainer_cfg.get("limit_val_batches")
+    if every is None or isinstance(interval, bool) or not isinstance(interval, int):
+        return
+    if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
+        return  # no validation
+    batches = len(datamodule.train_dataloader())
+    limit = trainer_cfg.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    if interval > batches:
+        raise checks.invalid(
+            "trainer.val_check_interval",
+            interval,
+            f"at most {batches} (an epoch's training batches: trainer.check_val_every_n_epoch="
+            f"{every} counts it within each epoch), a fraction of an epoch (1.0: its end), or "
+            "trainer.check_val_every_n_epoch=null (it counts steps across epochs)",
+        )
 
 
 def instantiate_trainer(cfg: Any, resume_step: int | None = None) -> L.Trainer:
