@@ -423,9 +423,38 @@ def test_text_where_a_number_belongs_is_one_line(run: Path, script: str, data_di
     result = run_cli("python", command, str(sweep), data_dir=data_dir, timeout=LIMIT, check=False)
     shown = result.stdout + result.stderr
     assert "Traceback" not in shown and "\x1b" not in shown
-    problem = f'{path}: "test/acc" is "0.99\\u001b[2J", not a number'
+    problem = f'{path}: "test/acc" is "0.99\\u001b[2J", not a finite number'
     (line,) = [line for line in shown.splitlines() if problem in line]
     assert line.startswith("Failed: seed=1" if script == "lora_table" else "skipping ")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("test/acc", float("inf"), '"test/acc" is Infinity, not a finite number'),
+        (
+            "test/confusion_matrix",
+            [[float("nan")]],
+            '"test/confusion_matrix" is [[NaN]], not finite',
+        ),
+    ],
+)
+def test_a_number_that_is_not_finite_is_one_line(
+    run: Path, key: str, value: object, shown: str, data_dir: Path
+) -> None:
+    """vitattn writes NaN and infinity as null; a ``metrics.json`` holding ``Infinity`` in
+    ``test/acc`` ended ``plot_curves.py`` in ``OverflowError: cannot convert float infinity to
+    integer``. The run is left out in one line naming the file and the key."""
+    sweep = two_seeds(run)
+    path = sweep / "seed=1" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, key: value}))
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    shown_lines = result.stdout.splitlines() + result.stderr.splitlines()
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in shown_lines if f"{path}: {shown}" in line]
+    assert line.startswith("skipping ")
+    assert [row["run"] for row in read_csv(sweep / "summary.csv")] == ["seed=2"]
 
 
 def test_text_where_a_number_belongs_is_one_line_before_a_resume(run: Path, data_dir: Path) -> None:
@@ -437,7 +466,7 @@ def test_text_where_a_number_belongs_is_one_line_before_a_resume(run: Path, data
     inside = tree_digest(run)
     said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
     assert said.startswith(f"{path}: "), said
-    assert re.search(r'"(status|steps)" is .*, not (text|a number)', said), said
+    assert re.search(r'"(status|steps)" is .*, not (text|a finite number)', said), said
     assert tree_digest(run) == inside
 
 

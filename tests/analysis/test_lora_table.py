@@ -91,8 +91,8 @@ def test_lora_table_averages_seeds(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "failed"),
     [
-        ({"test/acc": [0.1, 0.2]}, '"test/acc" is [0.1, 0.2], not a number'),
-        ({"params": {"a": 1}}, '"params" is {"a": 1}, not a number'),
+        ({"test/acc": [0.1, 0.2]}, '"test/acc" is [0.1, 0.2], not a finite number'),
+        ({"params": {"a": 1}}, '"params" is {"a": 1}, not a finite number'),
         ({"lora/rank": float("inf")}, None),  # a rank that is no integer: the run is left out
     ],
 )

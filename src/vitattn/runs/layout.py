@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -130,7 +131,8 @@ METRICS_TEXT = (
     "degenerate",
 )
 """The keys of ``metrics.json`` that hold text; ``lora/train_head`` holds true or false, the keys
-of :data:`METRICS_ARRAYS` numbers in lists and mappings, and every other key a number, or null."""
+of :data:`METRICS_ARRAYS` finite numbers in lists and mappings, and every other key a finite
+number, or null."""
 METRICS_FLAGS = ("lora/train_head",)
 METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
 
@@ -138,9 +140,9 @@ METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
 def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """``metrics`` (read from the ``metrics.json`` at ``path``) if each value has the type
     vitattn writes there: text for :data:`METRICS_TEXT`, true or false for
-    :data:`METRICS_FLAGS`, numbers in lists and mappings for :data:`METRICS_ARRAYS`, a single
-    number for every other key (null for any); else one line naming ``path`` and the key
-    (:class:`UnreadableFileError`)."""
+    :data:`METRICS_FLAGS`, finite numbers in lists and mappings for :data:`METRICS_ARRAYS`, a
+    single finite number for every other key (null for any: NaN and infinity are written so);
+    else one line naming ``path`` and the key (:class:`UnreadableFileError`)."""
     for key, value in metrics.items():
         if value is None:
             continue
@@ -149,14 +151,19 @@ def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
         elif key in METRICS_FLAGS:
             fits, kind = isinstance(value, bool), "true or false"
         elif key in METRICS_ARRAYS:
-            fits, kind = _numbers(value), "numbers"
-        else:
-            fits, kind = is_number(value), "a number"
+            fits, kind = _numbers(value), "finite numbers"
+        else:  # vitattn writes NaN and infinity as null (runs.results.plain_value)
+            fits, kind = finite_number(value), "a finite number"
         if not fits:
             shown = one_line(json.dumps(value))
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise UnreadableFileError(path, f'"{one_line(key)}" is {shown}, not {kind}')
     return dict(metrics)
+
+
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int (however large) or a finite float, not a bool."""
+    return is_number(value) and (isinstance(value, int) or math.isfinite(value))
 
 
 def _numbers(value: Any) -> bool:
@@ -169,7 +176,7 @@ def _numbers(value: Any) -> bool:
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-        elif isinstance(item, bool) or not isinstance(item, int | float):
+        elif not finite_number(item):
             return False
     return True
 
