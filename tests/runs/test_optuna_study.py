@@ -108,3 +108,35 @@ def test_a_study_whose_trials_optuna_cannot_load_is_one_line() -> None:
         "(IndexError: tuple index out of range): it is kept as it is; choose another "
         "hydra.sweeper.study_name or hydra.sweep.dir"
     )
+
+
+def test_a_study_whose_last_write_was_cut_off_is_read_as_sqlite_recovers_it(
+    tmp_path: Path,
+) -> None:
+    """A search killed while it wrote to its study leaves sqlite's journal beside it: the
+    read-only check failed on it (``attempt to write a readonly database``) and refused the
+    study as "not an Optuna study", so the search could not continue. sqlite now rolls the cut
+    write back, as Optuna's own open would, and the study holds what it held before."""
+    import signal
+    import subprocess
+    import sys
+
+    path = studies.made_study(tmp_path)
+    cut_off = f"""
+import os, signal, sqlite3
+database = sqlite3.connect({str(path)!r}, isolation_level=None)
+database.execute("pragma cache_size=1")  # spill to the file: the journal becomes hot
+database.execute("begin")
+for number in range(20000):
+    database.execute("insert into trial_user_attributes(trial_id, key, value_json) values "
+                     "(1, ?, '0')", (str(number),))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    killed = subprocess.run([sys.executable, "-c", cut_off], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    journal = path.with_name("optuna.db-journal")
+    assert journal.stat().st_size > 0
+    check_storage_file(f"sqlite:///{path}")
+    assert not journal.exists()
+    study = optuna.load_study(study_name=studies.STUDY, storage=f"sqlite:///{path}")
+    assert len(study.trials) == 3 and study.trials[0].user_attrs == {}

@@ -77,14 +77,19 @@ def storage_file(storage: str | None) -> Path | None:
 def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) -> None:
     """Refuse in one line a sqlite storage whose file is not an Optuna study (Optuna would add
     its tables to another database, or fail in a traceback on a file that is not one), or is one
-    larger than ``bounds``; read only, never changed."""
+    larger than ``bounds``; read only, never changed (but for sqlite's own recovery of a write
+    cut off by a kill, from its journal), never made."""
     path = storage_file(storage)
     if path is None or not path.exists() or path.stat().st_size == 0:
         return
     problem = "is not a file" if not path.is_file() else too_large(path.stat().st_size, bounds)
     if problem is None:
+        # A write cut off by a kill leaves a journal that sqlite rolls back as the file opens,
+        # Optuna's open as much as this one: read-only, that open would fail.
+        journal = path.with_name(f"{path.name}-journal")
+        mode = "rw" if journal.is_file() and journal.stat().st_size > 0 else "ro"
         try:
-            database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            database = sqlite3.connect(f"file:{path}?mode={mode}", uri=True)
             try:
                 problem = database_problem(database, bounds)
             finally:
