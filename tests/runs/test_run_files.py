@@ -375,6 +375,11 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
         ("", "is empty where a mapping belongs"),
         ("!!python/object:os.system {}", "is not valid YAML"),
         ("a: " + "9" * 5000, "is not plain data (Exceeds the limit (4300 digits)"),
+        # explicit tags PyYAML's constructors fail on, in a traceback until 2026-11-29
+        ("x: !!bool foo", "is not plain data (KeyError: 'foo')"),
+        ("- !!timestamp 99999-01-01", "is not plain data (AttributeError: "),
+        ("study_name: !!int ''", "is not plain data (IndexError: "),
+        ("a: !!float ''", "is not plain data (IndexError: "),
     ],
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:

@@ -308,6 +308,10 @@ def _yaml_content(path: Path, text: str, expected: type) -> Any:
         raise UnreadableFileError(path, f"is nested more than {MAX_DEPTH} deep") from None
     except ValueError as error:  # an integer of more digits than Python converts
         raise UnreadableFileError(path, f"is not plain data ({one_line(error)[:200]})") from None
+    except (KeyError, IndexError, AttributeError, TypeError) as error:
+        # an explicit tag PyYAML's constructors fail on (!!bool foo, !!int '', !!timestamp 9999x)
+        problem = f"{type(error).__name__}: {one_line(error)[:200]}"
+        raise UnreadableFileError(path, f"is not plain data ({problem})") from None
     if content is None:
         raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
     return _checked(path, content, expected)
