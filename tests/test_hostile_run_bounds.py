@@ -490,3 +490,30 @@ def test_what_a_jobs_files_say_reaches_the_console_escaped(run: Path, data_dir: 
     assert not any(line.startswith("FORGED") for line in shown.splitlines())
     assert "model.depth=2\\x1b[31m\\nFORGED" in result.stdout  # the label, escaped
     assert "not completed: seed=2\\x1b]0;title\\x07" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("planted", "shown"),
+    [
+        ("2\nvitattn-train: all jobs completed \x1b[2J", r"seed=2\nvitattn-train: all jobs"),
+        ("A" * 15_000_000, "seed=AAAA"),
+    ],
+    ids=["a forged line", "15 MB"],
+)
+def test_a_stored_setting_in_a_continuation_refusal_is_escaped_and_cut(
+    run: Path, planted: str, shown: str, data_dir: Path
+) -> None:
+    """A continued sweep's refusal named the job's stored setting as the file held it: a line
+    break forged a second line (with a terminal escape), and a setting of 15 MB made one line of
+    15 MB. Each value is escaped and cut to 80 characters."""
+    import yaml
+
+    job, command = sweep_job(run, "completed")
+    path = job / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**config, "seed": planted}, width=10**9))
+    inside = tree_digest(job)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert "\n" not in said and "\x1b" not in said and len(said) < 600, said[:600]
+    assert f"run with other settings: {shown}" in said
+    assert tree_digest(job) == inside

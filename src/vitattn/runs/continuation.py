@@ -36,12 +36,13 @@ from vitattn.runs.checkpoints import read_checkpoint
 from vitattn.runs.files import (
     UnsafeWriteError,
     inside,
+    one_line,
     read_json,
     read_yaml,
     refuse_link,
 )
 from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, check_run_files
-from vitattn.utils.config import job_directory_name
+from vitattn.utils.config import cut_apart, job_directory_name
 
 ATTEMPTS = ATTEMPTS_DIR
 
@@ -145,8 +146,13 @@ def stored_config(run_dir: Path) -> dict[str, Any] | None:
     return read_yaml(path, dict)
 
 
+SHOWN_VALUE = 80
+"""The most characters of a stored setting (read from a job's file) a refusal shows."""
+
+
 def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
-    """The first key (dotted) whose value differs, as ``key=old (now new)``."""
+    """The first key (dotted) whose value differs, as ``key=old (now new)``; the key and the
+    values escaped and cut (they come from a job's file: a line break would forge a line)."""
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):
             found = first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
@@ -154,7 +160,9 @@ def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
                 return found
         return None
     if old != new:
-        return f"{prefix.rstrip('.')}={old} (now {new})"
+        key = cut_apart(one_line(prefix.rstrip(".")), SHOWN_VALUE)
+        before, now = (cut_apart(one_line(value), SHOWN_VALUE) for value in (old, new))
+        return f"{key}={before} (now {now})"
     return None
 
 
