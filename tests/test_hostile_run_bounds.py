@@ -307,6 +307,27 @@ def test_a_planted_marker_makes_the_summary_delete_no_job(run: Path, data_dir: P
     assert aggregate.is_dir()  # replaced: it is listed and looks as written
 
 
+def test_an_aggregates_marker_of_8_gb_is_not_read_whole(run: Path, data_dir: Path) -> None:
+    """The summary read an aggregate's marker whole to hash it: a sparse 8 GB marker was a
+    ``MemoryError`` (2.3 GB at 2 GB without a cap). A marker past the bound on a run file is
+    not one vitattn wrote: the aggregate is kept as it is and named in one line."""
+    from vitattn.analysis.seed_runs import MARKER
+
+    sweep = two_seeds(run)
+    run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    (aggregate,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("seed=")]
+    marker = aggregate / MARKER
+    os.truncate(marker, 8 << 30)  # sparse: no disk used
+    result = run_cli(
+        "python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT,
+        memory=bombs.MEMORY_CAP,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr
+    assert marker.stat().st_size == 8 << 30  # kept as it is
+    said = f"{aggregate} exists and is not an aggregate of seeds: move it to write one"
+    assert any(said in line for line in result.stdout.splitlines())
+
+
 def test_a_setting_of_a_million_characters_keeps_the_summary_small(
     run: Path, data_dir: Path
 ) -> None:

@@ -52,7 +52,7 @@ import numpy as np
 
 from vitattn.analysis.events import read_scalar_events
 from vitattn.analysis.uncertainty import CONFIDENCE
-from vitattn.runs.files import UnreadableFileError, one_line, read_json, write_text
+from vitattn.runs.files import MAX_READ, UnreadableFileError, one_line, read_json, write_text
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""
@@ -172,11 +172,22 @@ def written_here(folder: Path, digest: str) -> bool:
         if entry.is_symlink() or not entry.is_file():
             return False
         if entry.name == MARKER:
-            if hashlib.sha256(entry.read_bytes()).hexdigest() != digest:
+            if entry.stat().st_size > MAX_READ:  # not one vitattn wrote: never read whole
+                return False
+            if _sha256(entry) != digest:
                 return False
         elif not entry.name.startswith("events.out.tfevents."):
             return False
     return (folder / MARKER).is_file()
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def is_seed_run(path: Path) -> bool:
