@@ -53,6 +53,14 @@ def test_a_value_a_float_cannot_hold_is_one_line(tmp_path: Path) -> None:
         read(tmp_path, results(trials=[trial]))
 
 
+@pytest.mark.parametrize("key", ["trials", "solutions"])
+def test_trials_that_are_not_a_list_are_one_line(key: str, tmp_path: Path) -> None:
+    """``trials: 5`` was ``TypeError: 'int' object is not iterable`` and no summary at all."""
+    with pytest.raises(UnreadableFileError, match=f'holds int at "{key}", not a list'):
+        pareto = {"metrics": ["a", "b"], "directions": ["maximize"] * 2, "trials": []}
+        read(tmp_path, results(**(pareto if key == "solutions" else {}), **{key: 5}))
+
+
 def test_what_the_file_says_reaches_the_summary_escaped_and_short(tmp_path: Path) -> None:
     hostile = "\x1b[31mRED\n| injected |" + "A" * 300_000
     trial = {"trial": 0, "run": hostile, "values": [0.5], "params": {f"lr{hostile}": hostile}}

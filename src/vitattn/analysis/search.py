@@ -79,13 +79,14 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
     if len(metrics) != len(directions):
         raise UnreadableFileError(path, "names as many metrics as directions")
     states = content.get("states") if isinstance(content.get("states"), dict) else {}
-    trials = tuple(_trial(t, len(metrics), path) for t in content.get("trials") or [])
+    trials = tuple(_trial(t, len(metrics), path) for t in _listed(content, "trials", path))
     by_number = {t.number: t for t in trials}
     if len(metrics) == 1:
         best = content.get("best_trial")
         pareto = (by_number[best],) if isinstance(best, int) and best in by_number else ()
     else:
-        pareto = tuple(_trial(t, len(metrics), path) for t in content.get("solutions") or [])
+        solutions = _listed(content, "solutions", path)
+        pareto = tuple(_trial(t, len(metrics), path) for t in solutions)
     return SearchResults(
         bounded(str(content.get("study_name") or "")),
         tuple(bounded(str(m)) for m in metrics),
@@ -94,6 +95,16 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
         trials,
         pareto,
     )
+
+
+def _listed(content: dict, key: str, path: Path) -> list:
+    """``content[key]``, a list of trials (none where it is missing or null)."""
+    value = content.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UnreadableFileError(path, f'holds {type(value).__name__} at "{key}", not a list')
+    return value
 
 
 def search_markdown(search: SearchResults) -> str:
