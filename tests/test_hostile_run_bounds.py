@@ -328,6 +328,34 @@ def test_an_aggregates_marker_of_8_gb_is_not_read_whole(run: Path, data_dir: Pat
     assert any(said in line for line in result.stdout.splitlines())
 
 
+def test_a_folder_where_the_summary_writes_a_file_is_one_line(run: Path, data_dir: Path) -> None:
+    """A folder at ``summary.md`` ended ``plot_curves.py`` in the ``UnsafeWriteError``'s
+    traceback (its ``main`` caught only ``FileNotFoundError`` and ``ValueError``)."""
+    sweep = two_seeds(run)
+    (sweep / "summary.md").mkdir()
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"plot_curves.py: error: {sweep}/summary.md is not a regular file: vitattn writes its "
+        "run files itself, never through a link, and wrote nothing there: remove it and run again"
+    )
+
+
+def test_a_dangling_link_at_an_aggregates_name_is_not_followed(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    """A link at the aggregate's name to a folder that does not exist was ``FileExistsError``
+    in a traceback (``exists()`` follows the link); it is a folder that is not an aggregate."""
+    sweep = two_seeds(run)
+    planted = sweep / "seeds (2 seeds)"
+    planted.symlink_to(elsewhere / "made")
+    result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    assert "Traceback" not in result.stderr
+    said = f"{planted} exists and is not an aggregate of seeds: move it to write one"
+    assert any(said in line for line in result.stdout.splitlines())
+    assert not (elsewhere / "made").exists() and planted.is_symlink()
+
+
 def test_a_setting_of_a_million_characters_keeps_the_summary_small(
     run: Path, data_dir: Path
 ) -> None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -282,7 +283,7 @@ def write_seed_runs(
             )
         planned[name] = (label, [run for run, _ in kept], [events for _, events in kept])
     for name in planned:
-        if (sweep_dir / name).exists() and not is_seed_run(sweep_dir / name):
+        if os.path.lexists(sweep_dir / name) and not is_seed_run(sweep_dir / name):
             raise ValueError(
                 f"{sweep_dir / name} exists and is not an aggregate of seeds: move it to write one"
             )

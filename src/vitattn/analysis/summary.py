@@ -28,6 +28,7 @@ from vitattn.analysis.records import Run, common_root, label_runs, load_run, sum
 from vitattn.analysis.search import pareto_files, read_search, search_markdown
 from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.analysis.tables import summary_markdown, write_tables
+from vitattn.errors import VitattnError
 from vitattn.runs.files import UnreadableFileError, one_line
 from vitattn.runs.layout import find_runs
 
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         summary = summarize(args.dirs, args.out, args.baseline)
-    except (FileNotFoundError, ValueError) as error:
-        parser.exit(1, f"plot_curves.py: error: {error}\n")
+    except (OSError, ValueError, VitattnError) as error:  # a folder where a file is written...
+        parser.exit(1, f"plot_curves.py: error: {one_line(error)}\n")
     print(report(summary))
     return 0
