@@ -356,6 +356,27 @@ def test_a_dangling_link_at_an_aggregates_name_is_not_followed(
     assert not (elsewhere / "made").exists() and planted.is_symlink()
 
 
+def test_folders_nested_1500_deep_leave_the_summary_whole(run: Path, data_dir: Path) -> None:
+    """Runs were found with ``Path.rglob``, which recursed once per folder: 1,500 nested folders
+    in a sweep were a ``RecursionError`` and no summary. The walk goes 32 folders deep and says
+    so in one line; the sweep's jobs are summarized."""
+    sweep = two_seeds(run)
+    folders = [os.open(sweep, os.O_RDONLY)]
+    for _ in range(1500):  # past PATH_MAX: each made inside the last, by descriptor
+        os.mkdir("a", dir_fd=folders[-1])
+        folders.append(os.open("a", os.O_RDONLY, dir_fd=folders[-1]))
+    try:
+        result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
+    finally:  # removed here: pytest's own clean-up (shutil.rmtree) recurses too
+        os.close(folders.pop())
+        while folders:
+            os.rmdir("a", dir_fd=folders[-1])
+            os.close(folders.pop())
+    assert "Traceback" not in result.stderr
+    assert f"{sweep} holds folders more than 32 deep" in result.stderr
+    assert [row["run"] for row in read_csv(sweep / "summary.csv")] == ["seed=1", "seed=2"]
+
+
 def test_a_setting_of_a_million_characters_keeps_the_summary_small(
     run: Path, data_dir: Path
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import math
 import os
 import re
@@ -33,6 +34,8 @@ from vitattn.runs.files import (
     what_is_at,
 )
 from vitattn.utils.checks import is_number
+
+log = logging.getLogger(__name__)
 
 METRICS = "metrics.json"
 ATTEMPTS_FILE = "failed_attempts.json"
@@ -311,6 +314,11 @@ def check_run_files(run_dir: Path) -> None:
             parse_yaml(path, text, object)
 
 
+MAX_SEARCH_DEPTH = 32
+"""How many folders deep below a directory it names a command looks for runs (a sweep's jobs
+are one deep, sweeps of sweeps two or three): a tree nested past it is not walked."""
+
+
 def find_runs(
     paths: Iterable[str | Path], marker: tuple[str, ...] = (HYDRA_DIR, CONFIG)
 ) -> list[Path]:
@@ -319,7 +327,9 @@ def find_runs(
     attempts set aside in ``.attempts/`` left out, in natural order of their paths
     (``seed=2`` before ``seed=10``). A link to a folder below them, which no search follows, is
     listed too, so that a summary leaves it out with a line saying so
-    (:func:`refuse_links_read`) rather than without a word."""
+    (:func:`refuse_links_read`) rather than without a word. The folders are walked without
+    recursion, at most :data:`MAX_SEARCH_DEPTH` deep (a warning names a tree deeper than
+    that: ``Path.rglob`` recursed once per level, a ``RecursionError`` at 1,500)."""
     pattern = "/".join(marker)
     found: list[Path] = []
     for given in paths:
@@ -331,28 +341,45 @@ def find_runs(
         if (path / pattern).is_file():
             found.append(path)
             continue
-        found.extend(
-            hit.parents[len(marker) - 1]
-            for hit in path.rglob(pattern)
-            if ATTEMPTS_DIR not in hit.relative_to(path).parts
-        )
-        found.extend(linked_folders(path, found))
+        runs, links = _search(path, pattern)
+        found.extend(runs)
+        found.extend(link for link in links if not any(link.is_relative_to(r) for r in runs))
     return sorted(dict.fromkeys(found), key=natural_key)
 
 
-def linked_folders(path: Path, runs: Iterable[Path]) -> list[Path]:
-    """The symbolic links to folders below ``path`` (which may be one: a name the user gave),
-    outside ``runs`` and ``.attempts/`` (a link inside a run is that run's to refuse)."""
-    runs = list(runs)
-    planted = [entry for child in path.iterdir() for entry in planted_entries(child)]
-    return [
-        link
-        for link in planted
-        if link.is_symlink()
-        and link.is_dir()
-        and ATTEMPTS_DIR not in link.relative_to(path).parts
-        and not any(link.is_relative_to(run) for run in runs)
-    ]
+def _search(root: Path, pattern: str) -> tuple[list[Path], list[Path]]:
+    """The folders below ``root`` holding ``pattern``, and the links to folders below it,
+    ``.attempts/`` left out; links never followed."""
+    runs: list[Path] = []
+    links: list[Path] = []
+    deeper = False
+    pending = [(root, 0)]
+    while pending:
+        folder, depth = pending.pop()
+        if depth and (folder / pattern).is_file():
+            runs.append(folder)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # gone, or not readable: nothing found there
+            continue
+        for entry in entries:
+            if entry.name == ATTEMPTS_DIR:
+                continue
+            if entry.is_symlink():
+                if os.path.isdir(entry.path):
+                    links.append(Path(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
+                if depth < MAX_SEARCH_DEPTH:
+                    pending.append((Path(entry.path), depth + 1))
+                else:
+                    deeper = True
+    if deeper:
+        log.warning(
+            "%s holds folders more than %d deep: runs below that are not looked for",
+            one_line(root),
+            MAX_SEARCH_DEPTH,
+        )
+    return runs, links
 
 
 def natural_key(path: Path) -> list[list[Any]]:
