@@ -9,6 +9,7 @@ process of their own under a memory cap and a time limit; the rest in this proce
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,91 @@ def test_a_study_optuna_would_not_write_is_one_line_and_kept(
     said = refused_search(sweep, data_dir=data_dir)
     assert said.startswith(f"study {studies.STUDY} in {path} (hydra.sweeper.storage)"), said
     assert message in said
+
+
+FILE_KEPT = "it is kept as it is; move it away or choose another hydra.sweep.dir or"
+NOT_OPTUNAS = {
+    "a view where a table belongs (a recursive one counted for ever)": (
+        [
+            "alter table trials rename to trials_real",
+            "create view trials as with recursive n(i) as (select 1 union all select i + 1 "
+            "from n) select i as trial_id, i as number, 1 as study_id, 'FAIL' as state, null "
+            "as datetime_start, null as datetime_complete from n",
+        ],
+        f"optuna.db (hydra.sweeper.storage) holds a view (trials), which Optuna never makes: "
+        f"{FILE_KEPT}",
+    ),
+    "a trigger": (
+        ["create trigger planted before insert on trials begin select raise(abort, 'no'); end"],
+        "holds a trigger (planted), which Optuna never makes",
+    ),
+    "two studies of one name": (
+        [
+            "drop index ix_studies_study_name",
+            "insert into studies values (2, 'vitattn')",
+            "insert into study_directions values (2, 'MAXIMIZE', 2, 0)",
+        ],
+        "holds two studies of one name, which Optuna never makes",
+    ),
+    "2,000 directions": (
+        [
+            "insert into study_directions(direction, study_id, objective) with recursive "
+            "n(i) as (select 1 union all select i + 1 from n where i < 2000) "
+            "select 'MINIMIZE', 1, i from n"
+        ],
+        "holds 2001 directions of studies, more than the 1000 a search reads",
+    ),
+    "a direction that is no word of Optuna's": (
+        ["update study_directions set direction = 'SIDEWAYS'"],
+        "optuna.db: 'SIDEWAYS' is not among the defined enum values",
+    ),
+    "two versions of the schema": (
+        ["insert into alembic_version values ('v3.0.0.a')"],
+        "optuna.db: Version table 'alembic_version' has more than one head present",
+    ),
+    "a trial's state that is no word of Optuna's": (
+        ["update trials set state = 'BOGUS' where trial_id = 1"],
+        "holds a trial Optuna cannot read (LookupError: 'BOGUS' is not among the defined",
+    ),
+    "trials numbered 0, 5, 2": (
+        ["update trials set number = 5 where trial_id = 2"],
+        "numbers its 3 trials otherwise than 0 to 2, as Optuna numbers them",
+    ),
+    "a reported value that is text (the pruner failed on it in every job)": (
+        [
+            "insert into trial_intermediate_values(trial_id, step, intermediate_value, "
+            "intermediate_value_type) values (1, 1, 'abc', 'FINITE')"
+        ],
+        "trial 0 holds a reported value that is not a number",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", list(NOT_OPTUNAS))
+def test_a_study_file_optuna_never_makes_is_one_line_and_kept(
+    edit: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Each was a traceback on the code before (a view, a hang; two studies of one name, a
+    third added to the file before the traceback), or a study whose jobs all failed."""
+    statements, message = NOT_OPTUNAS[edit]
+    sweep = tmp_path / "search"
+    studies.edit(studies.made_study(sweep), *statements)
+    hangs = edit.startswith("a view")  # its own process, under a time limit
+    said = refused_search(sweep, data_dir=data_dir, capped=hangs)
+    assert message in said, said
+
+
+def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:
+    """sqlite reads its journal and write-ahead log into the study as it opens it: a crafted
+    journal of 400 MB was rolled into a study of 115 KB, past the bound on its bytes."""
+    sweep = tmp_path / "search"
+    studies.made_study(sweep)
+    planted = sweep / "optuna.db-wal"
+    planted.touch()
+    os.truncate(planted, 65 << 20)  # sparse: no disk used
+    said = refused_search(sweep, data_dir=data_dir)
+    assert "(hydra.sweeper.storage) holds 68" in said and "more than the 67108864" in said
+    assert planted.stat().st_size == 65 << 20
 
 
 def test_a_search_continued_with_a_choice_of_other_options_is_one_line(

@@ -67,3 +67,15 @@ def test_what_the_file_says_reaches_the_summary_escaped_and_short(tmp_path: Path
     text = search_markdown(read(tmp_path, results(trials=[trial], study_name=hostile)))
     assert "\x1b" not in text and "\n| injected |" not in text
     assert len(text) < 2_000
+
+
+def test_the_states_reach_the_summary_escaped_and_counted_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """A state's name from the file reached ``summary.md`` and the console raw (a terminal
+    escape, a line break), and a count of 4,000 digits was printed whole."""
+    states = {"\x1b[2J\x1b[31mPWNED\nFAKE: line": 1, "COMPLETE": 10**4000, "PRUNED": 2}
+    text = search_markdown(read(tmp_path, results(states=states)))
+    first = text.splitlines()[0]
+    assert "\x1b" not in text and "FAKE: line" not in text.splitlines()[1]
+    assert "10000000" not in first and "2 pruned" in first

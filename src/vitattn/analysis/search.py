@@ -14,6 +14,7 @@ from typing import Any
 
 from vitattn.analysis.records import bounded
 from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
+from vitattn.runs.optuna_study import STUDY_BOUNDS
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
 
@@ -91,7 +92,11 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
         bounded(str(content.get("study_name") or "")),
         tuple(bounded(str(m)) for m in metrics),
         tuple(bounded(str(d)) for d in directions),
-        {str(k): int(v) for k, v in states.items() if isinstance(v, int) and v},
+        {
+            bounded(str(k)): int(v)
+            for k, v in states.items()
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= STUDY_BOUNDS.trials
+        },
         trials,
         pareto,
     )

@@ -43,6 +43,8 @@ class StudyBounds:
     text_bytes: int = 16 * 2**20
     """Characters of names and JSON (attributes, distributions) in all, parsed as the trials
     load."""
+    directions: int = 1_000
+    """Directions of the file's studies in all (a search has one per metric it optimizes)."""
 
 
 STUDY_BOUNDS = StudyBounds()
@@ -82,10 +84,11 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
     path = storage_file(storage)
     if path is None or not path.exists() or path.stat().st_size == 0:
         return
-    problem = "is not a file" if not path.is_file() else too_large(path.stat().st_size, bounds)
+    problem = "is not a file" if not path.is_file() else too_large(stored_bytes(path), bounds)
     if problem is None:
         # A write cut off by a kill leaves a journal that sqlite rolls back as the file opens,
-        # Optuna's open as much as this one: read-only, that open would fail.
+        # Optuna's open as much as this one: read-only, that open would fail. The study is
+        # then checked as the roll-back left it.
         journal = path.with_name(f"{path.name}-journal")
         mode = "rw" if journal.is_file() and journal.stat().st_size > 0 else "ro"
         try:
@@ -94,6 +97,7 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
                 problem = database_problem(database, bounds)
             finally:
                 database.close()
+            problem = problem or too_large(stored_bytes(path), bounds)
         except sqlite3.Error as error:
             problem = f"is not an Optuna study ({one_line(error)})"
     if problem:
@@ -101,6 +105,13 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
             f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
             "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
         )
+
+
+def stored_bytes(path: Path) -> int:
+    """The bytes of the study at ``path`` with sqlite's journal and write-ahead log beside it,
+    which sqlite reads into the study as it opens it."""
+    beside = [path.with_name(f"{path.name}{suffix}") for suffix in ("-journal", "-wal")]
+    return path.stat().st_size + sum(p.stat().st_size for p in beside if p.is_file())
 
 
 def too_large(size: int, bounds: StudyBounds) -> str | None:
@@ -111,12 +122,27 @@ def too_large(size: int, bounds: StudyBounds) -> str | None:
 
 def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str | None:
     """What keeps ``database`` from being a study a search reads, or ``None``."""
-    tables = {row[0] for row in database.execute("select name from sqlite_master")}
+    views = "select type, name from sqlite_master where type in ('view', 'trigger')"
+    made = database.execute(views).fetchone()
+    if made is not None:  # a view named trials could count for ever
+        return f"holds a {made[0]} ({one_line(made[1])[:MAX_SHOWN]}), which Optuna never makes"
+    listed = database.execute("select name from sqlite_master where type = 'table'")
+    tables = {row[0] for row in listed}
     if not OPTUNA_TABLES.issubset(tables):
         return "is a database without an Optuna study"
     (trials,) = database.execute("select count(*) from trials").fetchone()
     if trials > bounds.trials:
         return f"holds {trials} trials, more than the {bounds.trials} a search reads"
+    if "study_directions" in tables:
+        directions = count(database, "study_directions")
+        if directions > bounds.directions:
+            return (
+                f"holds {directions} directions of studies, more than the {bounds.directions} a "
+                "search reads"
+            )
+    twice = "select 1 from studies group by study_name having count(*) > 1"
+    if database.execute(twice).fetchone() is not None:
+        return "holds two studies of one name, which Optuna never makes"
     rows = sum(count(database, table) for table in TRIAL_TABLES if table in tables)
     if rows > bounds.rows:
         return f"holds {rows} rows of trials, more than the {bounds.rows} a search reads"
@@ -146,10 +172,9 @@ def text_length(database: sqlite3.Connection, table: str, column: str) -> int:
 
 
 UNREADABLE = (
+    LookupError,  # an enum's word that is not one (a trial's state, a direction)
     ValueError,
     TypeError,
-    KeyError,
-    IndexError,
     AttributeError,
     AssertionError,
     OverflowError,
@@ -179,6 +204,13 @@ def check_stored_trials(
             f"{': ' + said if said else ''}): it is kept as it is; choose another "
             "hydra.sweeper.study_name or hydra.sweep.dir"
         ) from None
+    numbers = sorted(trial.number for trial in trials)
+    if numbers != list(range(len(trials))):  # Optuna numbers a study's trials 0, 1, 2...
+        raise ConfigError(
+            f"study {name} in {where} numbers its {len(trials)} trials otherwise than 0 to "
+            f"{len(trials) - 1}, as Optuna numbers them: it is kept as it is; choose another "
+            "hydra.sweeper.study_name or hydra.sweep.dir"
+        )
     for trial in trials:
         why = trial_problem(trial, distributions, len(directions))
         if why is not None:
@@ -212,6 +244,9 @@ def trial_problem(trial: Any, distributions: Mapping[str, Any], objectives: int)
     values = trial.values if trial.state == TrialState.COMPLETE else None
     if values is not None and len(values) != objectives:
         return f"holds {len(values)} value(s) for the study's {objectives} direction(s)"
+    reported = trial.intermediate_values.values()
+    if not all(isinstance(v, float | int) and not isinstance(v, bool) for v in reported):
+        return "holds a reported value that is not a number"  # the pruner would fail on it
     return None
 
 

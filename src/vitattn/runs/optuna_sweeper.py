@@ -160,7 +160,6 @@ def open_study(
     directions the search asks for, and its storage; a storage that cannot be read is one
     line."""
     import optuna
-    from sqlalchemy.exc import SQLAlchemyError
 
     url = settings.storage or None
     check_storage_file(url)
@@ -174,14 +173,15 @@ def open_study(
             directions=directions,
             load_if_exists=True,
         )
-    except (SQLAlchemyError, RuntimeError, ValueError, OSError) as error:
+    except Exception as error:  # whatever the file makes Optuna, SQLAlchemy or alembic raise
         first = next(iter(str(error).strip().splitlines()), type(error).__name__)
-        raise ConfigError(f"hydra.sweeper.storage={url}: {one_line(first)}") from None
+        raise ConfigError(f"hydra.sweeper.storage={url}: {one_line(first)[:MAX_SHOWN]}") from None
     stored = [d.name.lower() for d in study.directions]
     if stored != directions:
         raise ConfigError(
-            f"hydra.sweeper.direction(s)={directions}, but study {study.study_name} in {url} "
-            f"was made with {stored}; choose another hydra.sweeper.study_name"
+            f"hydra.sweeper.direction(s)={directions}, but study "
+            f"{one_line(study.study_name)[:MAX_SHOWN]} in {url} was made with "
+            f"{one_line(stored)[:MAX_SHOWN]}; choose another hydra.sweeper.study_name"
         )
     return study, storage
 
@@ -209,7 +209,7 @@ def settle_stored_trials(study: Any, storage: Any, distributions: Mapping[str, A
                 "trial %d of study %s is refused, marked failed and not launched: %s",
                 trial.number,
                 study.study_name,
-                one_line(why),
+                one_line(why)[:MAX_SHOWN],
             )
 
 
@@ -418,6 +418,7 @@ def job_trial() -> Any:
     import optuna
     from hydra.utils import instantiate
 
+    check_storage_file(str(sweeper.storage))  # the pruner reads every trial: bounded first
     storage = optuna.storages.get_storage(str(sweeper.storage))
     study = optuna.load_study(
         study_name=sweeper.get("study_name"), storage=storage, pruner=instantiate(sweeper.pruner)
