@@ -79,3 +79,26 @@ def test_the_states_reach_the_summary_escaped_and_counted_within_the_bound(
     first = text.splitlines()[0]
     assert "\x1b" not in text and "FAKE: line" not in text.splitlines()[1]
     assert "10000000" not in first and "2 pruned" in first
+
+
+def test_a_pareto_figure_names_at_most_thirty_trials_in_short_labels(tmp_path: Path) -> None:
+    """A search of 1,000 trials with 40 parameters of 160 characters each labelled every
+    trial with all of them: laying the figure out took minutes. A large search names its
+    Pareto trials only, each label cut to 80 characters."""
+    import matplotlib.pyplot as plt
+
+    from vitattn.analysis.search import pareto_figure
+
+    def trial(n: int) -> dict[str, Any]:  # each its own: YAML writes a shared one as an alias
+        params = {f"p{i}": "v" * 160 for i in range(40)}
+        return {"trial": n, "run": "", "values": [n / 1000, 1 - n / 1000], "params": params}
+
+    two = {"metrics": ["a", "b"], "directions": ["maximize"] * 2}
+    trials, solutions = [trial(n) for n in range(1000)], [trial(n) for n in range(50)]
+    search = read(tmp_path, results(**two, trials=trials, solutions=solutions))
+    figure = pareto_figure(search)
+    (axes,) = figure.axes
+    labels = [text.get_text() for text in axes.texts]
+    assert len(labels) == 30 and all(len(label) <= 80 for label in labels)
+    assert labels[0].startswith("0, vvv")
+    plt.close(figure)

@@ -17,6 +17,7 @@ from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
 from vitattn.runs.optuna_study import STUDY_BOUNDS
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
+from vitattn.utils.config import cut_apart
 
 PARETO_FIGURE = "pareto.png"
 
@@ -135,9 +136,15 @@ def search_markdown(search: SearchResults) -> str:
     return "\n".join([*lines, "", f"{title}:", "", table.rstrip("\n"), ""])
 
 
+MAX_LABELLED = 30
+"""The most trials ``pareto.png`` names: all of a search of at most this many, else the Pareto
+trials (at most this many of them)."""
+
+
 def plot_pareto(search: SearchResults, path: Path) -> bool:
     """``pareto.png`` of a two-objective search: each complete trial at its two values, the
-    Pareto trials in bold and joined; ``False`` (nothing written) for other searches."""
+    Pareto trials in bold and joined, each named with its values where the search is small
+    (:data:`MAX_LABELLED`); ``False`` (nothing written) for other searches."""
     if len(search.metrics) != 2 or not search.trials:
         return False
     import matplotlib
@@ -145,13 +152,27 @@ def plot_pareto(search: SearchResults, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    figure = pareto_figure(search)
+    save_figure(figure, path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def pareto_figure(search: SearchResults) -> Any:
+    """The figure of :func:`plot_pareto`."""
+    import matplotlib.pyplot as plt
+
     front = {t.number for t in search.pareto}
+    labelled = front if len(search.trials) > MAX_LABELLED else {t.number for t in search.trials}
+    labelled = set(sorted(labelled)[:MAX_LABELLED])  # a thousand labels took minutes to lay out
     figure, axes = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
     for trial in search.trials:
         on = trial.number in front
         y, x = trial.values
         axes.scatter(x, y, s=60 if on else 25, color="C3" if on else "C0", zorder=3)
-        label = ", ".join([str(trial.number), *map(str, trial.params.values())])
+        if trial.number not in labelled:
+            continue
+        label = cut_apart(", ".join([str(trial.number), *map(str, trial.params.values())]), 80)
         axes.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points",
                       fontsize=8, fontweight="bold" if on else "normal")  # fmt: skip
     line = sorted((t.values[1], t.values[0]) for t in search.pareto)
@@ -164,9 +185,7 @@ def plot_pareto(search: SearchResults, path: Path) -> bool:
         f"Optuna study {search.study}: trial, its values; bold and joined: Pareto trials",
         fontsize=10,
     )
-    save_figure(figure, path, dpi=120)
-    plt.close(figure)
-    return True
+    return figure
 
 
 def _axis(search: SearchResults, index: int) -> str:
