@@ -243,6 +243,37 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     assert tree_digest(job.parent) == sweep  # the failed job is not moved, nothing runs
 
 
+@pytest.mark.parametrize("name", [".attempts", ".attempts/{job}"])
+def test_a_file_where_a_failed_job_is_set_aside_is_one_line(
+    run: Path, name: str, data_dir: Path
+) -> None:
+    """A regular file at ``.attempts`` or ``.attempts/<job>`` ended the continuation in
+    ``NotADirectoryError`` or ``FileExistsError`` tracebacks (found by a red-team pass)."""
+    job, command = sweep_job(run, "failed")
+    planted = job.parent / name.format(job=job.name)
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_text("not a folder\n")
+    sweep = tree_digest(job.parent)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert said == (
+        f"{planted} is not a folder: vitattn sets a failed job aside in .attempts/<job>/<attempt> "
+        "of its sweep and wrote nothing there: move it away"
+    )
+    assert tree_digest(job.parent) == sweep
+
+
+def test_an_attempt_numbered_with_255_digits_is_no_attempt(run: Path, data_dir: Path) -> None:
+    """A planted attempt folder of 255 digits made the next number 256 digits long: an
+    ``OSError: File name too long`` traceback, and a sweep that could never continue. Only
+    numbers of up to nine digits count: the failed job is set aside as attempt 1 and runs."""
+    job, command = sweep_job(run, "failed")
+    planted = job.parent / ".attempts" / job.name / ("9" * 255)
+    planted.mkdir(parents=True)
+    run_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert planted.is_dir() and (planted.parent / "1" / "metrics.json").is_file()
+    assert json.loads((job / "metrics.json").read_text())["status"] == "completed"
+
+
 @pytest.mark.parametrize(
     ("file", "content", "problem"),
     [

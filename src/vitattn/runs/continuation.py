@@ -206,6 +206,11 @@ def check_job_files(run_dir: Path) -> None:
     sweep = run_dir.parent
     for path in (sweep / ATTEMPTS, sweep / ATTEMPTS / run_dir.name):
         refuse_link(path)
+        if path.exists() and not path.is_dir():
+            raise UnsafeWriteError(
+                f"{one_line(path)} is not a folder: vitattn sets a failed job aside in "
+                f"{ATTEMPTS}/<job>/<attempt> of its sweep and wrote nothing there: move it away"
+            )
     if not run_dir.is_dir():
         return
     check_run_files(run_dir)
@@ -238,11 +243,19 @@ def set_aside(run_dir: Path, sweep_dir: Path | None = None) -> Path:
     if not inside(run_dir.parent, sweep):
         raise outside_the_sweep(run_dir, sweep)
     folder.mkdir(parents=True, exist_ok=True)
-    number = 1 + max((int(p.name) for p in folder.iterdir() if p.name.isdecimal()), default=0)
+    numbers = (int(p.name) for p in folder.iterdir() if p.name.isdecimal() and len(p.name) <= 9)
+    number = 1 + max(numbers, default=0)  # a planted name of 255 digits is no attempt's
     target = folder / str(number)
     if not inside(target, sweep / ATTEMPTS):  # a link planted since, or '..' in the name
         raise outside_the_sweep(target, sweep)
-    os.rename(run_dir, target)  # in one sweep, one filesystem; never into an existing folder
+    try:
+        os.rename(run_dir, target)  # in one sweep, one filesystem; never into an existing folder
+    except OSError as error:
+        raise UnsafeWriteError(
+            f"{one_line(run_dir)} could not be set aside to {one_line(target)} "
+            f"({type(error).__name__}: {one_line(error.strerror or error)}): move what is there "
+            "away"
+        ) from None
     return target
 
 
