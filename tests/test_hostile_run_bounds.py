@@ -336,8 +336,9 @@ def test_a_folder_where_the_summary_writes_a_file_is_one_line(run: Path, data_di
     result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"plot_curves.py: error: {sweep}/summary.md is not a regular file: vitattn writes its "
-        "run files itself, never through a link, and wrote nothing there: remove it and run again"
+        f"plot_curves.py: error: {sweep}/summary.md is not a regular file (a folder): vitattn "
+        "writes its run files itself, never through a link, and wrote nothing there: remove it "
+        "and run again"
     )
 
 

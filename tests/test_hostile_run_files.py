@@ -262,6 +262,18 @@ def test_a_file_where_a_failed_job_is_set_aside_is_one_line(
     assert tree_digest(job.parent) == sweep
 
 
+def test_a_folder_at_an_interrupted_jobs_lock_is_one_line(run: Path, data_dir: Path) -> None:
+    """A folder at a resumed job's ``.vitattn.lock`` ended the job in filelock's
+    ``IsADirectoryError`` traceback, its failure unrecorded (found by a red-team pass)."""
+    job, command = sweep_job(run, "interrupted")
+    (job / ".vitattn.lock").mkdir()
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    said = f"vitattn-train: error: {job}/.vitattn.lock is not a regular file (a folder): "
+    assert said in result.stderr
+    assert (job / ".vitattn.lock").is_dir()
+
+
 def test_an_attempt_numbered_with_255_digits_is_no_attempt(run: Path, data_dir: Path) -> None:
     """A planted attempt folder of 255 digits made the next number 256 digits long: an
     ``OSError: File name too long`` traceback, and a sweep that could never continue. Only

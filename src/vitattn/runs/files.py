@@ -88,6 +88,8 @@ def what_is_at(path: Path) -> str:
         return f"not a regular file (a {'FIFO' if stat.S_ISFIFO(mode) else 'socket'})"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "not a regular file (a device)"
+    if stat.S_ISDIR(mode):
+        return "not a regular file (a folder)"
     return "not a regular file"
 
 

@@ -26,6 +26,7 @@ from vitattn.runs.files import (
     one_line,
     read_json,
     refuse_link,
+    unsafe,
     write_bytes,
     write_text,
 )
@@ -61,6 +62,10 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         remove_made([], made)
         raise
     refuse_planted_links(path)  # filelock, Hydra and the log open their files as they are
+    for name in (LOCK, HOLDER, RESERVE):  # a folder there was filelock's IsADirectoryError
+        if (path / name).exists() and not (path / name).is_file():
+            remove_made([], made)
+            raise unsafe(path / name)
     lock_made = not (path / LOCK).exists()
     lock = FileLock(str(path / LOCK), timeout=0)
     try:
