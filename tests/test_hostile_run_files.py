@@ -274,6 +274,36 @@ def test_a_folder_at_an_interrupted_jobs_lock_is_one_line(run: Path, data_dir: P
     assert (job / ".vitattn.lock").is_dir()
 
 
+@pytest.mark.parametrize(
+    ("where", "kind"),
+    [("the job", "a folder"), ("its .hydra", "a folder"), ("multirun.yaml", "a file")],
+)
+def test_the_wrong_kind_where_hydra_writes_is_one_line(
+    run: Path, where: str, kind: str, data_dir: Path
+) -> None:
+    """A file at a job's name or at its ``.hydra``, a folder at ``multirun.yaml``: Hydra's
+    ``FileExistsError`` or ``IsADirectoryError`` in a traceback (found by a red-team pass)."""
+    job, command = sweep_job(run, "completed")
+    planted = {
+        "the job": job,
+        "its .hydra": job / ".hydra",
+        "multirun.yaml": job.parent / "multirun.yaml",
+    }[where]
+    if planted.is_dir():
+        shutil.rmtree(planted)
+    if kind == "a file":
+        planted.mkdir()
+    else:
+        planted.write_text("planted\n")
+    sweep = tree_digest(job.parent)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert said == (
+        f"{planted} is not {kind}, where Hydra writes {kind} for the sweep, and nothing was "
+        "written there: move it away"
+    )
+    assert tree_digest(job.parent) == sweep
+
+
 def test_an_attempt_numbered_with_255_digits_is_no_attempt(run: Path, data_dir: Path) -> None:
     """A planted attempt folder of 255 digits made the next number 256 digits long: an
     ``OSError: File name too long`` traceback, and a sweep that could never continue. Only

@@ -56,6 +56,9 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 log = logging.getLogger(__name__)
 
+MULTIRUN = "multirun.yaml"
+"""The file Hydra writes in a sweep directory as a sweep starts."""
+
 
 def _kept(output_dir: str, mode: Any) -> bool:
     return str(mode).endswith("MULTIRUN") and RunDir(Path(output_dir)).state() is RunState.COMPLETED
@@ -210,6 +213,15 @@ def check_job_files(run_dir: Path) -> None:
             raise UnsafeWriteError(
                 f"{one_line(path)} is not a folder: vitattn sets a failed job aside in "
                 f"{ATTEMPTS}/<job>/<attempt> of its sweep and wrote nothing there: move it away"
+            )
+    # where Hydra makes a folder or writes a file as the sweep starts (its FileExistsError and
+    # IsADirectoryError were tracebacks)
+    for path, folder in ((run_dir, True), (run_dir / HYDRA_DIR, True), (sweep / MULTIRUN, False)):
+        if path.exists() and path.is_dir() is not folder:
+            kind = "a folder" if folder else "a file"
+            raise UnsafeWriteError(
+                f"{one_line(path)} is not {kind}, where Hydra writes {kind} for the sweep, and "
+                "nothing was written there: move it away"
             )
     if not run_dir.is_dir():
         return
