@@ -63,6 +63,19 @@ def test_a_stored_trial_runs_only_with_values_of_the_space() -> None:
     assert outside_space({"trainer.max_steps": 10**9}, distributions) == (
         "trainer.max_steps=1000000000 is not a setting this search varies"
     )
+    # values equal to one of the space, or that float() reads, yet of another type (found by a
+    # red-team pass): '٠' reached Hydra's grammar as an override (a traceback, a trial left
+    # running), 8.0 failed the job's build, false trained with a bool
+    assert outside_space({"optimizer.weight_decay": 0, "model.depth": 4}, distributions) is None
+    for planted in (
+        {"optimizer.weight_decay": "٠"},
+        {"optimizer.weight_decay": False},
+        {"attention.k": 8.0},
+        {"attention.k": True},
+        {"model.depth": 4.0},
+    ):
+        (name,) = planted
+        assert f"{name}={planted[name]!r} is outside" in outside_space(planted, distributions)
 
 
 @pytest.mark.parametrize("option", ["tpe", "random", "grid", "cmaes", "nsgaii", "gp"])

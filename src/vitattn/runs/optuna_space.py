@@ -98,13 +98,21 @@ def grid_of(distributions: Mapping[str, Any]) -> dict[str, list[Any]]:
 def outside_space(values: Mapping[str, Any], distributions: Mapping[str, Any]) -> str | None:
     """Why ``values`` (a stored trial's parameters) do not belong to the space, or ``None``: a
     setting the search does not vary, or a value its distribution does not hold."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
     for name, value in values.items():
         distribution = distributions.get(name)
         if distribution is None:
             return f"{name}={value!r} is not a setting this search varies"
+        if isinstance(distribution, CategoricalDistribution):  # 8.0 == 8, True == 1: not alike
+            inside = any(type(c) is type(value) and c == value for c in distribution.choices)
+        elif isinstance(distribution, IntDistribution):
+            inside = isinstance(value, int) and not isinstance(value, bool)
+        else:  # float('٠') is 0.0: a number, not text that reads as one
+            inside = isinstance(value, int | float) and not isinstance(value, bool)
         try:
-            inside = distribution._contains(distribution.to_internal_repr(value))
-        except (ValueError, TypeError):
+            inside = inside and distribution._contains(distribution.to_internal_repr(value))
+        except (ValueError, TypeError, OverflowError):
             inside = False
         if not inside:
             return f"{name}={value!r} is outside {SPACE_SETTING}.{name} ({describe(distribution)})"
