@@ -13,6 +13,7 @@ of eating the machine."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -363,15 +364,15 @@ def test_folders_nested_1500_deep_leave_the_summary_whole(run: Path, data_dir: P
     so in one line; the sweep's jobs are summarized."""
     sweep = two_seeds(run)
     folders = [os.open(sweep, os.O_RDONLY)]
-    for _ in range(1500):  # past PATH_MAX: each made inside the last, by descriptor
-        os.mkdir("a", dir_fd=folders[-1])
-        folders.append(os.open("a", os.O_RDONLY, dir_fd=folders[-1]))
     try:
+        for _ in range(1500):  # past PATH_MAX: each made inside the last, by descriptor
+            os.mkdir("a", dir_fd=folders[-1])
+            folders.append(os.open("a", os.O_RDONLY, dir_fd=folders[-1]))
         result = run_cli("python", PLOT_CURVES, str(sweep), data_dir=data_dir, timeout=LIMIT)
-    finally:  # removed here: pytest's own clean-up (shutil.rmtree) recurses too
-        os.close(folders.pop())
-        while folders:
-            os.rmdir("a", dir_fd=folders[-1])
+    finally:  # removed here, made or half made: pytest's clean-up (shutil.rmtree) recurses too
+        while folders:  # the deepest first: its "a", if one was made and not opened, then it
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir("a", dir_fd=folders[-1])
             os.close(folders.pop())
     assert "Traceback" not in result.stderr
     assert f"{sweep} holds folders more than 32 deep" in result.stderr
