@@ -243,6 +243,15 @@ def test_a_link_planted_in_a_sweep_is_refused_before_any_job_runs(
     assert tree_digest(job.parent) == sweep  # the failed job is not moved, nothing runs
 
 
+def refused_sweep_untouched(job: Path, command: list[str], data_dir: Path) -> str:
+    """The one-line refusal of the sweep ``command`` continuing ``job``'s sweep, which it leaves
+    as it was: nothing moved, nothing run."""
+    sweep = tree_digest(job.parent)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert tree_digest(job.parent) == sweep
+    return said
+
+
 @pytest.mark.parametrize("name", [".attempts", ".attempts/{job}"])
 def test_a_file_where_a_failed_job_is_set_aside_is_one_line(
     run: Path, name: str, data_dir: Path
@@ -253,13 +262,10 @@ def test_a_file_where_a_failed_job_is_set_aside_is_one_line(
     planted = job.parent / name.format(job=job.name)
     planted.parent.mkdir(exist_ok=True)
     planted.write_text("not a folder\n")
-    sweep = tree_digest(job.parent)
-    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
-    assert said == (
+    assert refused_sweep_untouched(job, command, data_dir) == (
         f"{planted} is not a folder: vitattn sets a failed job aside in .attempts/<job>/<attempt> "
         "of its sweep and wrote nothing there: move it away"
     )
-    assert tree_digest(job.parent) == sweep
 
 
 def test_a_folder_at_an_interrupted_jobs_lock_is_one_line(run: Path, data_dir: Path) -> None:
@@ -295,13 +301,10 @@ def test_the_wrong_kind_where_hydra_writes_is_one_line(
         planted.mkdir()
     else:
         planted.write_text("planted\n")
-    sweep = tree_digest(job.parent)
-    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
-    assert said == (
+    assert refused_sweep_untouched(job, command, data_dir) == (
         f"{planted} is not {kind}, where Hydra writes {kind} for the sweep, and nothing was "
         "written there: move it away"
     )
-    assert tree_digest(job.parent) == sweep
 
 
 def test_an_attempt_numbered_with_255_digits_is_no_attempt(run: Path, data_dir: Path) -> None:
@@ -329,10 +332,8 @@ def test_a_malformed_file_in_a_sweep_is_one_line(
 ) -> None:
     job, command = sweep_job(run, "completed")
     (job / file).write_text(content)
-    sweep = tree_digest(job.parent)
-    said = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    said = refused_sweep_untouched(job, command, data_dir)
     assert said.startswith(f"{job / file}: {problem}"), said
-    assert tree_digest(job.parent) == sweep
 
 
 # --- plot_curves.py ------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +68,22 @@ def refused_search(
     return message
 
 
+def planted_refusal(
+    tmp_path: Path, plant: Callable[[Path], None], *settings: str, **run: Any
+) -> tuple[Path, str]:
+    """The study a search of ``hparams_search=optuna`` made in ``<tmp_path>/search``, edited by
+    ``plant`` (given its path), and the search continued into it: the study's path and the
+    one-line refusal (:func:`refused_search`, with ``settings`` and ``run``)."""
+    path = studies.made_study(tmp_path / "search")
+    plant(path)
+    return path, refused_search(path.parent, *settings, **run)
+
+
+def sql(*statements: str) -> Callable[[Path], None]:
+    """An edit of a study file by SQL ``statements``."""
+    return lambda path: studies.edit(path, *statements)
+
+
 LR_AS_A_CHOICE = (
     """update trial_params set param_value = 0, distribution_json = '{"name": """
     """"CategoricalDistribution", "attributes": {"choices": [1, 2]}}' """
@@ -115,10 +133,7 @@ def test_a_study_optuna_would_not_write_is_one_line_and_kept(
     edit: str, tmp_path: Path, data_dir: Path
 ) -> None:
     statements, message = TYPED[edit]
-    sweep = tmp_path / "search"
-    path = studies.made_study(sweep)
-    studies.edit(path, *statements)
-    said = refused_search(sweep, data_dir=data_dir)
+    path, said = planted_refusal(tmp_path, sql(*statements), data_dir=data_dir)
     assert said.startswith(f"study {studies.STUDY} in {path} (hydra.sweeper.storage)"), said
     assert message in said
 
@@ -188,22 +203,22 @@ def test_a_study_file_optuna_never_makes_is_one_line_and_kept(
     """Each was a traceback on the code before (a view, a hang; two studies of one name, a
     third added to the file before the traceback), or a study whose jobs all failed."""
     statements, message = NOT_OPTUNAS[edit]
-    sweep = tmp_path / "search"
-    studies.edit(studies.made_study(sweep), *statements)
     hangs = edit.startswith("a view")  # its own process, under a time limit
-    said = refused_search(sweep, data_dir=data_dir, capped=hangs)
+    _, said = planted_refusal(tmp_path, sql(*statements), data_dir=data_dir, capped=hangs)
     assert message in said, said
 
 
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:
     """sqlite reads its journal and write-ahead log into the study as it opens it: a crafted
     journal of 400 MB was rolled into a study of 115 KB, past the bound on its bytes."""
-    sweep = tmp_path / "search"
-    studies.made_study(sweep)
-    planted = sweep / "optuna.db-wal"
-    planted.touch()
-    os.truncate(planted, 65 << 20)  # sparse: no disk used
-    said = refused_search(sweep, data_dir=data_dir)
+
+    def write_ahead_log(path: Path) -> None:
+        log = path.with_name("optuna.db-wal")
+        log.touch()
+        os.truncate(log, 65 << 20)  # sparse: no disk used
+
+    path, said = planted_refusal(tmp_path, write_ahead_log, data_dir=data_dir)
+    planted = path.with_name("optuna.db-wal")
     assert "(hydra.sweeper.storage) holds 68" in said and "more than the 67108864" in said
     assert planted.stat().st_size == 65 << 20
 
@@ -214,9 +229,9 @@ def test_a_search_continued_with_a_choice_of_other_options_is_one_line(
     """A user who narrowed ``attention.k`` and continued the search into the same study got
     Optuna's ``ValueError: CategoricalDistribution does not support dynamic value space.`` in a
     traceback, with a trial left running."""
-    sweep = tmp_path / "search"
-    path = studies.made_study(sweep)
-    said = refused_search(sweep, "attention.k=choice(4,8)", data_dir=data_dir, multirun=True)
+    path, said = planted_refusal(
+        tmp_path, lambda _: None, "attention.k=choice(4,8)", data_dir=data_dir, multirun=True
+    )
     assert said == (
         f"study {studies.STUDY} in {path} (hydra.sweeper.storage): trial 0 stores attention.k as "
         "categorical choice(4, 8, 16, 32, 64), and hydra.sweeper.params.attention.k is "
@@ -264,10 +279,7 @@ def test_a_study_larger_than_a_search_reads_is_one_line_and_kept(
     bomb: str, tmp_path: Path, data_dir: Path
 ) -> None:
     plant, message = BOMBS[bomb]
-    sweep = tmp_path / "search"
-    path = studies.made_study(sweep)
-    plant(path)
-    said = refused_search(sweep, data_dir=data_dir, capped=True)
+    path, said = planted_refusal(tmp_path, plant, data_dir=data_dir, capped=True)
     assert said.startswith(f"{path} (hydra.sweeper.storage) holds "), said
     assert message in said
     assert said.endswith(

@@ -130,7 +130,7 @@ def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str |
     tables = {row[0] for row in listed}
     if not OPTUNA_TABLES.issubset(tables):
         return "is a database without an Optuna study"
-    (trials,) = database.execute("select count(*) from trials").fetchone()
+    trials = count(database, "trials")
     if trials > bounds.trials:
         return f"holds {trials} trials, more than the {bounds.trials} a search reads"
     if "study_directions" in tables:
@@ -143,7 +143,8 @@ def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str |
     twice = "select 1 from studies group by study_name having count(*) > 1"
     if database.execute(twice).fetchone() is not None:
         return "holds two studies of one name, which Optuna never makes"
-    rows = sum(count(database, table) for table in TRIAL_TABLES if table in tables)
+    others = (table for table in TRIAL_TABLES if table != "trials" and table in tables)
+    rows = trials + sum(count(database, table) for table in others)
     if rows > bounds.rows:
         return f"holds {rows} rows of trials, more than the {bounds.rows} a search reads"
     text = sum(
@@ -161,7 +162,7 @@ def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str |
 
 
 def count(database: sqlite3.Connection, table: str) -> int:
-    """Rows of ``table``, one of Optuna's names (:data:`TRIAL_TABLES`), never one from the file."""
+    """Rows of ``table``, one of Optuna's table names written here, never one from the file."""
     return int(database.execute(f"select count(*) from {table}").fetchone()[0])
 
 
@@ -186,11 +187,11 @@ trial's missing value, ``IndexError`` for a choice past its options)."""
 
 def check_stored_trials(
     study: Any, storage: str | None, distributions: Mapping[str, Any], directions: Sequence[str]
-) -> None:
+) -> list[Any]:
     """Refuse in one line a study (in ``storage``, a URL) whose trials Optuna cannot load, one
     trial Optuna would not write, or one that stores a parameter of the space as another kind,
     or a choice with other options, than ``distributions`` (Optuna refuses it in a traceback as
-    the search asks for the parameter, with a trial left running)."""
+    the search asks for the parameter, with a trial left running); the trials, as read."""
     from sqlalchemy.exc import SQLAlchemyError
 
     name = one_line(study.study_name)[:MAX_SHOWN]
@@ -218,6 +219,7 @@ def check_stored_trials(
                 f"study {name} in {where}: trial {trial.number} {why}; the study is kept as it "
                 "is: choose another hydra.sweeper.study_name or hydra.sweep.dir"
             )
+    return trials
 
 
 def trial_problem(trial: Any, distributions: Mapping[str, Any], objectives: int) -> str | None:
