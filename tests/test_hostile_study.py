@@ -9,6 +9,7 @@ process of their own under a memory cap and a time limit; the rest in this proce
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from tests.support import studies
 from tests.support.in_process import run_in_process
 from tests.support.presets import FEW_STEPS
 from tests.support.runners import refusal_message, run_cli
+from tests.support.trees import tree_digest
+from vitattn.runs.layout import HOLDER, LOCK
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +49,20 @@ def jobs(sweep: Path) -> list[str]:
     return sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
 
 
+def kept(sweep: Path) -> dict[str, str]:
+    """What the sweep holds, but the empty lock file a command may leave (never deleted: a
+    process waiting on it would lock a file no other process sees)."""
+    return {name: sha for name, sha in tree_digest(sweep).items() if name != LOCK}
+
+
 def refused_search(
     sweep: Path, *settings: str, data_dir: Path, capped: bool = False, multirun: bool = False
 ) -> str:
     """The one-line refusal of the search continued into ``sweep`` (with ``--multirun`` first,
-    which a sweep parameter on the command line needs); the study file keeps its bytes and no
-    job starts."""
+    which a sweep parameter on the command line needs); the sweep keeps its bytes (the study,
+    the holder's record of the sweep's lock) and no job starts."""
     study = sweep / "optuna.db"
-    before = digest(study)
+    before, found = digest(study), kept(sweep)
     command = ["--multirun"] * multirun + search(sweep, *settings)
     if capped:
         result = run_cli(
@@ -64,6 +73,7 @@ def refused_search(
         result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
     message = refusal_message("vitattn-train", result)
     assert digest(study) == before
+    assert kept(sweep) == found
     assert not jobs(sweep)
     return message
 
@@ -206,6 +216,25 @@ def test_a_study_file_optuna_never_makes_is_one_line_and_kept(
     hangs = edit.startswith("a view")  # its own process, under a time limit
     _, said = planted_refusal(tmp_path, sql(*statements), data_dir=data_dir, capped=hangs)
     assert message in said, said
+
+
+def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir: Path) -> None:
+    """The search is refused after the command took the sweep's lock and named itself in its
+    holder's record: the record an earlier command left is put back byte for byte (on the code
+    before, the refused command's own record replaced it)."""
+    earlier = json.dumps(
+        {"pid": 4242, "started": "2026-11-28 01:02:03", "program": "vitattn-train", "command": ""}
+    )
+
+    def plant(path: Path) -> None:
+        (path.parent / HOLDER).write_text(earlier + "\n")
+        studies.edit(
+            path, "update trial_params set param_value = 99 where param_name = 'attention.k'"
+        )
+
+    path, said = planted_refusal(tmp_path, plant, data_dir=data_dir)
+    assert "holds a trial Optuna cannot read" in said
+    assert (path.parent / HOLDER).read_text() == earlier + "\n"
 
 
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:

@@ -17,6 +17,7 @@ from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
 from tests.support.runners import BIN
 from vitattn.runs.layout import HOLDER
+from vitattn.runs.lock import MAX_RECORD
 from vitattn.utils.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -63,8 +64,37 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(
         os.killpg(holder.pid, signal.SIGKILL)
         holder.communicate()
     assert holder.returncode == -signal.SIGKILL
+    left_by_the_killed = (run / HOLDER).read_bytes()
     resume = ["resume=true", f"hydra.run.dir={run}", "~callbacks.pause"]  # a test's class: dropped
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["steps"] == 40
-    assert json.loads((run / HOLDER).read_text())["pid"] != holder.pid
+    assert (run / HOLDER).read_bytes() == left_by_the_killed  # put back as the resume found it
+
+
+def test_a_holders_record_larger_than_one_is_refused_before_anything_is_written(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The record is kept in memory to be put back when the command ends, so what is read of it
+    is bounded: a larger file there is one line, and the directory keeps its bytes."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / HOLDER).write_bytes(b"x" * (MAX_RECORD + 1))
+    said = refused_in_process("vitattn-train", *TINY, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said == (
+        f"{run / HOLDER}: is {MAX_RECORD + 1} bytes, more than a holder's record (at most "
+        f"{MAX_RECORD}); remove it"
+    )
+    assert sorted(p.name for p in run.iterdir()) == [HOLDER]
+    assert (run / HOLDER).read_bytes() == b"x" * (MAX_RECORD + 1)
+
+
+def test_a_finished_run_leaves_the_directory_without_a_holders_record(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The record names the holder while it holds the directory (see the test above); once the
+    run ends there is none, as there was none before it."""
+    run = tmp_path / "run"
+    run_in_process("vitattn-train", *TINY, *steps(2, 2), f"hydra.run.dir={run}", data_dir=data_dir)
+    assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
+    assert not (run / HOLDER).exists()

@@ -5,7 +5,9 @@ training, a fine-tune into it) would interleave checkpoints, TensorBoard events 
 ``metrics.json``. A command therefore holds ``<run>/.vitattn.lock`` (``filelock``: an ``flock``
 the kernel drops when the holder dies, so a lock left by a killed process blocks nothing) from
 before Hydra writes until it exits, and records who holds it in ``<run>/.vitattn.lock.json``
-(PID, start time, command) for the one line that refuses the next. While it holds the
+(PID, start time, command) for the one line that refuses the next; when it gives the lock back,
+that record is put back as it was before the command (none, or an earlier holder's), so a
+command that was refused leaves the directory byte for byte as it found it. While it holds the
 directory it also keeps a little space there (``.vitattn.reserve``, ``layout.RESERVE``) for
 the last word of a run that fills the disk.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +25,8 @@ from pathlib import Path
 
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
+    CLOEXEC,
+    NOFOLLOW,
     UnreadableFileError,
     one_line,
     read_json,
@@ -37,6 +42,11 @@ from vitattn.utils.config import MAX_LABEL, cut_apart
 RESERVE_BYTES = 64 << 10
 """Space set aside while a run holds its directory, given back when the disk fills up so that
 ``metrics.json`` can still say how the run ended; removed when the run ends."""
+MAX_COMMAND = 4096
+"""Characters of the command line a holder's record keeps."""
+MAX_RECORD = 64 << 10
+"""Bytes of a holder's record found in a directory that a command keeps, to put back when it
+ends (its own records are a few hundred); a larger file is refused before anything is written."""
 
 
 class RunDirectoryInUseError(VitattnError):
@@ -76,21 +86,51 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         refuse_link(path / LOCK)  # planted since: filelock's O_NOFOLLOW refused it
         remove_made([path / LOCK] if lock_made else [], made)
         raise
+    try:
+        record_before = read_record(path / HOLDER)
+    except BaseException:
+        lock.release()
+        remove_made([path / LOCK] if lock_made else [], made)
+        raise
     held[path] = lock
+    this_process().records_before[path] = record_before
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     holder = {
         "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "program": program,
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": cut_apart(command, MAX_COMMAND),
     }
     try:
         write_text(path / HOLDER, json.dumps(holder) + "\n")
         write_reserve(path)
     except BaseException:
-        held.pop(path, None)
-        lock.release()
+        this_process().release(path)  # the record put back as it was
         remove_made([path / LOCK] if lock_made else [], made)
         raise
+
+
+def read_record(path: Path) -> bytes | None:
+    """The bytes of the holder's record at ``path`` (``None`` where there is none), read
+    without following a link, at most :data:`MAX_RECORD` of them; anything else there is one
+    line (:class:`UnreadableFileError`)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise UnreadableFileError(path, f"cannot be read ({error.strerror})", "remove it") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise UnreadableFileError(path, "is not a regular file", "remove it")
+        if status.st_size > MAX_RECORD:
+            raise UnreadableFileError(
+                path,
+                f"is {status.st_size} bytes, more than a holder's record (at most {MAX_RECORD})",
+                "remove it",
+            )
+        return handle.read(MAX_RECORD + 1)[:MAX_RECORD]
 
 
 def remove_made(files: Sequence[Path], folders: Sequence[Path] = ()) -> None:

@@ -10,12 +10,15 @@ one, as a new process would have (``this_process.cache_clear()``), instead of pa
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitattn.runs.layout import RESERVE
+from vitattn.errors import VitattnError
+from vitattn.runs.files import write_bytes
+from vitattn.runs.layout import HOLDER, RESERVE
 
 
 @dataclass
@@ -36,22 +39,41 @@ class RunDirectoryBefore:
 class RunProcess:
     """The run directories this process holds (``held``: their locks, by directory; a second
     request for one of them, the job of a sweep whose directory the command holds, is granted at
-    once) and the record of the run directory it is about to write (``before``)."""
+    once), the holder's record each had before (``records_before``: its bytes, or ``None``), and
+    the record of the run directory it is about to write (``before``)."""
 
     held: dict[Path, Any] = field(default_factory=dict)
+    records_before: dict[Path, bytes | None] = field(default_factory=dict)
     before: RunDirectoryBefore | None = None
 
     def release(self, path: Path) -> None:
-        """Give ``path``'s lock back and the space set aside there; its files stay, unlocked."""
+        """Give ``path``'s lock back and the space set aside there, and put the holder's record
+        back as it was before (:func:`put_record_back`); its other files stay, unlocked."""
         lock = self.held.pop(path, None)
         if lock is not None:
-            free_reserve(path)
-            lock.release()
+            try:
+                put_record_back(path, self.records_before.pop(path, None))
+            finally:
+                free_reserve(path)
+                lock.release()
 
     def release_all(self) -> None:
         """Give back every lock this process holds."""
         for path in list(self.held):
             self.release(path)
+
+
+def put_record_back(run_dir: Path, record: bytes | None) -> None:
+    """``run_dir``'s holder's record as it was before this process held the directory:
+    ``record``'s bytes, or no file where there was none. While the lock is still held, so that
+    no other holder's record is touched; where that cannot be done (a full disk, a link
+    planted since: nothing is written through it) this process's record stays."""
+    holder = run_dir.expanduser().absolute() / HOLDER
+    with contextlib.suppress(OSError, VitattnError):
+        if record is not None:
+            write_bytes(holder, record)
+        elif holder.is_file() and not holder.is_symlink():
+            holder.unlink()
 
 
 def free_reserve(run_dir: Path) -> None:
