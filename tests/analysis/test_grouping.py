@@ -189,6 +189,43 @@ def test_an_exact_by_construction_run_and_unfinished_runs_are_noted(
     assert row["notes"] == f"1 of 4 runs not completed; exact: {reason}"
 
 
+def test_a_copy_of_a_job_counts_its_seed_once(seeded_sweep: Path) -> None:
+    """A job folder copied within the sweep (a user's backup) is the same seed of the same
+    setting: it started from the same weights and saw the same batches. On the code before it
+    counted as a third linear seed, and its interval narrowed as if it were one."""
+    shutil.copytree(
+        seeded_sweep / "attention=linear,seed=1", seeded_sweep / "old" / "attention=linear,seed=1"
+    )
+    summarize([seeded_sweep])
+    row = settings_table(seeded_sweep)["attention=linear"]
+    assert row["n"] == "3"
+    assert (
+        row["notes"]
+        == "1 of 4 runs repeat a seed already counted, left out: old/attention=linear,seed=1"
+    )
+    estimate = mean_interval(TEST_ACC["linear"])
+    assert estimate is not None
+    assert row["test/acc"].startswith(f"0.410 ± {estimate.std:.3f} [{estimate.low:.3f}, ")
+    runs = [row["run"] for row in read_csv(seeded_sweep / "summary.csv")]
+    assert "old/attention=linear,seed=1" in runs  # still listed as a run
+
+
+def test_a_cell_a_spreadsheet_would_run_is_written_as_text(tmp_path: Path) -> None:
+    """A job folder named as a formula is a run's first cell of ``summary.csv``: written behind
+    a ``'`` (OWASP's advice on CSV injection), so a spreadsheet shows it and runs nothing; a
+    negative number stays a number."""
+    sweep = tmp_path / "sweep"
+    name = '=HYPERLINK("example.invalid","open")'
+    write_run(sweep / name, ["attention=softmax", "seed=1"], maps=False)
+    write_run(
+        sweep / "seed=2", ["attention=softmax", "seed=2"], maps=False, metrics={"seconds": -1.5}
+    )
+    summarize([sweep])
+    rows = {row["seed"]: row for row in read_csv(sweep / "summary.csv")}
+    assert rows["1"]["run"] == "'" + name
+    assert rows["2"]["seconds"] == "-1.5"
+
+
 def test_frontier_png_is_drawn_and_not_blank(seeded_sweep: Path) -> None:
     result = summarize([seeded_sweep])
     path = seeded_sweep / "frontier.png"

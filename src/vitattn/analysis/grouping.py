@@ -3,7 +3,11 @@ means and 95% intervals, and the baseline setting the others are compared with
 (:mod:`vitattn.analysis.comparison`): what the table a sweep summary opens with is made of.
 
 Each run comes with its row (:func:`vitattn.analysis.records.summary_row`) as a :class:`RunRow`;
-a run counts towards its setting's statistics only if it completed. The baseline is named by
+a run counts towards its setting's statistics only if it completed, and each seed once: a second
+completed run of a seed the setting already counts (a job folder copied within the sweep, a
+sweep summarized together with its re-run) started from the same weights and saw the same
+batches, so it is no new sample; it keeps its row and is named in the setting's notes. The
+baseline is named by
 ``summary.baseline`` (a training override) or ``plot_curves.py --baseline``: either
 ``key=value`` pairs (``attention=softmax``, or ``'attention=softmax, model.depth=2'`` quoted),
 which a setting matches when every run of it has those values, or a bare value (``softmax``)
@@ -63,18 +67,26 @@ class Setting:
 
     @property
     def completed(self) -> list[RunRow]:
-        return [member for member in self.runs if member.completed]
+        """The completed runs that count: each seed once, by the first run of it found
+        (:func:`counted`)."""
+        return counted(self.runs)
+
+    @property
+    def repeats(self) -> list[RunRow]:
+        """Completed runs of a seed an earlier run of this setting counts for."""
+        kept = {id(member) for member in self.completed}
+        return [m for m in self.runs if m.completed and id(m) not in kept]
 
     def values(self, key: str) -> list[Any]:
         """``key``'s value in each completed run."""
         return [member.row.get(key) for member in self.completed]
 
     def by_seed(self, key: str) -> dict[Any, Any]:
-        """``key``'s value in each completed run, by the run's seed; where two completed runs
-        share a seed or one has none, keyed by this setting's label and a count instead, so
-        that they are never paired with another setting's."""
+        """``key``'s value in each completed run that counts, by the run's seed; where one has
+        none, keyed by this setting's label and a count instead, so that they are never paired
+        with another setting's."""
         seeds = [member.row.get("seed") for member in self.completed]
-        if None in seeds or len(set(seeds)) < len(seeds):
+        if None in seeds:
             return {(self.label, i): value for i, value in enumerate(self.values(key))}
         return dict(zip(seeds, self.values(key), strict=True))
 
@@ -84,11 +96,19 @@ class Setting:
         mechanism."""
         notes = []
         pruned = sum(member.row["status"] == "pruned" for member in self.runs)
-        unfinished = len(self.runs) - len(self.completed) - pruned
+        unfinished = sum(not member.completed for member in self.runs) - pruned
         if pruned:
             notes.append(f"{pruned} of {len(self.runs)} runs pruned by the search")
         if unfinished:
             notes.append(f"{unfinished} of {len(self.runs)} runs not completed")
+        repeats = self.repeats
+        if repeats:
+            names = ", ".join(str(member.row["run"]) for member in repeats[:3])
+            more = ", ..." if len(repeats) > 3 else ""
+            notes.append(
+                f"{len(repeats)} of {len(self.runs)} runs repeat a seed already counted, left "
+                f"out: {names}{more}"
+            )
         notes += sorted({f"exact: {row['degenerate']}" for row in self.rows if row["degenerate"]})
         return notes
 
@@ -100,9 +120,23 @@ def group_settings(runs: Sequence[RunRow]) -> tuple[Setting, ...]:
     for member in runs:
         groups.setdefault(member.row["label"], []).append(member)
     return tuple(
-        Setting(label, tuple(members), estimates([m for m in members if m.completed]))
+        Setting(label, tuple(members), estimates(counted(members)))
         for label, members in groups.items()
     )
+
+
+def counted(members: Sequence[RunRow]) -> list[RunRow]:
+    """The completed runs of ``members`` that count towards their setting's statistics: the
+    first of each seed in the order found, and every run without a recorded seed."""
+    seen: set[Any] = set()
+    kept = []
+    for member in members:
+        seed = member.row.get("seed")
+        if not member.completed or (seed is not None and seed in seen):
+            continue
+        seen.add(seed)
+        kept.append(member)
+    return kept
 
 
 def estimates(completed: Sequence[RunRow]) -> dict[str, Estimate | None]:

@@ -99,10 +99,13 @@ class Run:
         )
 
     @property
-    def seed(self) -> Any:
-        if SEED_KEY in self.config:
-            return self.config[SEED_KEY]
-        return self.settings.get(SEED_KEY)
+    def seed(self) -> int | None:
+        """The seed the run was trained with: a whole number, else ``None`` (unseeded, or a
+        file that holds something else there)."""
+        seed = self.config[SEED_KEY] if SEED_KEY in self.config else self.settings.get(SEED_KEY)
+        if isinstance(seed, str) and len(seed) <= 20 and seed.removeprefix("-").isdecimal():
+            seed = int(seed)  # an override's text
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
     @property
     def steps(self) -> int | None:

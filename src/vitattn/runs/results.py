@@ -44,21 +44,43 @@ def write_json(path: Path, content: Any) -> None:
     write_text(path, text)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a cell as a formula (OWASP's list for CSV injection)."""
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell: empty for none (:func:`plain_value`); text a spreadsheet would
+    run as a formula (a job folder named ``=HYPERLINK(...)``) behind a ``'``, as OWASP
+    advises, unless it reads as a number."""
+    value = plain_value(value)
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _is_number(value):
+        return "'" + value
+    return value
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def write_csv(
     path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
 ) -> None:
     """One line per mapping. ``columns`` (default: every key, in first-seen order) sets the
-    header; keys outside it are left out, missing ones are empty cells. Written whole or not at
-    all, never through a symbolic link."""
+    header; keys outside it are left out, missing ones are empty cells; each cell as
+    :func:`csv_cell` writes it. Written whole or not at all, never through a symbolic link."""
     if columns is None:
         columns = list(dict.fromkeys(key for row in rows for key in row))
     with replacing(path, text=True, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
+        writer.writerow({column: csv_cell(column) for column in columns})
         for row in rows:
-            writer.writerow(
-                {k: "" if plain_value(v) is None else plain_value(v) for k, v in row.items()}
-            )
+            writer.writerow({k: csv_cell(v) for k, v in row.items()})
 
 
 MAX_PADDED = 200
