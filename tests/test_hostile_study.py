@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from tests.support import studies
+from tests.support.faults import SwapStudyAtStart
 from tests.support.in_process import run_in_process
-from tests.support.presets import FEW_STEPS
+from tests.support.presets import FEW_STEPS, plug
 from tests.support.runners import refusal_message, run_cli
 from tests.support.trees import tree_digest
 from vitattn.runs.layout import HOLDER, LOCK
@@ -196,6 +197,19 @@ NOT_OPTUNAS = {
         ["update trials set number = 5 where trial_id = 2"],
         "numbers its 3 trials otherwise than 0 to 2, as Optuna numbers them",
     ),
+    "a CHECK constraint Optuna never makes (the search's first ask broke it)": (
+        [
+            "pragma legacy_alter_table = on",  # the other tables still name `trials`
+            "alter table trials rename to trials_before",
+            "create table trials (trial_id integer not null primary key, number integer, "
+            "study_id integer references studies (study_id), state varchar(8) not null "
+            "check (state != 'RUNNING'), datetime_start datetime, datetime_complete datetime)",
+            "insert into trials select * from trials_before",
+            "drop table trials_before",
+        ],
+        "Optuna could not go on with the study (IntegrityError: (sqlite3.IntegrityError) CHECK "
+        "constraint failed: state != 'RUNNING'); it is kept as it is, with the jobs run so far",
+    ),
     "a reported value that is text (the pruner failed on it in every job)": (
         [
             "insert into trial_intermediate_values(trial_id, step, intermediate_value, "
@@ -235,6 +249,32 @@ def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir:
     path, said = planted_refusal(tmp_path, plant, data_dir=data_dir)
     assert "holds a trial Optuna cannot read" in said
     assert (path.parent / HOLDER).read_text() == earlier + "\n"
+
+
+def test_a_study_swapped_while_a_trial_trains_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    """Someone replaces the study file while the search's first trial trains: the search cannot
+    tell Optuna the trial's end. On the code before that was Optuna's traceback; now one line
+    naming the storage, the job's directory kept, the file put there kept as it is."""
+    import optuna
+
+    sweep, other = tmp_path / "search", tmp_path / "another.db"
+    sweep.mkdir()
+    optuna.create_study(study_name="another", storage=f"sqlite:///{other}")
+    planted = digest(other)
+    swap = plug("swap", SwapStudyAtStart, study=sweep / "optuna.db", other=other)
+    result = run_in_process(
+        "vitattn-train", *search(sweep, "hydra.sweeper.n_trials=2", *swap), data_dir=data_dir,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert refusal_message("vitattn-train", result) == (
+        f"hydra.sweeper.storage=sqlite:///{sweep / 'optuna.db'}: Optuna could not go on with the "
+        "study (StorageInternalError: An exception is raised during the commit. This typically "
+        "happens due to invalid data in the commit, e.g. exceeding max length.); it is kept as it "
+        "is, with the jobs run so far: check it (changed outside Optuna?) and run the search "
+        "again to go on"
+    )
+    assert len(jobs(sweep)) == 1 and digest(sweep / "optuna.db") == planted
 
 
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:

@@ -138,3 +138,14 @@ class InfiniteLossAtStep(L.Callback):
             return loss * float("inf")
 
         pl_module.training_step = infinite  # type: ignore[method-assign]
+
+
+class SwapStudyAtStart(L.Callback):
+    """Replace the Optuna study file at ``study`` with another study, ``other`` (someone who can
+    write the sweep directory, while a trial of the search trains)."""
+
+    def __init__(self, study: str, other: str) -> None:
+        self.study, self.other = Path(study), Path(other)
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        os.replace(self.other, self.study)

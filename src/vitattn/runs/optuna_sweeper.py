@@ -28,15 +28,16 @@ through :mod:`vitattn.runs.files` (never through a link).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.errors import ConfigError, FailedJob, refusing
+from vitattn.errors import ConfigError, FailedJob, VitattnError, refusing
 from vitattn.runs.files import one_line, write_text
 from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
 from vitattn.runs.optuna_study import (
@@ -184,6 +185,25 @@ def open_study(
             f"{one_line(stored)[:MAX_SHOWN]}; choose another hydra.sweeper.study_name"
         )
     return study, storage
+
+
+@contextlib.contextmanager
+def going_on_with(url: str | None) -> Iterator[None]:
+    """Whatever Optuna raises as the search asks for a trial, tells one's end or reads the
+    study (a file changed under the search since it was checked: swapped for another, a
+    constraint Optuna never makes), as one line naming the storage."""
+    try:
+        yield
+    except VitattnError:
+        raise
+    except Exception as error:
+        first = next(iter(str(error).strip().splitlines()), "") or type(error).__name__
+        raise ConfigError(
+            f"hydra.sweeper.storage={url}: Optuna could not go on with the study "
+            f"({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}); it is kept as it is, "
+            "with the jobs run so far: check it (changed outside Optuna?) and run the search "
+            "again to go on"
+        ) from None
 
 
 def settle_stored_trials(
@@ -359,15 +379,19 @@ class Search:
             job_index,
         )  # fmt: skip
         to_go, failures = max(0, n_trials - done), []
+        url = self.settings.storage
         while to_go > 0:
-            trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
-            overrides = [trial_overrides(t, distributions, fixed) for t in trials]
+            with going_on_with(url):
+                trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
+                overrides = [trial_overrides(t, distributions, fixed) for t in trials]
             jobs = self.launcher.launch(overrides, initial_job_idx=job_index)
             job_index, to_go = job_index + len(jobs), to_go - len(jobs)
             for trial, job in zip(trials, jobs, strict=True):
-                if tell(study, trial, job, objectives, sweep_dir):
-                    failures.append(job)
-        write_results(study, sweep_dir / RESULTS_FILE, objectives)
+                with going_on_with(url):
+                    if tell(study, trial, job, objectives, sweep_dir):
+                        failures.append(job)
+        with going_on_with(url):
+            write_results(study, sweep_dir / RESULTS_FILE, objectives)
         return failures
 
 
