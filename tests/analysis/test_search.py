@@ -53,6 +53,25 @@ def test_a_value_a_float_cannot_hold_is_one_line(tmp_path: Path) -> None:
         read(tmp_path, results(trials=[trial]))
 
 
+def test_values_no_axis_can_span_are_one_line(tmp_path: Path) -> None:
+    """Two trials at -1.7e308 and 1.7e308: each a float, their span not. ``pareto.png`` failed
+    on it in matplotlib's ``arange: cannot compute length``, a line that named no file."""
+
+    def trials() -> list[dict[str, Any]]:  # each its own: YAML writes a shared one as an alias
+        return [
+            {"trial": n, "run": "", "values": [value, 0.5], "params": {}}
+            for n, value in enumerate([-1.7e308, 1.7e308])
+        ]
+
+    two = {"metrics": ["a", "b"], "directions": ["maximize"] * 2, "solutions": trials()}
+    with pytest.raises(UnreadableFileError) as raised:
+        read(tmp_path, results(**two, trials=trials()))
+    assert str(raised.value) == (
+        f"{tmp_path / RESULTS_FILE}: holds values of a from -1.7e+308 to 1.7e+308, a span wider "
+        "than a float holds; it is not as vitattn writes it: restore it or remove it"
+    )
+
+
 @pytest.mark.parametrize("key", ["trials", "solutions"])
 def test_trials_that_are_not_a_list_are_one_line(key: str, tmp_path: Path) -> None:
     """``trials: 5`` was ``TypeError: 'int' object is not iterable`` and no summary at all."""

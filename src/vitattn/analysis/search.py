@@ -89,6 +89,14 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
     else:
         solutions = _listed(content, "solutions", path)
         pareto = tuple(_trial(t, len(metrics), path) for t in solutions)
+    for index, metric in enumerate(metrics):
+        values = [trial.values[index] for trial in (*trials, *pareto)]
+        if values and not math.isfinite(max(values) - min(values)):  # no axis spans it
+            raise UnreadableFileError(
+                path,
+                f"holds values of {bounded(str(metric))} from {min(values):.4g} to "
+                f"{max(values):.4g}, a span wider than a float holds",
+            )
     return SearchResults(
         bounded(str(content.get("study_name") or "")),
         tuple(bounded(str(m)) for m in metrics),
