@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from tests.support import studies
-from tests.support.faults import SwapStudyAtStart
+from tests.support.faults import FloodStudyAtSetup, SwapStudyAtStart
 from tests.support.in_process import run_in_process
 from tests.support.presets import FEW_STEPS, plug
 from tests.support.runners import refusal_message, run_cli
 from tests.support.trees import tree_digest
 from vitattn.runs.layout import HOLDER, LOCK
+from vitattn.runs.optuna_study import STUDY_BOUNDS
 
 pytestmark = pytest.mark.slow
 
@@ -275,6 +276,36 @@ def test_a_study_swapped_while_a_trial_trains_is_one_line(tmp_path: Path, data_d
         "again to go on"
     )
     assert len(jobs(sweep)) == 1 and digest(sweep / "optuna.db") == planted
+
+
+def test_a_study_flooded_as_a_trial_starts_is_refused_by_its_pruner(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A job's pruner loads every trial of the study as the job sets up (Optuna's pruners
+    compare a trial with the others), so it checks the file's bounds first
+    (:func:`vitattn.runs.optuna_sweeper.job_trial`): a study flooded after the search checked
+    it fails that job in its one line, before any training step."""
+    path = studies.made_study(tmp_path / "search")
+    flood = plug("flood", FloodStudyAtSetup, study=path, trials=STUDY_BOUNDS.trials)
+    pruning = [  # the flood's callback first, then the pruner's
+        "~callbacks.optuna_pruning",
+        *flood,
+        "+callbacks.optuna_pruning._target_=vitattn.training.callbacks.OptunaPruning",
+        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner}",
+    ]
+    result = run_in_process(
+        "vitattn-train", *search(path.parent, "hydra.sweeper.n_trials=4", *pruning),
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    said = refusal_message("vitattn-train", result)
+    assert said == (
+        f"{path} (hydra.sweeper.storage) holds {STUDY_BOUNDS.trials + 4} trials, more than the "
+        f"{STUDY_BOUNDS.trials} a search reads: it is kept as it is; move it away or choose "
+        "another hydra.sweep.dir or hydra.sweeper.storage"
+    )
+    (job,) = jobs(path.parent)
+    metrics = json.loads((path.parent / job / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and "steps" not in metrics
 
 
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:

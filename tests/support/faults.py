@@ -149,3 +149,17 @@ class SwapStudyAtStart(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
         os.replace(self.other, self.study)
+
+
+class FloodStudyAtSetup(L.Callback):
+    """Add ``trials`` failed trials to the Optuna study file at ``study`` as the fit is set up
+    (someone who can write the sweep directory, while the search runs): before the pruner's
+    callback reads the study where this one comes first."""
+
+    def __init__(self, study: str, trials: int) -> None:
+        self.study, self.trials = Path(study), trials
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        from tests.support.studies import add_trials
+
+        add_trials(self.study, self.trials, params=1)

@@ -68,7 +68,7 @@ class OptunaSearch(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> None:
-        from vitattn.errors import VitattnError, fail
+        from vitattn.errors import FailedJob, VitattnError, fail
         from vitattn.runs.optuna_sweeper import Search
 
         try:
@@ -77,7 +77,13 @@ class OptunaSearch(Sweeper):
             fail(Path(sys.argv[0]).name, error)
             sys.exit(1)
         for job in failures:  # as Hydra's basic sweeper: a failed job fails the command
-            _ = job.return_value
+            if isinstance(job._return_value, FailedJob):
+                # its one line, the last word: raised, Hydra would print a line after it that
+                # offers a stack trace there is none of
+                print(f"Error executing job with overrides: {job.overrides}", file=sys.stderr)
+                print(job._return_value, file=sys.stderr, flush=True)
+                sys.exit(1)
+            _ = job.return_value  # anything else: Hydra's report, with its traceback
 
 
 store = ConfigStore.instance()
