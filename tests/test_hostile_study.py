@@ -308,6 +308,34 @@ def test_a_study_flooded_as_a_trial_starts_is_refused_by_its_pruner(
     assert metrics["status"] == "failed" and "steps" not in metrics
 
 
+def metric_names(names: Any) -> Callable[[Path], None]:
+    """An edit that names the study's values ``names`` as Optuna's ``set_metric_names`` does."""
+    return sql(
+        "insert into study_system_attributes(study_id, key, value_json) "
+        f"values (1, 'study:metric_names', '{json.dumps(names)}')"
+    )
+
+
+def test_a_search_continued_for_another_metric_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    """The study's trials hold val/acc_best: on the code before, a search continued with
+    ``optimized_metric=test/acc`` (the same direction) added test accuracies to them without a
+    word, and the best trial was chosen across the two metrics."""
+    path, said = planted_refusal(
+        tmp_path, metric_names(["val/acc_best"]), "optimized_metric=test/acc", data_dir=data_dir
+    )
+    assert said == (
+        f"optimized_metric=test/acc, but study {studies.STUDY} in sqlite:///{path} names its "
+        "values ['val/acc_best'] (its trials hold those values, which a search for another "
+        "metric would mix with its own); choose another hydra.sweeper.study_name or "
+        "hydra.sweep.dir"
+    )
+
+
+def test_metric_names_optuna_would_not_write_are_one_line(tmp_path: Path, data_dir: Path) -> None:
+    _, said = planted_refusal(tmp_path, metric_names({"a": [1]}), data_dir=data_dir)
+    assert "names its values otherwise than Optuna writes them" in said
+
+
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:
     """sqlite reads its journal and write-ahead log into the study as it opens it: a crafted
     journal of 400 MB was rolled into a study of 115 KB, past the bound on its bytes."""

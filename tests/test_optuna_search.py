@@ -48,6 +48,9 @@ def test_a_pareto_search_stores_two_directions_and_its_pareto_trials(
 
     study = optuna.load_study(study_name="vitattn_pareto", storage=f"sqlite:///{sweep}/optuna.db")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MAXIMIZE"]
+    assert study.metric_names == ["val/acc_best", "train/images_per_sec"]
+    frame = study.trials_dataframe(multi_index=True)  # as optuna-dashboard names the values
+    assert list(frame["values"].columns) == ["val/acc_best", "train/images_per_sec"]
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
     for trial in study.trials:
         metrics = json.loads((sweep / trial.user_attrs["run"] / "metrics.json").read_text())

@@ -206,6 +206,39 @@ def going_on_with(url: str | None) -> Iterator[None]:
         ) from None
 
 
+def unnamed_metrics(study: Any, objectives: Sequence[str], url: str | None) -> bool:
+    """Whether the study still has to be told its values' names (``optimized_metric``, by
+    Optuna's ``set_metric_names``, which optuna-dashboard and ``trials_dataframe`` show): a new
+    study, or one of an earlier vitattn. A study that names other metrics is refused in one
+    line: its trials hold those metrics' values, which a search for another would mix with its
+    own."""
+    stored = study.metric_names
+    if stored is None or stored == list(objectives):
+        return stored is None
+    given = objectives[0] if len(objectives) == 1 else list(objectives)
+    what = "names its values " + (
+        one_line(stored)[:MAX_SHOWN]
+        if isinstance(stored, list) and all(isinstance(name, str) for name in stored)
+        else "otherwise than Optuna writes them"
+    )
+    raise ConfigError(
+        f"optimized_metric={given}, but study {one_line(study.study_name)[:MAX_SHOWN]} in {url} "
+        f"{what} (its trials hold those values, which a search for another metric would mix "
+        "with its own); choose another hydra.sweeper.study_name or hydra.sweep.dir"
+    )
+
+
+def name_metrics(study: Any, objectives: Sequence[str]) -> None:
+    """Tell ``study`` its values' names (see :func:`unnamed_metrics`)."""
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5.0
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        study.set_metric_names(list(objectives))
+
+
 def settle_stored_trials(
     study: Any, storage: Any, distributions: Mapping[str, Any], trials: Sequence[Any]
 ) -> None:
@@ -369,6 +402,7 @@ class Search:
         study, storage = open_study(self.settings, directions, plan.sampler, plan.pruner)
         # the study's trials read once: a study of 10,000 takes seconds each time
         trials = check_stored_trials(study, self.settings.storage, distributions, directions)
+        unnamed = unnamed_metrics(study, objectives, self.settings.storage)
         settle_stored_trials(study, storage, distributions, trials)
         n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
@@ -384,6 +418,9 @@ class Search:
             with going_on_with(url):
                 trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
                 overrides = [trial_overrides(t, distributions, fixed) for t in trials]
+                if unnamed:  # with the first trial asked for: a study that took none is as it was
+                    name_metrics(study, objectives)
+                    unnamed = False
             jobs = self.launcher.launch(overrides, initial_job_idx=job_index)
             job_index, to_go = job_index + len(jobs), to_go - len(jobs)
             for trial, job in zip(trials, jobs, strict=True):
