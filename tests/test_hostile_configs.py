@@ -141,7 +141,7 @@ def set_data(name: str, node: Callable[[Site], Any]) -> Callable[[Site, dict[str
 def trains_elsewhere(site: Site) -> dict[str, Any]:
     """A class vitattn builds, but never from a module's settings: a trainer and its logger,
     with folders outside the run."""
-    logger = {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(site.victim_dir)}
+    logger = {"_target_": "vitattn.training.logger.RunCSVLogger", "save_dir": str(site.victim_dir)}
     trainer = {"_target_": "lightning.pytorch.Trainer", "default_root_dir": str(site.victim_dir)}
     return {**trainer, "logger": logger}
 

@@ -84,7 +84,7 @@ def test_the_allowlist_is_what_the_configs_build() -> None:
         "vitattn.training.logger.RunTensorBoard",
         "torch.optim.AdamW",
         "lightning.pytorch.callbacks.ModelCheckpoint",
-        "lightning.pytorch.loggers.CSVLogger",
+        "vitattn.training.logger.RunCSVLogger",
     ]:
         assert target in allowed, target
     # Hydra's own settings (sweepers, samplers, its callbacks) are not something a file builds

@@ -163,3 +163,38 @@ class FloodStudyAtSetup(L.Callback):
         from tests.support.studies import add_trials
 
         add_trials(self.study, self.trials, params=1)
+
+
+class ReplaceFolderAtStep(L.Callback):
+    """When the global step reaches ``step``, in the run whose directory is ``run``, move the
+    folder ``folder`` (where there is one) aside to ``<folder>.real`` and put a symbolic link to
+    ``target`` at its name: someone who can write the run directory, while the run trains."""
+
+    def __init__(self, run: str, folder: str, target: str, step: int) -> None:
+        self.run, self.folder, self.target, self.step = Path(run), Path(folder), target, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if trainer.global_step != self.step:
+            return
+        if Path(HydraConfig.get().runtime.output_dir).absolute() != self.run.absolute():
+            return  # another job of the sweep
+        if self.folder.is_dir() and not self.folder.is_symlink():
+            self.folder.rename(self.folder.with_name(self.folder.name + ".real"))
+        self.folder.symlink_to(self.target)
+
+
+class ReplaceEventFileAtStep(L.Callback):
+    """When the global step reaches ``step``, move the run's TensorBoard event file aside (to
+    ``<name>.real``) and put a symbolic link to the file ``target`` at its name."""
+
+    def __init__(self, target: str, step: int) -> None:
+        self.target, self.step = target, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step != self.step:
+            return
+        for events in Path(trainer.default_root_dir).glob("events.out.tfevents.*"):
+            events.rename(events.with_name(events.name + ".real"))
+            events.symlink_to(self.target)

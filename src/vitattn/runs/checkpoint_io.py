@@ -27,7 +27,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitattn.errors import TrainingError
 from vitattn.runs.disk import disk_full, space_left
-from vitattn.runs.files import replacing
+from vitattn.runs.files import make_folder, remove_file, replacing
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -50,7 +50,7 @@ def remove_partial_checkpoints(directory: str | Path) -> list[Path]:
         return []
     stale = sorted(folder.glob(f".*{PARTIAL_SUFFIX}"))
     for path in stale:
-        path.unlink(missing_ok=True)
+        remove_file(path)
     return stale
 
 
@@ -69,7 +69,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.remember_folder(Path(path).parent)
         target = Path(path)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_folder(target.parent)
             with replacing(target, fsync=True) as handle:  # never through a planted link
                 self.write(checkpoint, handle)
             _fsync_directory(target.parent)
@@ -136,7 +136,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if not any(within(target, folder) for folder in self.folders) or target.is_dir():
             log.warning("%s was not deleted: it is not a checkpoint file of this run", target)
             return
-        target.unlink(missing_ok=True)
+        remove_file(target)
 
 
 def _fsync_directory(directory: Path) -> None:

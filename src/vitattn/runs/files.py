@@ -15,7 +15,11 @@ that is not what vitattn wrote. So, here and only here:
 * the names Hydra and other libraries write *through* (the log file, ``.hydra/``, the lock) are
   checked before a command starts (:func:`vitattn.runs.layout.refuse_planted_links`);
 * a file that is **read** (:func:`read_json`, :func:`read_yaml`, :func:`whole_number`) gives one
-  line ``<path>: <what is wrong>`` when it is malformed (:class:`UnreadableFileError`).
+  line ``<path>: <what is wrong>`` when it is malformed (:class:`UnreadableFileError`);
+* while this process holds a run directory (:mod:`vitattn.runs.lock`), every write and deletion
+  in it first checks that the directory is still the one it took, and that no folder between it
+  and the file was replaced by a symbolic link since (:func:`check_confined`): a link planted
+  *while* a run trains would otherwise carry every later write, and deletion, outside.
 """
 
 from __future__ import annotations
@@ -59,6 +63,74 @@ class UnreadableFileError(ConfigError):
     def __init__(self, path: Path, problem: str, advice: str = ADVICE) -> None:
         self.path, self.problem = path, one_line(problem)
         super().__init__(f"{one_line(path)}: {self.problem}; {advice}")
+
+
+HELD: dict[Path, tuple[int, int]] = {}
+"""The run directories this process holds, each with its device and inode when it was taken
+(:func:`confine`); :func:`check_confined` checks writes and deletions in them."""
+
+
+def confine(run_dir: Path) -> None:
+    """Check every later write and deletion in ``run_dir`` (an absolute path, a directory this
+    process now holds) against the directory it is now."""
+    status = os.stat(run_dir)
+    HELD[run_dir] = (status.st_dev, status.st_ino)
+
+
+def unconfine(run_dir: Path) -> None:
+    """Stop checking writes in ``run_dir`` (given back)."""
+    HELD.pop(run_dir, None)
+
+
+def check_confined(path: Path) -> None:
+    """Refuse in one line (:class:`UnsafeWriteError`) a write or deletion at ``path`` inside a
+    directory this process holds (:data:`HELD`) where that directory is no longer the one it
+    took (moved away, or a symbolic link planted at its name since: ``os.stat`` follows it to
+    another directory), or a folder between it and ``path`` is now a symbolic link. A folder
+    not there yet is left to the write, which makes it or fails. What no check by name closes is
+    the instant between it and the open; it closes the run-long window."""
+    absolute = Path(os.path.abspath(path))
+    for root, identity in HELD.items():
+        if absolute == root or not absolute.is_relative_to(root):
+            continue
+        try:
+            status = os.stat(root)
+            same = (status.st_dev, status.st_ino) == identity
+        except OSError:
+            same = False
+        if not same:
+            raise _replaced(root, path)
+        folder = root
+        for part in absolute.relative_to(root).parts[:-1]:
+            folder = folder / part
+            try:
+                linked = stat.S_ISLNK(os.lstat(folder).st_mode)
+            except OSError:
+                break
+            if linked:
+                raise _replaced(folder, path)
+
+
+def check_written_in_place(path: Path) -> None:
+    """Before a library opens ``path`` by name to write it in place (Lightning's
+    ``hparams.yaml``, the CSV logger's ``metrics.csv``, which vitattn cannot write through
+    :func:`replacing`): :func:`check_confined`, and no symbolic link at ``path`` itself."""
+    check_confined(path)
+    refuse_link(path)
+
+
+def _replaced(folder: Path, path: Path) -> UnsafeWriteError:
+    if os.path.islink(folder):
+        now = f"is now {what_is_at(folder)}"
+    elif os.path.isdir(folder):
+        now = "is now another folder"
+    else:
+        now = "is gone" if not os.path.lexists(folder) else "is now no folder"
+    return UnsafeWriteError(
+        f"{one_line(folder)} was replaced while this command wrote in it, and {now}: vitattn "
+        f"wrote and deleted nothing more there ({one_line(path.name)} included); restore the "
+        "folder, or run again elsewhere"
+    )
 
 
 def one_line(text: object) -> str:
@@ -112,6 +184,7 @@ def create_new(path: Path) -> int:
     """A descriptor of a new, empty file at ``path``, opened for writing with ``O_EXCL`` and
     ``O_NOFOLLOW``. A regular file already there (left by a killed process) is removed first; a
     link or anything else is refused (:class:`UnsafeWriteError`)."""
+    check_confined(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
     try:
         return os.open(path, flags, 0o666)
@@ -134,6 +207,7 @@ def replacing(
     an ``fsync`` with ``fsync``); on an error it is removed and ``path`` stays as it was. A
     folder at ``path`` (which ``os.replace`` cannot replace) is refused in one line before
     anything is written."""
+    check_confined(path)
     if path.is_dir() and not path.is_symlink():
         raise unsafe(path)
     partial = partial_path(path)
@@ -186,6 +260,7 @@ def open_for_append(
     the one name of a regular file: a symbolic link, a hard link (a file outside the run under a
     second name) or a FIFO (opened as it is, it waits for a reader for ever) at ``path`` is
     refused in one line. Opened without blocking, then checked."""
+    check_confined(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
     flags |= os.O_APPEND if "w" not in mode else 0
     try:
@@ -390,5 +465,19 @@ def set_aside_unreadable(path: Path) -> Path:
         if (match := re.fullmatch(re.escape(path.name) + r"\.unreadable-([0-9]+)", other.name))
     ]
     target = path.with_name(f"{path.name}.unreadable-{1 + max(taken, default=0)}")
+    check_confined(target)
     os.rename(path, target)
     return target
+
+
+def remove_file(path: Path) -> None:
+    """Delete the file at ``path`` (a link: the link itself) where :func:`check_confined` allows;
+    nothing where there is none."""
+    check_confined(path)
+    path.unlink(missing_ok=True)
+
+
+def make_folder(path: Path) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)`` where :func:`check_confined` allows."""
+    check_confined(path)
+    path.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from vitattn.runs.files import (
     CLOEXEC,
     NOFOLLOW,
     UnreadableFileError,
+    confine,
     one_line,
     read_json,
     refuse_link,
@@ -36,7 +37,7 @@ from vitattn.runs.files import (
     write_text,
 )
 from vitattn.runs.layout import HOLDER, LOCK, RESERVE, refuse_planted_links
-from vitattn.runs.process import free_reserve, this_process
+from vitattn.runs.process import HolderRecord, free_reserve, this_process
 from vitattn.utils.config import MAX_LABEL, cut_apart
 
 RESERVE_BYTES = 64 << 10
@@ -94,6 +95,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         raise
     held[path] = lock
     this_process().records_before[path] = record_before
+    confine(path)  # from here on, every write and deletion in it checks it is still this one
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     holder = {
         "pid": os.getpid(),
@@ -110,10 +112,10 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
         raise
 
 
-def read_record(path: Path) -> bytes | None:
-    """The bytes of the holder's record at ``path`` (``None`` where there is none), read
-    without following a link, at most :data:`MAX_RECORD` of them; anything else there is one
-    line (:class:`UnreadableFileError`)."""
+def read_record(path: Path) -> HolderRecord | None:
+    """The holder's record at ``path`` (``None`` where there is none): its bytes, read without
+    following a link, at most :data:`MAX_RECORD` of them, and its file's mode and owner;
+    anything else there is one line (:class:`UnreadableFileError`)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
     except FileNotFoundError:
@@ -130,7 +132,8 @@ def read_record(path: Path) -> bytes | None:
                 f"is {status.st_size} bytes, more than a holder's record (at most {MAX_RECORD})",
                 "remove it",
             )
-        return handle.read(MAX_RECORD + 1)[:MAX_RECORD]
+        content = handle.read(MAX_RECORD + 1)[:MAX_RECORD]
+        return HolderRecord(content, status.st_mode, status.st_uid, status.st_gid)
 
 
 def remove_made(files: Sequence[Path], folders: Sequence[Path] = ()) -> None:

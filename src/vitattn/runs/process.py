@@ -12,12 +12,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vitattn.errors import VitattnError
-from vitattn.runs.files import write_bytes
+from vitattn.runs.files import remove_file, replacing, unconfine
 from vitattn.runs.layout import HOLDER, RESERVE
 
 
@@ -35,15 +37,26 @@ class RunDirectoryBefore:
     backup: Path | None = None
 
 
+@dataclass(frozen=True)
+class HolderRecord:
+    """A holder's record found in a run directory as a command took it: its bytes, and the
+    mode and owner its file had, to put back as they were."""
+
+    content: bytes
+    mode: int
+    uid: int
+    gid: int
+
+
 @dataclass
 class RunProcess:
     """The run directories this process holds (``held``: their locks, by directory; a second
     request for one of them, the job of a sweep whose directory the command holds, is granted at
-    once), the holder's record each had before (``records_before``: its bytes, or ``None``), and
+    once), the holder's record each had before (``records_before``, or ``None``), and
     the record of the run directory it is about to write (``before``)."""
 
     held: dict[Path, Any] = field(default_factory=dict)
-    records_before: dict[Path, bytes | None] = field(default_factory=dict)
+    records_before: dict[Path, HolderRecord | None] = field(default_factory=dict)
     before: RunDirectoryBefore | None = None
 
     def release(self, path: Path) -> None:
@@ -55,6 +68,7 @@ class RunProcess:
                 put_record_back(path, self.records_before.pop(path, None))
             finally:
                 free_reserve(path)
+                unconfine(path)
                 lock.release()
 
     def release_all(self) -> None:
@@ -63,22 +77,30 @@ class RunProcess:
             self.release(path)
 
 
-def put_record_back(run_dir: Path, record: bytes | None) -> None:
+def put_record_back(run_dir: Path, record: HolderRecord | None) -> None:
     """``run_dir``'s holder's record as it was before this process held the directory:
-    ``record``'s bytes, or no file where there was none. While the lock is still held, so that
-    no other holder's record is touched; where that cannot be done (a full disk, a link
-    planted since: nothing is written through it) this process's record stays."""
+    ``record`` (its bytes, mode and, where this process may set it, owner), or no file where
+    there was none. While the lock is still held, so that no other holder's record is touched;
+    where that cannot be done (a full disk, a link planted since: nothing is written through
+    it) this process's record stays."""
     holder = run_dir.expanduser().absolute() / HOLDER
     with contextlib.suppress(OSError, VitattnError):
-        if record is not None:
-            write_bytes(holder, record)
-        elif holder.is_file() and not holder.is_symlink():
-            holder.unlink()
+        if record is None:
+            if holder.is_file() and not holder.is_symlink():
+                remove_file(holder)
+            return
+        with replacing(holder) as handle:
+            os.fchmod(handle.fileno(), stat.S_IMODE(record.mode))
+            with contextlib.suppress(OSError):  # another's file: only root may give it back
+                os.fchown(handle.fileno(), record.uid, record.gid)
+            handle.write(record.content)
 
 
 def free_reserve(run_dir: Path) -> None:
-    """Give the space a lock set aside in ``run_dir`` back to the filesystem."""
-    (run_dir.expanduser().absolute() / RESERVE).unlink(missing_ok=True)
+    """Give the space a lock set aside in ``run_dir`` back to the filesystem (nothing where the
+    directory was replaced since it was taken: :func:`vitattn.runs.files.check_confined`)."""
+    with contextlib.suppress(VitattnError):
+        remove_file(run_dir.expanduser().absolute() / RESERVE)
 
 
 @functools.cache

@@ -30,6 +30,8 @@ from vitattn.runs.disk import (
 from vitattn.runs.files import (
     UnreadableFileError,
     UnsafeWriteError,
+    check_confined,
+    make_folder,
     read_json,
     set_aside_unreadable,
 )
@@ -81,6 +83,7 @@ def _hydra_entries(path: Path) -> list[Path]:
 def _copy_entries(source: Path, target: Path, entries: list[Path] | None = None) -> None:
     """Copy files and folders of ``source`` (all, or ``entries``) into ``target`` as they are."""
     for entry in entries if entries is not None else list(source.iterdir()):
+        check_confined(target / entry.name)
         if entry.is_dir():
             shutil.copytree(entry, target / entry.name, symlinks=True)
         else:
@@ -89,6 +92,7 @@ def _copy_entries(source: Path, target: Path, entries: list[Path] | None = None)
 
 def _remove_hydra_entries(output_dir: Path) -> None:
     for entry in _hydra_entries(output_dir):
+        check_confined(entry)
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
@@ -221,7 +225,7 @@ def record_failure(path: Path, error: BaseException) -> None:
     message = str(error) if isinstance(error, VitattnError) else f"{type(error).__name__}: {error}"
     failure = {"status": "failed", "error": message}
     try:  # an unwritable directory, or a planted link, must not hide the real error
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         free_reserve(path.parent)  # the run is over: its reserve is room for this record
         if RunDir(path.parent).state() is RunState.COMPLETED:
             attempts = path.parent / ATTEMPTS_FILE

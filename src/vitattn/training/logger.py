@@ -37,11 +37,14 @@ TensorBoard lists one run per job. Each run writes
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from vitattn.runs.files import check_written_in_place, make_folder
 from vitattn.utils.config import flatten
 
 if TYPE_CHECKING:
@@ -139,12 +142,29 @@ class RunTensorBoard(TensorBoardLogger):
         self._layout_written = False
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
-        writer = super().experiment
-        if not self._layout_written and rank_zero_only.rank == 0:
+        """Lightning's writer, as a :class:`PinnedSummaryWriter`: its event files written
+        through the descriptors they were made with, never reopened by name."""
+        if self._experiment is None:
+            from vitattn.training.pinned_events import PinnedSummaryWriter
+
+            if self.root_dir:
+                make_folder(Path(self.root_dir))
+            self._experiment = PinnedSummaryWriter(log_dir=self.log_dir, **self._kwargs)
+        writer = self._experiment
+        if not self._layout_written:
             writer.add_custom_scalars(LAYOUT)
             self._layout_written = True
         return writer
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Lightning's save (the events flushed, ``hparams.yaml`` written once, by name), where
+        the run directory is still the one this process took
+        (:func:`vitattn.runs.files.check_confined`)."""
+        check_written_in_place(Path(self.log_dir) / self.NAME_HPARAMS_FILE)
+        super().save()
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -156,6 +176,19 @@ class RunTensorBoard(TensorBoardLogger):
         kept = merge_equal_learning_rates(kept)
         if kept:
             super().log_metrics(kept, None if step is None else step + self.step_offset)
+
+
+class RunCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger`` (``logger=csv``: ``<run>/csv/metrics.csv``), which opens its
+    files by name at every save, saving only where the run directory is still the one this
+    process took and no link is at their names
+    (:func:`vitattn.runs.files.check_written_in_place`)."""
+
+    @rank_zero_only
+    def save(self) -> None:
+        for name in ("metrics.csv", "hparams.yaml"):
+            check_written_in_place(Path(self.log_dir) / name)
+        super().save()
 
 
 def merge_equal_learning_rates(metrics: Mapping[str, Any]) -> dict[str, Any]:

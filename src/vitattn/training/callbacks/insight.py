@@ -50,7 +50,7 @@ from vitattn.attention.common.probe import (
     implied_matrix,
     relative_error,
 )
-from vitattn.runs.files import write_with
+from vitattn.runs.files import make_folder, write_with
 from vitattn.training.logger import add_png, encode_png, summary_writers
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class AttentionInsight(L.Callback):
     ) -> None:
         """``<run>/attention/maps.npz``: images, rollout and per-layer maps of the pooled token."""
         folder = run_dir / "attention"
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         maps = partial(
             np.savez_compressed,
             images=raw.permute(0, 2, 3, 1).numpy().astype(np.uint8),
