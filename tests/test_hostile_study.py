@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support import studies
 from tests.support.faults import FloodStudyAtSetup, SwapStudyAtStart
@@ -211,6 +213,15 @@ NOT_OPTUNAS = {
         "Optuna could not go on with the study (IntegrityError: (sqlite3.IntegrityError) CHECK "
         "constraint failed: state != 'RUNNING'); it is kept as it is, with the jobs run so far",
     ),
+    "study attributes that are not JSON (the metric names read as the search starts)": (
+        [
+            "insert into study_system_attributes(study_id, key, value_json) "
+            "values (1, 'study:metric_names', '{')"
+        ],
+        "optuna.db (hydra.sweeper.storage) holds study attributes Optuna cannot read "
+        "(JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1)): it is kept as it is",
+    ),
     "a reported value that is text (the pruner failed on it in every job)": (
         [
             "insert into trial_intermediate_values(trial_id, step, intermediate_value, "
@@ -235,14 +246,16 @@ def test_a_study_file_optuna_never_makes_is_one_line_and_kept(
 
 def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir: Path) -> None:
     """The search is refused after the command took the sweep's lock and named itself in its
-    holder's record: the record an earlier command left is put back byte for byte (on the code
-    before, the refused command's own record replaced it)."""
+    holder's record: the record an earlier command left is put back byte for byte, its file's
+    mode too (on the code before, the refused command's own record replaced it; then, the
+    record came back readable by all)."""
     earlier = json.dumps(
         {"pid": 4242, "started": "2026-11-28 01:02:03", "program": "vitattn-train", "command": ""}
     )
 
     def plant(path: Path) -> None:
         (path.parent / HOLDER).write_text(earlier + "\n")
+        (path.parent / HOLDER).chmod(0o600)
         studies.edit(
             path, "update trial_params set param_value = 99 where param_name = 'attention.k'"
         )
@@ -250,6 +263,7 @@ def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir:
     path, said = planted_refusal(tmp_path, plant, data_dir=data_dir)
     assert "holds a trial Optuna cannot read" in said
     assert (path.parent / HOLDER).read_text() == earlier + "\n"
+    assert stat.S_IMODE((path.parent / HOLDER).stat().st_mode) == 0o600
 
 
 def test_a_study_swapped_while_a_trial_trains_is_one_line(tmp_path: Path, data_dir: Path) -> None:
@@ -334,6 +348,26 @@ def test_a_search_continued_for_another_metric_is_one_line(tmp_path: Path, data_
 def test_metric_names_optuna_would_not_write_are_one_line(tmp_path: Path, data_dir: Path) -> None:
     _, said = planted_refusal(tmp_path, metric_names({"a": [1]}), data_dir=data_dir)
     assert "names its values otherwise than Optuna writes them" in said
+
+
+def test_a_trials_run_attribute_nested_deep_is_left_out_of_the_results(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The search writes each trial's ``run`` (a user attribute it set) into
+    ``optimization_results.yaml``: one nested 900 deep (JSON Optuna reads) made the YAML writer
+    recurse past Python's limit, after the search ran its trials, on every run again. It is
+    written only as text now, so a finished search just writes its results."""
+    path = studies.made_study(tmp_path / "search")
+    deep = "[" * 900 + "]" * 900
+    studies.edit(
+        path,
+        f"insert into trial_user_attributes(trial_id, key, value_json) values (1, 'run', '{deep}')",
+    )
+    run_in_process(
+        "vitattn-train", *search(path.parent, "hydra.sweeper.n_trials=3"), data_dir=data_dir
+    )
+    results = yaml.safe_load((path.parent / "optimization_results.yaml").read_text())
+    assert [trial["run"] for trial in results["trials"]] == [None, None, None]
 
 
 def test_sqlites_log_beside_a_study_counts_toward_its_bytes(tmp_path: Path, data_dir: Path) -> None:

@@ -45,6 +45,7 @@ from vitattn.runs.optuna_study import (
     STUDY_BOUNDS,
     check_storage_file,
     check_stored_trials,
+    storage_file,
 )
 from vitattn.utils import checks
 
@@ -212,7 +213,16 @@ def unnamed_metrics(study: Any, objectives: Sequence[str], url: str | None) -> b
     study, or one of an earlier vitattn. A study that names other metrics is refused in one
     line: its trials hold those metrics' values, which a search for another would mix with its
     own."""
-    stored = study.metric_names
+    try:
+        stored = study.metric_names
+    except Exception as error:  # the study's attributes: JSON Optuna cannot parse, or too deep
+        first = next(iter(str(error).strip().splitlines()), "") or type(error).__name__
+        where = f"{one_line(storage_file(url) or url or 'memory')} (hydra.sweeper.storage)"
+        raise ConfigError(
+            f"study {one_line(study.study_name)[:MAX_SHOWN]} in {where} holds study attributes "
+            f"Optuna cannot read ({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}): it is "
+            "kept as it is; choose another hydra.sweeper.study_name or hydra.sweep.dir"
+        ) from None
     if stored is None or stored == list(objectives):
         return stored is None
     given = objectives[0] if len(objectives) == 1 else list(objectives)
@@ -433,9 +443,12 @@ class Search:
 
 
 def trial_record(trial: Any) -> dict[str, Any]:
+    """A complete trial as ``optimization_results.yaml`` lists it; its ``run`` (a user
+    attribute the search sets, which the study file may hold as anything) only as text."""
+    run = trial.user_attrs.get("run")
     return {
         "trial": trial.number,
-        "run": trial.user_attrs.get("run"),
+        "run": run[:MAX_SHOWN] if isinstance(run, str) else None,
         "values": [float(v) for v in trial.values],
         "params": dict(trial.params),
     }
