@@ -201,13 +201,36 @@ def test_a_copy_of_a_job_counts_its_seed_once(seeded_sweep: Path) -> None:
     assert row["n"] == "3"
     assert (
         row["notes"]
-        == "1 of 4 runs repeat a seed already counted, left out: old/attention=linear,seed=1"
+        == "1 of 4 runs repeat a seed, or the results, of a run already counted, left out: "
+        "old/attention=linear,seed=1"
     )
     estimate = mean_interval(TEST_ACC["linear"])
     assert estimate is not None
     assert row["test/acc"].startswith(f"0.410 ± {estimate.std:.3f} [{estimate.low:.3f}, ")
     runs = [row["run"] for row in read_csv(seeded_sweep / "summary.csv")]
     assert "old/attention=linear,seed=1" in runs  # still listed as a run
+
+
+@pytest.mark.parametrize(
+    ("config_seed", "override"),
+    [("null", "seed=null"), ("true", "seed=1"), ("[1]", "seed=1"), ("'1 '", "seed=1")],
+)
+def test_a_copy_counts_once_whatever_its_files_say_of_the_seed(
+    config_seed: str, override: str, tmp_path: Path
+) -> None:
+    """A copy of an unseeded job, or of a job whose config holds something else than a seed
+    (its overrides still say ``seed=1``), counted again on the code before: two runs, where
+    one ran. The unseeded copy's ``metrics.json`` repeats the first's to the last digit."""
+    sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": (0.5, 0.52)})
+    job = sweep / "attention=softmax,seed=1"
+    config, overrides = job / ".hydra" / "config.yaml", job / ".hydra" / "overrides.yaml"
+    config.write_text(config.read_text().replace("seed: 1\n", f"seed: {config_seed}\n"))
+    overrides.write_text(overrides.read_text().replace("seed=1", override))
+    shutil.copytree(job, sweep / "copy")
+    summarize([sweep])
+    (row,) = settings_table(sweep).values()  # one setting: the runs differ only by seed
+    assert row["n"] == "2"
+    assert row["notes"].endswith("left out: copy")
 
 
 def test_a_cell_a_spreadsheet_would_run_is_written_as_text(tmp_path: Path) -> None:

@@ -54,8 +54,9 @@ def test_a_value_a_float_cannot_hold_is_one_line(tmp_path: Path) -> None:
 
 
 def test_values_no_axis_can_span_are_one_line(tmp_path: Path) -> None:
-    """Two trials at -1.7e308 and 1.7e308: each a float, their span not. ``pareto.png`` failed
-    on it in matplotlib's ``arange: cannot compute length``, a line that named no file."""
+    """Two trials at -1.7e308 and 1.7e308: each a float, their span not (nor, at 1e308 alone,
+    the axis's margins). ``pareto.png`` failed on them in matplotlib's ``arange: cannot compute
+    length``, a line that named no file."""
 
     def trials() -> list[dict[str, Any]]:  # each its own: YAML writes a shared one as an alias
         return [
@@ -67,9 +68,24 @@ def test_values_no_axis_can_span_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(UnreadableFileError) as raised:
         read(tmp_path, results(**two, trials=trials()))
     assert str(raised.value) == (
-        f"{tmp_path / RESULTS_FILE}: holds values of a from -1.7e+308 to 1.7e+308, a span wider "
-        "than a float holds; it is not as vitattn writes it: restore it or remove it"
+        f"{tmp_path / RESULTS_FILE}: holds values of a from -1.7e+308 to 1.7e+308, past the "
+        "1e+300 a figure's axis draws; it is not as vitattn writes it: restore it or remove it"
     )
+
+
+def test_values_as_large_as_are_read_are_drawn(tmp_path: Path) -> None:
+    from vitattn.analysis.search import plot_pareto
+
+    def trials() -> list[dict[str, Any]]:  # each its own: YAML writes a shared one as an alias
+        return [
+            {"trial": n, "run": "", "values": [value, -value], "params": {}}
+            for n, value in enumerate([-1e300, 1e300])
+        ]
+
+    two = {"metrics": ["a", "b"], "directions": ["maximize"] * 2}
+    search = read(tmp_path, results(**two, trials=trials(), solutions=trials()))
+    assert plot_pareto(search, tmp_path / "pareto.png")
+    assert (tmp_path / "pareto.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("key", ["trials", "solutions"])

@@ -6,7 +6,8 @@ Each run comes with its row (:func:`vitattn.analysis.records.summary_row`) as a 
 a run counts towards its setting's statistics only if it completed, and each seed once: a second
 completed run of a seed the setting already counts (a job folder copied within the sweep, a
 sweep summarized together with its re-run) started from the same weights and saw the same
-batches, so it is no new sample; it keeps its row and is named in the setting's notes. The
+batches, so it is no new sample; nor is an unseeded run whose ``metrics.json`` repeats a counted
+one's (its copy). It keeps its row and is named in the setting's notes. The
 baseline is named by
 ``summary.baseline`` (a training override) or ``plot_curves.py --baseline``: either
 ``key=value`` pairs (``attention=softmax``, or ``'attention=softmax, model.depth=2'`` quoted),
@@ -17,6 +18,7 @@ setting is the baseline when there is exactly one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +75,7 @@ class Setting:
 
     @property
     def repeats(self) -> list[RunRow]:
-        """Completed runs of a seed an earlier run of this setting counts for."""
+        """Completed runs of a seed, or with the results, of a run of this setting that counts."""
         kept = {id(member) for member in self.completed}
         return [m for m in self.runs if m.completed and id(m) not in kept]
 
@@ -106,8 +108,8 @@ class Setting:
             names = ", ".join(str(member.row["run"]) for member in repeats[:3])
             more = ", ..." if len(repeats) > 3 else ""
             notes.append(
-                f"{len(repeats)} of {len(self.runs)} runs repeat a seed already counted, left "
-                f"out: {names}{more}"
+                f"{len(repeats)} of {len(self.runs)} runs repeat a seed, or the results, of a run "
+                f"already counted, left out: {names}{more}"
             )
         notes += sorted({f"exact: {row['degenerate']}" for row in self.rows if row["degenerate"]})
         return notes
@@ -127,14 +129,17 @@ def group_settings(runs: Sequence[RunRow]) -> tuple[Setting, ...]:
 
 def counted(members: Sequence[RunRow]) -> list[RunRow]:
     """The completed runs of ``members`` that count towards their setting's statistics: the
-    first of each seed in the order found, and every run without a recorded seed."""
-    seen: set[Any] = set()
+    first of each seed in the order found; of runs without a seed, the first of each
+    ``metrics.json`` (a copy of an unseeded run repeats its results to the last digit of its
+    seconds, which no second run does)."""
+    seen: set[int | str] = set()
     kept = []
     for member in members:
         seed = member.row.get("seed")
-        if not member.completed or (seed is not None and seed in seen):
+        key = seed if seed is not None else json.dumps(member.run.metrics, sort_keys=True)
+        if not member.completed or key in seen:
             continue
-        seen.add(seed)
+        seen.add(key)
         kept.append(member)
     return kept
 

@@ -100,12 +100,14 @@ class Run:
 
     @property
     def seed(self) -> int | None:
-        """The seed the run was trained with: a whole number, else ``None`` (unseeded, or a
-        file that holds something else there)."""
-        seed = self.config[SEED_KEY] if SEED_KEY in self.config else self.settings.get(SEED_KEY)
-        if isinstance(seed, str) and len(seed) <= 20 and seed.removeprefix("-").isdecimal():
-            seed = int(seed)  # an override's text
-        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        """The seed the run was trained with: a whole number, from its config, else from its
+        overrides; ``None`` for an unseeded run (or files that hold something else there)."""
+        for seed in (self.config.get(SEED_KEY), self.settings.get(SEED_KEY)):
+            if isinstance(seed, str) and len(seed) <= 20 and seed.removeprefix("-").isdecimal():
+                seed = int(seed)  # an override's text
+            if isinstance(seed, int) and not isinstance(seed, bool):
+                return seed
+        return None
 
     @property
     def steps(self) -> int | None:

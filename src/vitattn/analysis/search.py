@@ -20,6 +20,9 @@ from vitattn.runs.results import markdown_table
 from vitattn.utils.config import cut_apart
 
 PARETO_FIGURE = "pareto.png"
+MAX_DRAWN = 1e300
+"""The largest value (in size) of a trial the summary reads: near the largest float
+(1.8e308), an axis's span or its margins overflow."""
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,11 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
         pareto = tuple(_trial(t, len(metrics), path) for t in solutions)
     for index, metric in enumerate(metrics):
         values = [trial.values[index] for trial in (*trials, *pareto)]
-        if values and not math.isfinite(max(values) - min(values)):  # no axis spans it
+        if values and max(abs(min(values)), abs(max(values))) > MAX_DRAWN:
             raise UnreadableFileError(
                 path,
                 f"holds values of {bounded(str(metric))} from {min(values):.4g} to "
-                f"{max(values):.4g}, a span wider than a float holds",
+                f"{max(values):.4g}, past the {MAX_DRAWN:.0e} a figure's axis draws",
             )
     return SearchResults(
         bounded(str(content.get("study_name") or "")),
