@@ -366,3 +366,22 @@ def test_the_console_side_imports_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_flag_after_an_override_is_argparses_usage_error_before_anything_is_made(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``-m`` after an override is one Hydra's parser refuses. On the code before, the sweep's
+    folders and lock were made first, and left behind; the line also showed an
+    ``exclude_keys`` override the user never typed."""
+    sweep = tmp_path / "new" / "sweep"
+    result = run_cli(
+        "vitattn-train", "trainer=cpu", "-m", "seed=1,2", f"hydra.sweep.dir={sweep}",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"vitattn-train: error: unrecognized arguments: seed=1,2 hydra.sweep.dir={sweep}"
+    )
+    assert not (tmp_path / "new").exists()

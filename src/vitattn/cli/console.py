@@ -57,6 +57,7 @@ def console_main(
     """Check ``sys.argv`` (after ``prepare`` rewrote it, e.g. to resume a run), then run the
     Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line."""
     arguments = sys.argv[1:]
+    check_flags(arguments)
     try:
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
             check_syntax(arguments)
@@ -98,6 +99,15 @@ def console_main(
         # Python's documentation advises, stdout then points at devnull, so exiting is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def check_flags(arguments: Sequence[str]) -> None:
+    """The command line read by Hydra's own parser (its flags, then the overrides), as the app
+    will read it: one it refuses (``-m`` after an override) ends here, with argparse's usage
+    line and exit status 2, as it would in Hydra, but before any folder or lock is made."""
+    from hydra._internal.utils import get_args_parser
+
+    get_args_parser().parse_args(list(arguments))
 
 
 def hold(directory: Path, setting: str, program: str) -> None:
