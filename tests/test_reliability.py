@@ -170,8 +170,8 @@ def test_a_full_disk_at_the_start_is_one_line_and_nothing_is_made(
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         fill(disk)
         target = disk / "runs" / "run"
-        sweep = ["-m", "seed=1,2"] if setting == "hydra.sweep.dir" else []
-        said = refused_in_process("vitattn-train", f"{setting}={target}", *sweep, data_dir=data_dir)
+        sweep = ["-m", "seed=1,2"] if setting == "hydra.sweep.dir" else []  # flags first
+        said = refused_in_process("vitattn-train", *sweep, f"{setting}={target}", data_dir=data_dir)
         assert said == (
             f"{setting}={target} cannot be written: no space left on its device (0 bytes free); "
             "free space or choose another location"
