@@ -211,7 +211,8 @@ NOT_OPTUNAS = {
             "drop table trials_before",
         ],
         "Optuna could not go on with the study (IntegrityError: (sqlite3.IntegrityError) CHECK "
-        "constraint failed: state != 'RUNNING'); it is kept as it is, with the jobs run so far",
+        "constraint failed: state != 'RUNNING'); the study keeps what the search told it, and "
+        "the jobs run so far their directories",
     ),
     "study attributes that are not JSON (the metric names read as the search starts)": (
         [
@@ -285,9 +286,9 @@ def test_a_study_swapped_while_a_trial_trains_is_one_line(tmp_path: Path, data_d
     assert refusal_message("vitattn-train", result) == (
         f"hydra.sweeper.storage=sqlite:///{sweep / 'optuna.db'}: Optuna could not go on with the "
         "study (StorageInternalError: An exception is raised during the commit. This typically "
-        "happens due to invalid data in the commit, e.g. exceeding max length.); it is kept as it "
-        "is, with the jobs run so far: check it (changed outside Optuna?) and run the search "
-        "again to go on"
+        "happens due to invalid data in the commit, e.g. exceeding max length.); the study keeps "
+        "what the search told it, and the jobs run so far their directories: check the file "
+        "(changed outside Optuna?) and run the search again to go on"
     )
     assert len(jobs(sweep)) == 1 and digest(sweep / "optuna.db") == planted
 

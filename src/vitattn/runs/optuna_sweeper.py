@@ -195,15 +195,15 @@ def going_on_with(url: str | None) -> Iterator[None]:
     constraint Optuna never makes), as one line naming the storage."""
     try:
         yield
-    except VitattnError:
+    except (VitattnError, OSError):  # vitattn's own line; a file of the sweep it could not write
         raise
     except Exception as error:
         first = next(iter(str(error).strip().splitlines()), "") or type(error).__name__
         raise ConfigError(
             f"hydra.sweeper.storage={url}: Optuna could not go on with the study "
-            f"({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}); it is kept as it is, "
-            "with the jobs run so far: check it (changed outside Optuna?) and run the search "
-            "again to go on"
+            f"({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}); the study keeps what "
+            "the search told it, and the jobs run so far their directories: check the file "
+            "(changed outside Optuna?) and run the search again to go on"
         ) from None
 
 
