@@ -51,6 +51,11 @@ def fail(program: str, error: BaseException | str) -> None:
     print(f"{program}: error: {error}", file=sys.stderr, flush=True)
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s text, or its type's name where it says nothing."""
+    return next(iter(str(error).strip().splitlines()), "") or type(error).__name__
+
+
 def own_refusal(error: BaseException) -> VitattnError | None:
     """The :class:`VitattnError` in ``error``'s chain of causes (a class of vitattn refused its
     settings; Hydra's instantiate wraps it), or ``None``."""
@@ -70,7 +75,7 @@ def refused(group: str, error: BaseException) -> ConfigError:
     root = error
     while root.__cause__ is not None:
         root = root.__cause__
-    reason = next(iter(str(root).strip().splitlines()), "") or type(root).__name__
+    reason = first_line(root)
     return ConfigError(f"{group}: these settings are refused ({type(root).__name__}: {reason})")
 
 

@@ -184,7 +184,6 @@ def create_new(path: Path) -> int:
     """A descriptor of a new, empty file at ``path``, opened for writing with ``O_EXCL`` and
     ``O_NOFOLLOW``. A regular file already there (left by a killed process) is removed first; a
     link or anything else is refused (:class:`UnsafeWriteError`)."""
-    check_confined(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
     try:
         return os.open(path, flags, 0o666)
@@ -254,12 +253,17 @@ def save_figure(figure: Any, path: Path, **options: Any) -> None:
 
 
 def open_for_append(
-    path: Path, mode: str = "a", encoding: str | None = None, errors: str | None = None
-) -> IO[str]:
-    """``open(path, mode)`` for a log file (``"a"``, or ``"w"`` to start it afresh), only as
-    the one name of a regular file: a symbolic link, a hard link (a file outside the run under a
-    second name) or a FIFO (opened as it is, it waits for a reader for ever) at ``path`` is
-    refused in one line. Opened without blocking, then checked."""
+    path: Path,
+    mode: str = "a",
+    encoding: str | None = None,
+    errors: str | None = None,
+    buffering: int = -1,
+) -> IO[Any]:
+    """``open(path, mode, buffering)`` for a log file (``"a"``, or ``"w"`` to start it afresh;
+    with ``"b"``, bytes: an event file), only as the one name of a regular file: a symbolic
+    link, a hard link (a file outside the run under a second name) or a FIFO (opened as it is,
+    it waits for a reader for ever) at ``path`` is refused in one line. Opened without
+    blocking, then checked."""
     check_confined(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
     flags |= os.O_APPEND if "w" not in mode else 0
@@ -276,7 +280,8 @@ def open_for_append(
     os.set_blocking(descriptor, True)
     if "w" in mode:
         os.ftruncate(descriptor, 0)
-    return os.fdopen(descriptor, "w" if "w" in mode else "a", encoding=encoding, errors=errors)
+    opened = ("w" if "w" in mode else "a") + ("b" if "b" in mode else "")
+    return os.fdopen(descriptor, opened, buffering, encoding=encoding, errors=errors)
 
 
 def inside(path: Path, root: Path) -> bool:

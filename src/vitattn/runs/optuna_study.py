@@ -185,6 +185,11 @@ UNREADABLE = (
 trial's missing value, ``IndexError`` for a choice past its options)."""
 
 
+def storage_named(storage: str | None) -> str:
+    """``hydra.sweeper.storage`` as a refusal names it: its sqlite file, else its URL."""
+    return f"{one_line(storage_file(storage) or storage or 'memory')} (hydra.sweeper.storage)"
+
+
 def check_stored_trials(
     study: Any, storage: str | None, distributions: Mapping[str, Any], directions: Sequence[str]
 ) -> list[Any]:
@@ -195,7 +200,7 @@ def check_stored_trials(
     from sqlalchemy.exc import SQLAlchemyError
 
     name = one_line(study.study_name)[:MAX_SHOWN]
-    where = f"{one_line(storage_file(storage) or storage or 'memory')} (hydra.sweeper.storage)"
+    where = storage_named(storage)
     try:
         trials = study.get_trials(deepcopy=False)
     except (*UNREADABLE, SQLAlchemyError) as error:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.errors import ConfigError, FailedJob, VitattnError, refusing
+from vitattn.errors import ConfigError, FailedJob, VitattnError, first_line, refusing
 from vitattn.runs.files import one_line, write_text
 from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
 from vitattn.runs.optuna_study import (
@@ -45,7 +45,7 @@ from vitattn.runs.optuna_study import (
     STUDY_BOUNDS,
     check_storage_file,
     check_stored_trials,
-    storage_file,
+    storage_named,
 )
 from vitattn.utils import checks
 
@@ -176,8 +176,9 @@ def open_study(
             load_if_exists=True,
         )
     except Exception as error:  # whatever the file makes Optuna, SQLAlchemy or alembic raise
-        first = next(iter(str(error).strip().splitlines()), type(error).__name__)
-        raise ConfigError(f"hydra.sweeper.storage={url}: {one_line(first)[:MAX_SHOWN]}") from None
+        raise ConfigError(
+            f"hydra.sweeper.storage={url}: {one_line(first_line(error))[:MAX_SHOWN]}"
+        ) from None
     stored = [d.name.lower() for d in study.directions]
     if stored != directions:
         raise ConfigError(
@@ -198,12 +199,11 @@ def going_on_with(url: str | None) -> Iterator[None]:
     except (VitattnError, OSError):  # vitattn's own line; a file of the sweep it could not write
         raise
     except Exception as error:
-        first = next(iter(str(error).strip().splitlines()), "") or type(error).__name__
         raise ConfigError(
             f"hydra.sweeper.storage={url}: Optuna could not go on with the study "
-            f"({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}); the study keeps what "
-            "the search told it, and the jobs run so far their directories: check the file "
-            "(changed outside Optuna?) and run the search again to go on"
+            f"({type(error).__name__}: {one_line(first_line(error))[:MAX_SHOWN]}); the study "
+            "keeps what the search told it, and the jobs run so far their directories: check "
+            "the file (changed outside Optuna?) and run the search again to go on"
         ) from None
 
 
@@ -216,11 +216,10 @@ def unnamed_metrics(study: Any, objectives: Sequence[str], url: str | None) -> b
     try:
         stored = study.metric_names
     except Exception as error:  # the study's attributes: JSON Optuna cannot parse, or too deep
-        first = next(iter(str(error).strip().splitlines()), "") or type(error).__name__
-        where = f"{one_line(storage_file(url) or url or 'memory')} (hydra.sweeper.storage)"
         raise ConfigError(
-            f"study {one_line(study.study_name)[:MAX_SHOWN]} in {where} holds study attributes "
-            f"Optuna cannot read ({type(error).__name__}: {one_line(first)[:MAX_SHOWN]}): it is "
+            f"study {one_line(study.study_name)[:MAX_SHOWN]} in {storage_named(url)} holds study "
+            f"attributes Optuna cannot read ({type(error).__name__}: "
+            f"{one_line(first_line(error))[:MAX_SHOWN]}): it is "
             "kept as it is; choose another hydra.sweeper.study_name or hydra.sweep.dir"
         ) from None
     if stored is None or stored == list(objectives):

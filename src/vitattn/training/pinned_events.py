@@ -13,46 +13,37 @@ was made, whatever is planted at its name since.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
 
-from vitattn.runs.files import CLOEXEC, NOFOLLOW, check_confined, unsafe
+from vitattn.runs.files import check_confined, open_for_append
 
 
 class PinnedFile:
     """The ``write``/``flush``/``close`` of the file object TensorBoard's ``RecordWriter``
-    writes to, on a descriptor opened once: ``path`` as a regular file of one name, appended
-    to, never through a link."""
+    writes to, on the file opened once by :func:`vitattn.runs.files.open_for_append` (``path``
+    as a regular file of one name, appended to, never through a link), unbuffered as
+    TensorBoard's own: each record reaches the file as it comes, for a live view."""
 
     def __init__(self, path: Path) -> None:
-        check_confined(path)
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | NOFOLLOW | CLOEXEC)
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:
-            os.close(descriptor)
-            raise unsafe(path)
-        self.path, self.descriptor = path, descriptor
+        self.file = open_for_append(path, "ab", buffering=0)
 
     @property
     def closed(self) -> bool:
-        return self.descriptor < 0
+        return self.file.closed
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.descriptor, view) :]
+        while view:  # an unbuffered write may take part of it
+            view = view[self.file.write(view) :]
 
     def flush(self) -> None:
-        """Nothing is buffered: each record is written as it comes."""
+        """Nothing is buffered."""
 
     def close(self) -> None:
-        if self.descriptor >= 0:
-            os.close(self.descriptor)
-            self.descriptor = -1
+        self.file.close()
 
 
 def pin_event_file(event_writer: Any) -> None:
