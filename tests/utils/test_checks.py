@@ -4,6 +4,7 @@ naming the setting and what is valid, every good one passes, in the same words w
 from __future__ import annotations
 
 import math
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -46,7 +47,10 @@ CHECKERS: dict[str, tuple[Callable[[str, Any], Any], Callable[[Any], bool]]] = {
         lambda s, v: checks.integer(s, v, 0, 8, " (a hint)"),
         lambda v: whole(v) and 0 <= v <= 8,
     ),
-    "positive": (lambda s, v: checks.positive(s, v), lambda v: number(v) and v > 0),
+    "positive": (
+        lambda s, v: checks.positive(s, v),
+        lambda v: number(v) and v > 0 and not (isinstance(v, int) and v > sys.float_info.max),
+    ),
     "fraction": (lambda s, v: checks.fraction(s, v), lambda v: number(v) and 0 <= v < 1),
     "one_of": (
         lambda s, v: checks.one_of(s, v, ("sdpa", "naive")),
@@ -132,3 +136,13 @@ def test_the_words_of_each_check(refuse: Callable[[], Any], message: str) -> Non
     with pytest.raises(ConfigError) as raised:
         refuse()
     assert str(raised.value) == message
+
+
+def test_a_positive_number_comes_back_as_given_and_one_no_float_holds_is_refused() -> None:
+    """Hypothesis found both on the code before: 2**53 + 1 came back as 2**53 (``float()``
+    rounds past 53 bits), and an integer of 400 digits was an ``OverflowError``."""
+    assert checks.positive("a", 2**53 + 1) == 2**53 + 1
+    with pytest.raises(
+        ConfigError, match=r"^attention\.eps=1000.* is not valid; choose a positive"
+    ):
+        checks.positive("attention.eps", 10**400)

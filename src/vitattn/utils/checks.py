@@ -14,6 +14,7 @@ checks.
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -47,10 +48,12 @@ def integer(setting: str, value: Any, low: int = 1, high: int | None = None, hin
 
 
 def positive(setting: str, value: Any, hint: str = "") -> float:
-    """``value`` if it is a number above zero."""
-    if not is_number(value) or not value > 0:
+    """``value``, as given, if it is a number above zero that a float holds (an integer of 400
+    digits is not: ``float()`` overflowed on it, and one past 2**53 came back another)."""
+    too_long = isinstance(value, int) and value > sys.float_info.max
+    if not is_number(value) or not value > 0 or too_long:
         raise invalid(setting, value, "a positive number", hint)
-    return float(value)
+    return value
 
 
 def fraction(setting: str, value: Any, hint: str = "") -> float:
