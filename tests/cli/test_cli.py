@@ -385,3 +385,46 @@ def test_a_flag_after_an_override_is_argparses_usage_error_before_anything_is_ma
         f"vitattn-train: error: unrecognized arguments: seed=1,2 hydra.sweep.dir={sweep}"
     )
     assert not (tmp_path / "new").exists()
+
+
+def test_the_job_names_go_beside_the_overrides_so_a_flag_may_follow_them() -> None:
+    """Hydra's parser takes the overrides as one run of words: on the code before, the names
+    were added after the user's ``--cfg hydra`` and refused as arguments it does not know."""
+    named = name_jobs_by_what_differs(["hparams_search=optuna", "seed=1", "--cfg", "hydra"])
+    assert named == [
+        "hparams_search=optuna",
+        "seed=1",
+        f"{EXCLUDE_KEYS}=[hparams_search,seed]",
+        "--cfg",
+        "hydra",
+    ]
+    assert name_jobs_by_what_differs(["-m", "--cfg", "job"]) == ["-m", "--cfg", "job"]
+
+
+@pytest.mark.slow
+def test_a_search_shows_its_hydra_config(tmp_path: Path, data_dir: Path) -> None:
+    result = run_cli(
+        "vitattn-train", "hparams_search=optuna", f"hydra.sweep.dir={tmp_path / 'search'}",
+        "--cfg", "hydra", data_dir=data_dir, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "_target_: hydra_plugins.vitattn_optuna.optuna_search.OptunaSearch" in result.stdout
+    assert not (tmp_path / "search").exists()
+
+
+def test_two_commands_at_once_are_argparses_usage_error_not_a_traceback(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Hydra raises a ``ValueError`` with its traceback for ``-m`` with ``--cfg``."""
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        "vitattn-train", "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", "--cfg", "job",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "vitattn-train: error: only one of --run, --multirun, --cfg, --info and "
+        "--shell-completion can be specified"
+    )
+    assert not sweep.exists()

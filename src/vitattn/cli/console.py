@@ -23,7 +23,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.overrides import check_syntax, given_path, given_values, key_of, overrides_of
+from vitattn.cli.overrides import (
+    check_syntax,
+    given_path,
+    given_values,
+    key_of,
+    override_positions,
+    overrides_of,
+)
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
@@ -107,7 +114,13 @@ def check_flags(arguments: Sequence[str]) -> None:
     line and exit status 2, as it would in Hydra, but before any folder or lock is made."""
     from hydra._internal.utils import get_args_parser
 
-    get_args_parser().parse_args(list(arguments))
+    parser = get_args_parser()
+    parsed = parser.parse_args(list(arguments))
+    commands = [parsed.run, parsed.cfg is not None, parsed.multirun, parsed.shell_completion]
+    if sum(commands) + (parsed.info is not None) > 1:  # Hydra's ValueError, with a traceback
+        parser.error(
+            "only one of --run, --multirun, --cfg, --info and --shell-completion can be specified"
+        )
 
 
 def hold(directory: Path, setting: str, program: str) -> None:
@@ -167,7 +180,7 @@ def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
             if not override.is_sweep_override() and not override.key_or_group.startswith("hydra")
         }
     )
-    named = [*arguments, f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"] if fixed else list(arguments)
+    added = [f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"] if fixed else []
     repeats = any(
         len(values) != len(set(values))
         for values in (
@@ -177,8 +190,11 @@ def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
         )
     )
     if repeats and not any(text.startswith("hydra.sweep.subdir=") for text in overrides):
-        named.append(f"hydra.sweep.subdir='{NUMBERED_JOB_DIR}'")  # two jobs, the same values
-    return named
+        added.append(f"hydra.sweep.subdir='{NUMBERED_JOB_DIR}'")  # two jobs, the same values
+    # beside the user's overrides: Hydra's parser takes them as one run of words, and a flag
+    # may follow them (``hparams_search=optuna --cfg hydra``)
+    end = override_positions(arguments)[-1] + 1 if added else len(arguments)
+    return [*arguments[:end], *added, *arguments[end:]]
 
 
 def explicit_run_dir(arguments: Sequence[str]) -> Path | None:

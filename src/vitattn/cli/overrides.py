@@ -24,10 +24,15 @@ def overrides_of(arguments: Sequence[str]) -> list[str]:
     """The overrides among command-line arguments, as Hydra's own parser sorts them: every
     argument that is neither a flag nor the value of one (``key=value``, a deletion ``~key``,
     and a word the grammar will refuse, which :func:`check_syntax` then names)."""
+    return [arguments[at] for at in override_positions(arguments)]
+
+
+def override_positions(arguments: Sequence[str]) -> list[int]:
+    """Where the overrides (:func:`overrides_of`) are among ``arguments``."""
     values = flag_values()
-    found: list[str] = []
+    found: list[int] = []
     flag: str | None = None
-    for arg in arguments:
+    for at, arg in enumerate(arguments):
         takes = values.get(flag or "", ())
         flag = None
         if takes is None or arg in takes:  # the value of the flag before it
@@ -35,7 +40,7 @@ def overrides_of(arguments: Sequence[str]) -> list[str]:
         if arg.startswith("-"):
             flag = arg
         else:
-            found.append(arg)
+            found.append(at)
     return found
 
 
