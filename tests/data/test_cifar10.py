@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import io
 import logging
 import pickle
 import shutil
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +130,58 @@ def test_foreign_batch_file_is_named(data_dir: Path, tmp_path: Path) -> None:
         pickle.dump({"data": [[1, 2, 3]], "labels": [0]}, handle)
     with pytest.raises(DataError, match=r"test_batch is truncated or not a CIFAR-10 batch file"):
         CIFAR10DataModule(root).setup("test")
+
+
+BATCH_BOMBS = {
+    "a memo index of 2**28": b"\x80\x04Nr" + (1 << 28).to_bytes(4, "little") + b".",
+    "a row repeated 1.5 million times": pickle.dumps(
+        {"data": [[0] * 3072] * 1_500_000, "labels": [0] * 1_500_000}, protocol=4
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BATCH_BOMBS))
+def test_a_batch_file_bomb_is_one_line_under_a_memory_cap(kind: str, tmp_path: Path) -> None:
+    """A few bytes that would have the reader set aside gigabytes are refused before they are:
+    9 bytes naming memo index 2**28 (C's unpickler makes room for twice as many pointers, 4 GiB),
+    and 6 MB of one row referenced 1.5 million times (4.6 GB as an array). The reader runs in a
+    child capped 700 MB above what importing it takes; on the code before, both ended in
+    ``MemoryError`` there (and took 5 GB without the cap)."""
+    import subprocess
+    import sys
+
+    from tests.support.bombs import capped
+
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(BATCH_BOMBS[kind])
+    script = (
+        "import sys; from vitattn.data.cifar10 import read_batch_file; from pathlib import Path\n"
+        "try: read_batch_file(Path(sys.argv[1]))\n"
+        "except Exception as error: print(type(error).__name__, error)"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True, text=True, timeout=120, preexec_fn=capped(4_500_000_000),
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    said = child.stdout.strip()
+    assert said.startswith(f"DataError {path} is truncated or not a CIFAR-10 batch file (")
+    assert "MemoryError" not in said and "\n" not in said
+    expected = {
+        "a memo index of 2**28": "its pickle names memo index 268,435,456",
+        "a row repeated 1.5 million times": "data is list, not an array of uint8",
+    }[kind]
+    assert expected in said
+
+
+def test_a_batch_file_past_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
+    from vitattn.data.download import MAX_MEMBER_BYTES
+
+    path = tmp_path / "data_batch_1"
+    with path.open("wb") as handle:
+        handle.truncate(MAX_MEMBER_BYTES + 1)  # sparse: no byte of it on disk
+    with pytest.raises(DataError, match=r"\(ValueError: it holds 41,943,041 bytes, more than"):
+        read_batch_file(path)
 
 
 def test_missing_file_is_named(data_dir: Path, tmp_path: Path) -> None:
@@ -339,22 +393,48 @@ def test_a_complete_archive_in_the_data_dir_is_used_without_a_download(
     assert len(dm.test_set) == 1017
 
 
+def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    """A tar header: a file of five bytes, or a folder, link or device (no data)."""
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, 0o755
+    info.size = len(b"pwned") if kind == tarfile.REGTYPE else 0
+    return info
+
+
+def filter_bypass(victim: Path) -> list[tarfile.TarInfo]:
+    """The members that get past tarfile's ``data`` filter on Python releases before June
+    2025's fixes (CVE-2025-4517): folders of 247 characters reached through one-letter links,
+    so that the path the filter resolves outgrows what ``os.path.realpath`` follows, a link
+    that climbs out from there, a file written through it into ``victim``, and a hard link to
+    ``victim/kept.txt`` written over."""
+    long, steps, path = "d" * 247, "abcdefghijklmnop", ""
+    members = []
+    for step in steps:
+        members.append(member(f"{path}/{long}".lstrip("/"), tarfile.DIRTYPE))
+        members.append(member(f"{path}/{step}".lstrip("/"), tarfile.SYMTYPE, long))
+        path = f"{path}/{long}".lstrip("/")
+    deep = "/".join([*steps, "l" * 254])
+    members.append(member(deep, tarfile.SYMTYPE, "../" * len(steps)))
+    climb = "../" * (len(steps) + 1)  # from the target to the root, where it is 17 deep or less
+    members.append(member("escape", tarfile.SYMTYPE, f"{deep}/{climb}{str(victim).lstrip('/')}"))
+    members += [
+        member("escape/PWNED"),
+        member("over", tarfile.LNKTYPE, "escape/kept.txt"),
+        member("over"),
+    ]
+    return members
+
+
 def hostile_archive(folder: Path, data_dir: Path, kind: str) -> Path:
     """``folder/cifar-10-python.tar.gz``: the real subset plus one hostile member of ``kind``
     (a name that climbs out, an absolute name, a link leaving the target and a file written
-    through it, a character device)."""
+    through it, a character device, links past tarfile's filter, a file not of CIFAR-10, a
+    batch file twice), or without ``data_batch_5``."""
     import io
-    import tarfile
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "cifar-10-python.tar.gz"
-
-    def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname = kind, link
-        info.size = len(b"pwned") if kind == tarfile.REGTYPE else 0
-        return info
-
+    victim = folder.parent / "victim"
     hostile = {
         "../../PWNED": [member("../../PWNED")],
         "/absolute": [member(str(folder.parent / "PWNED"))],
@@ -364,26 +444,44 @@ def hostile_archive(folder: Path, data_dir: Path, kind: str) -> Path:
         ],
         "a hard link out": [member(f"{FOLDER}/hard", tarfile.LNKTYPE, "../../../victim/kept.txt")],
         "a device": [member(f"{FOLDER}/null", tarfile.CHRTYPE)],
+        "past the data filter": filter_bypass(victim),
+        "a foreign file": [member(f"{FOLDER}/notes.txt")],
+        "a batch file twice": [member(f"{FOLDER}/test_batch")],
+        "a batch file missing": [],
     }[kind]
     with tarfile.open(path, "w:gz") as archive:
-        archive.add(data_dir / FOLDER, arcname=FOLDER)
+        for file in sorted((data_dir / FOLDER).iterdir()):
+            if not (kind == "a batch file missing" and file.name == "data_batch_5"):
+                archive.add(file, arcname=f"{FOLDER}/{file.name}")
         for info in hostile:
             archive.addfile(info, io.BytesIO(b"pwned") if info.isreg() else None)
     return folder
 
 
-HOSTILE_MEMBERS = ["../../PWNED", "/absolute", "a link out", "a hard link out", "a device"]
+HOSTILE_MEMBERS = [
+    "../../PWNED",
+    "/absolute",
+    "a link out",
+    "a hard link out",
+    "a device",
+    "past the data filter",
+    "a foreign file",
+    "a batch file twice",
+    "a batch file missing",
+]
 
 
 @pytest.mark.parametrize("kind", HOSTILE_MEMBERS)
 def test_a_hostile_archive_writes_nothing_outside_its_target(
     kind: str, data_dir: Path, tmp_path: Path
 ) -> None:
-    """Unpacking goes through tarfile's ``data`` filter: the member is refused in one line
-    naming the archive (an absolute name is made relative: it lands inside the target), and
-    nothing outside the target is written."""
+    """Only the CIFAR-10 folder and its files are unpacked: any other member is refused in one
+    line naming the archive, and nothing outside the target is written. On the code before,
+    tarfile's ``data`` filter let "past the data filter" write ``victim/PWNED`` and write over
+    ``victim/kept.txt`` (Python 3.11.7), unpacked the absolute name inside the target, and kept
+    the foreign file and the archive without ``data_batch_5``."""
     from tests.support.trees import tree_digest
-    from vitattn.data.cifar10 import unpack_archive
+    from vitattn.data.download import unpack_archive
 
     served = hostile_archive(tmp_path / "served", data_dir, kind)
     victim = tmp_path / "victim"
@@ -393,19 +491,34 @@ def test_a_hostile_archive_writes_nothing_outside_its_target(
     target.mkdir(parents=True)
     before = {name: tree_digest(tmp_path / name) for name in ("served", "victim")}
     archive = served / "cifar-10-python.tar.gz"
-    if kind == "/absolute":
+    with pytest.raises(DataError, match=rf"^{archive} was not unpacked: ") as refused:
         unpack_archive(archive, target)
-        assert (target / str(tmp_path / "PWNED").lstrip("/")).read_bytes() == b"pwned"
-    else:
-        with pytest.raises(DataError, match=rf"^{archive} was not unpacked: ") as refused:
-            unpack_archive(archive, target)
-        assert "\n" not in str(refused.value)
+    assert "\n" not in str(refused.value)
     assert {name: tree_digest(tmp_path / name) for name in before} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "served", "victim"]
     assert not (tmp_path / "PWNED").exists() and not (tmp_path.parent / "PWNED").exists()
 
 
-@pytest.mark.parametrize("kind", ["../../PWNED", "a link out"])
+def test_a_bomb_of_a_member_is_refused_at_its_header(data_dir: Path, tmp_path: Path) -> None:
+    """A member of a few hundred kilobytes compressed that claims more bytes than a batch file
+    may hold is refused before one of them is unpacked; on the code before, it was written
+    whole (a 2 GiB one filled the data directory and was kept)."""
+    from vitattn.data.download import MAX_MEMBER_BYTES, unpack_archive
+
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        bomb = tarfile.TarInfo(f"{FOLDER}/data_batch_1")
+        bomb.size = MAX_MEMBER_BYTES + 1
+        tar.addfile(bomb, io.BytesIO(bytes(bomb.size)))
+    assert archive.stat().st_size < MAX_MEMBER_BYTES // 100
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(DataError, match=r"data_batch_1 holds 41,943,041 bytes, more than the"):
+        unpack_archive(archive, target)
+    assert [p.stat().st_size for p in target.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("kind", ["../../PWNED", "a link out", "past the data filter"])
 def test_a_mirrors_hostile_archive_is_refused_and_nothing_is_kept(
     kind: str, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -7,13 +7,11 @@ normalisation run on whole batches on the training device in ``on_after_batch_tr
 
 from __future__ import annotations
 
-import contextlib
+import io
 import logging
 import os
 import pickle
-import socket
-import tempfile
-from collections.abc import Iterator
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +30,19 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as v2F
 
 from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
-from vitattn.data.settings import URL, DataSettings
+from vitattn.data.download import (
+    FOLDER,
+    MAX_MEMBER_BYTES,
+    TEST_FILES,
+    TRAIN_FILES,
+    download_cifar10,
+)
+from vitattn.data.settings import DataSettings
 from vitattn.data.shifts import apply_shift
 from vitattn.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
-FOLDER = "cifar-10-batches-py"
-TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
-TEST_FILES = ("test_batch",)
-ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -98,18 +99,32 @@ class BatchUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it asks to run {module}.{name}, so it may carry code")
 
 
+MAX_MEMO_INDEX = 1 << 20
+"""The largest memo index a batch file's pickle may name: an official one stores a few tens of
+thousands of objects, and C's unpickler makes room for twice the index it is given."""
+
+
 def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``,
-    with :class:`BatchUnpickler`: a file that asks for more than arrays is refused unread."""
+    """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``:
+    a regular file of at most :data:`MAX_MEMBER_BYTES`, whose pickle names no memo index past
+    :data:`MAX_MEMO_INDEX`, read by :class:`BatchUnpickler` (a file that asks for more than
+    arrays is refused unread) and holding a ``uint8`` array of 3,072 columns with one label in
+    0..9 for each row; anything else is one line (:class:`DataError`)."""
     if not path.is_file():
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
-        with path.open("rb") as handle:
-            entry = BatchUnpickler(handle, encoding="latin1").load()
-        data = np.asarray(entry["data"], dtype=np.uint8)
-        labels = np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64)
-        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (data.shape[0],):
-            raise ValueError(f"data of shape {data.shape} with {labels.size} labels")
+        raw = read_bounded(path)
+        check_memo_indices(raw)
+        entry = BatchUnpickler(io.BytesIO(raw), encoding="latin1").load()
+        data = entry["data"]
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
+            raise ValueError(f"data is {type(data).__name__}, not an array of uint8")
+        labels = entry.get("labels", entry.get("fine_labels"))
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != data.shape[0]:
+            raise ValueError(f"data of shape {data.shape} with {len(labels)} labels")
+        labels = np.asarray(labels, dtype=np.int64)
+        if labels.shape != (data.shape[0],):
+            raise ValueError(f"labels of shape {labels.shape}")
         if labels.size and (labels.min() < 0 or labels.max() >= len(CLASSES)):
             raise ValueError("labels outside 0..9")
     except Exception as error:  # unpickling garbage can raise almost anything
@@ -121,133 +136,37 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.from_numpy(labels)
 
 
+def read_bounded(path: Path) -> bytes:
+    """The bytes of the regular file at ``path`` (a link is followed: data sets are often
+    linked in), at most :data:`MAX_MEMBER_BYTES` of them; opened without waiting on a FIFO."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError("it is not a regular file")
+        if status.st_size > MAX_MEMBER_BYTES:
+            raise ValueError(
+                f"it holds {status.st_size:,} bytes, more than the {MAX_MEMBER_BYTES:,} a batch "
+                "file may hold"
+            )
+        return handle.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES]
+
+
+def check_memo_indices(raw: bytes) -> None:
+    """Refuse a pickle that names a memo index past :data:`MAX_MEMO_INDEX` (nine bytes would
+    have C's unpickler set aside gigabytes), read by :func:`pickletools.genops` before it is
+    unpickled."""
+    import pickletools
+
+    for opcode, argument, _ in pickletools.genops(raw):
+        if opcode.name.endswith("PUT") and argument > MAX_MEMO_INDEX:
+            raise ValueError(f"its pickle names memo index {argument:,}")
+
+
 def read_split(folder: Path, files: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """Concatenate several batch files."""
     parts = [read_batch_file(folder / name) for name in files]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-
-
-@contextlib.contextmanager
-def socket_timeout(seconds: float) -> Iterator[None]:
-    """Sockets opened inside wait at most ``seconds`` for a connection or for data. torchvision's
-    download opens its URL without a timeout, so a network that drops packets would hang it."""
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
-
-
-ARCHIVE = "cifar-10-python.tar.gz"
-
-
-def verify_archive(path: Path, md5: str | None) -> None:
-    """Raise :class:`DataError` unless ``path`` is a complete archive: its MD5 where known,
-    otherwise a full listing of the gzipped tar (a cut download ends before its last member)."""
-    import tarfile
-
-    from torchvision.datasets.utils import check_integrity
-
-    if md5 is not None:
-        if not check_integrity(str(path), md5):
-            raise DataError(f"{path} does not have the official MD5 {md5} (cut or altered)")
-        return
-    try:
-        with tarfile.open(path, "r:gz") as archive:
-            for _ in archive:
-                pass
-    except (tarfile.TarError, EOFError, OSError) as error:
-        reason = f"{type(error).__name__}: {error}"
-        raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
-
-
-def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
-    """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
-
-    The archive is downloaded (torchvision's utility) into a staging folder inside ``data_dir``,
-    verified (:func:`verify_archive`), unpacked there, and the folder is moved into place whole;
-    a cut or failed download leaves nothing behind, so a retry starts clean. An archive already
-    in ``data_dir`` (put there by hand) is used if it verifies, and moved aside as
-    ``<name>.corrupt`` if it does not. The download fails once the server has sent nothing for
-    ``timeout`` seconds.
-
-    Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
-    data directory): a file lock lets one download while the others wait, and the lock file is
-    removed afterwards.
-    """
-    from filelock import FileLock
-    from torchvision.datasets.utils import download_url
-
-    md5 = ARCHIVE_MD5 if url == URL else None
-    lock_path = data_dir / f".{FOLDER}.lock"
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(lock_path):
-            if (data_dir / FOLDER).is_dir():  # another process got it while this one waited
-                return
-            with tempfile.TemporaryDirectory(dir=data_dir, prefix=".unpacking-") as staging:
-                archive = usable_local_archive(data_dir / ARCHIVE, md5)
-                if archive is None:
-                    archive = Path(staging) / ARCHIVE
-                    with socket_timeout(timeout):
-                        download_url(url, staging, ARCHIVE, md5=None)
-                    verify_archive(archive, md5)
-                unpack_archive(archive, Path(staging))
-                unpacked = Path(staging) / FOLDER
-                if not unpacked.is_dir():
-                    raise DataError(
-                        f"the archive from {url} did not contain {FOLDER}/; check data.url"
-                    )
-                os.replace(unpacked, data_dir / FOLDER)
-    except DataError as error:
-        raise DataError(
-            f"data.data_dir={data_dir} holds no {FOLDER}/ and the download from {url} is "
-            f"unusable: {error}; nothing was kept, so running again downloads afresh"
-        ) from error
-    except Exception as error:
-        raise DataError(
-            f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
-            f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
-            f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
-        ) from error
-    finally:
-        with contextlib.suppress(OSError):
-            lock_path.unlink()
-
-
-def unpack_archive(archive: Path, target: Path) -> None:
-    """Unpack the tar ``archive`` (official or a mirror's) into ``target`` through tarfile's
-    ``data`` filter: a member outside ``target``, a link leaving it or a device is one line
-    (:class:`DataError`) naming the archive; ``target`` is a staging folder the caller removes."""
-    import tarfile
-
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            tar.extractall(target, filter="data")
-    except tarfile.FilterError as error:
-        raise DataError(
-            f"{archive} was not unpacked: {error} (a hostile or broken archive)"
-        ) from None
-    except (tarfile.TarError, EOFError) as error:
-        raise DataError(
-            f"{archive} is not a readable tar ({type(error).__name__}: {error})"
-        ) from None
-
-
-def usable_local_archive(path: Path, md5: str | None) -> Path | None:
-    """``path`` if an archive there verifies; one that does not is renamed ``<name>.corrupt``
-    (and said so in the log) so that it is neither used nor in the way."""
-    if not path.is_file():
-        return None
-    try:
-        verify_archive(path, md5)
-    except DataError as error:
-        aside = path.with_name(path.name + ".corrupt")
-        os.replace(path, aside)
-        log.warning("%s; moved it aside to %s and downloading afresh", error, aside)
-        return None
-    return path
 
 
 def _drawn_shuffle_seed() -> int:

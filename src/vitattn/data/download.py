@@ -1,0 +1,217 @@
+"""CIFAR-10's "python version" archive: downloaded, checked and unpacked into a data directory.
+
+An archive from a mirror (any ``data.url`` but the official one, whose MD5 is checked) or one
+left in the data directory is data from someone else. It is unpacked by an allow-list, not by
+tarfile's extraction: the folder :data:`FOLDER` and, in it, the regular files of
+:data:`ARCHIVE_FILES`, each of at most :data:`MAX_MEMBER_BYTES`, every batch file there once.
+Any other member (a link, a device, a name that climbs out or is absolute, a file the archive
+does not hold) is refused in one line at its header, before its data is read; each file is
+written by this module, as a new file in a new folder, never through a link. tarfile's
+``data`` filter is not relied on: it can be bypassed on the Python releases before the fixes of
+June 2025 (CVE-2025-4517 and its family; Python 3.11.13, 3.12.11, 3.13.4), with links chained
+past the length of a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from vitattn.data.settings import URL
+from vitattn.errors import DataError
+
+if TYPE_CHECKING:
+    import tarfile
+
+log = logging.getLogger(__name__)
+
+FOLDER = "cifar-10-batches-py"
+TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_FILES = ("test_batch",)
+ARCHIVE = "cifar-10-python.tar.gz"
+ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
+ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, "batches.meta", "readme.html")
+"""The files the official archive holds in :data:`FOLDER`; the batch files must all be there."""
+MAX_MEMBER_BYTES = 40 * 2**20
+"""The most bytes a file of the archive may hold: an official batch file of 10,000 images has
+31,035,704."""
+CHUNK = 1 << 20
+
+
+@contextlib.contextmanager
+def socket_timeout(seconds: float) -> Iterator[None]:
+    """Sockets opened inside wait at most ``seconds`` for a connection or for data. torchvision's
+    download opens its URL without a timeout, so a network that drops packets would hang it."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def describe(member: tarfile.TarInfo) -> str:
+    """What ``member`` is, in a few words: its kind and name, and where a link points."""
+    if member.issym() or member.islnk():
+        kind = "a symbolic link" if member.issym() else "a hard link"
+        return f"{kind} {member.name!r} to {member.linkname!r}"
+    if member.isdir():
+        return f"a folder {member.name!r}"
+    if member.isreg():
+        return f"a file {member.name!r}"
+    return f"{member.name!r}, neither a file nor a folder"
+
+
+def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.TarInfo]:
+    """Each file member of ``tar`` as its header is read (before its data), refused in one line
+    (:class:`DataError`) at the first member that is not :data:`FOLDER` or a regular file of
+    :data:`ARCHIVE_FILES` in it within :data:`MAX_MEMBER_BYTES`, or that repeats one; once the
+    archive ends, one that lacks a batch file is refused too."""
+    seen: set[str] = set()
+    valid = f"a CIFAR-10 archive holds only {FOLDER}/ with {', '.join(ARCHIVE_FILES)}"
+    for member in tar:
+        name = member.name.removeprefix("./").rstrip("/")
+        if member.isdir() and name == FOLDER:
+            continue
+        folder, _, file = name.partition("/")
+        if not (member.isreg() and folder == FOLDER and file in ARCHIVE_FILES):
+            raise DataError(f"{archive} was not unpacked: it holds {describe(member)}; {valid}")
+        if file in seen:
+            raise DataError(f"{archive} was not unpacked: it holds {name} twice; {valid}")
+        if member.size > MAX_MEMBER_BYTES:
+            raise DataError(
+                f"{archive} was not unpacked: its {name} holds {member.size:,} bytes, more than "
+                f"the {MAX_MEMBER_BYTES:,} a batch file of CIFAR-10 may hold"
+            )
+        seen.add(file)
+        yield member
+    missing = [file for file in (*TRAIN_FILES, *TEST_FILES) if file not in seen]
+    if missing:
+        raise DataError(
+            f"{archive} was not unpacked: it lacks {', '.join(missing)} in {FOLDER}/; {valid}"
+        )
+
+
+def verify_archive(path: Path, md5: str | None) -> None:
+    """Raise :class:`DataError` unless ``path`` is a complete archive: its MD5 where known,
+    otherwise a listing of the gzipped tar whose every member :func:`checked_members` allows (a
+    cut download ends before its last member)."""
+    import tarfile
+
+    from torchvision.datasets.utils import check_integrity
+
+    if md5 is not None:
+        if not check_integrity(str(path), md5):
+            raise DataError(f"{path} does not have the official MD5 {md5} (cut or altered)")
+        return
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            for _ in checked_members(archive, path):
+                pass
+    except (tarfile.TarError, EOFError, OSError) as error:
+        reason = f"{type(error).__name__}: {error}"
+        raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
+
+
+def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
+    """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
+
+    The archive is downloaded (torchvision's utility) into a staging folder inside ``data_dir``,
+    verified (:func:`verify_archive`), unpacked there, and the folder is moved into place whole;
+    a cut or failed download leaves nothing behind, so a retry starts clean. An archive already
+    in ``data_dir`` (put there by hand) is used if it verifies, and moved aside as
+    ``<name>.corrupt`` if it does not. The download fails once the server has sent nothing for
+    ``timeout`` seconds.
+
+    Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
+    data directory): a file lock lets one download while the others wait, and the lock file is
+    removed afterwards.
+    """
+    from filelock import FileLock
+    from torchvision.datasets.utils import download_url
+
+    md5 = ARCHIVE_MD5 if url == URL else None
+    lock_path = data_dir / f".{FOLDER}.lock"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(lock_path):
+            if (data_dir / FOLDER).is_dir():  # another process got it while this one waited
+                return
+            with tempfile.TemporaryDirectory(dir=data_dir, prefix=".unpacking-") as staging:
+                archive = usable_local_archive(data_dir / ARCHIVE, md5)
+                if archive is None:
+                    archive = Path(staging) / ARCHIVE
+                    with socket_timeout(timeout):
+                        download_url(url, staging, ARCHIVE, md5=None)
+                    verify_archive(archive, md5)
+                unpack_archive(archive, Path(staging))
+                os.replace(Path(staging) / FOLDER, data_dir / FOLDER)
+    except DataError as error:
+        raise DataError(
+            f"data.data_dir={data_dir} holds no {FOLDER}/ and the download from {url} is "
+            f"unusable: {error}; nothing was kept, so running again downloads afresh"
+        ) from error
+    except Exception as error:
+        raise DataError(
+            f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
+            f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
+            f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
+        ) from error
+    finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
+
+
+def unpack_archive(archive: Path, target: Path) -> None:
+    """Unpack the tar ``archive`` (official or a mirror's) into ``target``, a staging folder the
+    caller made and removes: ``target/FOLDER`` made new, and each member
+    :func:`checked_members` allows written into it as a new file of at most its size; any other
+    member is one line (:class:`DataError`) naming the archive and the member."""
+    import tarfile
+    import zlib
+
+    try:
+        with tarfile.open(archive, "r|*") as tar:  # a stream: each member read once, in order
+            folder = target / FOLDER
+            folder.mkdir()
+            for member in checked_members(tar, archive):
+                source = tar.extractfile(member)
+                if source is None:  # a regular file always has its data
+                    raise tarfile.ReadError(f"no data for {member.name}")
+                write_new(folder / member.name.rpartition("/")[2], source, member.size)
+    except (tarfile.TarError, EOFError, zlib.error) as error:
+        raise DataError(
+            f"{archive} is not a readable tar ({type(error).__name__}: {error})"
+        ) from None
+
+
+def write_new(path: Path, source: IO[bytes], size: int) -> None:
+    """Copy at most ``size`` bytes of ``source`` into a new file at ``path``, never through a
+    link nor over a file already there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, flags, 0o644), "wb") as handle:
+        left = size
+        while left and (chunk := source.read(min(CHUNK, left))):
+            handle.write(chunk)
+            left -= len(chunk)
+
+
+def usable_local_archive(path: Path, md5: str | None) -> Path | None:
+    """``path`` if an archive there verifies; one that does not is renamed ``<name>.corrupt``
+    (and said so in the log) so that it is neither used nor in the way."""
+    if not path.is_file():
+        return None
+    try:
+        verify_archive(path, md5)
+    except DataError as error:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        log.warning("%s; moved it aside to %s and downloading afresh", error, aside)
+        return None
+    return path
