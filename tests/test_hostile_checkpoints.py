@@ -225,6 +225,70 @@ def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     assert seconds < SECONDS
 
 
+def planted_gigabyte(path: Path, key: str) -> None:
+    """A tensor of 1 GiB of zeros planted at ``key`` of the checkpoint at ``path`` (a top-level
+    key, or a weight of ``state_dict``), the file then made sparse: a few hundred kilobytes of
+    disk that a command reading the file in would hold as gigabytes."""
+    import subprocess
+
+    def plant(checkpoint: dict[str, Any]) -> None:
+        where = checkpoint["state_dict"] if key.startswith("net.") else checkpoint
+        where[key] = torch.zeros(1 << 30, dtype=torch.uint8)
+
+    edit(path, plant)
+    subprocess.run(["fallocate", "--dig-holes", str(path)], check=True)
+    assert path.stat().st_blocks * 512 < 64 << 20
+
+
+PLANTED = {
+    "junk": r": its tensors outside the weights and the optimizer's state claim 1,07\d,\d{3},\d{3} "
+    r"bytes \(junk 1,073,741,824\), more than",
+    "net.junk": r": state_dict holds net\.junk, which no weight of the network",
+}
+
+
+@pytest.mark.parametrize("program", ["vitattn-eval", "vitattn-train"])
+@pytest.mark.parametrize("key", sorted(PLANTED))
+def test_a_sparse_gigabyte_in_a_checkpoint_is_refused_before_it_is_read(
+    run: Path, elsewhere: Path, program: str, key: str, data_dir: Path
+) -> None:
+    """A red team's checkpoint: 1 GiB of zeros at a key of its own, or as a weight no layer has,
+    in a file of a few hundred kilobytes on disk. On the code before, ``vitattn-eval`` read the
+    file in whole (7.1 GB of memory for 3 GiB planted) and a resume trained on, keeping it in
+    every checkpoint it wrote; under the cap, both ended in ``MemoryError``. (A resume refused
+    the weight more already: it checks the weights against the network.)"""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    planted_gigabyte(checkpoint, key)
+    out = run.parent / "out"
+    before = tree_digest(run.parent)
+    if program == "vitattn-eval":
+        command = ["trainer=cpu", f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
+    else:
+        command = ["resume=true", f"hydra.run.dir={run}", "trainer.max_steps=12"]
+    message = refused_capped(program, *command, data_dir=data_dir, creates=out)
+    assert message.startswith(f"{checkpoint}"), message
+    assert re.search(PLANTED[key], message), message
+    assert tree_digest(run.parent) == before
+
+
+def test_a_file_larger_than_what_its_tensors_take_is_not_read_in(tmp_path: Path) -> None:
+    """An archive member that no tensor uses (here 64 MiB of zeros beside a real checkpoint's
+    records) is refused by the command that reads a checkpoint's bytes in whole, before it
+    does."""
+    import zipfile
+
+    from vitattn.errors import ConfigError
+    from vitattn.runs.checkpoints import read_checkpoint_bytes
+
+    module = torch.nn.Linear(2, 2)
+    path = tmp_path / "padded.ckpt"
+    torch.save({"state_dict": module.state_dict()}, path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("padded/data/unused", bytes(17 << 20))
+    with pytest.raises(ConfigError, match=r"more than the 16,\d{3},\d{3} its tensors and settings"):
+        read_checkpoint_bytes(path)
+
+
 def test_a_truncated_checkpoint_through_a_resume_is_one_line(run: Path, data_dir: Path) -> None:
     checkpoint = run / "checkpoints" / "last.ckpt"
     cut_short(checkpoint)

@@ -8,6 +8,11 @@ so each refusal is one line naming the file and the key:
 * every tensor, wherever it sits (weights, optimizer state, callbacks' state), is a plain strided
   tensor whose storage holds all its elements: no stride-0 view (``expand``) and no overlapping
   strides, whose first ``+=`` or copy would ask for far more memory than the file has;
+* the tensors outside the weights (``state_dict``) and the optimizer's state (generator
+  states, a callback's scores) hold at most :data:`MAX_OTHER_TENSOR_BYTES` together, and the
+  optimizer's state at most :data:`OPTIMIZER_STATE_FACTOR` times the weights' bytes: a tensor
+  of gigabytes under a key of its own (a sparse file holds it in a few kilobytes of disk) would
+  be read in whole by a command that loads the file's bytes, and kept by a resume;
 * an optimizer state tensor has the shape of one of the checkpoint's weights: a cheap check for
   every command, which needs no config (a sweep continuation reads each ``last.ckpt`` this way);
   a resume checks each parameter's state against the network and optimizer its config builds
@@ -39,6 +44,14 @@ MAX_TARGETS = 1024
 
 RNG_STATE_BYTES = (5056, 16)
 """The sizes of a torch generator's state: CPU (Mersenne Twister) and CUDA (Philox)."""
+
+MAX_OTHER_TENSOR_BYTES = 64 << 20
+"""The most bytes a checkpoint's tensors outside its weights and optimizer state may claim
+together: vitattn-train's hold a few generator states (5 KB each) and scalar scores."""
+
+OPTIMIZER_STATE_FACTOR = 4
+"""The most bytes the optimizer's state may claim, in multiples of the weights': Adam keeps two
+moments of each weight and a step count."""
 
 
 class CheckpointValueError(ConfigError):
@@ -96,13 +109,23 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     import torch
 
     shapes: set[tuple[int, ...]] = set()
+    claimed = {"weights": 0, "optimizer": 0, "other": 0}
+    largest_other = ("", -1)
     for key, value in leaves(checkpoint, source=source):
         if isinstance(value, torch.Tensor):
             problem = tensor_problem(value)
             if problem is not None:
                 raise CheckpointValueError(f"{source}: {key} is {problem}; nothing was loaded")
+            size = value.numel() * value.element_size()
             if key.startswith("state_dict."):
                 shapes.add(tuple(value.shape))
+                claimed["weights"] += size
+            elif key.startswith("optimizer_states."):
+                claimed["optimizer"] += size
+            else:
+                claimed["other"] += size
+                largest_other = max(largest_other, (key, size), key=lambda pair: pair[1])
+    check_tensor_bytes(claimed, largest_other, source)
     check_optimizer_states(checkpoint.get("optimizer_states"), shapes, source)
     check_progress(checkpoint, source)
     check_own_state(checkpoint, source)
@@ -112,6 +135,28 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
+
+
+def check_tensor_bytes(
+    claimed: Mapping[str, int], largest_other: tuple[str, int], source: str
+) -> None:
+    """The bytes the tensors of a checkpoint claim, by where they sit (``weights``,
+    ``optimizer``, ``other``), within :data:`MAX_OTHER_TENSOR_BYTES` and
+    :data:`OPTIMIZER_STATE_FACTOR`; ``largest_other`` is the key and size of the largest
+    ``other`` tensor, named in the refusal."""
+    if claimed["other"] > MAX_OTHER_TENSOR_BYTES:
+        key, size = largest_other
+        raise CheckpointValueError(
+            f"{source}: its tensors outside the weights and the optimizer's state claim "
+            f"{claimed['other']:,} bytes ({key} {size:,}), more than the "
+            f"{MAX_OTHER_TENSOR_BYTES:,} a checkpoint of vitattn-train holds; nothing was loaded"
+        )
+    if claimed["optimizer"] > OPTIMIZER_STATE_FACTOR * claimed["weights"]:
+        raise CheckpointValueError(
+            f"{source}: its optimizer state claims {claimed['optimizer']:,} bytes, more than "
+            f"{OPTIMIZER_STATE_FACTOR} times its weights' {claimed['weights']:,}; nothing was "
+            "loaded"
+        )
 
 
 def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import pickle
 import re
 from collections.abc import Mapping
@@ -116,9 +117,10 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
 
     import torch
 
-    allow_config_types()
     path = Path(path).expanduser()
-    data = path.read_bytes()
+    checked = read_checkpoint(path)  # memory-mapped: what it holds, checked before it is read in
+    check_weights_fit_their_network(checked, path)
+    data = read_at_most(path, bytes_taken(checked))
     try:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -126,6 +128,63 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
     except (OSError, RuntimeError, ValueError, EOFError, MemoryError, RecursionError) as error:
         raise ConfigError(unreadable_reason(path, error)) from None
     return data, check_contents(checkpoint, path)
+
+
+def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> None:
+    """The weights of ``checkpoint`` are those of the network its config builds (on the meta
+    device), none more: a tensor of gigabytes among them is refused before a command reads the
+    file in. A checkpoint with LoRA adapters (whose weights its base network lacks), or whose
+    network does not build on the meta device, is left to Lightning's strict load."""
+    settings = checkpoint.get("hyper_parameters")
+    if not isinstance(settings, Mapping) or "lora" in settings:
+        return
+    try:
+        network = OmegaConf.to_container(OmegaConf.create(dict(settings["net"])), resolve=True)
+    except Exception:  # no network config: Lightning's load says so
+        return
+    network.pop("compile", None)
+    net = meta_network(network)
+    if net is not None:
+        check_weight_shapes(checkpoint.get("state_dict"), net, str(path))
+
+
+MAX_SETTINGS_BYTES = 16 << 20
+"""The most bytes a checkpoint file may hold besides its tensors' storage: the pickle of its
+settings and counters (12 KB for vitattn-train's) and the archive's records (about 350 bytes a
+tensor, counted apart)."""
+RECORD_BYTES = 1024
+
+
+def bytes_taken(checkpoint: dict[str, Any]) -> int:
+    """The most bytes a file holding ``checkpoint`` (as read, memory-mapped) takes as torch
+    writes it: its tensors' storages, each once, with a record each, and
+    :data:`MAX_SETTINGS_BYTES`."""
+    import torch
+
+    from vitattn.runs.checkpoint_values import leaves
+
+    storages = {}
+    for _, value in leaves(checkpoint):
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values()) + RECORD_BYTES * len(storages) + MAX_SETTINGS_BYTES
+
+
+def read_at_most(path: Path, bound: int) -> bytes:
+    """The bytes of the file at ``path``, refused in one line where it holds more than
+    ``bound`` (an archive member that none of its tensors uses, a file grown since it was
+    checked): a command that reads them in whole keeps to what was checked."""
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(bound + 1) if size <= bound else b""
+    if size > bound or len(data) > bound:
+        raise ConfigError(
+            f"{path} holds {max(size, len(data)):,} bytes, more than the {bound:,} its tensors "
+            "and settings take; it is not as vitattn-train writes a checkpoint, and nothing was "
+            "loaded"
+        )
+    return data
 
 
 def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
