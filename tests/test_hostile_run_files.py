@@ -92,6 +92,24 @@ def test_a_link_planted_in_a_run_is_refused_before_it_resumes(
     assert tree_digest(run) == inside and link.is_symlink()
 
 
+@pytest.mark.parametrize("name", ["checkpoints/.x.partial", ".metrics.json.partial"])
+def test_a_folder_at_a_partial_files_name_is_refused_before_it_resumes(
+    run: Path, name: str, data_dir: Path
+) -> None:
+    """A resume removes the partial files a killed run left: a folder planted at such a name
+    ended it in ``IsADirectoryError`` with a traceback, after it had rewritten the run's
+    recorded config and overrides, recorded a failed attempt and begun an event file (found by
+    a red-team pass)."""
+    (run / name).mkdir()
+    inside = tree_digest(run)
+    said = refused_in_process("vitattn-train", *RESUME, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said == (
+        f"{run / name} is not a regular file (a folder): vitattn writes its run files itself, "
+        "never through a link, and wrote nothing there: remove it and run again"
+    )
+    assert tree_digest(run) == inside
+
+
 def test_a_linked_log_is_refused_by_a_real_process(
     run: Path, elsewhere: Path, data_dir: Path
 ) -> None:

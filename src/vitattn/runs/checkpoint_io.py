@@ -27,9 +27,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from vitattn.errors import TrainingError
 from vitattn.runs.disk import disk_full, space_left
-from vitattn.runs.files import make_folder, remove_file, replacing
-
-PARTIAL_SUFFIX = ".partial"
+from vitattn.runs.files import PARTIAL, make_folder, remove_file, replacing
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +36,12 @@ class CheckpointWriteError(TrainingError):
     """A checkpoint could not be written (a full disk, a quota, a vanished directory)."""
 
 
-def partial_path(path: Path) -> Path:
-    """Where ``path`` is written before it is complete: ``.<name>.partial`` beside it."""
-    return path.with_name(f".{path.name}{PARTIAL_SUFFIX}")
-
-
 def remove_partial_checkpoints(directory: str | Path) -> list[Path]:
     """Delete the partial files a killed process left in ``directory``; return them."""
     folder = Path(directory)
     if not folder.is_dir():
         return []
-    stale = sorted(folder.glob(f".*{PARTIAL_SUFFIX}"))
+    stale = sorted(folder.glob(f".*{PARTIAL}"))
     for path in stale:
         remove_file(path)
     return stale

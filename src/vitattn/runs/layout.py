@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.runs.files import (
+    PARTIAL,
     UnreadableFileError,
     one_line,
     parse_yaml,
@@ -239,7 +240,10 @@ def planted_entries(run_dir: Path) -> list[Path]:
     paths. A run or sweep directory holds none: vitattn writes no link and no special file. A
     folder that is a link (``checkpoints -> <another run>/checkpoints``) would make a resume
     write and delete in another run; a file hard-linked to one outside the run is written in
-    place by whatever appends to it (the log); a FIFO makes its writer or reader wait for ever."""
+    place by whatever appends to it (the log); a FIFO makes its writer or reader wait for ever.
+    A folder named as a file being written (``.<name>.partial``) is one too: a resume removes
+    the partial files a killed run left, and a folder there failed it half-way, with a
+    traceback, its recorded config already rewritten."""
     if run_dir.is_symlink():
         return [run_dir]
     found: list[Path] = []
@@ -252,6 +256,8 @@ def planted_entries(run_dir: Path) -> list[Path]:
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
+                if entry.name.startswith(".") and entry.name.endswith(PARTIAL):
+                    found.append(Path(entry.path))
                 pending.append(Path(entry.path))
             elif not entry.is_file(follow_symlinks=False) or _other_names(entry):
                 found.append(Path(entry.path))  # a link, a special file or a hard link
