@@ -22,21 +22,25 @@ def instantiate_list(configs: DictConfig | None) -> list[Any]:
 def instantiate_loggers(configs: DictConfig | None, resume_step: int | None = None) -> list[Any]:
     """The loggers of the ``logger`` group. When a run resumes from a checkpoint at
     ``resume_step``, TensorBoard is told to drop the events a killed run logged past it
-    (``SummaryWriter(purge_step=...)``), so that every step is in the curves once. The events
-    of step ``resume_step`` itself stay when the logger writes a step's metrics at the count after
-    it (its ``step_offset``, 1 for :class:`vitattn.training.logger.RunTensorBoard`)."""
+    (``SummaryWriter(purge_step=...)``), so that every step is in the curves once, and the CSV
+    logger (:class:`vitattn.training.logger.RunCSVLogger`) keeps the rows before it instead of
+    starting its file anew. The events of step ``resume_step`` itself stay when the logger
+    writes a step's metrics at the count after it (its ``step_offset``, 1 for
+    :class:`vitattn.training.logger.RunTensorBoard`)."""
     if not configs:
         return []
     from lightning.pytorch.loggers import TensorBoardLogger
+
+    from vitattn.training.logger import RunCSVLogger
 
     loggers = []
     for config in configs.values():
         if not config or "_target_" not in config:
             continue
         target = hydra.utils.get_class(str(config._target_))
-        tensorboard = isinstance(target, type) and issubclass(target, TensorBoardLogger)
+        purges = isinstance(target, type) and issubclass(target, TensorBoardLogger | RunCSVLogger)
         purge = {}
-        if tensorboard and resume_step is not None:
+        if purges and resume_step is not None:
             purge["purge_step"] = resume_step + int(getattr(target, "step_offset", 0))
         loggers.append(hydra.utils.instantiate(config, **purge))
     return loggers

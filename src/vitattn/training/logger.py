@@ -182,13 +182,63 @@ class RunCSVLogger(CSVLogger):
     """Lightning's ``CSVLogger`` (``logger=csv``: ``<run>/csv/metrics.csv``), which opens its
     files by name at every save, saving only where the run directory is still the one this
     process took and no link is at their names
-    (:func:`vitattn.runs.files.check_written_in_place`)."""
+    (:func:`vitattn.runs.files.check_written_in_place`).
+
+    Lightning's writer deletes ``metrics.csv`` as it starts. A run resumed from a checkpoint
+    at step ``purge_step`` keeps the rows it logged before that step instead (a step's rows
+    are logged at the count before it: step 7 is the eighth), and drops those a killed run
+    logged past its checkpoint, as TensorBoard's ``purge_step`` does; a file that cannot be
+    read as such rows (:func:`rows_before`) is set aside, named in the log, not deleted."""
+
+    def __init__(self, *args: Any, purge_step: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.purge_step = purge_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        if self._experiment is not None or self.purge_step is None:
+            return super().experiment
+        kept = rows_before(Path(self.log_dir) / "metrics.csv", self.purge_step)
+        writer = super().experiment  # Lightning's writer: metrics.csv deleted
+        if kept is not None and kept[1]:
+            writer.metrics_keys, writer.metrics = kept
+            self.save()
+        return writer
 
     @rank_zero_only
     def save(self) -> None:
         for name in ("metrics.csv", "hparams.yaml"):
             check_written_in_place(Path(self.log_dir) / name)
         super().save()
+
+
+def rows_before(path: Path, step: int) -> tuple[list[str], list[dict[str, str]]] | None:
+    """The columns of the CSV file at ``path`` (what Lightning's CSV logger writes) and its rows
+    logged before ``step``; ``None`` where there is no file. One that the bounded reader
+    refuses (:func:`vitattn.runs.files.read_text`: a link, past its size), or whose rows are
+    not such (a step that is not a count, a row wider than its header), is set aside as
+    ``metrics.csv.unreadable-<n>`` with a warning, and ``None`` returned."""
+    import csv
+    import logging
+
+    from vitattn.runs.files import UnreadableFileError, read_text, set_aside_unreadable
+
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        reader = csv.DictReader(read_text(path, follow_links=False).splitlines())
+        columns = list(reader.fieldnames or [])
+        rows = list(reader)
+        if "step" not in columns or any(None in row or not row["step"].isdigit() for row in rows):
+            raise ValueError("its rows are not those of Lightning's CSV logger")
+    except (UnreadableFileError, ValueError, csv.Error) as error:
+        aside = set_aside_unreadable(path)
+        logging.getLogger(__name__).warning(
+            "%s could not be carried over (%s): set aside as %s", path, error, aside.name
+        )
+        return None
+    return columns, [row for row in rows if int(row["step"]) < step]
 
 
 def merge_equal_learning_rates(metrics: Mapping[str, Any]) -> dict[str, Any]:
