@@ -96,6 +96,44 @@ def test_a_trial_trailing_the_median_is_pruned(tmp_path: Path, data_dir: Path) -
     assert f"pruned by the search: {job}" in said and "not completed" not in said
 
 
+def trial_params(sweep: Path) -> list[dict[str, object]]:
+    study = optuna.load_study(study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db")
+    return [trial.params for trial in study.trials]
+
+
+@pytest.mark.slow
+def test_a_continued_search_draws_new_points_and_the_same_ones_again(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The preset's TPE seeds its start-up draws with 1234, and Optuna stores no random state:
+    continued from 2 trials to 4, the search drew trial 0's and 1's values again (trial 2 ==
+    trial 0). A fresh search still draws what TPESampler(seed=1234) draws, and the same
+    continuation of the same study draws the same values."""
+    import shutil
+
+    tiny = [*TINY, *steps(2, 2), "test=false"]
+    sweep, again = tmp_path / "search", tmp_path / "again"
+    run_in_process("vitattn-train", *search(sweep, "hydra.sweeper.n_trials=2", *tiny),
+                   data_dir=data_dir)  # fmt: skip
+    first = trial_params(sweep)
+    fresh = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=1234))
+    stored = optuna.load_study(study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db")
+    asked = [fresh.ask(stored.trials[0].distributions).params for _ in range(2)]
+    assert asked == first  # a fresh search: the seed's draws, as before
+    again.mkdir()
+    shutil.copyfile(sweep / "optuna.db", again / "optuna.db")
+
+    for where in (sweep, again):
+        run_in_process("vitattn-train", *search(where, "hydra.sweeper.n_trials=4", *tiny),
+                       data_dir=data_dir)  # fmt: skip
+
+    continued = trial_params(sweep)
+    assert continued[:2] == first and len(continued) == 4
+    assert all(params not in first for params in continued[2:]), continued
+    assert continued[2] != continued[3]
+    assert trial_params(again) == continued  # reproducible
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [

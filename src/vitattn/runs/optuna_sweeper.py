@@ -12,6 +12,9 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 
 * ``n_trials`` counts the study's finished trials (complete or pruned): a re-run runs the rest;
 * jobs are numbered on from the study's trials, so no job directory is written again;
+* a sampler with a seed is seeded again from that seed and the number of trials stored (Optuna
+  does not store its random state: built afresh from its seed, it would draw the first trials'
+  points again);
 * a trial left running by a killed process is marked failed (the sweep directory's lock rules
   out a live one), and its directory is kept as it is;
 * a trial the storage holds for later (``WAITING``, e.g. ``study.enqueue_trial``) runs only if
@@ -118,6 +121,36 @@ def make_sampler(sampler: Any, distributions: Mapping[str, Any]) -> tuple[Any, i
             "optuna.samplers (hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|gp)"
         )
     return sampler, None
+
+
+def continued_sampler(
+    config: Any, sampler: Any, distributions: Mapping[str, Any], stored: int
+) -> Any:
+    """The sampler of a search continued into a study of ``stored`` trials: Optuna stores the
+    trials but not the sampler's random state, so the sampler ``hydra.sweeper.sampler`` builds
+    from its ``seed`` would draw the points of the first trials again. With a seed and trials
+    stored, it is built again from a seed derived from both (the same continuation draws the
+    same points); a fresh search, or one without a seed, keeps ``sampler`` as it is."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
+    seed = node.get("seed") if OmegaConf.is_dict(node) else None
+    if stored == 0 or seed is None:
+        return sampler
+    derived = derived_seed(seed, stored)
+    log.info("sampler seeded with %d: seed %s and %d trials stored", derived, seed, stored)
+    return make_sampler(instantiate(node, seed=derived), distributions)[0]
+
+
+def derived_seed(seed: Any, stored: int) -> int:
+    """A sampler's seed (0 to 2**32 - 1) from its configured ``seed`` (an integer, or the list of
+    integers NumPy also takes) and the number of trials the study holds."""
+    import numpy as np
+
+    words = list(seed) if isinstance(seed, Sequence) and not isinstance(seed, str) else [seed]
+    entropy = [*(int(word) for word in words), stored]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 def check_pruner(settings: SearchSettings, directions: Sequence[str], config: Any) -> Any:
@@ -413,6 +446,7 @@ class Search:
         trials = check_stored_trials(study, self.settings.storage, distributions, directions)
         unnamed = unnamed_metrics(study, objectives, self.settings.storage)
         settle_stored_trials(study, storage, distributions, trials)
+        study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
         n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
         log.info(
