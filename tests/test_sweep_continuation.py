@@ -56,7 +56,10 @@ def start_training(command: list[str], data_dir: Path, **environment: str) -> su
         env={
             **os.environ,
             "VITATTN_DATA_DIR": str(data_dir),
-            "PYTHONPATH": str(PROJECT_ROOT),
+            # the tests' package, and the vitattn of a PYTHONPATH given (a checkout's src)
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+            ),
             **PAUSED,
             **environment,
         },
@@ -327,3 +330,41 @@ def test_seeds_added_to_a_finished_sweep_run_only_the_new_jobs(
     assert records["attention=linear"]["test_acc_diff_sizes"] == "3"
     assert (sweep / "attention=linear (3 seeds)").is_dir()  # TensorBoard's seed means, redone
     assert not (sweep / "attention=linear (2 seeds)").exists()
+
+
+@pytest.mark.slow
+def test_a_search_settles_only_its_own_trials_of_a_shared_storage(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Two sweep directories share one storage: a search marked failed every trial it found
+    running, one another directory's live process was training too, whose end Optuna then
+    refused to be told. Only a trial this directory started (its ``sweep_dir``) is cut off."""
+    import optuna
+
+    shared = f"sqlite:///{tmp_path}/shared.db"
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+
+    def search(sweep: Path, n_trials: int) -> list[str]:
+        return [
+            "hparams_search=optuna", f"hydra.sweeper.storage={shared}",
+            f"hydra.sweeper.n_trials={n_trials}", *TINY, *steps(2, 2), "test=false",
+            f"hydra.sweep.dir={sweep}",
+        ]  # fmt: skip
+
+    run_in_process("vitattn-train", *search(theirs, 1), data_dir=data_dir)
+    study = optuna.load_study(study_name="vitattn", storage=shared)
+    live = study.ask()  # trial 1: the other directory's process, training its next trial
+    live.set_user_attr("sweep_dir", str(theirs))
+    cut = study.ask()  # trial 2: ours, its process killed
+    cut.set_user_attr("sweep_dir", str(ours))
+
+    result = run_in_process("vitattn-train", *search(ours, 2), data_dir=data_dir)
+
+    study = optuna.load_study(study_name="vitattn", storage=shared)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "RUNNING", "FAIL", "COMPLETE"]
+    assert [study.trials[i].user_attrs["sweep_dir"] for i in (0, 3)] == [str(theirs), str(ours)]
+    said = result.stdout + result.stderr
+    assert "trial 2 was cut off: marked failed" in said
+    assert f"trial 1 is running for another search ({theirs}): left as it is" in said
+    study.tell(live, 0.5)  # the other process tells its trial's end, as it would
+    assert study.trials[1].state.name == "COMPLETE"

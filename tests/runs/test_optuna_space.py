@@ -137,5 +137,5 @@ def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_trac
     (trial,) = study.get_trials(deepcopy=False)
     storage.set_trial_system_attr(trial._trial_id, "fixed_params", "abc")
     space = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
-    settle_stored_trials(study, storage, space, study.get_trials(deepcopy=False))
+    settle_stored_trials(study, storage, space, study.get_trials(deepcopy=False), Path("/sweep"))
     assert [t.state.name for t in study.get_trials(deepcopy=False)] == ["FAIL"]

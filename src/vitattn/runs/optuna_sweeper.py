@@ -15,8 +15,10 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 * a sampler with a seed is seeded again from that seed and the number of trials stored (Optuna
   does not store its random state: built afresh from its seed, it would draw the first trials'
   points again);
-* a trial left running by a killed process is marked failed (the sweep directory's lock rules
-  out a live one), and its directory is kept as it is;
+* a trial left running by a killed process of this sweep directory is marked failed (the sweep
+  directory's lock rules out a live one), and its directory is kept as it is; one a search of
+  another directory started (its ``sweep_dir`` attribute), on a storage both share, or one
+  that records no directory, is left running: another process may still tell its end;
 * a trial the storage holds for later (``WAITING``, e.g. ``study.enqueue_trial``) runs only if
   its values belong to the search space; otherwise it is refused in one line and marked failed;
 * a storage file that is not an Optuna study, or is one larger than a search reads, whose trials
@@ -59,6 +61,10 @@ SWEEPER_TARGET = "hydra_plugins.vitattn_optuna.optuna_search.OptunaSearch"
 TRIAL_ENV = "VITATTN_OPTUNA_TRIAL"
 """The environment variable (``hydra.job.env_set``) that tells a job its trial's number."""
 RESULTS_FILE = "optimization_results.yaml"
+SWEEP_ATTR = "sweep_dir"
+"""The trial user attribute naming the sweep directory (absolute) whose search started it: a
+trial left running is settled only by a search of that directory, whose lock rules out a live
+process there; one of another directory on a shared storage may be running."""
 DIRECTIONS = ("maximize", "minimize")
 
 
@@ -282,19 +288,23 @@ def name_metrics(study: Any, objectives: Sequence[str]) -> None:
 
 
 def settle_stored_trials(
-    study: Any, storage: Any, distributions: Mapping[str, Any], trials: Sequence[Any]
+    study: Any,
+    storage: Any,
+    distributions: Mapping[str, Any],
+    trials: Sequence[Any],
+    sweep_dir: Path,
 ) -> None:
-    """Mark failed the trials (of ``trials``, the study's as read) a killed process left
-    running, and the waiting trials whose values do not belong to the space (each refused in
-    one line: never launched)."""
+    """Mark failed the trials (of ``trials``, the study's as read) a killed process of
+    ``sweep_dir`` (absolute) left running, and the waiting trials whose values do not belong to
+    the space (each refused in one line: never launched); a trial running for another
+    directory is left as it is."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
     for trial in (t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         if trial.state == TrialState.RUNNING:
-            storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
+            settle_running(storage, trial, trial_id, sweep_dir)
             continue
         fixed = trial.system_attrs.get("fixed_params", {})
         if isinstance(fixed, Mapping):
@@ -309,6 +319,21 @@ def settle_stored_trials(
                 study.study_name,
                 one_line(why)[:MAX_SHOWN],
             )
+
+
+def settle_running(storage: Any, trial: Any, trial_id: int, sweep_dir: Path) -> None:
+    """Mark failed a running ``trial`` this sweep directory started (cut off: the directory's
+    lock rules out a live process in it); leave one of another directory, or of none recorded,
+    running (a process on a shared storage may still tell its end)."""
+    from optuna.trial import TrialState
+
+    started_in = trial.user_attrs.get(SWEEP_ATTR)
+    if started_in == str(sweep_dir):
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
+        return
+    where = one_line(started_in)[:MAX_SHOWN] if isinstance(started_in, str) else "no directory"
+    log.info("trial %d is running for another search (%s): left as it is", trial.number, where)
 
 
 def trial_overrides(trial: Any, distributions: Mapping[str, Any], fixed: Mapping[str, str]):
@@ -441,11 +466,12 @@ class Search:
         directions, objectives = plan.directions, plan.objectives
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)  # where the sqlite file usually lives
+        here = Path(os.path.abspath(sweep_dir))  # as the trials it starts record it
         study, storage = open_study(self.settings, directions, plan.sampler, plan.pruner)
         # the study's trials read once: a study of 10,000 takes seconds each time
         trials = check_stored_trials(study, self.settings.storage, distributions, directions)
         unnamed = unnamed_metrics(study, objectives, self.settings.storage)
-        settle_stored_trials(study, storage, distributions, trials)
+        settle_stored_trials(study, storage, distributions, trials, here)
         study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
         n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
@@ -460,6 +486,8 @@ class Search:
         while to_go > 0:
             with going_on_with(url):
                 trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
+                for trial in trials:  # which search settles it, should its process be killed
+                    trial.set_user_attr(SWEEP_ATTR, str(here))
                 overrides = [trial_overrides(t, distributions, fixed) for t in trials]
                 if unnamed:  # with the first trial asked for: a study that took none is as it was
                     name_metrics(study, objectives)
