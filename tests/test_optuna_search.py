@@ -134,6 +134,25 @@ def test_a_continued_search_draws_new_points_and_the_same_ones_again(
     assert trial_params(again) == continued  # reproducible
 
 
+@pytest.mark.slow
+def test_a_search_without_a_pruner_records_each_trials_learning_curve(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Each trial reports val/acc at every validation, pruner or not: without one, its
+    intermediate values were empty, and optuna-dashboard drew no learning curve."""
+    sweep = tmp_path / "curves"
+    command = search(sweep, "hydra.sweeper.n_trials=1", *TINY, *steps(6, 3), "test=false")
+    run_in_process("vitattn-train", *command, data_dir=data_dir)
+
+    study = optuna.load_study(study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db")
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE
+    metrics = json.loads((sweep / trial.user_attrs["run"] / "metrics.json").read_text())
+    assert sorted(trial.intermediate_values) == [3, 6]  # one per validation, at its step
+    assert trial.intermediate_values[6] == metrics["val/acc"]
+    assert max(trial.intermediate_values.values()) == trial.value == metrics["val/acc_best"]
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [

@@ -5,7 +5,8 @@ module asks Optuna for each trial's values (:mod:`vitattn.runs.optuna_space` tur
 ``hydra.sweeper.params`` into Optuna's distributions), launches its job and tells Optuna what
 the job returned: the value of each metric ``optimized_metric`` names (one, or a list for a
 multi-objective search), ``PRUNED`` for a job that Optuna's pruner stopped
-(:class:`vitattn.training.callbacks.OptunaPruning`), ``FAIL`` for one that failed.
+(:class:`vitattn.training.callbacks.OptunaPruning`, which reports each validation's value to
+the trial, pruner or not: its learning curve), ``FAIL`` for one that failed.
 
 The same command run again into the same ``hydra.sweep.dir`` continues the stored study
 (``sqlite:///<sweep>/optuna.db`` unless ``hydra.sweeper.storage`` says otherwise):
@@ -544,25 +545,29 @@ def write_results(study: Any, path: Path, objectives: Sequence[str]) -> None:
 
 
 def job_trial() -> Any:
-    """The Optuna trial this job runs, for its pruner (:class:`OptunaPruning`): the study of
-    ``hydra.sweeper`` with its pruner, and the trial ``$VITATTN_OPTUNA_TRIAL`` numbers; ``None``
-    for a job of no search, or of one that prunes nothing."""
+    """The Optuna trial this job runs, for :class:`OptunaPruning` to report its learning curve
+    to, and for the study's pruner (``hydra.sweeper.pruner``; none: a pruner that prunes
+    nothing) to judge: the study of ``hydra.sweeper``, and the trial
+    ``$VITATTN_OPTUNA_TRIAL`` numbers; ``None`` for a job of no search, of a search the job
+    cannot reach (in memory), or of several objectives (Optuna takes reports for one)."""
     from hydra.core.hydra_config import HydraConfig
 
     number = os.environ.get(TRIAL_ENV, "")
     if not number.isdigit() or not HydraConfig.initialized():
         return None
     sweeper = HydraConfig.get().sweeper
-    if sweeper.get("pruner") is None or not sweeper.get("storage"):
+    if not sweeper.get("storage"):
         return None
     import optuna
     from hydra.utils import instantiate
 
-    check_storage_file(str(sweeper.storage))  # the pruner reads every trial: bounded first
+    check_storage_file(str(sweeper.storage))  # the study is read: bounded first
     storage = optuna.storages.get_storage(str(sweeper.storage))
-    study = optuna.load_study(
-        study_name=sweeper.get("study_name"), storage=storage, pruner=instantiate(sweeper.pruner)
-    )
+    given = sweeper.get("pruner")
+    pruner = optuna.pruners.NopPruner() if given is None else instantiate(given)
+    study = optuna.load_study(study_name=sweeper.get("study_name"), storage=storage, pruner=pruner)
+    if len(study.directions) > 1:
+        return None
     study_id = storage.get_study_id_from_name(study.study_name)
     return optuna.trial.Trial(
         study, storage.get_trial_id_from_study_id_trial_number(study_id, int(number))

@@ -1,5 +1,6 @@
-"""Pruning an Optuna search's trials: report the monitored metric at each validation to the
-job's trial, and stop the fit when the study's pruner (``hydra.sweeper.pruner``, e.g. Optuna's
+"""An Optuna search's learning curves and pruning: report the monitored metric at each validation
+to the job's trial (its intermediate values, which optuna-dashboard draws), with a pruner or
+without, and stop the fit when the study's pruner (``hydra.sweeper.pruner``, e.g. Optuna's
 ``MedianPruner``: below the median of earlier trials at the same step) says so.
 
 optuna-integration's ``PyTorchLightningPruningCallback`` raises ``TrialPruned`` out of the fit
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 
 class OptunaPruning(L.Callback):
     """Report ``monitor`` to the job's Optuna trial at each validation and stop a trial its
-    pruner prunes; does nothing in a job that is not a trial of a search with a pruner."""
+    pruner prunes (none: never); does nothing in a job that is not a trial of a search whose
+    study it reaches (a storage, one objective)."""
 
     def __init__(self, monitor: str = "val/acc") -> None:
         self.monitor = monitor
