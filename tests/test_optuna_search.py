@@ -168,6 +168,11 @@ def test_a_search_without_a_pruner_records_each_trials_learning_curve(
         ),
         ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0 is not valid; choose an integer >= 1"),
         (
+            "hydra.sweeper.storage=5",
+            "hydra.sweeper.storage=5 is not valid; choose a storage URL (e.g. "
+            "sqlite:///${hydra.sweep.dir}/optuna.db, the presets' own) or null (in memory)",
+        ),
+        (
             "hydra.sweeper.sampler.seed=-1",
             "hydra.sweeper: these settings are refused (ValueError: Seed must be between 0 and "
             "2**32 - 1)",
@@ -196,6 +201,27 @@ def test_a_bad_search_setting_is_one_line_before_the_search_starts(
     command = search(sweep, *FEW_STEPS, setting)
     said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=sweep)
     assert said == message
+
+
+def test_a_storage_hydra_would_build_is_one_line_before_anything_is_made(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``hydra.sweeper.storage={_target_: optuna.storages.JournalStorage, ...}`` ended in
+    ``AttributeError: 'JournalStorage' object has no attribute 'startswith'`` once the sweep
+    directory was made (and Hydra, building it, had made the journal's file)."""
+    sweep, journal = tmp_path / "search", tmp_path / "journal.log"
+    backend = f"{{_target_:optuna.storages.journal.JournalFileBackend,file_path:'{journal}'}}"
+    journal_storage = f"{{_target_:optuna.storages.JournalStorage,log_storage:{backend}}}"
+    storage = f"hydra.sweeper.storage={journal_storage}"
+    command = search(sweep, *FEW_STEPS, storage)
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=sweep)
+    assert said == (
+        "hydra.sweeper.storage={'_target_': 'optuna.storages.JournalStorage', 'log_storage': "
+        "{'_target_': 'optuna.storages.journal.JournalFileBackend', 'file_path': "
+        f"'{journal}'}}}} is not valid; choose a storage URL (e.g. "
+        "sqlite:///${hydra.sweep.dir}/optuna.db, the presets' own) or null (in memory)"
+    )
+    assert not journal.exists()
 
 
 @pytest.mark.slow

@@ -130,6 +130,22 @@ def make_sampler(sampler: Any, distributions: Mapping[str, Any]) -> tuple[Any, i
     return sampler, None
 
 
+def storage_url(given: Any) -> str | None:
+    """``hydra.sweeper.storage`` as the search takes it: a storage URL, or ``None`` (in memory);
+    anything else (a ``_target_`` such as ``optuna.storages.JournalStorage``, a number) is
+    refused in one line: the search, its checks of a sqlite file and its jobs, each reaching
+    the study from its own process, take a URL."""
+    from omegaconf import OmegaConf
+
+    if given is None or isinstance(given, str):
+        return given
+    shown = OmegaConf.to_container(given, resolve=False) if OmegaConf.is_config(given) else given
+    raise ConfigError(
+        f"hydra.sweeper.storage={one_line(shown)[:MAX_SHOWN]} is not valid; choose a storage URL "
+        "(e.g. sqlite:///${hydra.sweep.dir}/optuna.db, the presets' own) or null (in memory)"
+    )
+
+
 def continued_sampler(
     config: Any, sampler: Any, distributions: Mapping[str, Any], stored: int
 ) -> Any:
@@ -423,6 +439,7 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     trial counts, directions, objectives, sampler and pruner, each refused in one line naming
     its setting; nothing is opened or written."""
     params = [f"{key}={value}" for key, value in (settings.params or {}).items()]
+    storage_url(settings.storage)
     distributions, fixed = parse_space([*params, *arguments])
     if not distributions:
         raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
@@ -445,6 +462,8 @@ def check_search(config: Any) -> None:
 
     if OmegaConf.select(config, "hydra.sweeper._target_", default=None) != SWEEPER_TARGET:
         return
+    # before Hydra builds it: a storage of a _target_ may make its file as it is built
+    storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     with refusing("hydra.sweeper"):
         sweeper = instantiate(config.hydra.sweeper)
     arguments = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
