@@ -139,3 +139,22 @@ def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_trac
     space = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
     settle_stored_trials(study, storage, space, study.get_trials(deepcopy=False), Path("/sweep"))
     assert [t.state.name for t in study.get_trials(deepcopy=False)] == ["FAIL"]
+
+
+def test_a_sampler_chosen_by_its_group_that_the_preset_overrides_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``hparams_search=optuna hydra/sweeper/sampler=random`` ran the preset's TPE without a
+    word (its ``hydra.sweeper.sampler`` block overrides the group's choice)."""
+    from vitattn.runs.optuna_sweeper import check_search
+
+    ignored = compose_config(
+        "train", ["hparams_search=optuna", "hydra/sweeper/sampler=random"], tmp_path
+    )
+    with pytest.raises(ConfigError, match=r"^hydra/sweeper/sampler=random is ignored: .* to "
+                       r"optuna\.samplers\.TPESampler; choose"):  # fmt: skip
+        check_search(ignored)
+    chosen = compose_config(
+        "train", ["hparams_search=optuna", "hydra/sweeper/sampler=tpe"], tmp_path
+    )
+    check_search(chosen)  # the group's choice is the preset's sampler: nothing ignored

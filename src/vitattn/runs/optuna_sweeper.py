@@ -452,6 +452,32 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     return Plan(distributions, fixed, directions, objectives, sampler, grid_size, pruner)
 
 
+def check_sampler_choice(config: Any) -> None:
+    """Refuse in one line a sampler chosen by its group on the command line
+    (``hydra/sweeper/sampler=random``) that the search's config overrides with a sampler of its
+    own (the presets' ``hydra.sweeper.sampler`` block): Hydra would run the config's sampler
+    without a word."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
+
+    overrides = OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []
+    key = "hydra/sweeper/sampler"
+    chosen = [
+        o.split("=", 1)[1] for o in map(str, overrides) if o.lstrip("+").startswith(key + "=")
+    ]
+    if not chosen or chosen[-1] not in SAMPLERS:
+        return
+    target = OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=None)
+    if target != f"optuna.samplers.{SAMPLERS[chosen[-1]]}":
+        raise ConfigError(
+            f"{key}={chosen[-1]} is ignored: the search's config sets hydra.sweeper.sampler "
+            f"to {one_line(target)[:MAX_SHOWN]}; choose the sampler with "
+            "hydra.sweeper.sampler._target_=optuna.samplers.<Class> (and "
+            "~hydra.sweeper.sampler.<setting> for a setting that class lacks)"
+        )
+
+
 def check_search(config: Any) -> None:
     """An Optuna search's settings (``hydra.sweeper`` of the composed ``config``, where it is
     one), checked as the search checks them (:func:`plan_search`), before Hydra starts it and
@@ -462,6 +488,7 @@ def check_search(config: Any) -> None:
 
     if OmegaConf.select(config, "hydra.sweeper._target_", default=None) != SWEEPER_TARGET:
         return
+    check_sampler_choice(config)
     # before Hydra builds it: a storage of a _target_ may make its file as it is built
     storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     with refusing("hydra.sweeper"):
