@@ -141,6 +141,41 @@ def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_trac
     assert [t.state.name for t in study.get_trials(deepcopy=False)] == ["FAIL"]
 
 
+@pytest.mark.parametrize(
+    ("recorded", "own_storage", "settled"),
+    [
+        ("/sweep", False, "FAIL"),  # this directory's, cut off
+        ("/other", True, "RUNNING"),  # another search's, on a storage both share
+        (None, True, "FAIL"),  # a study of an earlier vitattn, in this directory's own file
+        (None, False, "RUNNING"),  # ... in a storage elsewhere, which others may share
+    ],
+)
+def test_a_running_trial_is_settled_only_by_the_search_that_started_it(
+    recorded: str | None, own_storage: bool, settled: str
+) -> None:
+    """A running trial is marked failed by a search of the directory it records, or, where it
+    records none (a study of a vitattn before its trials recorded one), by a search whose study
+    is a file inside its own directory; any other is left running."""
+    from vitattn.runs.optuna_sweeper import SWEEP_ATTR, settle_stored_trials
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="shared")
+    trial = study.ask()
+    if recorded is not None:
+        trial.set_user_attr(SWEEP_ATTR, recorded)
+    trials = study.get_trials(deepcopy=False)
+    settle_stored_trials(study, storage, {}, trials, Path("/sweep"), own_storage)
+    assert [t.state.name for t in study.get_trials(deepcopy=False)] == [settled]
+
+
+def test_a_storage_inside_the_sweep_is_its_own(tmp_path: Path) -> None:
+    from vitattn.runs.optuna_sweeper import storage_inside
+
+    assert storage_inside(f"sqlite:///{tmp_path}/optuna.db", tmp_path)
+    assert not storage_inside(f"sqlite:///{tmp_path.parent}/optuna.db", tmp_path)
+    assert not storage_inside(None, tmp_path)
+
+
 def test_a_sampler_chosen_by_its_group_that_the_preset_overrides_is_refused(
     tmp_path: Path,
 ) -> None:

@@ -19,7 +19,8 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 * a trial left running by a killed process of this sweep directory is marked failed (the sweep
   directory's lock rules out a live one), and its directory is kept as it is; one a search of
   another directory started (its ``sweep_dir`` attribute), on a storage both share, or one
-  that records no directory, is left running: another process may still tell its end;
+  that records no directory in a storage outside the sweep directory, is left running: another
+  process may still tell its end;
 * a trial the storage holds for later (``WAITING``, e.g. ``study.enqueue_trial``) runs only if
   its values belong to the search space; otherwise it is refused in one line and marked failed;
 * a storage file that is not an Optuna study, or is one larger than a search reads, whose trials
@@ -51,6 +52,7 @@ from vitattn.runs.optuna_study import (
     STUDY_BOUNDS,
     check_storage_file,
     check_stored_trials,
+    storage_file,
     storage_named,
 )
 from vitattn.utils import checks
@@ -310,18 +312,20 @@ def settle_stored_trials(
     distributions: Mapping[str, Any],
     trials: Sequence[Any],
     sweep_dir: Path,
+    own_storage: bool = False,
 ) -> None:
     """Mark failed the trials (of ``trials``, the study's as read) a killed process of
-    ``sweep_dir`` (absolute) left running, and the waiting trials whose values do not belong to
-    the space (each refused in one line: never launched); a trial running for another
-    directory is left as it is."""
+    ``sweep_dir`` (absolute) left running (:func:`settle_running`; ``own_storage``: the study
+    is a file inside it), and the waiting trials whose values do not belong to the space (each
+    refused in one line: never launched); a trial running for another directory is left as it
+    is."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
     for trial in (t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         if trial.state == TrialState.RUNNING:
-            settle_running(storage, trial, trial_id, sweep_dir)
+            settle_running(storage, trial, trial_id, sweep_dir, own_storage)
             continue
         fixed = trial.system_attrs.get("fixed_params", {})
         if isinstance(fixed, Mapping):
@@ -338,19 +342,29 @@ def settle_stored_trials(
             )
 
 
-def settle_running(storage: Any, trial: Any, trial_id: int, sweep_dir: Path) -> None:
+def settle_running(
+    storage: Any, trial: Any, trial_id: int, sweep_dir: Path, own_storage: bool
+) -> None:
     """Mark failed a running ``trial`` this sweep directory started (cut off: the directory's
-    lock rules out a live process in it); leave one of another directory, or of none recorded,
-    running (a process on a shared storage may still tell its end)."""
+    lock rules out a live process in it), or one that records no directory (a study of a
+    vitattn before 2026-11-30) in a storage of this directory's own (``own_storage``: its
+    sqlite file inside it); leave any other running (a process on a shared storage may still
+    tell its end)."""
     from optuna.trial import TrialState
 
     started_in = trial.user_attrs.get(SWEEP_ATTR)
-    if started_in == str(sweep_dir):
+    if started_in == str(sweep_dir) or (started_in is None and own_storage):
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
         return
     where = one_line(started_in)[:MAX_SHOWN] if isinstance(started_in, str) else "no directory"
     log.info("trial %d is running for another search (%s): left as it is", trial.number, where)
+
+
+def storage_inside(url: str | None, sweep_dir: Path) -> bool:
+    """Whether the storage ``url`` is a sqlite file inside ``sweep_dir`` (absolute)."""
+    path = storage_file(url)
+    return path is not None and Path(os.path.abspath(path)).is_relative_to(sweep_dir)
 
 
 def trial_overrides(trial: Any, distributions: Mapping[str, Any], fixed: Mapping[str, str]):
@@ -518,7 +532,8 @@ class Search:
         # the study's trials read once: a study of 10,000 takes seconds each time
         trials = check_stored_trials(study, self.settings.storage, distributions, directions)
         unnamed = unnamed_metrics(study, objectives, self.settings.storage)
-        settle_stored_trials(study, storage, distributions, trials, here)
+        own_storage = storage_inside(self.settings.storage, here)
+        settle_stored_trials(study, storage, distributions, trials, here, own_storage)
         study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
         n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
