@@ -336,3 +336,32 @@ def test_real_runs_of_two_seeds(tmp_path, data_dir):
     assert set(multiplexer.PluginRunToTagToContent("hparams")) == {"seed=1", "seed=2"}
     layout = json.loads(custom_scalars(multiplexer, root).layout_impl(context.RequestContext(), ""))
     assert {c["title"] for c in layout["category"]} == {*LAYOUT, CATEGORY}
+
+
+def test_a_link_planted_at_an_aggregates_event_file_gets_none_of_its_records(
+    sweep, elsewhere, monkeypatch
+):
+    """The seed means are written through the descriptor the event file was made with: a link
+    planted at its name while they are written takes nothing. On the code before, TensorBoard's
+    writer appended by name and wrote the later records through the link, into ``elsewhere``."""
+    import vitattn.analysis.seed_runs as seed_runs
+
+    root, groups = sweep
+    kept = elsewhere / "kept.txt"
+    before = kept.read_bytes()
+    reduce_tag, planted = seed_runs.reduce_tag, []
+
+    def planting(events, tag):
+        if tag == TAGS[1] and not planted:  # after the first curve: swap the event file
+            (folder,) = (p for p in root.iterdir() if p.name == AGGREGATES["attention=linear"])
+            (event_file,) = folder.glob("events.out.tfevents.*")
+            event_file.unlink()
+            event_file.symlink_to(kept)
+            planted.append(event_file)
+        return reduce_tag(events, tag)
+
+    monkeypatch.setattr(seed_runs, "reduce_tag", planting)
+    seed_runs.remove_seed_runs(root)
+    write_seed_runs(root, {"attention=linear": groups["attention=linear"]})
+    assert planted and planted[0].is_symlink()
+    assert kept.read_bytes() == before

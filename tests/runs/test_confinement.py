@@ -1,7 +1,7 @@
 """Writes and deletions in a run directory this process holds check that the directory, and
 every folder between it and the file, is still what it was when it was taken
 (:func:`vitattn.runs.files.check_confined`); TensorBoard's event file is written through the
-descriptor it was made with (:mod:`vitattn.training.pinned_events`). The commands themselves:
+descriptor it was made with (:mod:`vitattn.runs.pinned_events`). The commands themselves:
 ``tests/test_replaced_run_folder.py``."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_an_event_file_is_written_through_its_descriptor_whatever_is_planted_at_
 ) -> None:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    from vitattn.training.pinned_events import PinnedSummaryWriter
+    from vitattn.runs.pinned_events import PinnedSummaryWriter
 
     victim = tmp_path / "victim.txt"
     victim.write_text("kept")
@@ -111,7 +111,7 @@ def test_an_event_file_is_written_through_its_descriptor_whatever_is_planted_at_
 
 
 def test_an_event_file_of_two_names_is_refused(held: Path, tmp_path: Path) -> None:
-    from vitattn.training.pinned_events import PinnedFile
+    from vitattn.runs.pinned_events import PinnedFile
 
     (held / "events").write_bytes(b"")
     os.link(held / "events", tmp_path / "second-name")

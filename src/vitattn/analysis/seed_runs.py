@@ -36,7 +36,8 @@ looks as it was written (:func:`written_here`). A marker planted in a job's fold
 nothing. tensorboard-reducer would read and average the
 runs too, but it writes one run per reduction (``-mean``, ``-std``), has no t interval and needs
 pandas; the runs are read here by the project's reader (TensorBoard's ``EventAccumulator``) and
-written by torch's ``SummaryWriter``.
+written by torch's ``SummaryWriter`` through the descriptor each event file was made with
+(:class:`vitattn.runs.pinned_events.PinnedSummaryWriter`), as a run's own are.
 """
 
 from __future__ import annotations
@@ -53,7 +54,14 @@ import numpy as np
 
 from vitattn.analysis.events import read_scalar_events
 from vitattn.analysis.uncertainty import CONFIDENCE
-from vitattn.runs.files import MAX_READ, UnreadableFileError, one_line, read_json, write_text
+from vitattn.runs.files import (
+    MAX_READ,
+    UnreadableFileError,
+    check_confined,
+    one_line,
+    read_json,
+    write_text,
+)
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""
@@ -222,11 +230,12 @@ def write_seed_run(
 ) -> Path:
     """One aggregate run at ``folder``: the marker first (a folder left half written is still
     recognised and replaced next time), then each tag's mean and band, then the layout."""
-    from torch.utils.tensorboard import SummaryWriter
+    from vitattn.runs.pinned_events import PinnedSummaryWriter
 
+    check_confined(folder)
     folder.mkdir()
     write_text(folder / MARKER, marker_text(label, runs, folder, tags))
-    writer = SummaryWriter(log_dir=str(folder))
+    writer = PinnedSummaryWriter(log_dir=str(folder))  # a link planted at its name gets nothing
     try:
         for tag in tags:
             band = reduce_tag(events, tag)

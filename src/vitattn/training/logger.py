@@ -147,7 +147,7 @@ class RunTensorBoard(TensorBoardLogger):
         """Lightning's writer, as a :class:`PinnedSummaryWriter`: its event files written
         through the descriptors they were made with, never reopened by name."""
         if self._experiment is None:
-            from vitattn.training.pinned_events import PinnedSummaryWriter
+            from vitattn.runs.pinned_events import PinnedSummaryWriter
 
             if self.root_dir:
                 make_folder(Path(self.root_dir))
