@@ -303,3 +303,21 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
         "attention_maps.png",
     ]
     assert len(result.rows) == 3
+
+
+@pytest.mark.parametrize("value", ["$\\frac{$", "$" + "{" * 70 + "x" + "}" * 70 + "$"])
+def test_a_label_that_matplotlib_would_read_as_mathematics_is_drawn_as_written(
+    value: str, tmp_path: Path
+) -> None:
+    """A job's setting holding ``$...$`` (from its recorded overrides, or its folder's name)
+    failed the summary's every figure, in pyparsing's ``ParseSyntaxException`` or, nested 70
+    deep, a ``RecursionError`` (red team); it is drawn as written."""
+    from tests.analysis.conftest import write_run
+    from vitattn.analysis.summary import summarize
+
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "plain", ["attention=softmax", "seed=1", "+x=a"])
+    write_run(sweep / "dollars", ["attention=softmax", "seed=2", f"+x={value}"])
+    summary = summarize([sweep])
+    names = {path.name for path in summary.files}
+    assert {"val_acc_vs_step.png", "attention_maps.png", "frontier.png"} <= names

@@ -122,3 +122,35 @@ def test_a_base_checkpoint_path_is_shown_escaped_and_short(tmp_path: Path) -> No
     markdown = to_markdown(lora_table(runs), runs)
     (note,) = [line for line in markdown.splitlines() if line.startswith("Base checkpoint")]
     assert "\x1b" not in markdown and "\\x1b[2J" in note and len(note) < 200
+
+
+def test_a_shift_name_of_a_megabyte_is_cut_in_the_header(tmp_path: Path) -> None:
+    """A shift name read from ``metrics.json`` became a column header whole, and every row was
+    padded to it: 1.3 MB of runs made a 304 MB table (red team)."""
+    root = fake_multirun(tmp_path / "multirun")
+    job = root / "huge"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "config.yaml").write_text("lora:\n  rank: 1\n")
+    (job / ".hydra" / "overrides.yaml").write_text("- lora.rank=1\n")
+    metrics = {"test/acc": 0.5, "lora/rank": 1, "data/shift": "S" * 1_000_000}
+    (job / "metrics.json").write_text(json.dumps({**metrics, "status": "completed"}))
+    markdown, md_path, _ = write_table([root])
+    assert "SSSS" in markdown.splitlines()[0]  # its column is there, its header cut
+    assert len(markdown) < 10_000
+    assert md_path.stat().st_size < 10_000
+
+
+def test_a_file_where_the_table_is_written_is_one_line(tmp_path: Path) -> None:
+    """A folder at ``lora_table.md``: the script ended in ``UnsafeWriteError``'s traceback."""
+    import subprocess
+    import sys
+
+    root = fake_multirun(tmp_path / "multirun")
+    (root / "lora_table.md").mkdir()
+    script = Path(__file__).parents[2] / "scripts" / "lora_table.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"lora_table.py: error: {root / 'lora_table.md'} is ")
+    assert result.stderr.count("\n") == 1

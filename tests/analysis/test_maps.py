@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pytest
 
 from vitattn.analysis.maps import MAPS_FILE, AttentionMaps, load_maps, maps_figure
 from vitattn.analysis.records import label_runs, load_run, map_labels
@@ -106,3 +108,46 @@ def test_a_run_whose_maps_are_not_finite_is_drawn_and_says_so(tmp_path: Path) ->
     said = [[text.get_text() for text in axes.texts] for axes in grid]
     assert said == [["rollout not finite"]] * 3 + [[]]
     plt.close(figure)
+
+
+def test_a_sweep_of_more_runs_than_rows_draws_the_first_ones_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row per run of thousands made a picture of 80,000 pixels and gigabytes of memory (red
+    team): the first :data:`MAX_ROWS` are drawn, and a warning counts the others."""
+    from tests.analysis.conftest import write_maps
+    from vitattn.analysis.maps import MAX_ROWS, plot_attention_maps
+
+    runs = []
+    for index in range(MAX_ROWS + 3):
+        run = tmp_path / f"seed={index}"
+        write_maps(run, "softmax", 2, 10)
+        runs.append((f"seed={index}", run))
+    with caplog.at_level(logging.WARNING):
+        assert plot_attention_maps(runs, tmp_path / "maps.png")
+    assert f"attention maps of the first {MAX_ROWS} runs; 3 more are not drawn" in caplog.text
+    height = plt.imread(tmp_path / "maps.png").shape[0]
+    assert height < 120 * 1.45 * (MAX_ROWS + 2)  # dpi 120, a row of 1.45 inches
+
+
+def test_a_rollout_larger_than_a_map_is_left_out_before_it_is_converted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A boolean rollout of 8 x 4096 x 8190 (256 MB inflated, within the file cap) became 1 GB
+    of float32 per run before it was checked; now its shape is checked first."""
+    import zipfile
+
+    from vitattn.analysis.maps import load_maps
+
+    run = tmp_path / "run"
+    (run / "attention").mkdir(parents=True)
+    with zipfile.ZipFile(run / "attention" / "maps.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, array in (
+            ("images", np.zeros((8, 32, 32, 3), np.uint8)),
+            ("rollout", np.zeros((8, 4096, 8190), bool)),
+        ):
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array)
+    with caplog.at_level(logging.WARNING):
+        assert load_maps(run) is None
+    assert "is larger than 256 a side" in caplog.text

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from vitattn.analysis.curves import plot_metric
@@ -20,12 +21,31 @@ CURVES = (
 """The curves drawn: the tag, its axis label, the file, and whether points get markers."""
 
 
+@contextlib.contextmanager
+def text_as_written() -> Iterator[None]:
+    """Figures made in the block draw their text as written. Their labels and titles come from
+    the runs' files (a setting ``+x=$\\frac{$``, a job folder's name), and matplotlib reads
+    ``$...$`` as mathematics: one such label failed the whole summary's figures, in a
+    ``ParseSyntaxException`` or, nested deep, a ``RecursionError``."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
+
+
 def plot_figures(
     runs: Sequence[Run], settings: Sequence[Setting], root: Path, out: Path
 ) -> list[Path]:
     """The summary's figures in ``out``: the curves, the frontier, the attention maps (runs
-    named relative to ``root`` where their labels are shared); those written (a figure with no
-    data is not)."""
+    named relative to ``root`` where their labels are shared), their text as written
+    (:func:`text_as_written`); those written (a figure with no data is not)."""
+    with text_as_written():
+        return _plot_figures(runs, settings, root, out)
+
+
+def _plot_figures(
+    runs: Sequence[Run], settings: Sequence[Setting], root: Path, out: Path
+) -> list[Path]:
     written = []
     shared = describe(runs)
     for tag, ylabel, name, markers in CURVES:

@@ -23,6 +23,7 @@ from typing import Any
 
 from vitattn.analysis.records import bounded
 from vitattn.data.shifts import SHIFTS
+from vitattn.errors import VitattnError
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, write_text
 from vitattn.runs.layout import (
     METRICS,
@@ -74,7 +75,7 @@ class FinetuneRun:
     @property
     def shift(self) -> str | None:
         value = self._setting("data/shift", "data.shift")
-        return one_line(value) if value is not None else None
+        return bounded(str(value)) if value is not None else None  # a column's header
 
     @property
     def completed(self) -> bool:
@@ -246,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         markdown, md_path, csv_path = write_table(args.directories, args.out)
     except FileNotFoundError as error:
         parser.error(str(error))
+    except (OSError, ValueError, VitattnError) as error:  # a folder where a file is written...
+        parser.exit(1, f"lora_table.py: error: {one_line(error)}\n")
     print(markdown, end="")
     print(f"\nwrote {md_path} and {csv_path}")
     return 0

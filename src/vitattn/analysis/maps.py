@@ -34,6 +34,13 @@ OVERLAY_ALPHA = (0.15, 0.65)
 """Opacity of the heat map where the rollout is 0 and where it is 1: where a run does not look,
 the image shows through almost as it is."""
 CELL_INCHES = 1.45
+MAX_IMAGES = 8
+"""The images of a run drawn (and kept once read: its others are dropped as it is read)."""
+MAX_SIDE = 256
+"""The largest side of an image or rollout drawn: a CIFAR-10 image and its rollout are 32."""
+MAX_ROWS = 32
+"""The runs drawn, one row each: a sweep of more has its first ones drawn, with a warning (a
+row per run of thousands made a picture of 80,000 pixels and gigabytes of memory)."""
 
 
 @dataclass
@@ -58,10 +65,13 @@ def load_maps(run_dir: str | Path) -> AttentionMaps | None:
         return None
     try:
         content = read_npz(path)  # headers checked before anything is inflated
-        images = np.asarray(content["images"])
+        images = np.asarray(content["images"])[:MAX_IMAGES]
         if images.dtype.kind not in "biuf":
             raise TypeError(f"its images are {images.dtype}, not numbers")
-        rollout = np.asarray(content["rollout"], dtype=np.float32)
+        stored = np.asarray(content["rollout"])
+        if stored.ndim == 3 and max(stored.shape[1:], default=0) > MAX_SIDE:
+            raise ValueError(f"its rollout of {stored.shape[1:]} is larger than {MAX_SIDE} a side")
+        rollout = stored[:MAX_IMAGES].astype(np.float32)  # what is drawn: no more
         step = int(content["step"]) if "step" in content else None
         attention = str(content["attention"]) if "attention" in content else ""
     except UnreadableFileError as error:
@@ -72,9 +82,15 @@ def load_maps(run_dir: str | Path) -> AttentionMaps | None:
         return None
     if images.ndim == 3:  # grayscale without its channel axis
         images = images[..., None]
-    if images.ndim != 4 or images.shape[-1] not in (1, 3) or rollout.ndim != 3:
+    if (
+        images.ndim != 4
+        or images.shape[-1] not in (1, 3)
+        or max(images.shape[1:3]) > MAX_SIDE
+        or rollout.ndim != 3
+    ):
         log.warning(
-            "skipping %s: images %s and rollout %s are not (N, H, W, C) and (N, H, W)",
+            "skipping %s: images %s and rollout %s are not (N, H, W, C) and (N, H, W), H and W "
+            f"at most {MAX_SIDE}",
             path,
             images.shape,
             rollout.shape,
@@ -191,13 +207,28 @@ def draw_cell(axes: Any, image: np.ndarray, rollout: np.ndarray) -> None:
 
 
 def plot_attention_maps(
-    rows: Sequence[tuple[str, str | Path]], path: Path, title: str = "", max_images: int = 8
+    rows: Sequence[tuple[str, str | Path]],
+    path: Path,
+    title: str = "",
+    max_images: int = MAX_IMAGES,
 ) -> bool:
     """Write :func:`maps_figure` of the runs ``(label, run directory)`` that have maps to
-    ``path``; runs without are left out. ``False`` (and nothing written) if none has any."""
+    ``path``, the first :data:`MAX_ROWS` of them (a warning names how many more there were);
+    runs without are left out. ``False`` (and nothing written) if none has any."""
     import matplotlib.pyplot as plt
 
-    found = [(label, maps) for label, run_dir in rows if (maps := load_maps(run_dir))]
+    found: list[tuple[str, AttentionMaps]] = []
+    for at, (label, run_dir) in enumerate(rows):
+        if len(found) == MAX_ROWS:
+            log.warning(
+                "%s shows the attention maps of the first %d runs; %d more are not drawn",
+                path.name,
+                MAX_ROWS,
+                sum(1 for _, later in rows[at:] if (Path(later) / MAPS_FILE).exists()),
+            )
+            break
+        if (maps := load_maps(run_dir)) is not None:
+            found.append((label, maps))
     if not found:
         return False
     figure = maps_figure(found, title, max_images)

@@ -205,7 +205,12 @@ def _axis(search: SearchResults, index: int) -> str:
 
 
 def pareto_files(search: SearchResults | None, out: Path) -> Sequence[Path]:
-    """The search's figure written to ``out``: ``pareto.png`` where it has one."""
-    if search is not None and plot_pareto(search, out / PARETO_FIGURE):
-        return [out / PARETO_FIGURE]
+    """The search's figure written to ``out``: ``pareto.png`` where it has one (its text, the
+    metrics' names from the study, as written:
+    :func:`~vitattn.analysis.figures.text_as_written`)."""
+    from vitattn.analysis.figures import text_as_written
+
+    with text_as_written():
+        if search is not None and plot_pareto(search, out / PARETO_FIGURE):
+            return [out / PARETO_FIGURE]
     return []

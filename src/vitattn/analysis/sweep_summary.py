@@ -21,6 +21,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from vitattn.runs.files import one_line
+
 log = logging.getLogger(__name__)
 
 
@@ -88,7 +90,7 @@ def summarize_sweep(sweep_dir: Path, baseline: str | None = None) -> bool:
             "no summary of %s: %s: %s (try: python scripts/plot_curves.py %s)",
             sweep_dir,
             type(error).__name__,
-            error,
+            one_line(error),
             sweep_dir,
         )
         return False

@@ -93,16 +93,15 @@ def markdown_table(
     align_right: Sequence[str] = (),
 ) -> str:
     """A Markdown table of ``rows`` with ``{key: header}`` columns, padded to align in a
-    terminal, each column to at most :data:`MAX_PADDED` characters (a longer cell is written
-    whole and not padded to: the table's size grows with its text, not with its rows times its
-    longest cell). Values are shown as given (format them first); a ``|`` inside a cell is
-    escaped and line breaks are folded, so every row stays one line. Columns in ``align_right``
-    are right aligned (``---:``)."""
+    terminal, each column to at most :data:`MAX_PADDED` characters (a longer cell, or header,
+    is written whole and not padded to: the table's size grows with its text, not with its rows
+    times its longest cell or header). Values are shown as given (format them first); a ``|``
+    inside a cell is escaped and line breaks are folded, so every row stays one line. Columns
+    in ``align_right`` are right aligned (``---:``)."""
     headers = list(columns.values())
     cells = [[_cell_text(row.get(key, "")) for key in columns] for row in rows]
     widths = [
-        min(max([len(h)] + [len(c[i]) for c in cells]), max(len(h), MAX_PADDED))
-        for i, h in enumerate(headers)
+        min(max([len(h)] + [len(c[i]) for c in cells]), MAX_PADDED) for i, h in enumerate(headers)
     ]
     right = [key in align_right for key in columns]
 
