@@ -70,7 +70,9 @@ def test_the_rows_before_the_checkpoint_are_kept(tmp_path: Path) -> None:
     assert rows_before(tmp_path / "none.csv", 6) is None
 
 
-@pytest.mark.parametrize("kind", ["a step as text", "a row wider than its header", "a link"])
+@pytest.mark.parametrize(
+    "kind", ["a step as text", "a row wider than its header", "a row without a step", "a link"]
+)
 def test_a_file_not_of_such_rows_is_set_aside_named(
     kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,7 +83,7 @@ def test_a_file_not_of_such_rows_is_set_aside_named(
         os.symlink(tmp_path / "kept.txt", path)
     else:
         write_rows(path, range(3))
-        extra = "0,x,1\n" if kind == "a step as text" else "0,1,2,3\n"
+        extra = {"a step as text": "0,x,1\n", "a row without a step": "0\n"}.get(kind, "0,1,2,3\n")
         path.write_text(path.read_text() + extra)
     before = path.read_bytes()
     with caplog.at_level(logging.WARNING):

@@ -42,6 +42,8 @@ MAX_MEMBER_BYTES = 40 * 2**20
 """The most bytes a file of the archive may hold: an official batch file of 10,000 images has
 31,035,704."""
 CHUNK = 1 << 20
+SHOWN = 200
+"""The most characters of a member's name a refusal shows."""
 
 
 @contextlib.contextmanager
@@ -57,15 +59,17 @@ def socket_timeout(seconds: float) -> Iterator[None]:
 
 
 def describe(member: tarfile.TarInfo) -> str:
-    """What ``member`` is, in a few words: its kind and name, and where a link points."""
+    """What ``member`` is, in a few words: its kind and name, and where a link points (names
+    cut to :data:`SHOWN` characters: a tar's names may be of any length)."""
+    name = repr(member.name[:SHOWN])
     if member.issym() or member.islnk():
         kind = "a symbolic link" if member.issym() else "a hard link"
-        return f"{kind} {member.name!r} to {member.linkname!r}"
+        return f"{kind} {name} to {member.linkname[:SHOWN]!r}"
     if member.isdir():
-        return f"a folder {member.name!r}"
+        return f"a folder {name}"
     if member.isreg():
-        return f"a file {member.name!r}"
-    return f"{member.name!r}, neither a file nor a folder"
+        return f"a file {name}"
+    return f"{name}, neither a file nor a folder"
 
 
 def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.TarInfo]:
@@ -83,10 +87,10 @@ def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.Tar
         if not (member.isreg() and folder == FOLDER and file in ARCHIVE_FILES):
             raise DataError(f"{archive} was not unpacked: it holds {describe(member)}; {valid}")
         if file in seen:
-            raise DataError(f"{archive} was not unpacked: it holds {name} twice; {valid}")
+            raise DataError(f"{archive} was not unpacked: it holds {name!r} twice; {valid}")
         if member.size > MAX_MEMBER_BYTES:
             raise DataError(
-                f"{archive} was not unpacked: its {name} holds {member.size:,} bytes, more than "
+                f"{archive} was not unpacked: its {name!r} holds {member.size:,} bytes, more than "
                 f"the {MAX_MEMBER_BYTES:,} a batch file of CIFAR-10 may hold"
             )
         seen.add(file)

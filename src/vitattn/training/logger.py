@@ -230,7 +230,9 @@ def rows_before(path: Path, step: int) -> tuple[list[str], list[dict[str, str]]]
         reader = csv.DictReader(read_text(path, follow_links=False).splitlines())
         columns = list(reader.fieldnames or [])
         rows = list(reader)
-        if "step" not in columns or any(None in row or not row["step"].isdigit() for row in rows):
+        if "step" not in columns or any(
+            None in row or not str(row["step"] or "").isdigit() for row in rows
+        ):
             raise ValueError("its rows are not those of Lightning's CSV logger")
     except (UnreadableFileError, ValueError, csv.Error) as error:
         aside = set_aside_unreadable(path)
