@@ -10,10 +10,9 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
 from tests.support.presets import compose_config
 from vitattn.errors import ConfigError
-from vitattn.runs.optuna_space import grid_of, outside_space, parse_space
+from vitattn.runs.optuna_space import SAMPLERS, grid_of, outside_space, parse_space
 from vitattn.runs.optuna_sweeper import SearchSettings, check_pruner, make_sampler
 
 SPACE = [

@@ -15,15 +15,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import MISSING
 
-SAMPLERS = {
-    "tpe": "TPESampler",
-    "random": "RandomSampler",
-    "grid": "GridSampler",  # given the space's values: choice(...) and range(...) only
-    "cmaes": "CmaEsSampler",
-    "nsgaii": "NSGAIISampler",
-    "gp": "GPSampler",
-}
-"""``hydra/sweeper/sampler`` options: the classes of ``optuna.samplers`` they name."""
+from vitattn.runs.optuna_space import SAMPLERS
 
 
 @dataclass

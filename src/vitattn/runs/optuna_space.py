@@ -15,6 +15,18 @@ from typing import Any
 
 from vitattn.errors import ConfigError
 
+SAMPLERS = {
+    "tpe": "TPESampler",
+    "random": "RandomSampler",
+    "grid": "GridSampler",  # given the space's values: choice(...) and range(...) only
+    "cmaes": "CmaEsSampler",
+    "nsgaii": "NSGAIISampler",
+    "gp": "GPSampler",
+}
+"""``hydra/sweeper/sampler`` options: the classes of ``optuna.samplers`` they name. The plugin
+(``hydra_plugins.vitattn_optuna``), which Hydra loads at every start, registers them from here:
+this module imports no Optuna, and the search checks a group's choice against them."""
+
 SPACE_SETTING = "hydra.sweeper.params"
 
 

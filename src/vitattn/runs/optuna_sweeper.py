@@ -46,7 +46,13 @@ from typing import Any
 
 from vitattn.errors import ConfigError, FailedJob, VitattnError, first_line, refusing
 from vitattn.runs.files import one_line, write_text
-from vitattn.runs.optuna_space import SPACE_SETTING, grid_of, outside_space, parse_space
+from vitattn.runs.optuna_space import (
+    SAMPLERS,
+    SPACE_SETTING,
+    grid_of,
+    outside_space,
+    parse_space,
+)
 from vitattn.runs.optuna_study import (
     MAX_SHOWN,
     STUDY_BOUNDS,
@@ -472,8 +478,6 @@ def check_sampler_choice(config: Any) -> None:
     own (the presets' ``hydra.sweeper.sampler`` block): Hydra would run the config's sampler
     without a word."""
     from omegaconf import OmegaConf
-
-    from hydra_plugins.vitattn_optuna.optuna_search import SAMPLERS
 
     overrides = OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []
     key = "hydra/sweeper/sampler"
