@@ -66,12 +66,19 @@ def test_the_rows_before_the_checkpoint_are_kept(tmp_path: Path) -> None:
     write_rows(path, range(10))
     columns, kept = rows_before(path, 6)
     assert columns == ["epoch", "step", "train/loss"]
-    assert [row["step"] for row in kept] == ["0", "1", "2", "3", "4", "5"]
+    assert kept == ["epoch,step,train/loss", *(f"0,{step},{step / 10}" for step in range(6))]
     assert rows_before(tmp_path / "none.csv", 6) is None
 
 
 @pytest.mark.parametrize(
-    "kind", ["a step as text", "a row wider than its header", "a row without a step", "a link"]
+    "kind",
+    [
+        "a step as text",
+        "a row wider than its header",
+        "a row without a step",
+        "a link",
+        "20,001 columns",
+    ],
 )
 def test_a_file_not_of_such_rows_is_set_aside_named(
     kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -81,6 +88,10 @@ def test_a_file_not_of_such_rows_is_set_aside_named(
         path.parent.mkdir()
         (tmp_path / "kept.txt").write_text("kept\n")
         os.symlink(tmp_path / "kept.txt", path)
+    elif kind == "20,001 columns":
+        path.parent.mkdir()
+        header = "step," + ",".join(f"c{i}" for i in range(20_000))
+        path.write_text(header + "\n" + ("1" + "," * 20_000 + "\n") * 400)
     else:
         write_rows(path, range(3))
         extra = {"a step as text": "0,x,1\n", "a row without a step": "0\n"}.get(kind, "0,1,2,3\n")

@@ -44,7 +44,7 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from vitattn.runs.files import check_written_in_place, make_folder
+from vitattn.runs.files import check_written_in_place, make_folder, one_line, write_text
 from vitattn.utils.config import flatten
 
 if TYPE_CHECKING:
@@ -199,11 +199,13 @@ class RunCSVLogger(CSVLogger):
     def experiment(self) -> Any:
         if self._experiment is not None or self.purge_step is None:
             return super().experiment
-        kept = rows_before(Path(self.log_dir) / "metrics.csv", self.purge_step)
+        path = Path(self.log_dir) / "metrics.csv"
+        kept = rows_before(path, self.purge_step)
         writer = super().experiment  # Lightning's writer: metrics.csv deleted
-        if kept is not None and kept[1]:
-            writer.metrics_keys, writer.metrics = kept
-            self.save()
+        if kept is not None:
+            columns, lines = kept
+            write_text(path, "".join(f"{line}\n" for line in lines))  # the header first
+            writer.metrics_keys = columns  # Lightning appends its rows under that header
         return writer
 
     @rank_zero_only
@@ -213,13 +215,25 @@ class RunCSVLogger(CSVLogger):
         super().save()
 
 
-def rows_before(path: Path, step: int) -> tuple[list[str], list[dict[str, str]]] | None:
-    """The columns of the CSV file at ``path`` (what Lightning's CSV logger writes) and its rows
-    logged before ``step``; ``None`` where there is no file. One that the bounded reader
-    refuses (:func:`vitattn.runs.files.read_text`: a link, past its size), or whose rows are
-    not such (a step that is not a count, a row wider than its header), is set aside as
+MAX_CSV_COLUMNS = 10_000
+"""The most columns of a CSV log a resume carries over: one per tag, as many as a run's event
+files may hold (:data:`vitattn.runs.event_files.MAX_EVENT_TAGS`)."""
+MAX_CSV_ROWS = 1_000_000
+"""The most rows of a CSV log a resume carries over: a run of 100,000 steps logging every step
+writes 200,000 (a row of the step's metrics and one of its learning rate)."""
+
+
+def rows_before(path: Path, step: int) -> tuple[list[str], list[str]] | None:
+    """The columns of the CSV file at ``path`` (what Lightning's CSV logger writes) and its
+    lines, its header first, then the rows logged before ``step``, as they are; ``None`` where
+    there is no file. Each row is parsed alone for its step and dropped or kept as its text, so
+    what is held is at most the file's text. A file that the bounded reader refuses
+    (:func:`vitattn.runs.files.read_text`: a link, past its size), or whose rows are not such
+    (no ``step`` column, a step that is not a count, a row wider than its header, more than
+    :data:`MAX_CSV_COLUMNS` columns or :data:`MAX_CSV_ROWS` rows), is set aside as
     ``metrics.csv.unreadable-<n>`` with a warning, and ``None`` returned."""
     import csv
+    import io
     import logging
 
     from vitattn.runs.files import UnreadableFileError, read_text, set_aside_unreadable
@@ -227,20 +241,27 @@ def rows_before(path: Path, step: int) -> tuple[list[str], list[dict[str, str]]]
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        reader = csv.DictReader(read_text(path, follow_links=False).splitlines())
-        columns = list(reader.fieldnames or [])
-        rows = list(reader)
-        if "step" not in columns or any(
-            None in row or not str(row["step"] or "").isdigit() for row in rows
-        ):
-            raise ValueError("its rows are not those of Lightning's CSV logger")
+        lines = io.StringIO(read_text(path, follow_links=False))
+        header = lines.readline().rstrip("\r\n")
+        columns = next(csv.reader([header]), [])
+        if "step" not in columns or len(columns) > MAX_CSV_COLUMNS:
+            raise ValueError(f"a header of {len(columns)} columns, without step or too many")
+        at, kept = columns.index("step"), [header]
+        for count, line in enumerate(lines, start=1):
+            row = next(csv.reader([line.rstrip("\r\n")]), [])
+            if count > MAX_CSV_ROWS or len(row) > len(columns) or len(row) <= at:
+                raise ValueError(f"row {count} is not one of Lightning's CSV logger")
+            if not row[at].isdigit() or not row[at].isascii():
+                raise ValueError(f"row {count} has a step that is not a count")
+            if int(row[at]) < step:
+                kept.append(line.rstrip("\r\n"))
     except (UnreadableFileError, ValueError, csv.Error) as error:
         aside = set_aside_unreadable(path)
         logging.getLogger(__name__).warning(
-            "%s could not be carried over (%s): set aside as %s", path, error, aside.name
+            "%s could not be carried over (%s): set aside as %s", path, one_line(error), aside.name
         )
         return None
-    return columns, [row for row in rows if int(row["step"]) < step]
+    return columns, kept
 
 
 def merge_equal_learning_rates(metrics: Mapping[str, Any]) -> dict[str, Any]:
