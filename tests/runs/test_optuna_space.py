@@ -175,20 +175,67 @@ def test_a_storage_inside_the_sweep_is_its_own(tmp_path: Path) -> None:
     assert not storage_inside(None, tmp_path)
 
 
-def test_a_sampler_chosen_by_its_group_that_the_preset_overrides_is_refused(
-    tmp_path: Path,
+@pytest.mark.parametrize("option", sorted(set(SAMPLERS) - {"grid"}))  # grid: choice and range
+def test_a_presets_sampler_is_the_group_choice_seeded_by_the_preset(
+    option: str, tmp_path: Path
 ) -> None:
     """``hparams_search=optuna hydra/sweeper/sampler=random`` ran the preset's TPE without a
-    word (its ``hydra.sweeper.sampler`` block overrides the group's choice)."""
+    word, its ``sampler:`` block overriding the group; the presets now take the group's sampler
+    and seed it (1234)."""
+    from hydra.utils import instantiate
+
+    from vitattn.runs.optuna_sweeper import check_search
+
+    cfg = compose_config(
+        "train", ["hparams_search=optuna", f"hydra/sweeper/sampler={option}"], tmp_path
+    )
+    check_search(cfg)
+    assert cfg.hydra.sweeper.sampler.seed == 1234
+    sampler, _ = make_sampler(instantiate(cfg.hydra.sweeper.sampler), {})
+    assert type(sampler).__name__ == SAMPLERS[option]
+
+
+def test_a_setting_the_chosen_sampler_does_not_take_is_one_line(tmp_path: Path) -> None:
+    """The Pareto preset's NSGA-II ``population_size`` under another sampler: Hydra's build
+    would fail in a ``TypeError`` about an unexpected keyword argument."""
+    from vitattn.runs.optuna_sweeper import check_search
+
+    cfg = compose_config(
+        "train", ["hparams_search=optuna_pareto", "hydra/sweeper/sampler=tpe"], tmp_path
+    )
+    with pytest.raises(ConfigError) as refused:
+        check_search(cfg)
+    assert str(refused.value) == (
+        "hydra.sweeper.sampler.population_size=8 is not a setting of TPESampler; drop it with "
+        "~hydra.sweeper.sampler.population_size, or choose a sampler that takes it"
+    )
+    check_search(
+        compose_config(
+            "train",
+            [
+                "hparams_search=optuna_pareto",
+                "hydra/sweeper/sampler=tpe",
+                "~hydra.sweeper.sampler.population_size",
+            ],
+            tmp_path,
+        )
+    )
+
+
+def test_a_sampler_group_that_a_sampler_set_by_name_overrides_is_refused(tmp_path: Path) -> None:
+    """A sampler named by its ``_target_`` wins over the group's choice: the choice is refused
+    in one line rather than ignored without a word."""
     from vitattn.runs.optuna_sweeper import check_search
 
     ignored = compose_config(
-        "train", ["hparams_search=optuna", "hydra/sweeper/sampler=random"], tmp_path
+        "train",
+        [
+            "hparams_search=optuna",
+            "hydra/sweeper/sampler=random",
+            "hydra.sweeper.sampler._target_=optuna.samplers.TPESampler",
+        ],
+        tmp_path,
     )
     with pytest.raises(ConfigError, match=r"^hydra/sweeper/sampler=random is ignored: .* to "
                        r"optuna\.samplers\.TPESampler; choose"):  # fmt: skip
         check_search(ignored)
-    chosen = compose_config(
-        "train", ["hparams_search=optuna", "hydra/sweeper/sampler=tpe"], tmp_path
-    )
-    check_search(chosen)  # the group's choice is the preset's sampler: nothing ignored

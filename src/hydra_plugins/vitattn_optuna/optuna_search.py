@@ -80,8 +80,12 @@ class OptunaSearch(Sweeper):
 
 store = ConfigStore.instance()
 store.store(group="hydra/sweeper", name="vitattn_optuna", node=OptunaSearchConf, provider="vitattn")
+SAMPLER_SETTINGS = {"tpe": {"n_startup_trials": 10}, "nsgaii": {"population_size": 50}}
+"""Settings of a group's sampler beyond its seed, at Optuna's defaults: there to be set from the
+command line without a ``+`` (``hydra.sweeper.sampler.n_startup_trials=3``)."""
 for name, sampler in SAMPLERS.items():
-    node = {"_target_": f"optuna.samplers.{sampler}", "seed": None}
+    settings = SAMPLER_SETTINGS.get(name, {})
+    node = {"_target_": f"optuna.samplers.{sampler}", "seed": None, **settings}
     if name == "grid":
         node["_partial_"] = True  # its search_space is the search's: given when the search runs
     store.store(group="hydra/sweeper/sampler", name=name, node=node, provider="vitattn")

@@ -474,9 +474,10 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
 
 def check_sampler_choice(config: Any) -> None:
     """Refuse in one line a sampler chosen by its group on the command line
-    (``hydra/sweeper/sampler=random``) that the search's config overrides with a sampler of its
-    own (the presets' ``hydra.sweeper.sampler`` block): Hydra would run the config's sampler
-    without a word."""
+    (``hydra/sweeper/sampler=random``) that the search's config overrides with a sampler named
+    by its ``_target_`` (a search config of one's own, or ``hydra.sweeper.sampler._target_=``
+    given too): Hydra would run the named sampler without a word. The presets take the group's
+    sampler."""
     from omegaconf import OmegaConf
 
     overrides = OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []
@@ -490,10 +491,42 @@ def check_sampler_choice(config: Any) -> None:
     if target != f"optuna.samplers.{SAMPLERS[chosen[-1]]}":
         raise ConfigError(
             f"{key}={chosen[-1]} is ignored: the search's config sets hydra.sweeper.sampler "
-            f"to {one_line(target)[:MAX_SHOWN]}; choose the sampler with "
-            "hydra.sweeper.sampler._target_=optuna.samplers.<Class> (and "
-            "~hydra.sweeper.sampler.<setting> for a setting that class lacks)"
+            f"to {one_line(target)[:MAX_SHOWN]}; choose the sampler one way: the group "
+            f"({key}=<name>) or hydra.sweeper.sampler._target_=optuna.samplers.<Class>"
         )
+
+
+def check_sampler_settings(config: Any) -> None:
+    """Refuse in one line a setting of ``hydra.sweeper.sampler`` that its Optuna class does not
+    take (a preset's ``population_size``, NSGA-II's, under ``hydra/sweeper/sampler=tpe``),
+    naming it and how to drop it: Hydra's build would fail in a ``TypeError`` about an
+    unexpected keyword argument."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
+    if not OmegaConf.is_dict(node):
+        return
+    target = str(node.get("_target_", ""))
+    module, _, name = target.rpartition(".")
+    if module != "optuna.samplers":
+        return
+    import optuna
+
+    sampler = getattr(optuna.samplers, name, None)
+    if sampler is None:
+        return
+    parameters = inspect.signature(sampler).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    for key in node:
+        if not str(key).startswith("_") and key not in parameters:
+            value = one_line(OmegaConf.select(node, str(key), default=None))[:MAX_SHOWN]
+            raise ConfigError(
+                f"hydra.sweeper.sampler.{key}={value} is not a setting of {name}; drop it with "
+                f"~hydra.sweeper.sampler.{key}, or choose a sampler that takes it"
+            )
 
 
 def check_search(config: Any) -> None:
@@ -507,6 +540,7 @@ def check_search(config: Any) -> None:
     if OmegaConf.select(config, "hydra.sweeper._target_", default=None) != SWEEPER_TARGET:
         return
     check_sampler_choice(config)
+    check_sampler_settings(config)
     # before Hydra builds it: a storage of a _target_ may make its file as it is built
     storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     with refusing("hydra.sweeper"):
