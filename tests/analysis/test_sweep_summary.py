@@ -113,3 +113,7 @@ def test_a_sweep_with_a_failed_job_still_ends_with_its_summary(
     )
     assert result.stderr.count(line) == 2  # the job's line, and Hydra's note of the failed job
     assert "RuntimeError: boom at step 2" in (crashed / "train.log").read_text()
+    # the sweep's last word on stderr is the job's line: no offer of a stack trace there is none
+    # of (hydra-core 1.3's "Set the environment variable HYDRA_FULL_ERROR=1 ...")
+    assert result.stderr.strip().splitlines()[-1] == line
+    assert "HYDRA_FULL_ERROR" not in result.stderr
