@@ -240,6 +240,41 @@ def planted_gigabyte(path: Path, key: str) -> None:
     assert path.stat().st_blocks * 512 < 64 << 20
 
 
+def planted_view(path: Path, key: str) -> None:
+    """One element of a 1 GiB storage planted at ``key`` (a top-level key, or a weight of
+    ``state_dict`` that the network has, of its shape), the file made sparse: a tensor that
+    shows one byte and holds a gigabyte (red team, on the bounds of the commit before)."""
+    import subprocess
+
+    def plant(checkpoint: dict[str, Any]) -> None:
+        storage = torch.zeros(1 << 30, dtype=torch.uint8)
+        if key.startswith("net."):
+            weight = checkpoint["state_dict"][key]
+            floats = storage.view(weight.dtype)
+            checkpoint["state_dict"][key] = floats[: weight.numel()].view(weight.shape)
+        else:
+            checkpoint[key] = storage[:1]
+
+    edit(path, plant)
+    subprocess.run(["fallocate", "--dig-holes", str(path)], check=True)
+
+
+@pytest.mark.parametrize("key", ["junk", "net.head.bias"])
+def test_a_view_of_a_gigabyte_of_storage_is_refused_before_it_is_read(
+    run: Path, elsewhere: Path, key: str, data_dir: Path
+) -> None:
+    """On the code before, ``vitattn-eval`` counted what each tensor shows: it read the file in
+    whole, 7.1 GB of memory, and evaluated."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    planted_view(checkpoint, key)
+    out = run.parent / "out"
+    before = tree_digest(run.parent)
+    command = ["trainer=cpu", f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
+    message = refused_capped("vitattn-eval", *command, data_dir=data_dir, creates=out)
+    assert message.startswith(f"{checkpoint}: its tensors are views of 1,07"), message
+    assert tree_digest(run.parent) == before
+
+
 PLANTED = {
     "junk": r": its tensors outside the weights and the optimizer's state claim 1,07\d,\d{3},\d{3} "
     r"bytes \(junk 1,073,741,824\), more than",
@@ -320,3 +355,29 @@ def test_a_stored_config_cannot_list_folders_outside_configs(run: Path, data_dir
     message = refusal_message("vitattn-eval", result)
     assert "vitattn_groups: '../../../etc' is not a config group" in message, message
     assert "passwd" not in result.stdout + result.stderr
+
+
+def test_a_lora_checkpoints_weights_are_bounded_by_their_network(
+    run: Path, elsewhere: Path, data_dir: Path
+) -> None:
+    """A LoRA checkpoint's weights are not its base network's, so their names are not checked;
+    their bytes are: a gigabyte among them was read in whole (7.2 GB) before Lightning's strict
+    load refused it (red team)."""
+    import subprocess
+
+    checkpoint = run / "checkpoints" / "last.ckpt"
+
+    def plant(content: dict[str, Any]) -> None:
+        huge_rank(content)
+        content["hyper_parameters"]["lora"]["rank"] = 2
+        content["state_dict"]["net.junk"] = torch.zeros(1 << 30, dtype=torch.uint8)
+
+    edit(checkpoint, plant)
+    subprocess.run(["fallocate", "--dig-holes", str(checkpoint)], check=True)
+    out = run.parent / "out"
+    before = tree_digest(run.parent)
+    command = ["trainer=cpu", f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
+    message = refused_capped("vitattn-eval", *command, data_dir=data_dir, creates=out)
+    said = rf"{re.escape(str(checkpoint))}: its weights claim 1,07\d,\d{{3}},\d{{3}} bytes, more "
+    assert re.match(said + r"than 2 times the [\d,]+ of the network", message), message
+    assert tree_digest(run.parent) == before

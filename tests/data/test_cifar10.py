@@ -132,8 +132,24 @@ def test_foreign_batch_file_is_named(data_dir: Path, tmp_path: Path) -> None:
         CIFAR10DataModule(root).setup("test")
 
 
+class StridedView:
+    """Pickles as ``numpy.ndarray(shape, uint8, one byte, 0, strides)``: an array of ``shape``
+    over a single byte, strides of 0, built by a global the batch files need."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def __reduce__(self) -> tuple:
+        import numpy as np
+
+        return (np.ndarray, (self.shape, np.dtype("u1"), b"\0", 0, (0,) * len(self.shape)))
+
+
 BATCH_BOMBS = {
     "a memo index of 2**28": b"\x80\x04Nr" + (1 << 28).to_bytes(4, "little") + b".",
+    "a view of one byte as a million images": pickle.dumps(
+        {"data": StridedView((1_000_000, 3072)), "labels": StridedView((1_000_000,))}, protocol=4
+    ),
     "a row repeated 1.5 million times": pickle.dumps(
         {"data": [[0] * 3072] * 1_500_000, "labels": [0] * 1_500_000}, protocol=4
     ),
@@ -170,6 +186,8 @@ def test_a_batch_file_bomb_is_one_line_under_a_memory_cap(kind: str, tmp_path: P
     expected = {
         "a memo index of 2**28": "its pickle names memo index 268,435,456",
         "a row repeated 1.5 million times": "data is list, not an array of uint8",
+        "a view of one byte as a million images": "its data claims 3,072,000,000 bytes, more "
+        "than the file holds",
     }[kind]
     assert expected in said
 

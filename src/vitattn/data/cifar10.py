@@ -108,8 +108,9 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``:
     a regular file of at most :data:`MAX_MEMBER_BYTES`, whose pickle names no memo index past
     :data:`MAX_MEMO_INDEX`, read by :class:`BatchUnpickler` (a file that asks for more than
-    arrays is refused unread) and holding a ``uint8`` array of 3,072 columns with one label in
-    0..9 for each row; anything else is one line (:class:`DataError`)."""
+    arrays is refused unread) and holding a ``uint8`` array of 3,072 columns, of no more bytes
+    than the file (no view of strides 0), with one label in 0..9 for each row; anything else is
+    one line (:class:`DataError`)."""
     if not path.is_file():
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
@@ -119,6 +120,8 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         data = entry["data"]
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
             raise ValueError(f"data is {type(data).__name__}, not an array of uint8")
+        if data.nbytes > len(raw):  # a view of a few bytes with strides of 0
+            raise ValueError(f"its data claims {data.nbytes:,} bytes, more than the file holds")
         labels = entry.get("labels", entry.get("fine_labels"))
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != data.shape[0]:
             raise ValueError(f"data of shape {data.shape} with {len(labels)} labels")
@@ -127,12 +130,12 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
             raise ValueError(f"labels of shape {labels.shape}")
         if labels.size and (labels.min() < 0 or labels.max() >= len(CLASSES)):
             raise ValueError("labels outside 0..9")
+        images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
     except Exception as error:  # unpickling garbage can raise almost anything
         raise DataError(
             f"{path} is truncated or not a CIFAR-10 batch file ({type(error).__name__}: {error}); "
             f"replace {path.parent} with the official 'CIFAR-10 python version' folder"
         ) from error
-    images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
     return images, torch.from_numpy(labels)
 
 

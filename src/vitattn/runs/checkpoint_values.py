@@ -12,7 +12,9 @@ so each refusal is one line naming the file and the key:
   states, a callback's scores) hold at most :data:`MAX_OTHER_TENSOR_BYTES` together, and the
   optimizer's state at most :data:`OPTIMIZER_STATE_FACTOR` times the weights' bytes: a tensor
   of gigabytes under a key of its own (a sparse file holds it in a few kilobytes of disk) would
-  be read in whole by a command that loads the file's bytes, and kept by a resume;
+  be read in whole by a command that loads the file's bytes, and kept by a resume; and the
+  storage behind them holds at most 64 MiB more than the tensors show (a view of one element
+  of a storage of gigabytes);
 * an optimizer state tensor has the shape of one of the checkpoint's weights: a cheap check for
   every command, which needs no config (a sweep continuation reads each ``last.ckpt`` this way);
   a resume checks each parameter's state against the network and optimizer its config builds
@@ -111,11 +113,14 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     shapes: set[tuple[int, ...]] = set()
     claimed = {"weights": 0, "optimizer": 0, "other": 0}
     largest_other = ("", -1)
+    storages: dict[int, int] = {}
     for key, value in leaves(checkpoint, source=source):
         if isinstance(value, torch.Tensor):
             problem = tensor_problem(value)
             if problem is not None:
                 raise CheckpointValueError(f"{source}: {key} is {problem}; nothing was loaded")
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
             size = value.numel() * value.element_size()
             if key.startswith("state_dict."):
                 shapes.add(tuple(value.shape))
@@ -126,6 +131,13 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
                 claimed["other"] += size
                 largest_other = max(largest_other, (key, size), key=lambda pair: pair[1])
     check_tensor_bytes(claimed, largest_other, source)
+    held = sum(storages.values())
+    if held > sum(claimed.values()) + MAX_OTHER_TENSOR_BYTES:
+        raise CheckpointValueError(
+            f"{source}: its tensors are views of {held:,} bytes of storage, more than the "
+            f"{sum(claimed.values()):,} they show (a tensor of one element can hold gigabytes "
+            "behind it); nothing was loaded"
+        )
     check_optimizer_states(checkpoint.get("optimizer_states"), shapes, source)
     check_progress(checkpoint, source)
     check_own_state(checkpoint, source)

@@ -133,10 +133,11 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
 def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> None:
     """The weights of ``checkpoint`` are those of the network its config builds (on the meta
     device), none more: a tensor of gigabytes among them is refused before a command reads the
-    file in. A checkpoint with LoRA adapters (whose weights its base network lacks), or whose
-    network does not build on the meta device, is left to Lightning's strict load."""
+    file in. A checkpoint with LoRA adapters (whose weights its base network lacks) holds at
+    most :data:`LORA_WEIGHTS_FACTOR` times that network's bytes; one whose network does not
+    build on the meta device is left to Lightning's strict load."""
     settings = checkpoint.get("hyper_parameters")
-    if not isinstance(settings, Mapping) or "lora" in settings:
+    if not isinstance(settings, Mapping):
         return
     try:
         network = OmegaConf.to_container(OmegaConf.create(dict(settings["net"])), resolve=True)
@@ -144,9 +145,29 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
         return
     network.pop("compile", None)
     net = meta_network(network)
-    if net is not None:
+    if net is None:
+        return
+    if "lora" not in settings:
         check_weight_shapes(checkpoint.get("state_dict"), net, str(path))
+        return
+    base = sum(t.numel() * t.element_size() for t in net.state_dict().values())
+    weights = checkpoint.get("state_dict")
+    held = sum(
+        t.numel() * t.element_size()
+        for t in (weights.values() if isinstance(weights, Mapping) else ())
+        if hasattr(t, "numel")
+    )
+    if held > LORA_WEIGHTS_FACTOR * base:
+        raise ConfigError(
+            f"{path}: its weights claim {held:,} bytes, more than {LORA_WEIGHTS_FACTOR} times "
+            f"the {base:,} of the network its config builds (its adapters add a fraction); "
+            "nothing was loaded"
+        )
 
+
+LORA_WEIGHTS_FACTOR = 2
+"""The most bytes a LoRA checkpoint's weights may claim, in multiples of its base network's:
+adapters of a rank the bounds allow add far less."""
 
 MAX_SETTINGS_BYTES = 16 << 20
 """The most bytes a checkpoint file may hold besides its tensors' storage: the pickle of its
