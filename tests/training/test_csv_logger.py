@@ -78,6 +78,7 @@ def test_the_rows_before_the_checkpoint_are_kept(tmp_path: Path) -> None:
         "a row without a step",
         "a link",
         "20,001 columns",
+        "10,000 columns and 300 short rows",
     ],
 )
 def test_a_file_not_of_such_rows_is_set_aside_named(
@@ -88,6 +89,10 @@ def test_a_file_not_of_such_rows_is_set_aside_named(
         path.parent.mkdir()
         (tmp_path / "kept.txt").write_text("kept\n")
         os.symlink(tmp_path / "kept.txt", path)
+    elif kind == "10,000 columns and 300 short rows":  # 3 million dictionary entries to Lightning
+        path.parent.mkdir()
+        header = "step," + ",".join(f"c{i}" for i in range(9_999))
+        path.write_text(header + "\n" + "0\n" * 300)
     elif kind == "20,001 columns":
         path.parent.mkdir()
         header = "step," + ",".join(f"c{i}" for i in range(20_000))

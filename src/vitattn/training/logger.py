@@ -218,9 +218,10 @@ class RunCSVLogger(CSVLogger):
 MAX_CSV_COLUMNS = 10_000
 """The most columns of a CSV log a resume carries over: one per tag, as many as a run's event
 files may hold (:data:`vitattn.runs.event_files.MAX_EVENT_TAGS`)."""
-MAX_CSV_ROWS = 1_000_000
-"""The most rows of a CSV log a resume carries over: a run of 100,000 steps logging every step
-writes 200,000 (a row of the step's metrics and one of its learning rate)."""
+MAX_CSV_CELLS = 2_000_000
+"""The most cells (rows times columns) of a CSV log a resume carries over: a run of 50,000 steps
+logging every step writes 100,000 rows of about 20 columns. Lightning's writer reads the file
+back whole, a dictionary of every column per row, when a new column comes."""
 
 
 def rows_before(path: Path, step: int) -> tuple[list[str], list[str]] | None:
@@ -230,7 +231,7 @@ def rows_before(path: Path, step: int) -> tuple[list[str], list[str]] | None:
     what is held is at most the file's text. A file that the bounded reader refuses
     (:func:`vitattn.runs.files.read_text`: a link, past its size), or whose rows are not such
     (no ``step`` column, a step that is not a count, a row wider than its header, more than
-    :data:`MAX_CSV_COLUMNS` columns or :data:`MAX_CSV_ROWS` rows), is set aside as
+    :data:`MAX_CSV_COLUMNS` columns or :data:`MAX_CSV_CELLS` cells), is set aside as
     ``metrics.csv.unreadable-<n>`` with a warning, and ``None`` returned."""
     import csv
     import io
@@ -249,7 +250,7 @@ def rows_before(path: Path, step: int) -> tuple[list[str], list[str]] | None:
         at, kept = columns.index("step"), [header]
         for count, line in enumerate(lines, start=1):
             row = next(csv.reader([line.rstrip("\r\n")]), [])
-            if count > MAX_CSV_ROWS or len(row) > len(columns) or len(row) <= at:
+            if count * len(columns) > MAX_CSV_CELLS or len(row) > len(columns) or len(row) <= at:
                 raise ValueError(f"row {count} is not one of Lightning's CSV logger")
             if not row[at].isdigit() or not row[at].isascii():
                 raise ValueError(f"row {count} has a step that is not a count")
