@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import http.server
 import io
 import logging
@@ -555,3 +556,59 @@ def test_a_mirrors_hostile_archive_is_refused_and_nothing_is_kept(
     assert (victim / "kept.txt").read_text() == "keep" and len(list(victim.iterdir())) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "served", "victim"]
     assert leftovers(target) == [] and not (target / FOLDER).exists()
+
+
+def gzipped(path: Path, *blocks: bytes | tuple[bytes, int]) -> Path:
+    """``path`` gzipped (fast) from ``blocks``, each bytes or ``(bytes, times)``."""
+    with gzip.open(path, "wb", compresslevel=1) as archive:
+        for block in blocks:
+            data, times = block if isinstance(block, tuple) else (block, 1)
+            for _ in range(times):
+                archive.write(data)
+    return path
+
+
+def test_a_header_claiming_more_than_an_archive_inflates_to_is_refused_unread(
+    tmp_path: Path,
+) -> None:
+    """tarfile reads a PAX header's record whole, whatever size its header claims: 2 GiB of it
+    took 5 GB of memory and the archive was accepted (red team). The inflated stream is bounded
+    (here a record of 400 MiB, 2 MB gzipped): reading stops at the bound, in one line."""
+    from vitattn.data.download import MAX_ARCHIVE_BYTES, unpack_archive
+
+    pax = tarfile.TarInfo("././@PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, 400 << 20
+    zeros = (bytes(1 << 20), 400)
+    archive = gzipped(tmp_path / "a.tar.gz", pax.tobuf(tarfile.USTAR_FORMAT), zeros)
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(DataError) as refused:
+        unpack_archive(archive, target)
+    assert str(refused.value).startswith(f"{archive} was not unpacked: it asks to read ")
+    assert f"a CIFAR-10 archive inflates to at most {MAX_ARCHIVE_BYTES:,}" in str(refused.value)
+
+
+@pytest.mark.parametrize("kind", ["65 folder entries", "a sparse member"])
+def test_an_archive_of_many_members_or_a_sparse_one_is_refused(
+    kind: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """2,048,000 entries of the folder took 4 min and 1.65 GB and were accepted; a sparse
+    member's map of a million blocks took 2 GB to read (red team)."""
+    from vitattn.data.download import unpack_archive
+
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        if kind == "65 folder entries":
+            for _ in range(65):
+                tar.addfile(member(FOLDER, tarfile.DIRTYPE))
+        else:
+            sparse = member(f"{FOLDER}/readme.html", tarfile.GNUTYPE_SPARSE)
+            sparse.sparse = [(0, 5)]
+            tar.addfile(sparse, io.BytesIO(b"pwned"))
+        for file in sorted((data_dir / FOLDER).iterdir()):
+            tar.add(file, arcname=f"{FOLDER}/{file.name}")
+    target = tmp_path / "target"
+    target.mkdir()
+    said = {"65 folder entries": "more than 64 members", "a sparse member": "is sparse"}[kind]
+    with pytest.raises(DataError, match=said):
+        unpack_archive(archive, target)

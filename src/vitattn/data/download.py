@@ -41,6 +41,12 @@ ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, "batches.meta", "readme.html")
 MAX_MEMBER_BYTES = 40 * 2**20
 """The most bytes a file of the archive may hold: an official batch file of 10,000 images has
 31,035,704."""
+MAX_MEMBERS = 64
+"""The most members (folders included) an archive may hold: the official one has 8."""
+MAX_ARCHIVE_BYTES = len(ARCHIVE_FILES) * MAX_MEMBER_BYTES + MAX_MEMBERS * 4096
+"""The most bytes an archive may inflate to: its files at their bound and a few blocks of
+headers each. A header tarfile reads whole (a PAX or GNU long-name record claiming gigabytes)
+is refused before it is read."""
 CHUNK = 1 << 20
 SHOWN = 200
 """The most characters of a member's name a refusal shows."""
@@ -79,10 +85,14 @@ def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.Tar
     archive ends, one that lacks a batch file is refused too."""
     seen: set[str] = set()
     valid = f"a CIFAR-10 archive holds only {FOLDER}/ with {', '.join(ARCHIVE_FILES)}"
-    for member in tar:
+    for count, member in enumerate(tar, start=1):
+        if count > MAX_MEMBERS:
+            raise DataError(f"{archive} was not unpacked: it holds more than {MAX_MEMBERS} members")
         name = member.name.removeprefix("./").rstrip("/")
         if member.isdir() and name == FOLDER:
             continue
+        if member.issparse():
+            raise DataError(f"{archive} was not unpacked: {describe(member)} is sparse; {valid}")
         folder, _, file = name.partition("/")
         if not (member.isreg() and folder == FOLDER and file in ARCHIVE_FILES):
             raise DataError(f"{archive} was not unpacked: it holds {describe(member)}; {valid}")
@@ -107,6 +117,7 @@ def verify_archive(path: Path, md5: str | None) -> None:
     otherwise a listing of the gzipped tar whose every member :func:`checked_members` allows (a
     cut download ends before its last member)."""
     import tarfile
+    import zlib
 
     from torchvision.datasets.utils import check_integrity
 
@@ -115,10 +126,10 @@ def verify_archive(path: Path, md5: str | None) -> None:
             raise DataError(f"{path} does not have the official MD5 {md5} (cut or altered)")
         return
     try:
-        with tarfile.open(path, "r:gz") as archive:
+        with opened_archive(path) as archive:
             for _ in checked_members(archive, path):
                 pass
-    except (tarfile.TarError, EOFError, OSError) as error:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         reason = f"{type(error).__name__}: {error}"
         raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
 
@@ -177,22 +188,57 @@ def unpack_archive(archive: Path, target: Path) -> None:
     caller made and removes: ``target/FOLDER`` made new, and each member
     :func:`checked_members` allows written into it as a new file of at most its size; any other
     member is one line (:class:`DataError`) naming the archive and the member."""
+    import gzip
     import tarfile
     import zlib
 
     try:
-        with tarfile.open(archive, "r|*") as tar:  # a stream: each member read once, in order
+        with opened_archive(archive) as tar:
             folder = target / FOLDER
             folder.mkdir()
             for member in checked_members(tar, archive):
-                source = tar.extractfile(member)
-                if source is None:  # a regular file always has its data
+                data = tar.extractfile(member)
+                if data is None:  # a regular file always has its data
                     raise tarfile.ReadError(f"no data for {member.name}")
-                write_new(folder / member.name.rpartition("/")[2], source, member.size)
-    except (tarfile.TarError, EOFError, zlib.error) as error:
+                write_new(folder / member.name.rpartition("/")[2], data, member.size)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise DataError(
-            f"{archive} is not a readable tar ({type(error).__name__}: {error})"
+            f"{archive} is not a readable .tar.gz ({type(error).__name__}: {error})"
         ) from None
+
+
+@contextlib.contextmanager
+def opened_archive(archive: Path) -> Iterator[tarfile.TarFile]:
+    """The gzipped tar ``archive`` as a stream (each member read once, in order), inflated
+    through a :class:`BoundedReader` of :data:`MAX_ARCHIVE_BYTES`."""
+    import gzip
+    import tarfile
+
+    with (
+        gzip.open(archive, "rb") as source,
+        tarfile.open(fileobj=BoundedReader(source, MAX_ARCHIVE_BYTES, archive), mode="r|") as tar,
+    ):
+        yield tar
+
+
+class BoundedReader:
+    """The ``read`` of ``source`` (the inflated archive) that refuses, in one line
+    (:class:`DataError`), to go past ``bound`` bytes in all, before it reads: tarfile reads a
+    PAX or GNU long-name header whole, whatever size it claims."""
+
+    def __init__(self, source: IO[bytes], bound: int, archive: Path) -> None:
+        self.source, self.bound, self.archive, self.taken = source, bound, archive, 0
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or self.taken + size > self.bound:
+            wanted = "the rest" if size is None or size < 0 else f"{size:,} bytes more"
+            raise DataError(
+                f"{self.archive} was not unpacked: it asks to read {wanted} past "
+                f"{self.taken:,}, and a CIFAR-10 archive inflates to at most {self.bound:,}"
+            )
+        data = self.source.read(size)
+        self.taken += len(data)
+        return data
 
 
 def write_new(path: Path, source: IO[bytes], size: int) -> None:
