@@ -148,6 +148,7 @@ class StridedView:
 
 BATCH_BOMBS = {
     "a memo index of 2**28": b"\x80\x04Nr" + (1 << 28).to_bytes(4, "little") + b".",
+    "40 MiB of empty sets": b"\x80\x04" + b"\x8f" * ((40 << 20) - 3) + b".",
     "a view of one byte as a million images": pickle.dumps(
         {"data": StridedView((1_000_000, 3072)), "labels": StridedView((1_000_000,))}, protocol=4
     ),
@@ -186,7 +187,8 @@ def test_a_batch_file_bomb_is_one_line_under_a_memory_cap(kind: str, tmp_path: P
     assert "MemoryError" not in said and "\n" not in said
     expected = {
         "a memo index of 2**28": "its pickle names memo index 268,435,456",
-        "a row repeated 1.5 million times": "data is list, not an array of uint8",
+        "a row repeated 1.5 million times": "its pickle has more than 1,048,576 operations",
+        "40 MiB of empty sets": "its pickle has more than 1,048,576 operations",
         "a view of one byte as a million images": "its data claims 3,072,000,000 bytes, more "
         "than the file holds",
     }[kind]

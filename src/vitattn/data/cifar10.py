@@ -104,6 +104,11 @@ MAX_MEMO_INDEX = 1 << 20
 thousands of objects, and C's unpickler makes room for twice the index it is given."""
 
 
+MAX_OPCODES = 1 << 20
+"""The most operations a batch file's pickle may hold: an official one has about 40,000, and
+each may build an object of a few hundred bytes (40 MiB of empty sets took 10 GB)."""
+
+
 def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``:
     a regular file of at most :data:`MAX_MEMBER_BYTES`, whose pickle names no memo index past
@@ -157,13 +162,15 @@ def read_bounded(path: Path) -> bytes:
 
 def check_memo_indices(raw: bytes) -> None:
     """Refuse a pickle that names a memo index past :data:`MAX_MEMO_INDEX` (nine bytes would
-    have C's unpickler set aside gigabytes), read by :func:`pickletools.genops` before it is
-    unpickled."""
+    have C's unpickler set aside gigabytes) or holds more than :data:`MAX_OPCODES` operations,
+    read by :func:`pickletools.genops` before it is unpickled."""
     import pickletools
 
-    for opcode, argument, _ in pickletools.genops(raw):
+    for count, (opcode, argument, _) in enumerate(pickletools.genops(raw), start=1):
         if opcode.name.endswith("PUT") and argument > MAX_MEMO_INDEX:
             raise ValueError(f"its pickle names memo index {argument:,}")
+        if count > MAX_OPCODES:
+            raise ValueError(f"its pickle has more than {MAX_OPCODES:,} operations")
 
 
 def read_split(folder: Path, files: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
