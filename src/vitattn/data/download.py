@@ -5,8 +5,10 @@ left in the data directory is data from someone else. It is unpacked by an allow
 tarfile's extraction: the folder :data:`FOLDER` and, in it, the regular files of
 :data:`ARCHIVE_FILES`, each of at most :data:`MAX_MEMBER_BYTES`, every batch file there once.
 Any other member (a link, a device, a name that climbs out or is absolute, a file the archive
-does not hold) is refused in one line at its header, before its data is read; each file is
-written by this module, as a new file in a new folder, never through a link. tarfile's
+does not hold, a sparse member, more than :data:`MAX_MEMBERS` in all) is refused in one line at
+its header, before its data is read; the archive is read as a gzipped stream that inflates to
+at most :data:`MAX_ARCHIVE_BYTES` (a header tarfile reads whole cannot claim gigabytes); each
+file is written by this module, as a new file in a new folder, never through a link. tarfile's
 ``data`` filter is not relied on: it can be bypassed on the Python releases before the fixes of
 June 2025 (CVE-2025-4517 and its family; Python 3.11.13, 3.12.11, 3.13.4), with links chained
 past the length of a path.
