@@ -31,7 +31,7 @@ Each container of the checkpoint is visited once (shared references included).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from vitattn.errors import ConfigError
@@ -113,14 +113,13 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     shapes: set[tuple[int, ...]] = set()
     claimed = {"weights": 0, "optimizer": 0, "other": 0}
     largest_other = ("", -1)
-    storages: dict[int, int] = {}
+    tensors: list[Any] = []
     for key, value in leaves(checkpoint, source=source):
         if isinstance(value, torch.Tensor):
             problem = tensor_problem(value)
             if problem is not None:
                 raise CheckpointValueError(f"{source}: {key} is {problem}; nothing was loaded")
-            storage = value.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+            tensors.append(value)
             size = value.numel() * value.element_size()
             if key.startswith("state_dict."):
                 shapes.add(tuple(value.shape))
@@ -131,7 +130,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
                 claimed["other"] += size
                 largest_other = max(largest_other, (key, size), key=lambda pair: pair[1])
     check_tensor_bytes(claimed, largest_other, source)
-    held = sum(storages.values())
+    held = sum(storage_bytes(tensors).values())
     if held > sum(claimed.values()) + MAX_OTHER_TENSOR_BYTES:
         raise CheckpointValueError(
             f"{source}: its tensors are views of {held:,} bytes of storage, more than the "
@@ -147,6 +146,16 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
+
+
+def storage_bytes(tensors: Iterable[Any]) -> dict[int, int]:
+    """The bytes of each storage behind ``tensors``, by its address: a storage shared by several
+    tensors (tied weights, views) counted once."""
+    storages = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return storages
 
 
 def check_tensor_bytes(

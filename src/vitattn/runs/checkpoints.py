@@ -140,10 +140,9 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
     if not isinstance(settings, Mapping):
         return
     try:
-        network = OmegaConf.to_container(OmegaConf.create(dict(settings["net"])), resolve=True)
+        network = network_settings(settings["net"])
     except Exception:  # no network config: Lightning's load says so
         return
-    network.pop("compile", None)
     net = meta_network(network)
     if net is None:
         return
@@ -182,13 +181,9 @@ def bytes_taken(checkpoint: dict[str, Any]) -> int:
     :data:`MAX_SETTINGS_BYTES`."""
     import torch
 
-    from vitattn.runs.checkpoint_values import leaves
+    from vitattn.runs.checkpoint_values import leaves, storage_bytes
 
-    storages = {}
-    for _, value in leaves(checkpoint):
-        if isinstance(value, torch.Tensor):
-            storage = value.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+    storages = storage_bytes(v for _, v in leaves(checkpoint) if isinstance(v, torch.Tensor))
     return sum(storages.values()) + RECORD_BYTES * len(storages) + MAX_SETTINGS_BYTES
 
 
@@ -266,16 +261,14 @@ def check_checkpoint_matches(
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({type(error).__name__})"
         ) from error
-    configured = OmegaConf.to_container(OmegaConf.create(dict(network)), resolve=True)
+    configured = network_settings(network)
     try:
-        stored = OmegaConf.to_container(OmegaConf.create(dict(stored)), resolve=True)
+        stored = network_settings(stored)
     except Exception as error:  # an interpolation to nothing, a value OmegaConf cannot hold
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint: its network config does "
             f"not resolve ({type(error).__name__})"
         ) from error
-    for net in (configured, stored):  # compiling or not does not change the weights
-        net.pop("compile", None)
     if stored == configured:
         net = meta_network(stored)
         if net is None:  # a network that cannot be built on the meta device: Lightning checks
@@ -299,6 +292,14 @@ def check_checkpoint_matches(
         f"ckpt_path={ckpt_path} was trained with another network: {shown}; "
         "resume without model/attention overrides, or start a new run"
     )
+
+
+def network_settings(network: Any) -> dict[str, Any]:
+    """A network's config (configured, or stored in a checkpoint) as plain values, resolved,
+    without ``compile``: compiling or not does not change the weights."""
+    settings = OmegaConf.to_container(OmegaConf.create(dict(network)), resolve=True)
+    settings.pop("compile", None)
+    return settings
 
 
 def meta_network(network: dict[str, Any]) -> Any:

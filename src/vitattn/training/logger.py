@@ -248,14 +248,14 @@ def rows_before(path: Path, step: int) -> tuple[list[str], list[str]] | None:
         if "step" not in columns or len(columns) > MAX_CSV_COLUMNS:
             raise ValueError(f"a header of {len(columns)} columns, without step or too many")
         at, kept = columns.index("step"), [header]
-        for count, line in enumerate(lines, start=1):
-            row = next(csv.reader([line.rstrip("\r\n")]), [])
+        for count, line in enumerate((line.rstrip("\r\n") for line in lines), start=1):
+            row = next(csv.reader([line]), [])
             if count * len(columns) > MAX_CSV_CELLS or len(row) > len(columns) or len(row) <= at:
                 raise ValueError(f"row {count} is not one of Lightning's CSV logger")
             if not row[at].isdigit() or not row[at].isascii():
                 raise ValueError(f"row {count} has a step that is not a count")
             if int(row[at]) < step:
-                kept.append(line.rstrip("\r\n"))
+                kept.append(line)
     except (UnreadableFileError, ValueError, csv.Error) as error:
         aside = set_aside_unreadable(path)
         logging.getLogger(__name__).warning(
