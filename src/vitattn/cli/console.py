@@ -9,7 +9,9 @@ and exit status 1, with nothing created:
 * an output location that cannot be written;
 * a value the config's schema rejects (a word where a number belongs, an unknown key): the
   config is composed as the app will compose it, sweeps value by value;
-* whatever the app's own ``validate`` hook rejects on the composed config.
+* whatever the app's own ``validate`` hook rejects on the composed config;
+* an addition (``+key=value``, ``++key=value``) of a key nothing reads (``+seeed=3``: Hydra's
+  own hint for ``seeed=3``), with the keys that are there (:mod:`vitattn.cli.additions`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from vitattn.cli.additions import check_additions
 from vitattn.cli.overrides import (
     check_syntax,
     given_path,
@@ -346,7 +349,8 @@ def check_composition(
     config_dir: Path = CONFIG_DIR,
 ) -> None:
     """Compose ``configs/<config_name>.yaml`` with the command line as the app will, turning a
-    rejected value into one :class:`ConfigError` line, and run ``validate`` on the result."""
+    rejected value into one :class:`ConfigError` line, run ``validate`` on the result, then
+    refuse an addition (``+key=value``) of a key nothing reads (:func:`check_additions`)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -355,15 +359,20 @@ def check_composition(
         jobs = single_runs(arguments)
     except HydraException:
         return  # a syntax error: check_syntax reports it in one line
+
+    def composed(overrides: list[str]) -> DictConfig:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return compose(config_name, overrides=overrides, return_hydra_config=True)
+
     for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):
         try:
-            with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-                cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+            cfg = composed(overrides)
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
             raise ConfigError(composition_message(error)) from error
         if validate is not None:
             validate(cfg)
+        check_additions(cfg, overrides, composed)
         if index == 0:
             check_search(cfg)
 

@@ -1,0 +1,152 @@
+"""Overrides that add a key nothing reads, refused in one line.
+
+Hydra refuses ``seeed=3`` (the key is not in the config) and its message suggests ``+seeed=3``,
+which it then accepts: the key is added and nothing reads it, so a typo trains with the
+default. A composed config is checked here for each addition (``+key=value``, and
+``++key=value`` where the key was not there before) of a key the app does not read. Left to
+other checks, or allowed by design:
+
+* a config-group choice (``+hydra/sweeper=...``, anything with ``@package``);
+* Hydra's own settings (``hydra.``);
+* a key under a node with a ``_target_``: the target's signature says what it takes
+  (:func:`vitattn.cli.validation.check_types`, the data module's settings class), and a new
+  node with a ``_target_`` of its own (``+callbacks.x={_target_: ...}``: the trust allow-list
+  and ``check_types``);
+* a key under a map by design: a structured config's field typed ``dict[str, ...]`` (the
+  bench's ``variants`` and ``knobs``), whose keys are names the app reads as it finds them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Callable, Container, Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line
+from vitattn.utils.config import cut_apart
+from vitattn.utils.hydra_grammar import parsed
+
+MAX_SHOWN = 200
+"""Characters of an override or key a refusal shows (it may come from a run's recorded file)."""
+
+
+def check_additions(
+    cfg: DictConfig, overrides: Sequence[str], compose: Callable[[list[str]], DictConfig]
+) -> None:
+    """Refuse in one :class:`ConfigError` line an override among ``overrides`` that adds to
+    ``cfg`` (composed with them, Hydra's settings included) a key nothing reads: one naming the
+    key, a close existing key if there is one, and the keys of the node it was added to.
+    ``compose`` composes the same config with other overrides: it is called once, only when an
+    addition is suspect, without the additions of values, to tell what was there before them
+    (``++seed=3`` sets a key that was there; so does ``+variants={...}``, merged into it)."""
+    chosen = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    choices = set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
+    added = [
+        (at, override)
+        for at, override in enumerate(map(parsed, overrides))
+        if (override.is_add() or override.is_force_add())
+        and not (override.package or group_choice(override.key_or_group, choices))
+    ]
+    suspects = [(at, override.key_or_group) for at, override in added if unread(cfg, override)]
+    if not suspects:
+        return
+    left_out = {at for at, override in added if not hydras(override.key_or_group)}
+    try:
+        before = compose([text for at, text in enumerate(overrides) if at not in left_out])
+    except Exception:  # the overrides lean on an addition (~key of an added key): cannot tell
+        return
+    for at, key in suspects:
+        parts = key.split(".")
+        there = existing_prefix(before, parts)
+        if there is None or len(there) == len(parts):
+            continue  # there before the addition (``++seed=3``), or cannot tell
+        raise ConfigError(refusal(overrides[at], key, before, there))
+
+
+def group_choice(key: str, choices: Container[str]) -> bool:
+    """Whether ``key``, the key of an override, is a config group's (``experiment``,
+    ``hydra/sweeper``): Hydra's ``hydra.runtime.choices`` holds it, or it names a group's
+    folder."""
+    return "/" in key or key in choices
+
+
+def unread(cfg: DictConfig, override: Any) -> bool:
+    """Whether ``override``, an addition of a value, may add to ``cfg`` a key nothing reads:
+    not one of Hydra's settings, not a new node with a ``_target_``, and under no node with a
+    ``_target_`` nor a map by design (:func:`map_by_design`)."""
+    key = str(override.key_or_group)
+    if hydras(key):
+        return False
+    try:
+        value = override.value()
+    except Exception:
+        return False
+    if isinstance(value, dict) and "_target_" in value:
+        return False
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or node._is_interpolation():
+            return False
+        if "_target_" in keys_of(node) or map_by_design(node):
+            return False
+        if part not in keys_of(node):
+            return False  # deleted by a later override: nothing is added
+        node = node._get_node(part)
+    return True
+
+
+def hydras(key: str) -> bool:
+    """Whether ``key`` is one of Hydra's own settings."""
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def map_by_design(node: DictConfig) -> bool:
+    """Whether ``node`` is a structured config's field typed as a mapping (``dict[str, Any]``:
+    OmegaConf records the annotation as the node's ``ref_type``), whose keys are names the app
+    reads as it finds them. A node of a YAML file has ``ref_type`` ``Any``, and a dataclass
+    field the dataclass; both read a fixed set of keys."""
+    ref_type = node._metadata.ref_type
+    return ref_type is dict or typing.get_origin(ref_type) is dict
+
+
+def keys_of(node: DictConfig) -> list[str]:
+    """The keys of ``node``, those whose value is missing (``???``) too, which ``in`` leaves
+    out; none where ``node`` is itself missing, null or an interpolation."""
+    if node._is_missing() or node._is_none() or node._is_interpolation():
+        return []
+    return [str(key) for key in node]
+
+
+def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
+    """The longest start of ``parts`` that is a key of ``cfg`` (all of them: the key is there),
+    or ``None`` where the path goes through something other than a node of keys (an
+    interpolation, a list), where what is there cannot be told."""
+    node: Any = cfg
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or node._is_interpolation():
+            return None
+        if part not in keys_of(node):
+            return parts[:depth]
+        node = node._get_node(part)
+    return parts
+
+
+def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> str:
+    """The line refusing ``override``, which adds ``key`` under the node ``there`` of ``before``
+    (the config without the additions): its keys, by their full names, and a close one first."""
+    parent = before
+    for part in there:
+        parent = parent._get_node(part)
+    prefix = "".join(f"{part}." for part in there)
+    valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
+    names = [name[len(prefix) :] for name in valid]
+    close = difflib.get_close_matches(key.split(".")[len(there)], names, n=1)
+    hint = f"did you mean {prefix}{close[0]}? " if close else ""
+    where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
+    shown_override = cut_apart(one_line(override), MAX_SHOWN)
+    shown_key = cut_apart(one_line(key), MAX_SHOWN)
+    return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"

@@ -1,0 +1,149 @@
+"""An override that adds a key nothing reads (``+seeed=3``, which Hydra's own message for
+``seeed=3`` suggests) is refused in one line naming it and the keys that are there; additions the
+app reads (a map's new entry, a target's setting, Hydra's own, a key that was there) are not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.runners import assert_one_line_refusal, refused
+from vitattn.cli.console import check_composition
+from vitattn.errors import ConfigError
+
+TRAIN_KEYS = "attention, callbacks, ckpt_path, data, logger, matmul_precision, model, module"
+
+
+def hook(config_name: str) -> Callable[[Any], Any]:
+    """The app's own ``validate`` hook, which runs before the check of additions."""
+    if config_name == "train":
+        from vitattn.train import validate
+
+        return validate
+    if config_name == "bench":
+        from vitattn.bench.app import load_settings
+
+        return load_settings
+    from vitattn.check.app import load_settings as load_check_settings
+
+    return load_check_settings
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "message"),
+    [
+        (
+            "train",
+            ["+seeed=3"],
+            rf"^\+seeed=3 adds seeed, which vitattn does not read; did you mean seed\? choose "
+            rf"among: {TRAIN_KEYS}, .*, seed, ",
+        ),
+        (
+            "train",
+            ["+training.compil=true"],
+            r"^\+training\.compil=true adds training\.compil, which vitattn does not read; did "
+            r"you mean trainer\? choose among: attention, .*, trainer$",
+        ),
+        (
+            "train",
+            ["++training.compil=true"],
+            r"^\+\+training\.compil=true adds training\.compil, which vitattn does not read; ",
+        ),
+        (
+            "train",
+            ["+bar.baz=2"],
+            rf"^\+bar\.baz=2 adds bar\.baz, which vitattn does not read; choose among: "
+            rf"{TRAIN_KEYS}, ",
+        ),
+        (
+            "train",
+            ["+summary.baselin=x"],
+            r"^\+summary\.baselin=x adds summary\.baselin, which vitattn does not read; did you "
+            r"mean summary\.baseline\? choose among: summary\.baseline$",
+        ),
+        (
+            "bench",
+            ["+foo=1"],
+            r"^\+foo=1 adds foo, which vitattn does not read; choose among: approx, attentions, ",
+        ),
+        (
+            "bench",
+            ["+guard.max_memori_bytes=1"],
+            r"^\+guard\.max_memori_bytes=1 adds guard\.max_memori_bytes, .* did you mean "
+            r"guard\.max_memory_bytes\? choose among: guard\.free_below, ",
+        ),
+        (
+            "check",
+            ["device=cpu", "+foo=1"],
+            r"^\+foo=1 adds foo, which vitattn does not read; choose among: attentions, data, ",
+        ),
+        (
+            "check",
+            ["device=cpu", "++numerics.tolerance=1"],
+            r"^\+\+numerics\.tolerance=1 adds numerics\.tolerance, .*; choose among: "
+            r"numerics\.batch_size, ",
+        ),
+    ],
+)
+def test_an_addition_nothing_reads_is_one_line(
+    config_name: str, overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    validate = hook(config_name)
+    assert_one_line_refusal(config_name, overrides, validate, message, tmp_path / "run")
+
+
+def test_a_sweep_is_refused_before_its_jobs_run(tmp_path: Path) -> None:
+    assert_one_line_refusal(
+        "train", ["-m", "seed=1,2", "+sead=1"], None, r"^\+sead=1 adds sead, ", tmp_path / "run"
+    )
+
+
+@pytest.mark.slow
+def test_the_console_refuses_an_addition_in_one_line_and_makes_nothing(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["+seeed=3", "trainer.max_steps=1", f"hydra.run.dir={run_dir}"]
+    said = refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
+    assert said.startswith("+seeed=3 adds seeed, which vitattn does not read; did you mean seed?")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides"),
+    [
+        ("train", ["++seed=3"]),  # there before: ++ sets it
+        ("train", ["+trainer.limit_val_batches=2"]),  # the target's signature checks it
+        ("train", ["+callbacks.x={_target_:vitattn.training.callbacks.NanGuard}"]),
+        ("train", ["+callbacks.x._target_=vitattn.training.callbacks.NanGuard"]),
+        ("train", ["++hydra.job.chdir=false", "++hydra.job.env_set.X=1"]),  # Hydra's
+        ("train", ["+attention@model.attention=linear"]),  # a group, with a package
+        ("train", ["+optimizer@extra=adam"]),
+        ("train", ["experiment=vit_best"]),
+        ("bench", ["+variants.fast.attention=linear", "attentions=[fast]"]),  # a map's entry
+        ("bench", ["+knobs.linformer.k=16"]),
+        ("bench", ["+approx.budgets.performer_unbiased={knob:features,values:[16]}"]),
+        ("bench", ["+variants={linear_compiled:{attention:linear,compile:true}}"]),  # merged
+        ("bench", ["++seed=3"]),
+        ("check", ["device=cpu", "+kernels.variants.g.attention=linear"]),
+        ("check", ["device=cpu", "+profiles.cpu.extra=1"]),
+    ],
+)
+def test_an_addition_the_app_reads_is_taken(config_name: str, overrides: list[str]) -> None:
+    check_composition(config_name, overrides)
+
+
+def test_a_groups_choice_added_is_taken(tmp_path: Path) -> None:
+    """``+group=option`` of a group the primary config does not choose adds its node: Hydra's
+    ``hydra.runtime.choices`` names it, and the group's own options say what is valid."""
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "one.yaml").write_text("size: 1\n")
+    (tmp_path / "main.yaml").write_text("seed: 1\n")
+    check_composition("main", ["+extra=one"], config_dir=tmp_path)
+    refusal = r"^\+sed=2 adds sed, which vitattn does not read; did you mean seed\? choose among: "
+    refusal += "seed$"
+    with pytest.raises(ConfigError, match=refusal):
+        check_composition("main", ["+sed=2"], config_dir=tmp_path)
