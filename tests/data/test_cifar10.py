@@ -450,7 +450,8 @@ def hostile_archive(folder: Path, data_dir: Path, kind: str) -> Path:
     """``folder/cifar-10-python.tar.gz``: the real subset plus one hostile member of ``kind``
     (a name that climbs out, an absolute name, a link leaving the target and a file written
     through it, a character device, links past tarfile's filter, a file not of CIFAR-10, a
-    batch file twice), or without ``data_batch_5``."""
+    batch file twice, a regular file named ``data_batch_5/`` in its place), or without
+    ``data_batch_5``."""
     import io
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -470,10 +471,12 @@ def hostile_archive(folder: Path, data_dir: Path, kind: str) -> Path:
         "a batch file twice": [member(f"{FOLDER}/test_batch")],
         "a batch file missing": [],
         "a name of 10,000 characters": [member(f"{FOLDER}/" + "n" * 10_000)],
+        "a batch file named as a folder": [member(f"{FOLDER}/data_batch_5/")],
     }[kind]
     with tarfile.open(path, "w:gz") as archive:
         for file in sorted((data_dir / FOLDER).iterdir()):
-            if not (kind == "a batch file missing" and file.name == "data_batch_5"):
+            replaced = kind in ("a batch file missing", "a batch file named as a folder")
+            if not (replaced and file.name == "data_batch_5"):
                 archive.add(file, arcname=f"{FOLDER}/{file.name}")
         for info in hostile:
             archive.addfile(info, io.BytesIO(b"pwned") if info.isreg() else None)
@@ -491,6 +494,7 @@ HOSTILE_MEMBERS = [
     "a batch file twice",
     "a batch file missing",
     "a name of 10,000 characters",
+    "a batch file named as a folder",
 ]
 
 
