@@ -53,7 +53,8 @@ def test_attention_sweep_gives_curves_and_summary(tmp_path: Path, data_dir: Path
 def test_seeds_share_a_line_with_a_band() -> None:
     def run(seed: int, attention: str, curve: list[tuple[int, float]]) -> Run:
         overrides = [f"attention={attention}", f"seed={seed}"]
-        return Run(Path(f"/{attention}/{seed}"), overrides, {}, {}, {"val/acc": curve})
+        events = {"val/acc": [(step, 0.0, value) for step, value in curve]}
+        return Run(Path(f"/{attention}/{seed}"), overrides, {}, {}, events)
 
     runs = [
         run(1, "linear", [(10, 0.2), (20, 0.4)]),

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from vitattn.runs.event_files import check_event_files
 from vitattn.runs.files import UnreadableFileError
 
+Point = TypeVar("Point", tuple[int, float], tuple[int, float, float])
 
-def read_scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
-    """All scalars of a run as ``{tag: [(step, wall_time, value), ...]}`` sorted by step.
+MAX_CURVE_POINTS = 10_000
+"""The most points of one curve a summary keeps of a run: as many as TensorBoard's own reader
+keeps of a tag by default (``event_accumulator.DEFAULT_SIZE_GUIDANCE``; its scalars view draws
+1,000). A longer curve is thinned (:func:`thinned`), so what a summary holds of a sweep grows
+with its runs, not with their steps (docs/runs.md, "Event files")."""
+
+
+def read_scalar_events(
+    run_dir: str | Path, tags: Collection[str] | None = None
+) -> dict[str, list[tuple[int, float, float]]]:
+    """All scalars of a run (or those of ``tags``) as ``{tag: [(step, wall_time, value), ...]}``
+    sorted by step.
 
     Reads the event files under ``<run_dir>/tensorboard`` (or ``run_dir`` itself if it has no
     such folder) as TensorBoard does: one accumulator over the whole folder, in the order the
@@ -43,7 +57,37 @@ def read_scalar_events(run_dir: str | Path) -> dict[str, list[tuple[int, float, 
             (event.step, event.wall_time, event.value) for event in accumulator.Scalars(tag)
         )
         for tag in accumulator.Tags()["scalars"]
+        if tags is None or tag in tags
     }
+
+
+def read_curves(
+    run_dir: str | Path, tags: Collection[str], max_points: int | None = None
+) -> dict[str, list[tuple[int, float, float]]]:
+    """The scalars of ``tags`` as :func:`read_scalar_events` reads them, each curve
+    :func:`thinned` to at most ``max_points`` (default :data:`MAX_CURVE_POINTS`, read when
+    called): what a summary keeps of a run."""
+    max_points = MAX_CURVE_POINTS if max_points is None else max_points
+    return {
+        tag: thinned(events, max_points)
+        for tag, events in read_scalar_events(run_dir, tags).items()
+    }
+
+
+def thinned(points: Sequence[Point], max_points: int) -> list[Point]:
+    """``points`` (sorted by step, the value last) as they are where there are at most
+    ``max_points`` (at least 4); else at most ``max_points`` of them, in order: every k-th from
+    the first, the last, and those of the highest and the lowest value, so the best accuracy and
+    the final one a summary reports are the run's own. Runs that logged the same steps keep the
+    same steps, which their mean is taken at."""
+    if len(points) <= max_points:
+        return list(points)
+    stride = math.ceil(len(points) / (max_points - 3))
+    kept = set(range(0, len(points), stride)) | {len(points) - 1}
+    finite = [(point[-1], at) for at, point in enumerate(points) if math.isfinite(point[-1])]
+    if finite:
+        kept |= {max(finite)[1], min(finite)[1]}
+    return [points[at] for at in sorted(kept)]
 
 
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

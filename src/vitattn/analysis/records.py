@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitattn.analysis.events import read_scalars
+from vitattn.analysis.events import read_curves
+from vitattn.analysis.seed_runs import TAGS, Events
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
 from vitattn.utils.config import MAX_LABEL, cut_apart
@@ -63,6 +64,12 @@ SUMMARY_COLUMNS = (
 
 SEED_KEY = "seed"
 
+CURVE_TAGS = TAGS
+"""The curves a summary reads of each run, each thinned to at most
+:data:`vitattn.analysis.events.MAX_CURVE_POINTS` points: those its figures draw
+(:data:`vitattn.analysis.figures.CURVES`, a test checks) and the TensorBoard runs of its seed
+means hold (:data:`vitattn.analysis.seed_runs.TAGS`)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -74,9 +81,17 @@ class Run:
     overrides: list[str]
     config: dict[str, Any]
     metrics: dict[str, Any]
-    scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    events: Events = field(default_factory=dict)
+    """Its curves of :data:`CURVE_TAGS` as ``{tag: [(step, wall_time, value), ...]}``."""
     label: str = ""
     choices: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def scalars(self) -> dict[str, list[tuple[int, float]]]:
+        """Its curves as ``{tag: [(step, value), ...]}``."""
+        return {
+            tag: [(step, value) for step, _, value in points] for tag, points in self.events.items()
+        }
 
     @property
     def attention(self) -> str:
@@ -178,11 +193,12 @@ def load_run(path: Path) -> Run:
     return Run(path, overrides, config, metrics, curves(path), choices=choices)
 
 
-def curves(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """The scalars of the run in ``path`` (:func:`vitattn.analysis.events.read_scalars`); none,
-    with a warning line naming the file, where its event files are refused."""
+def curves(path: Path) -> Events:
+    """The curves of the run in ``path`` (:data:`CURVE_TAGS`, read by
+    :func:`vitattn.analysis.events.read_curves`); none, with a warning line naming the file,
+    where its event files are refused."""
     try:
-        return read_scalars(path)
+        return read_curves(path, CURVE_TAGS)
     except UnreadableFileError as error:
         log.warning("skipping %s", error)
         return {}

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitattn.analysis.events import read_scalar_events
+from vitattn.analysis.events import read_curves
 from vitattn.analysis.uncertainty import CONFIDENCE
 from vitattn.runs.files import (
     MAX_READ,
@@ -79,7 +79,7 @@ MAX_NAME_BYTES = 255
 """The longest folder name most file systems take."""
 
 Events = Mapping[str, Sequence[tuple[int, float, float]]]
-"""A run's scalars as :func:`vitattn.analysis.events.read_scalar_events` reads them."""
+"""A run's curves as :func:`vitattn.analysis.events.read_curves` reads them."""
 
 
 @dataclass(frozen=True)
@@ -261,14 +261,18 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def write_seed_runs(
-    sweep_dir: Path, groups: Mapping[str, Sequence[Path]], tags: Sequence[str] = TAGS
+    sweep_dir: Path,
+    groups: Mapping[str, Sequence[Path]],
+    tags: Sequence[str] = TAGS,
+    read: Mapping[Path, Events] | None = None,
 ) -> list[Path]:
     """Write one aggregate run into ``sweep_dir`` per setting of ``groups`` (a setting's label,
     as the sweep summary labels it, to its runs' directories, one per seed) that has two or more
     runs with any of ``tags`` (a run whose event files are refused has none); see the module's
-    docstring for what it holds. The aggregate runs of an earlier call are replaced: a setting
-    left with fewer than two seeds loses its folder. Returns the folders written, in the order
-    of ``groups``.
+    docstring for what it holds. A run's curves are those ``read`` holds for it (the summary
+    has read them), else read here (:func:`vitattn.analysis.events.read_curves`). The aggregate
+    runs of an earlier call are replaced: a setting left with fewer than two seeds loses its
+    folder. Returns the folders written, in the order of ``groups``.
 
     Raises:
         ValueError: ``sweep_dir`` is not a directory, two settings would share a folder, or a
@@ -281,8 +285,8 @@ def write_seed_runs(
     for label, runs in groups.items():
         if len(runs) < 2:
             continue
-        read = [(Path(run), _events(Path(run))) for run in runs]
-        kept = [(run, events) for run, events in read if any(tag in events for tag in tags)]
+        found = [(Path(run), _events(Path(run), tags, read)) for run in runs]
+        kept = [(run, events) for run, events in found if any(tag in events for tag in tags)]
         if len(kept) < 2:
             continue
         name = run_name(label, len(kept))
@@ -308,11 +312,14 @@ def write_seed_runs(
     ]
 
 
-def _events(run: Path) -> Events:
-    """The run's scalars; none where its event files are refused (the summary that read the run
-    has said so in one line), so the mean leaves it out as it leaves out a run without curves."""
+def _events(run: Path, tags: Sequence[str], read: Mapping[Path, Events] | None) -> Events:
+    """The run's curves of ``tags``, as ``read`` holds them or read now; none where its event
+    files are refused (the summary that read the run has said so in one line), so the mean
+    leaves it out as it leaves out a run without curves."""
+    if read is not None and run in read:
+        return {tag: read[run][tag] for tag in tags if tag in read[run]}
     try:
-        return read_scalar_events(run)
+        return read_curves(run, tags)
     except UnreadableFileError:
         return {}
 

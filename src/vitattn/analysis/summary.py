@@ -120,8 +120,9 @@ def write_summary(summary: Summary, out: Path, seed_runs: bool = False) -> Summa
     if not seed_runs:
         return written
     seeds = {s.label: [member.run.path for member in s.completed] for s in summary.settings}
+    read = {run.path: run.events for run in runs}
     try:
-        return dataclasses.replace(written, seed_runs=tuple(write_seed_runs(out, seeds)))
+        return dataclasses.replace(written, seed_runs=tuple(write_seed_runs(out, seeds, read=read)))
     except (ValueError, UnreadableFileError) as error:
         warning = f"no TensorBoard runs of seed means: {error}"
         return dataclasses.replace(written, warnings=(*summary.warnings, warning))
