@@ -70,6 +70,8 @@ BAD_INPUTS = [
     (["device=tpu"], r"device=tpu is not valid; choose gpu or cpu"),
     (["matmul_precision=low"], r"matmul_precision=low: Invalid value 'low', expected one of"),
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
+    (["+data.colour=red"], r"^data\.colour is not a data setting; choose among: augment_seed, "),
+    (["data.batch_size=0"], r"^data\.batch_size=0 is not valid; choose "),
 ]
 
 

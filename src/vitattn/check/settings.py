@@ -22,6 +22,7 @@ from vitattn.bench.settings import (
     typed_settings,
     with_compiled_variants,
 )
+from vitattn.cli.validation import check_types
 from vitattn.errors import ConfigError
 from vitattn.utils.config import MatmulPrecision, gpu_precision
 
@@ -160,8 +161,11 @@ ConfigStore.instance().store(name=SCHEMA, node=CheckSettings)
 
 def load_settings(cfg: DictConfig) -> CheckSettings:
     """The checked settings of a composed ``check`` config (without the data, paths and Hydra
-    nodes, whose interpolations only a running Hydra app resolves)."""
+    nodes, whose interpolations only a running Hydra app resolves); its data settings are
+    checked as ``vitattn-train`` checks them (:func:`vitattn.cli.validation.check_types`), not
+    first when the training section builds them."""
     devices = [d.value for d in Device]
     if cfg.get("device") not in devices:
         raise ConfigError(f"device={cfg.get('device')} is not valid; choose {' or '.join(devices)}")
+    check_types(cfg, groups=("data",))
     return typed_settings(cfg, CheckSettings, NOT_OURS)
