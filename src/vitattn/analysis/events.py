@@ -76,17 +76,27 @@ def read_curves(
 
 def thinned(points: Sequence[Point], max_points: int) -> list[Point]:
     """``points`` (sorted by step, the value last) as they are where there are at most
-    ``max_points`` (at least 4); else at most ``max_points`` of them, in order: every k-th from
-    the first, the last, and those of the highest and the lowest value, so the best accuracy and
-    the final one a summary reports are the run's own. Runs that logged the same steps keep the
-    same steps, which their mean is taken at."""
+    ``max_points`` (at least 4); else at most ``max_points`` of them, in order: the last point of
+    each span of ``2**k`` steps (``step // 2**k``, the smallest ``k`` that leaves at most
+    ``max_points - 3`` spans), the last point, and those of the highest and the lowest value (NaN
+    aside), so the best accuracy and the final one a summary reports are the run's own. The
+    spans are of steps, not of positions: runs that logged the same steps keep the same steps
+    (where one started a step earlier, or logged a step twice, too), and their mean is taken at
+    them. Runs whose first and last steps are far apart may take spans of different sizes, a
+    power of two apart: of the same steps, the coarser keeps a subset of the finer's."""
     if len(points) <= max_points:
         return list(points)
-    stride = math.ceil(len(points) / (max_points - 3))
-    kept = set(range(0, len(points), stride)) | {len(points) - 1}
-    finite = [(point[-1], at) for at, point in enumerate(points) if math.isfinite(point[-1])]
-    if finite:
-        kept |= {max(finite)[1], min(finite)[1]}
+    first, last = points[0][0], points[-1][0]
+    width = 1
+    while last // width - first // width + 1 > max_points - 3:
+        width *= 2
+    kept = {len(points) - 1}
+    for at in range(len(points) - 1):
+        if points[at][0] // width != points[at + 1][0] // width:
+            kept.add(at)  # the last point of its span
+    values = [(point[-1], at) for at, point in enumerate(points) if not math.isnan(point[-1])]
+    if values:
+        kept |= {max(values)[1], min(values)[1]}
     return [points[at] for at in sorted(kept)]
 
 
