@@ -17,8 +17,11 @@ from vitattn.errors import ConfigError
 TRAIN_KEYS = "attention, callbacks, ckpt_path, data, logger, matmul_precision, model, module"
 
 
-def hook(config_name: str) -> Callable[[Any], Any]:
-    """The app's own ``validate`` hook, which runs before the check of additions."""
+def hook(config_name: str) -> Callable[[Any], Any] | None:
+    """The app's own ``validate`` hook, which runs before the check of additions (none for
+    ``eval``, whose hook needs a checkpoint)."""
+    if config_name == "eval":
+        return None
     if config_name == "train":
         from vitattn.train import validate
 
@@ -63,6 +66,29 @@ def hook(config_name: str) -> Callable[[Any], Any]:
             ["+summary.baselin=x"],
             r"^\+summary\.baselin=x adds summary\.baselin, which vitattn does not read; did you "
             r"mean summary\.baseline\? choose among: summary\.baseline$",
+        ),
+        (
+            "train",
+            ["+summary={baselin: x}"],  # merged into a node that is there: its keys are looked at
+            r"^\+summary=\{baselin: x\} adds summary\.baselin, which vitattn does not read; did "
+            r"you mean summary\.baseline\? choose among: summary\.baseline$",
+        ),
+        (
+            "train",
+            ["+summary.baseline.foo=1"],  # the baseline became the text {'foo': 1}: red team
+            r"^\+summary\.baseline\.foo=1 adds summary\.baseline\.foo under summary\.baseline, "
+            r"which is null, not a node of settings: nothing reads keys there$",
+        ),
+        (
+            "eval",
+            ["+logger.foo=1"],  # a TypeError after the run directory was made: red team
+            r"^\+logger\.foo=1 adds logger\.foo under logger, which is null, ",
+        ),
+        (
+            "bench",
+            ["+attentions.foo=1"],  # Hydra's AssertionError, a traceback of 30 lines: red team
+            r"^\+attentions\.foo=1 cannot be added \(Unexpected type for root: NoneType\): no key "
+            r"can be added under a setting that is null$",
         ),
         (
             "bench",

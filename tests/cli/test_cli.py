@@ -183,6 +183,16 @@ def test_the_overrides_are_what_hydras_parser_reads(arguments: list[str]) -> Non
             "attention cannot be read (missing EQUAL at '<EOF>'); see "
             "https://hydra.cc/docs/advanced/override_grammar/basic/",
         ),
+        (  # reached the terminal as it was: red team
+            "+seeed=\x1b[31mred\rX",
+            "+seeed=\\x1b[31mred\\rX cannot be read (token recognition error at: '\\x1b'); see "
+            "https://hydra.cc/docs/advanced/override_grammar/basic/",
+        ),
+        (  # Hydra's OSError "File name too long", a traceback: red team
+            "+" + "k" * 300 + "=1",
+            "+" + "k" * 300 + "=1: its key is 300 bytes, more than the 255 Hydra can take (it "
+            "looks each key up as a file name)",
+        ),
     ],
 )
 def test_a_deletion_or_a_bare_word_is_checked_as_hydra_reads_it(

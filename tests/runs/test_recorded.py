@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vitattn.runs.recorded import RecordedOverrideError, RecordedSettings, says_where
+from vitattn.runs.recorded import RecordedOverrideError, RecordedSettings, is_group, says_where
 
 SOURCE = "run/.hydra/overrides.yaml line 4"
 
@@ -119,3 +119,9 @@ def test_the_settings_of_a_node_the_command_line_gives_are_plain_values() -> Non
 )
 def test_says_where(key: str, where: bool) -> None:
     assert says_where(key) is where
+
+
+def test_a_recorded_key_longer_than_a_file_name_is_no_group() -> None:
+    """A recorded override's key is looked up as a config group's folder: one of 300 characters
+    raised ``OSError`` ("File name too long") where it is no group (red team)."""
+    assert is_group("attention") and not is_group("k" * 300)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vitattn.errors import ConfigError
 from vitattn.runs.files import one_line
@@ -51,7 +51,12 @@ def check_additions(
         if (override.is_add() or override.is_force_add())
         and not (override.package or group_choice(override.key_or_group, choices))
     ]
-    suspects = [(at, override.key_or_group) for at, override in added if unread(cfg, override)]
+    suspects = [
+        (at, key)
+        for at, override in added
+        for key, value in added_keys(str(override.key_or_group), value_of(override))
+        if unread(cfg, key, value)
+    ]
     if not suspects:
         return
     left_out = {at for at, override in added if not hydras(override.key_or_group)}
@@ -74,16 +79,29 @@ def group_choice(key: str, choices: Container[str]) -> bool:
     return "/" in key or key in choices
 
 
-def unread(cfg: DictConfig, override: Any) -> bool:
-    """Whether ``override``, an addition of a value, may add to ``cfg`` a key nothing reads:
-    not one of Hydra's settings, not a new node with a ``_target_``, and under no node with a
-    ``_target_`` nor a map by design (:func:`map_by_design`)."""
-    key = str(override.key_or_group)
-    if hydras(key):
-        return False
+def value_of(override: Any) -> Any:
+    """The value an addition sets, as Hydra reads it; ``...`` where it cannot be told."""
     try:
-        value = override.value()
+        return override.value()
     except Exception:
+        return ...
+
+
+def added_keys(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """``key`` with ``value``, and where ``value`` is a mapping without a ``_target_``, each key
+    inside it, which Hydra merges into a node that may be there (``summary.baselin`` of
+    ``+summary={baselin: x}``)."""
+    yield key, value
+    if isinstance(value, dict) and "_target_" not in value:
+        for inner, inner_value in value.items():
+            yield from added_keys(f"{key}.{inner}", inner_value)
+
+
+def unread(cfg: DictConfig, key: str, value: Any) -> bool:
+    """Whether ``key``, added with ``value``, may be a key of ``cfg`` nothing reads: not one of
+    Hydra's settings, not a new node with a ``_target_``, and under no node with a ``_target_``
+    nor a map by design (:func:`map_by_design`)."""
+    if hydras(key) or value is ...:
         return False
     if isinstance(value, dict) and "_target_" in value:
         return False
@@ -122,14 +140,15 @@ def keys_of(node: DictConfig) -> list[str]:
 
 
 def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
-    """The longest start of ``parts`` that is a key of ``cfg`` (all of them: the key is there),
-    or ``None`` where the path goes through something other than a node of keys (an
-    interpolation, a list), where what is there cannot be told."""
+    """The longest start of ``parts`` that is a key of ``cfg`` (all of them: the key is there;
+    fewer where the path meets a key that is missing, or a value, ``null`` included, where no
+    key can be), or ``None`` where the path goes through an interpolation or a list, where what
+    is there cannot be told."""
     node: Any = cfg
     for depth, part in enumerate(parts):
-        if not isinstance(node, DictConfig) or node._is_interpolation():
+        if node._is_interpolation() or isinstance(node, ListConfig):
             return None
-        if part not in keys_of(node):
+        if not isinstance(node, DictConfig) or part not in keys_of(node):
             return parts[:depth]
         node = node._get_node(part)
     return parts
@@ -142,6 +161,13 @@ def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> st
     for part in there:
         parent = parent._get_node(part)
     prefix = "".join(f"{part}." for part in there)
+    if not isinstance(parent, DictConfig):
+        what = "null" if parent._is_none() else "a value"
+        shown = cut_apart(one_line(override), MAX_SHOWN)
+        return (
+            f"{shown} adds {cut_apart(one_line(key), MAX_SHOWN)} under {prefix[:-1]}, which is "
+            f"{what}, not a node of settings: nothing reads keys there"
+        )
     valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
     names = [name[len(prefix) :] for name in valid]
     close = difflib.get_close_matches(key.split(".")[len(there)], names, n=1)

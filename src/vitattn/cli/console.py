@@ -37,11 +37,18 @@ from vitattn.cli.overrides import (
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
+from vitattn.runs.files import one_line
 from vitattn.runs.layout import RunDir, check_run_files
 from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
 from vitattn.runs.optuna_sweeper import check_search
 from vitattn.runs.task import remember_run_directory
-from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT, group_options
+from vitattn.utils.config import (
+    CONFIG_DIR,
+    PROJECT_ROOT,
+    cut_apart,
+    group_options,
+    is_group_folder,
+)
 
 Validator = Callable[[DictConfig], Any]
 
@@ -257,7 +264,7 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
         group = override.key_or_group
         if override.is_delete() or override.package or group.startswith("hydra/"):
             continue
-        if not (config_dir / group).is_dir():
+        if not is_group_folder(group, config_dir):
             continue
         if override.is_sweep_override():
             values = list(override.sweep_string_iterator())
@@ -370,6 +377,12 @@ def check_composition(
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
             raise ConfigError(composition_message(error)) from error
+        except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
+            added = [cut_apart(one_line(text), 200) for text in overrides if text[:1] == "+"]
+            raise ConfigError(
+                f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
+                f"({composition_message(error)}): no key can be added under a setting that is null"
+            ) from error
         if validate is not None:
             validate(cfg)
         check_additions(cfg, overrides, composed)

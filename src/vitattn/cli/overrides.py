@@ -15,9 +15,17 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line
+from vitattn.utils.config import cut_apart
 from vitattn.utils.hydra_grammar import for_the_shell, parsed
 
 HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+MAX_KEY_BYTES = 255
+"""The longest key an override may have: Hydra looks every key up as a config group, a folder
+name, and a name longer than a file system takes ends its composition in ``OSError``."""
+MAX_SHOWN = 500
+"""Characters of an override a refusal shows."""
 
 
 def overrides_of(arguments: Sequence[str]) -> list[str]:
@@ -65,7 +73,7 @@ def check_syntax(arguments: Sequence[str]) -> None:
 
     for text in overrides_of(arguments):
         try:
-            parsed(text)
+            override = parsed(text)
         except HydraException as error:
             why = str(error).splitlines()[0].split("; See ")[0].strip()
             key, _, value = text.partition("=")
@@ -73,8 +81,15 @@ def check_syntax(arguments: Sequence[str]) -> None:
             if "=" in value and '"' not in value and "'" not in value:
                 with contextlib.suppress(ConfigError):  # no quoting reads it back: the link
                     said = "Hydra reads '=' and ',' as its own syntax: quote the value"
-                    hint = f"{said}, e.g. {for_the_shell(key, value)}"
-            raise ConfigError(f"{text} cannot be read ({why}); {hint}") from None
+                    hint = f"{said}, e.g. {one_line(for_the_shell(key, value))}"
+            shown = cut_apart(one_line(text), MAX_SHOWN)
+            raise ConfigError(f"{shown} cannot be read ({one_line(why)}); {hint}") from None
+        size = len(str(override.key_or_group).encode(errors="surrogatepass"))
+        if size > MAX_KEY_BYTES:
+            raise ConfigError(
+                f"{cut_apart(one_line(text), MAX_SHOWN)}: its key is {size} bytes, more than "
+                f"the {MAX_KEY_BYTES} Hydra can take (it looks each key up as a file name)"
+            )
 
 
 def key_of(override: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.errors import ConfigError
-from vitattn.utils.config import CONFIG_DIR, group_options
+from vitattn.utils.config import CONFIG_DIR, group_options, is_group_folder
 
 LARGEST_NUMBER = 10**9
 """The largest magnitude a recorded number may have (a step count, a size, a seed)."""
@@ -63,7 +63,7 @@ def says_where(key: str) -> bool:
 
 def is_group(key: str, config_dir: Path = CONFIG_DIR) -> bool:
     """Whether ``key`` is one of vitattn's config groups (``attention``, ``logger``)."""
-    return "." not in key and "/" not in key and (config_dir / key).is_dir()
+    return "." not in key and "/" not in key and is_group_folder(key, config_dir)
 
 
 class RecordedSettings:

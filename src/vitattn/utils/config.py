@@ -21,6 +21,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
 
+def is_group_folder(group: str, config_dir: Path = CONFIG_DIR) -> bool:
+    """Whether ``config_dir/group`` is a folder: a config group of the tree. An override's key
+    may be of any length, and a name longer than the file system takes is no group (``is_dir``
+    raises there, "File name too long")."""
+    try:
+        return (config_dir / group).is_dir()
+    except OSError:
+        return False
+
+
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
     """The choices of a config group: the names of its yaml files."""
     return sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
