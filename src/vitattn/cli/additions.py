@@ -74,8 +74,8 @@ def check_additions(
 
 def group_choice(key: str, choices: Container[str]) -> bool:
     """Whether ``key``, the key of an override, is a config group's (``experiment``,
-    ``hydra/sweeper``): Hydra's ``hydra.runtime.choices`` holds it, or it names a group's
-    folder."""
+    ``hydra/sweeper``): Hydra's ``hydra.runtime.choices`` holds it, or it is a group's path
+    (a ``/`` in it, which no key of a value holds)."""
     return "/" in key or key in choices
 
 

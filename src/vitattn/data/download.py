@@ -84,8 +84,8 @@ def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.Tar
     """Each file member of ``tar`` as its header is read (before its data), refused in one line
     (:class:`DataError`) at the first member that is not :data:`FOLDER` or a regular file of
     :data:`ARCHIVE_FILES` in it within :data:`MAX_MEMBER_BYTES`, or that repeats one; once the
-    archive ends, one that lacks a batch file is refused too. A file's name is taken as it is
-    (``data_batch_1/`` is no batch file's)."""
+    archive ends, one that lacks a batch file is refused too. A file's name is taken as tarfile
+    reads it (``data_batch_1/`` is no batch file's)."""
     seen: set[str] = set()
     valid = f"a CIFAR-10 archive holds only {FOLDER}/ with {', '.join(ARCHIVE_FILES)}"
     for count, member in enumerate(tar, start=1):
