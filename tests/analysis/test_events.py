@@ -19,7 +19,7 @@ from vitattn.analysis.summary import summarize
 VALUES = st.floats(allow_nan=True, allow_infinity=True, width=32)
 
 
-@given(st.lists(st.tuples(st.integers(-50, 1000), VALUES), max_size=400), st.integers(4, 60))
+@given(st.lists(st.tuples(st.integers(-50, 1000), VALUES), max_size=400), st.integers(5, 60))
 def test_a_thinned_curve_keeps_the_bound_its_last_point_and_its_extremes(
     logged: list[tuple[int, float]], bound: int
 ) -> None:
@@ -35,6 +35,14 @@ def test_a_thinned_curve_keeps_the_bound_its_last_point_and_its_extremes(
     if values:  # infinities too: the best a summary reports is the run's own
         assert max(values) in [value for *_, value in kept]
         assert min(values) in [value for *_, value in kept]
+
+
+def test_steps_either_side_of_zero_are_thinned_to_five() -> None:
+    """Spans of any width split at step 0: the bound of four this once allowed never ended."""
+    points = [(step, 0.0, float(step)) for step in range(-50, 1000)]
+    assert len(thinned(points, 5)) <= 5
+    with pytest.raises(ValueError, match="at least 5 points"):
+        thinned(points, 4)
 
 
 def shared_steps(*curves: list[tuple[int, float, float]]) -> set[int]:

@@ -76,14 +76,17 @@ def read_curves(
 
 def thinned(points: Sequence[Point], max_points: int) -> list[Point]:
     """``points`` (sorted by step, the value last) as they are where there are at most
-    ``max_points`` (at least 4); else at most ``max_points`` of them, in order: the last point of
-    each span of ``2**k`` steps (``step // 2**k``, the smallest ``k`` that leaves at most
-    ``max_points - 3`` spans), the last point, and those of the highest and the lowest value (NaN
-    aside), so the best accuracy and the final one a summary reports are the run's own. The
-    spans are of steps, not of positions: runs that logged the same steps keep the same steps
-    (where one started a step earlier, or logged a step twice, too), and their mean is taken at
-    them. Runs whose first and last steps are far apart may take spans of different sizes, a
-    power of two apart: of the same steps, the coarser keeps a subset of the finer's."""
+    ``max_points`` (at least 5: steps either side of 0 take two spans however wide); else at
+    most ``max_points`` of them, in order: the last point of each span of ``2**k`` steps
+    (``step // 2**k``, the smallest ``k`` that leaves at most ``max_points - 3`` spans), the
+    last point, and those of the highest and the lowest value (NaN aside), so the best accuracy
+    and the final one a summary reports are the run's own. The spans are of steps, not of
+    positions: runs that logged the same steps keep the same steps (where one started a step
+    earlier, or logged a step twice, too), and their mean is taken at them. Runs whose first
+    and last steps are far apart may take spans of different sizes, a power of two apart: of
+    the same steps, the coarser keeps a subset of the finer's."""
+    if max_points < 5:
+        raise ValueError(f"a curve is thinned to at least 5 points, not {max_points}")
     if len(points) <= max_points:
         return list(points)
     first, last = points[0][0], points[-1][0]
