@@ -161,18 +161,17 @@ def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> st
     for part in there:
         parent = parent._get_node(part)
     prefix = "".join(f"{part}." for part in there)
+    shown_override = cut_apart(one_line(override), MAX_SHOWN)
+    shown_key = cut_apart(one_line(key), MAX_SHOWN)
     if not isinstance(parent, DictConfig):
         what = "null" if parent._is_none() else "a value"
-        shown = cut_apart(one_line(override), MAX_SHOWN)
         return (
-            f"{shown} adds {cut_apart(one_line(key), MAX_SHOWN)} under {prefix[:-1]}, which is "
-            f"{what}, not a node of settings: nothing reads keys there"
+            f"{shown_override} adds {shown_key} under {prefix[:-1]}, which is {what}, not a "
+            "node of settings: nothing reads keys there"
         )
     valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
     names = [name[len(prefix) :] for name in valid]
     close = difflib.get_close_matches(key.split(".")[len(there)], names, n=1)
     hint = f"did you mean {prefix}{close[0]}? " if close else ""
     where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
-    shown_override = cut_apart(one_line(override), MAX_SHOWN)
-    shown_key = cut_apart(one_line(key), MAX_SHOWN)
     return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"

@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.additions import check_additions
+from vitattn.cli.additions import MAX_SHOWN, check_additions
 from vitattn.cli.overrides import (
     check_syntax,
     given_path,
@@ -378,7 +378,7 @@ def check_composition(
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
             raise ConfigError(composition_message(error)) from error
         except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
-            added = [cut_apart(one_line(text), 200) for text in overrides if text[:1] == "+"]
+            added = [cut_apart(one_line(text), MAX_SHOWN) for text in overrides if text[:1] == "+"]
             raise ConfigError(
                 f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
                 f"({composition_message(error)}): no key can be added under a setting that is null"

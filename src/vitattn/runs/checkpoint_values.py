@@ -98,7 +98,7 @@ def tensor_problem(tensor: Any) -> str | None:
         stride == 0 and size > 1 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
     ):
         return f"a stride-0 view claiming shape {tuple(tensor.shape)}"
-    claimed = tensor.numel() * tensor.element_size()
+    claimed = shown_bytes([tensor])
     held = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
     if claimed > held:
         return f"a view claiming {claimed} bytes over {max(held, 0)} bytes of storage"
@@ -120,7 +120,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
             if problem is not None:
                 raise CheckpointValueError(f"{source}: {key} is {problem}; nothing was loaded")
             tensors.append(value)
-            size = value.numel() * value.element_size()
+            size = shown_bytes([value])
             if key.startswith("state_dict."):
                 shapes.add(tuple(value.shape))
                 claimed["weights"] += size
@@ -146,6 +146,11 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
+
+
+def shown_bytes(tensors: Iterable[Any]) -> int:
+    """The bytes ``tensors`` show (their elements, not the storage behind them), together."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
 def storage_bytes(tensors: Iterable[Any]) -> dict[int, int]:

@@ -27,7 +27,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
-from vitattn.runs.checkpoint_values import check_values
+from vitattn.runs.checkpoint_values import check_values, shown_bytes
 from vitattn.runs.files import one_line
 from vitattn.runs.training_state import check_training_state
 from vitattn.runs.trust import check_data_settings, check_stored_config, module_targets
@@ -149,12 +149,10 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
     if "lora" not in settings:
         check_weight_shapes(checkpoint.get("state_dict"), net, str(path))
         return
-    base = sum(t.numel() * t.element_size() for t in net.state_dict().values())
+    base = shown_bytes(net.state_dict().values())
     weights = checkpoint.get("state_dict")
-    held = sum(
-        t.numel() * t.element_size()
-        for t in (weights.values() if isinstance(weights, Mapping) else ())
-        if hasattr(t, "numel")
+    held = shown_bytes(
+        t for t in (weights.values() if isinstance(weights, Mapping) else ()) if hasattr(t, "numel")
     )
     if held > LORA_WEIGHTS_FACTOR * base:
         raise ConfigError(
