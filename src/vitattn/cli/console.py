@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vitattn.cli.additions import MAX_SHOWN, check_additions
+from vitattn.cli.interpolated import crossing
 from vitattn.cli.overrides import (
     check_syntax,
     given_path,
@@ -357,7 +358,10 @@ def check_composition(
 ) -> None:
     """Compose ``configs/<config_name>.yaml`` with the command line as the app will, turning a
     rejected value into one :class:`ConfigError` line, run ``validate`` on the result, then
-    refuse an addition (``+key=value``) of a key nothing reads (:func:`check_additions`)."""
+    refuse an addition (``+key=value``) of a key nothing reads (:func:`check_additions`). An
+    override that sets a key inside an interpolation (``model.attention.landmarks=3``) is
+    refused first, naming the key to set (:func:`vitattn.cli.interpolated.crossing`), and an
+    addition nothing reads before the app's refusal of what it did to the config."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -376,15 +380,23 @@ def check_composition(
             cfg = composed(overrides)
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
-            raise ConfigError(composition_message(error)) from error
+            line = crossing(overrides, composed)  # key=value through an interpolation
+            raise ConfigError(line or composition_message(error)) from error
         except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
             added = [cut_apart(one_line(text), MAX_SHOWN) for text in overrides if text[:1] == "+"]
             raise ConfigError(
                 f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
                 f"({composition_message(error)}): no key can be added under a setting that is null"
             ) from error
-        if validate is not None:
-            validate(cfg)
+        line = crossing(overrides, composed, additions_only=True)
+        if line is not None:  # the app's own checks would name what replaced the interpolation
+            raise ConfigError(line)
+        try:
+            if validate is not None:
+                validate(cfg)
+        except ConfigError:
+            check_additions(cfg, overrides, composed)  # an added key nothing reads says more
+            raise
         check_additions(cfg, overrides, composed)
         if index == 0:
             check_search(cfg)

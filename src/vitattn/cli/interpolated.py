@@ -1,0 +1,127 @@
+"""Overrides that set a key inside an interpolation, told in one line.
+
+``model.attention`` is ``${attention}``: a copy of the ``attention`` group's node. Hydra cannot
+set ``model.attention.landmarks=3`` (the interpolation has no keys) and suggests
+``+model.attention.landmarks=3``, which replaces the interpolation with ``{landmarks: 3}``: the
+network is then built without its attention's ``_target_``, and the refusal that follows names
+a ``TypeError``. The setting the user means is ``attention.landmarks=3``. Where composing or
+checking a command line fails, :func:`crossing` looks for an override whose key goes through an
+interpolation of the config and, where it finds one, names it and what to set instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from omegaconf import DictConfig
+
+from vitattn.cli.additions import MAX_SHOWN, existing_prefix, hydras, keys_of
+from vitattn.runs.files import one_line
+from vitattn.utils.config import cut_apart
+from vitattn.utils.hydra_grammar import parsed
+
+
+def crossing(
+    overrides: Sequence[str],
+    compose: Callable[[list[str]], DictConfig],
+    additions_only: bool = False,
+) -> str | None:
+    """The line telling that an override among ``overrides`` sets a key inside a node that is an
+    interpolation (``model.attention.landmarks=3``, ``+module.net.depth=2``), or ``None`` where
+    none does. The nodes are looked up in the config ``compose`` gives without the overrides of
+    dotted keys (those that might cross one); ``None`` too where it cannot compose that. With
+    ``additions_only``, only additions (``+``, ``++``) are looked at, and nothing is composed
+    where there is none: Hydra itself refuses ``key=value`` through an interpolation, but takes
+    an addition and replaces the interpolation."""
+    dotted = {}
+    for at, text in enumerate(overrides):
+        try:
+            override = parsed(text)
+        except Exception:
+            return None
+        key = str(override.key_or_group)
+        if "." in key and "/" not in key and not override.package and not hydras(key):
+            dotted[at] = override
+    looked_at = {
+        at: override
+        for at, override in dotted.items()
+        if not additions_only or override.is_add() or override.is_force_add()
+    }
+    if not looked_at:
+        return None
+    try:
+        base = compose([text for at, text in enumerate(overrides) if at not in dotted])
+    except Exception:
+        return None
+    for at, override in looked_at.items():
+        parts = str(override.key_or_group).split(".")
+        found = interpolation_on(base, parts[:-1])
+        if found is not None:
+            return refusal(overrides[at], override, parts, *found, base)
+    return None
+
+
+def interpolation_on(cfg: DictConfig, parts: list[str]) -> tuple[int, str] | None:
+    """The depth and text of the first node along ``parts`` that is an interpolation
+    (``(2, "${attention}")`` for ``model.attention``), or ``None`` where none is."""
+    node: Any = cfg
+    for depth, part in enumerate(parts, start=1):
+        if not isinstance(node, DictConfig) or part not in keys_of(node):
+            return None
+        node = node._get_node(part)
+        if node._is_interpolation():
+            return depth, str(node._value())
+    return None
+
+
+def settings_node(cfg: DictConfig, parts: list[str]) -> bool:
+    """Whether the key ``parts`` of ``cfg`` holds a node of settings (not a value, not through
+    an interpolation, which is not resolved)."""
+    node: Any = cfg
+    for part in parts:
+        if not isinstance(node, DictConfig) or part not in keys_of(node):
+            return False
+        node = node._get_node(part)
+    return isinstance(node, DictConfig) and not node._is_interpolation()
+
+
+def referred(interpolation: str) -> str | None:
+    """The absolute key a plain interpolation refers to (``attention`` of ``${attention}``), or
+    ``None`` for any other (a resolver's ``${oc.select:...}``, a nested or relative one)."""
+    if not (interpolation.startswith("${") and interpolation.endswith("}")):
+        return None
+    inner = interpolation[2:-1]
+    parts = inner.split(".")
+    plain = all(part and part.replace("_", "a").isalnum() and part.isascii() for part in parts)
+    return inner if plain and not parts[0][0].isdigit() else None
+
+
+def refusal(
+    text: str, override: Any, parts: list[str], depth: int, interpolation: str, base: DictConfig
+) -> str:
+    """The line for ``text`` (``override``, of the key ``parts``) whose node ``parts[:depth]`` is
+    ``interpolation`` in ``base``: what to set instead where it refers plainly to a key (without
+    a ``+`` where that key is in ``base``, as Hydra wants it)."""
+    node = ".".join(parts[:depth])
+    shown = cut_apart(one_line(text), MAX_SHOWN)
+    shown_interpolation = cut_apart(one_line(interpolation), MAX_SHOWN)
+    target = referred(interpolation)
+    what = f"{node}, which is {shown_interpolation}"
+    if target is not None and not settings_node(base, target.split(".")):
+        return f"{shown} sets a key inside {what}, a value: no key can be set inside it"
+    if target is None:
+        return (
+            f"{shown} sets a key inside {what}: a key set there replaces the interpolation and "
+            "nothing reads it; set the setting it refers to"
+        )
+    meant = [*target.split("."), *parts[depth:]]
+    sign = "++" if override.is_force_add() else "+" if override.is_add() else ""
+    if sign == "+" and existing_prefix(base, meant) == meant:
+        sign = ""
+    value = text.split("=", 1)[1] if "=" in text else ""
+    instead = cut_apart(one_line(f"{sign}{'.'.join(meant)}={value}"), MAX_SHOWN)
+    return (
+        f"{shown} sets a key inside {what} (a copy of {target}): a key set there replaces the "
+        f"copy and nothing reads it; set {instead}"
+    )

@@ -1,0 +1,123 @@
+"""An override that sets a key inside an interpolation (``model.attention`` is ``${attention}``)
+is refused in one line naming the key to set instead. Hydra refuses
+``model.attention.landmarks=3`` and suggests ``+model.attention.landmarks=3``, which replaced
+the interpolation: the run was refused for a ``TypeError``, or started and failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_additions import hook
+from tests.support.runners import assert_one_line_refusal, refused
+from vitattn.cli.console import check_composition
+from vitattn.cli.interpolated import referred
+
+COPY = "a key set there replaces the copy and nothing reads it"
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "message"),
+    [
+        (
+            "train",
+            ["attention=nystrom", "model.attention.landmarks=3"],
+            rf"^model\.attention\.landmarks=3 sets a key inside model\.attention, which is "
+            rf"\$\{{attention\}} \(a copy of attention\): {COPY}; set attention\.landmarks=3$",
+        ),
+        (
+            "train",  # the form Hydra's own message for the one above suggests
+            ["attention=nystrom", "+model.attention.landmarks=3"],
+            rf"^\+model\.attention\.landmarks=3 sets .*: {COPY}; set attention\.landmarks=3$",
+        ),
+        (
+            "train",
+            ["+model.attention.foo=1"],  # the key is not there: the + stays
+            r"^\+model\.attention\.foo=1 sets .*; set \+attention\.foo=1$",
+        ),
+        (
+            "train",
+            ["++module.net.depth=2"],
+            rf"^\+\+module\.net\.depth=2 sets a key inside module\.net, which is \$\{{model\}} "
+            rf"\(a copy of model\): {COPY}; set \+\+model\.depth=2$",
+        ),
+        (
+            "train",  # it started the run, which failed with a TypeError
+            ["+module.scheduler.foo=1"],
+            r"^\+module\.scheduler\.foo=1 sets a key inside module\.scheduler, which is "
+            r"\$\{oc\.select:scheduler,null\}: a key set there replaces the interpolation and "
+            r"nothing reads it; set the setting it refers to$",
+        ),
+        (
+            "train",
+            ["+trainer.default_root_dir.x=1"],
+            r"^\+trainer\.default_root_dir\.x=1 sets a key inside trainer\.default_root_dir, "
+            r"which is \$\{paths\.output_dir\}, a value: no key can be set inside it$",
+        ),
+        (
+            "check",
+            ["device=cpu", "numerics.batch_size.x=1"],
+            r"^numerics\.batch_size\.x=1 sets a key inside numerics\.batch_size, which is "
+            r"\$\{profiles\.\$\{device\}\.numerics\.batch_size\}: .*; set the setting it "
+            r"refers to$",
+        ),
+    ],
+)
+def test_a_key_set_inside_an_interpolation_is_one_line(
+    config_name: str, overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
+
+
+def test_an_added_key_after_a_deletion_is_named_before_the_apps_refusal(tmp_path: Path) -> None:
+    """``~scheduler +scheduler.foo=1``: the app refused the scheduler it could not build
+    (``TypeError: 'DictConfig' object is not callable``); the addition nothing reads says more."""
+    assert_one_line_refusal(
+        "train",
+        ["~scheduler", "+scheduler.foo=1"],
+        hook("train"),
+        r"^\+scheduler\.foo=1 adds scheduler\.foo, which vitattn does not read; choose among: ",
+        tmp_path / "run",
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["attention=nystrom", "attention.landmarks=3"],  # what the refusals say to set
+        ["attention=linear", "model.depth=2", "module.label_smoothing=0.0"],
+        ["++attention.landmarks=3", "attention=nystrom"],
+    ],
+)
+def test_what_the_refusals_suggest_is_taken(overrides: list[str]) -> None:
+    check_composition("train", overrides, hook("train"))
+
+
+@pytest.mark.parametrize(
+    ("interpolation", "key"),
+    [
+        ("${attention}", "attention"),
+        ("${paths.output_dir}", "paths.output_dir"),
+        ("${oc.select:scheduler,null}", None),
+        ("${profiles.${device}.numerics}", None),
+        ("${.sibling}", None),
+        ("${1st}", None),
+        ("${a..b}", None),
+        ("prefix ${attention}", None),
+        ("${attention}${model}", None),
+    ],
+)
+def test_only_a_plain_interpolation_names_a_key(interpolation: str, key: str | None) -> None:
+    assert referred(interpolation) == key
+
+
+@pytest.mark.slow
+def test_the_console_refuses_it_in_one_line_and_makes_nothing(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["+module.scheduler.foo=1", "debug=smoke", f"hydra.run.dir={run_dir}"]
+    said = refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
+    assert said.startswith("+module.scheduler.foo=1 sets a key inside module.scheduler, which")
+    assert list(tmp_path.iterdir()) == []
