@@ -116,6 +116,10 @@ BAD_INPUTS = [
         r"^variants.linear_compiled and compiled=\[linear\] both name the row linear_compiled; "
         r"rename the variant or drop linear from compiled$",
     ),
+    # The data settings, as vitattn-train checks them (they were taken, and used by mode=approx).
+    (["+data.colour=red"], r"^data\.colour is not a data setting; choose among: augment_seed, "),
+    (["data.grayscale=maybe"], r"^data\.grayscale='maybe' is not valid; choose true or false$"),
+    (["data.batch_size=0"], r"^data\.batch_size=0 is not valid; choose an integer >= 1$"),
     (
         ["mode=approx", "compiled=null"],
         r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
@@ -130,6 +134,14 @@ def test_bad_input_is_one_config_error_before_the_run(
 ) -> None:
     """What ``vitattn-bench`` checks before Hydra starts: composition, then the settings."""
     assert_one_line_refusal("bench", overrides, load_settings, message, tmp_path / "run")
+
+
+def test_data_settings_left_null_are_the_checkpoints_and_taken(tmp_path: Path) -> None:
+    """``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``) means "as the
+    checkpoint's run was trained": not a value the data module refuses."""
+    overrides = ["data.grayscale=true", "data.batch_size=16"]
+    settings = load_settings(compose_config("bench", overrides, tmp_path / "run"))
+    assert settings.data is None  # the data node is not the bench's own
 
 
 @pytest.mark.parametrize(

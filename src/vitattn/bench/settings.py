@@ -9,6 +9,7 @@ against the attention registry, the attentions, variants, knobs and budgets. Eve
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -22,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vitattn.cli.console import composition_message
 from vitattn.cli.overrides import overrides_of
+from vitattn.cli.validation import check_types
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
 from vitattn.utils.config import MatmulPrecision, group_options
@@ -303,8 +305,25 @@ def typed_settings(cfg: DictConfig, schema: type[Any], not_ours: Sequence[str] =
 
 
 def load_settings(cfg: DictConfig) -> BenchSettings:
-    """The checked settings of a composed ``bench`` config."""
+    """The checked settings of a composed ``bench`` config; its data settings are checked as
+    ``vitattn-train`` checks them (:func:`vitattn.cli.validation.check_types`), not first where
+    ``mode=approx`` or ``mode=spectrum`` builds them (a ``null`` one: as the checkpoint's run)."""
+    check_data_settings(cfg)
     return typed_settings(cfg, BenchSettings)
+
+
+def check_data_settings(cfg: DictConfig) -> None:
+    """The data settings of ``cfg`` checked as ``vitattn-train`` checks them, those given:
+    ``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``) stands for the
+    checkpoint's run's value, so it is left out of the check."""
+    data = cfg.get("data")
+    if not isinstance(data, DictConfig):
+        return
+    given = copy.deepcopy(cfg)
+    with open_dict(given):
+        for key in [str(key) for key in data if data._get_node(key)._is_none()]:
+            del given.data[key]
+    check_types(given, groups=("data",))
 
 
 def recorded(cfg: DictConfig) -> dict[str, Any]:
