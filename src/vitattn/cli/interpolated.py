@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.additions import MAX_SHOWN, existing_prefix, hydras, keys_of
+from vitattn.cli.additions import MAX_SHOWN, existing_prefix, hydras, keys_of, map_by_design
 from vitattn.runs.files import one_line
 from vitattn.utils.config import cut_apart
 from vitattn.utils.hydra_grammar import parsed
@@ -64,14 +64,17 @@ def crossing(
 
 def interpolation_on(cfg: DictConfig, parts: list[str]) -> tuple[int, str] | None:
     """The depth and text of the first node along ``parts`` that is an interpolation
-    (``(2, "${attention}")`` for ``model.attention``), or ``None`` where none is."""
+    (``(2, "${attention}")`` for ``model.attention``), or ``None`` where none is, or where it
+    is a map by design (a structured config's ``dict[str, ...]`` field, which the app reads
+    as it finds it: ``+kernels.variants.fast.attention=linear`` replaces the device profile's
+    variants of ``vitattn-check`` with its own, as meant)."""
     node: Any = cfg
     for depth, part in enumerate(parts, start=1):
         if not isinstance(node, DictConfig) or part not in keys_of(node):
             return None
         node = node._get_node(part)
         if node._is_interpolation():
-            return depth, str(node._value())
+            return None if map_by_design(node) else (depth, str(node._value()))
     return None
 
 
