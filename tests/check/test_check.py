@@ -72,6 +72,26 @@ BAD_INPUTS = [
     (["kernels.dtype=float8"], r"kernels.dtype=float8: Invalid value 'float8'"),
     (["+data.colour=red"], r"^data\.colour is not a data setting; choose among: augment_seed, "),
     (["data.batch_size=0"], r"^data\.batch_size=0 is not valid; choose "),
+    # A profile's key that no section reads (they were taken, and nothing read them).
+    (
+        ["+profiles.cpu.numerics.seq_lens=[64]"],
+        r"^profiles\.cpu\.numerics\.seq_lens is not read; did you mean seq_len\? a profile's "
+        r"numerics gives batch_size, heads, seq_len, head_dim$",
+    ),
+    (
+        ["+profiles.gpu.numerics.stress_scale=2"],  # numerics.stress_scale is set directly
+        r"^profiles\.gpu\.numerics\.stress_scale is not read; a profile's numerics gives ",
+    ),
+    (
+        ["+profiles.cpu.kernel={seq_lens:[64]}"],
+        r"^profiles\.cpu\.kernel is not read; did you mean kernels\? a profile gives numerics, "
+        r"training, reference, kernels$",
+    ),
+    (["+profiles.cpu.extra=1"], r"^profiles\.cpu\.extra is not read; a profile gives numerics"),
+    (
+        ["+profiles.tpu={numerics:{seq_len:8}}"],
+        r"^profiles\.tpu is not read; a profile is a device's: gpu or cpu$",
+    ),
 ]
 
 

@@ -155,7 +155,6 @@ def test_the_console_refuses_an_addition_in_one_line_and_makes_nothing(
         ("bench", ["+variants={linear_compiled:{attention:linear,compile:true}}"]),  # merged
         ("bench", ["++seed=3"]),
         ("check", ["device=cpu", "+kernels.variants.g.attention=linear"]),
-        ("check", ["device=cpu", "+profiles.cpu.extra=1"]),
     ],
 )
 def test_an_addition_the_app_reads_is_taken(config_name: str, overrides: list[str]) -> None:

@@ -4,12 +4,14 @@ one :class:`~vitattn.errors.ConfigError` line, raised before the run directory e
 
 from __future__ import annotations
 
+import difflib
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from vitattn.bench.settings import (
     Checked,
@@ -24,7 +26,7 @@ from vitattn.bench.settings import (
 )
 from vitattn.cli.validation import check_types
 from vitattn.errors import ConfigError
-from vitattn.utils.config import MatmulPrecision, gpu_precision
+from vitattn.utils.config import CONFIG_DIR, MatmulPrecision, gpu_precision
 
 if TYPE_CHECKING:
     import torch
@@ -168,4 +170,65 @@ def load_settings(cfg: DictConfig) -> CheckSettings:
     if cfg.get("device") not in devices:
         raise ConfigError(f"device={cfg.get('device')} is not valid; choose {' or '.join(devices)}")
     check_types(cfg, groups=("data",))
+    check_profiles(cfg)
     return typed_settings(cfg, CheckSettings, NOT_OURS)
+
+
+def check_profiles(cfg: DictConfig) -> None:
+    """Every key of ``profiles`` is one a section reads: a device's name, a section's, and a
+    setting the section takes from its device's profile (``numerics.seq_len`` is
+    ``${profiles.${device}.numerics.seq_len}``); else one line naming it and what is read
+    (``+profiles.cpu.numerics.seq_lens=[64]`` was taken and nothing read it)."""
+    profiles = cfg.get("profiles")
+    if not isinstance(profiles, DictConfig):
+        return  # the schema refuses a profiles that is not a mapping
+    devices = [d.value for d in Device]
+    for device in profiles:
+        if device not in devices:
+            raise ConfigError(
+                f"profiles.{device} is not read; a profile is a device's: {' or '.join(devices)}"
+            )
+        profile = profiles._get_node(device)
+        if not isinstance(profile, DictConfig) or profile._is_interpolation():
+            continue  # the sections' interpolations refuse it when they read it
+        for section in profile:
+            read = profile_keys(str(section))
+            where = f"profiles.{device}.{section}"
+            if not read:
+                sections = [s.value for s in Section]
+                raise ConfigError(
+                    f"{where} is not read; {did_you_mean(str(section), sections)}a profile gives "
+                    f"{', '.join(sections)}"
+                )
+            sizes = profile._get_node(section)
+            if not isinstance(sizes, DictConfig) or sizes._is_interpolation():
+                continue
+            unread = [str(key) for key in sizes if key not in read]
+            if unread:
+                raise ConfigError(
+                    f"{where}.{unread[0]} is not read; {did_you_mean(unread[0], read)}a "
+                    f"profile's {section} gives {', '.join(read)}"
+                )
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """``did you mean <the closest of names>? `` where one is close to ``name``, else nothing."""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"did you mean {close[0]}? " if close else ""
+
+
+@functools.cache
+def profile_keys(section: str) -> list[str]:
+    """The settings of ``section`` (``numerics``) that ``configs/check.yaml`` takes from the
+    device's profile, those whose value there is ``${profiles.${device}.<section>.<setting>}``
+    (a command line may set one instead: ``numerics.seq_len=2048``)."""
+    written = OmegaConf.load(CONFIG_DIR / "check.yaml")
+    node = written.get(section) if section in [s.value for s in Section] else None
+    if not isinstance(node, DictConfig):
+        return []
+    return [
+        str(key)
+        for key in node
+        if node._get_node(key)._is_interpolation()
+        and node._get_node(key)._value() == f"${{profiles.${{device}}.{section}.{key}}}"
+    ]
