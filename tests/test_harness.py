@@ -96,3 +96,26 @@ def test_a_command_run_in_process_leaves_the_process_as_it_found_it(
     assert not this_process().held  # the command's locks went with its process state
     assert not HydraConfig.initialized()
     assert not (run_dir / RESERVE).exists()  # the lock's exit handler ran
+
+
+def test_a_test_that_hangs_fails_at_the_suites_timeout(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    """pytest-timeout is installed and the suite sets its ``timeout`` (pyproject.toml), well
+    above the slowest test and well below CI's 90 minutes: a test that hangs fails with its
+    stack, and the tests after it run. Here, under the project's own configuration with a
+    timeout of 2 s, a test that sleeps for a minute fails and the next passes."""
+    import subprocess
+    import sys
+
+    assert 300 <= float(pytestconfig.getini("timeout")) <= 1200
+    (tmp_path / "test_hangs.py").write_text(
+        "import time\n\ndef test_hangs():\n    time.sleep(60)\n\ndef test_after():\n    pass\n"
+    )
+    project = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    command = [sys.executable, "-m", "pytest", "-c", str(project), "--rootdir", str(tmp_path)]
+    command += ["-n", "0", "-p", "no:cacheprovider", "-o", "timeout=2", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=50, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "Timeout (>2.0s) from pytest-timeout" in result.stdout, result.stdout[-3000:]
+    assert "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]
