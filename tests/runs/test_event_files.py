@@ -168,9 +168,9 @@ def test_the_cap_of_a_run_is_read_when_called(
 def test_a_fifo_a_link_or_a_folder_is_one_line(tmp_path: Path) -> None:
     real = write_events(tmp_path / "elsewhere")
     for name, plant, problem in [
-        ("fifo", os.mkfifo, "is a FIFO, where TensorBoard's events belong"),
+        ("fifo", os.mkfifo, "is not a regular file (a FIFO)"),
         ("link", lambda path: path.symlink_to(real), f"is a symbolic link (to {real})"),
-        ("folder", Path.mkdir, "is not a regular file"),
+        ("folder", Path.mkdir, "is not a regular file (a folder)"),
     ]:
         run = tmp_path / name
         run.mkdir()

@@ -26,6 +26,7 @@ from vitattn.runs.files import (
     UnsafeWriteError,
     inside,
     open_for_append,
+    open_regular,
     read_json,
     read_yaml,
     save_figure,
@@ -357,6 +358,33 @@ def test_a_file_that_is_not_a_regular_text_file_is_one_line(run: Path) -> None:
         with pytest.raises(UnreadableFileError, match=re.escape(problem)) as raised:
             read_json(run / name, dict)
         assert_one_line(raised.value, run / name)
+
+
+def test_every_reader_opens_a_file_one_way(run: Path, elsewhere: Path) -> None:
+    """:func:`open_regular`, which the run files, the arrays, the event files, the lock's record
+    and the data's batch files are opened by: what is there is named, a FIFO is refused without
+    waiting for a writer, a device without reading it, a link unless it is followed, a file past
+    its bound with the caller's words, a missing file as the caller asks."""
+    (elsewhere / "kept.txt").write_bytes(b"12345")
+    link = plant(run / "link.txt", elsewhere / "kept.txt")
+    (run / "folder").mkdir()
+    os.mkfifo(run / "fifo")
+    (run / "big").write_bytes(b"123456")
+    for path, options, problem in [
+        (run / "fifo", {}, "is not a regular file (a FIFO)"),
+        (Path("/dev/zero"), {"follow_links": True}, "is not a regular file (a device)"),
+        (run / "folder", {}, "is not a regular file (a folder)"),
+        (link, {}, f"is a symbolic link (to {elsewhere / 'kept.txt'}), not a file"),
+        (run / "big", {"max_bytes": 5, "too_big": "more than five"}, "is 6 bytes, more than five"),
+        (run / "missing", {}, "cannot be read (No such file or directory)"),
+    ]:
+        with pytest.raises(UnreadableFileError, match=re.escape(problem)) as raised:
+            open_regular(path, **options)
+        assert_one_line(raised.value, path)
+    with open_regular(link, follow_links=True, max_bytes=5) as handle:
+        assert handle.read() == b"12345"
+    with pytest.raises(FileNotFoundError):
+        open_regular(run / "missing", missing_ok=True)
 
 
 def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import pickle
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from vitattn.data.download import (
 from vitattn.data.settings import DataSettings
 from vitattn.data.shifts import apply_shift
 from vitattn.errors import ConfigError, DataError
+from vitattn.runs.files import UnreadableFileError, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -146,17 +145,15 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def read_bounded(path: Path) -> bytes:
     """The bytes of the regular file at ``path`` (a link is followed: data sets are often
-    linked in), at most :data:`MAX_MEMBER_BYTES` of them; opened without waiting on a FIFO."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(descriptor, "rb") as handle:
-        status = os.fstat(handle.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise ValueError("it is not a regular file")
-        if status.st_size > MAX_MEMBER_BYTES:
-            raise ValueError(
-                f"it holds {status.st_size:,} bytes, more than the {MAX_MEMBER_BYTES:,} a batch "
-                "file may hold"
-            )
+    linked in), at most :data:`MAX_MEMBER_BYTES` of them, opened by
+    :func:`vitattn.runs.files.open_regular`; anything else is a :class:`ValueError` saying
+    what is there."""
+    too_big = f"more than the {MAX_MEMBER_BYTES} a batch file may hold"
+    try:
+        opened = open_regular(path, follow_links=True, max_bytes=MAX_MEMBER_BYTES, too_big=too_big)
+    except UnreadableFileError as error:
+        raise ValueError(f"it {error.problem}") from None
+    with opened as handle:
         return handle.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES]
 
 

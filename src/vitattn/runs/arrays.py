@@ -11,14 +11,12 @@ naming the file (:class:`vitattn.runs.files.UnreadableFileError`).
 from __future__ import annotations
 
 import math
-import os
-import stat
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from vitattn.runs.files import CLOEXEC, MAX_READ, NOFOLLOW, UnreadableFileError, one_line
+from vitattn.runs.files import UnreadableFileError, one_line, open_regular
 
 MAX_ARRAY_BYTES = 256 << 20
 """The most bytes the arrays of one ``.npz`` may take once inflated, all members together: far
@@ -35,7 +33,7 @@ def read_npz(path: Path) -> dict[str, Any]:
     from numpy.lib import format as npy
 
     try:
-        with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
+        with open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
             members = archive.infolist()
             if len(members) > MAX_MEMBERS:
                 raise UnreadableFileError(path, f"holds {len(members)} arrays, not a run's few")
@@ -79,18 +77,3 @@ def _check_header(path: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo)
         raise UnreadableFileError(
             path, f"{name} declares shape {shape} ({size} bytes) in {member.file_size} bytes"
         )
-
-
-def _open_regular(path: Path) -> IO[bytes]:
-    """``path`` opened for reading, never through a link: a regular file of at most
-    :data:`MAX_READ` bytes."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-    except OSError as error:
-        problem = "is a symbolic link" if path.is_symlink() else f"cannot be read ({error})"
-        raise UnreadableFileError(path, problem) from None
-    status = os.fstat(descriptor)
-    if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_READ:
-        os.close(descriptor)
-        raise UnreadableFileError(path, f"is not a regular file of at most {MAX_READ} bytes")
-    return os.fdopen(descriptor, "rb")

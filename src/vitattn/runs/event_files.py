@@ -29,13 +29,12 @@ folder is someone else's to write while vitattn reads it, as with any reader of 
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from vitattn.runs.files import CLOEXEC, NOFOLLOW, UnreadableFileError, one_line
+from vitattn.runs.files import UnreadableFileError, open_regular
 
 MAX_EVENT_BYTES = 512 << 20
 """The most bytes of event files read from one run: five times the largest run vitattn's presets
@@ -101,7 +100,7 @@ def check_event_files(
     total = 0
     files = event_files(folder)
     for path in files:
-        with open_event_file(path) as handle:
+        with open_regular(path, max_bytes=None) as handle:
             total += os.fstat(handle.fileno()).st_size
             if total > max_bytes:
                 raise UnreadableFileError(
@@ -109,28 +108,6 @@ def check_event_files(
                 )
             check_records(path, handle, tally)
     return files
-
-
-def open_event_file(path: Path) -> IO[bytes]:
-    """``path`` opened for reading: a regular file, never through a link, and without blocking
-    on a FIFO (refused in one line)."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-    except OSError as error:
-        if path.is_symlink():
-            target = one_line(os.readlink(path))
-            raise UnreadableFileError(
-                path, f"is a symbolic link (to {target}), not a file"
-            ) from None
-        raise UnreadableFileError(
-            path, f"cannot be read ({error.strerror or error})", "make it readable, or remove it"
-        ) from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise UnreadableFileError(path, f"is {kind}, where TensorBoard's events belong")
-    return os.fdopen(descriptor, "rb")
 
 
 class LengthCrcs(dict[int, int]):

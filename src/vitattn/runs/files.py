@@ -155,7 +155,12 @@ def what_is_at(path: Path) -> str:
         return f"a symbolic link (to {one_line(os.readlink(path))})"
     if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
         return f"a hard link (one of {status.st_nlink} names of one file)"
-    mode = status.st_mode
+    return not_regular(status.st_mode)
+
+
+def not_regular(mode: int) -> str:
+    """What an entry of ``mode`` that is not a regular file is: ``not a regular file (a
+    FIFO)``, ``(a socket)``, ``(a device)``, ``(a folder)``."""
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
         return f"not a regular file (a {'FIFO' if stat.S_ISFIFO(mode) else 'socket'})"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -296,31 +301,56 @@ def _kind(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
 
 
-def read_text(path: Path, follow_links: bool = True) -> str:
-    """``path``'s text: a regular file of at most :data:`MAX_READ` bytes (a FIFO would block,
-    a device never end), opened without following a link unless ``follow_links``."""
+def open_regular(
+    path: Path,
+    *,
+    follow_links: bool = False,
+    max_bytes: int | None = MAX_READ,
+    too_big: str = "more than vitattn writes there",
+    advice: str | None = None,
+    missing_ok: bool = False,
+) -> IO[bytes]:
+    """``path`` opened for reading, the one way vitattn opens a file it did not just write: a
+    regular file (a FIFO would block, a device never end) of at most ``max_bytes`` bytes
+    (``None``: any), not through a symbolic link unless ``follow_links``, opened without
+    blocking and closed on exec. Anything else is one line (:class:`UnreadableFileError`,
+    with ``advice`` where given): what is there, its size and ``too_big``, or why it cannot be
+    opened; with ``missing_ok``, a missing file raises :class:`FileNotFoundError` as it is."""
     flags = os.O_RDONLY | os.O_NONBLOCK | CLOEXEC | (0 if follow_links else NOFOLLOW)
     try:
         descriptor = os.open(path, flags)
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_READ:
-            os.close(descriptor)
-            size = f"{status.st_size} bytes, more than vitattn writes there"
-            raise UnreadableFileError(
-                path, f"is {size if stat.S_ISREG(status.st_mode) else 'not a regular file'}"
-            )
-        with os.fdopen(descriptor, "rb") as handle:
-            return handle.read().decode("utf-8")
+    except OSError as error:
+        if missing_ok and isinstance(error, FileNotFoundError):
+            raise
+        if not follow_links and path.is_symlink():
+            target = one_line(os.readlink(path))
+            problem = f"is a symbolic link (to {target}), not a file"
+            raise UnreadableFileError(path, problem, advice or ADVICE) from None
+        raise UnreadableFileError(
+            path,
+            f"cannot be read ({error.strerror or error})",
+            advice or "make it readable, or remove it",
+        ) from None
+    status = os.fstat(descriptor)
+    problem = None
+    if not stat.S_ISREG(status.st_mode):
+        problem = f"is {not_regular(status.st_mode)}"
+    elif max_bytes is not None and status.st_size > max_bytes:
+        problem = f"is {status.st_size} bytes, {too_big}"
+    if problem is not None:
+        os.close(descriptor)
+        raise UnreadableFileError(path, problem, advice or ADVICE)
+    return os.fdopen(descriptor, "rb")
+
+
+def read_text(path: Path, follow_links: bool = True) -> str:
+    """``path``'s text: a regular file of at most :data:`MAX_READ` bytes, opened without
+    following a link unless ``follow_links`` (:func:`open_regular`)."""
+    try:
+        with open_regular(path, follow_links=follow_links) as handle:
+            return handle.read(MAX_READ + 1)[:MAX_READ].decode("utf-8")
     except UnicodeDecodeError:
         raise UnreadableFileError(path, "is not UTF-8 text") from None
-    except OSError as error:
-        if not follow_links and path.is_symlink():
-            raise UnreadableFileError(
-                path, f"is a symbolic link (to {os.readlink(path)}), not a file"
-            ) from None
-        raise UnreadableFileError(
-            path, f"cannot be read ({error.strerror or error})", "make it readable, or remove it"
-        ) from None
 
 
 def _checked(path: Path, content: Any, expected: type) -> Any:

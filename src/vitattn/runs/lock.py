@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -25,11 +24,10 @@ from pathlib import Path
 
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
-    CLOEXEC,
-    NOFOLLOW,
     UnreadableFileError,
     confine,
     one_line,
+    open_regular,
     read_json,
     refuse_link,
     unsafe,
@@ -116,22 +114,15 @@ def read_record(path: Path) -> HolderRecord | None:
     """The holder's record at ``path`` (``None`` where there is none): its bytes, read without
     following a link, at most :data:`MAX_RECORD` of them, and its file's mode and owner;
     anything else there is one line (:class:`UnreadableFileError`)."""
+    too_big = f"more than a holder's record (at most {MAX_RECORD})"
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+        opened = open_regular(
+            path, max_bytes=MAX_RECORD, too_big=too_big, advice="remove it", missing_ok=True
+        )
     except FileNotFoundError:
         return None
-    except OSError as error:
-        raise UnreadableFileError(path, f"cannot be read ({error.strerror})", "remove it") from None
-    with os.fdopen(descriptor, "rb") as handle:
+    with opened as handle:
         status = os.fstat(handle.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise UnreadableFileError(path, "is not a regular file", "remove it")
-        if status.st_size > MAX_RECORD:
-            raise UnreadableFileError(
-                path,
-                f"is {status.st_size} bytes, more than a holder's record (at most {MAX_RECORD})",
-                "remove it",
-            )
         content = handle.read(MAX_RECORD + 1)[:MAX_RECORD]
         return HolderRecord(content, status.st_mode, status.st_uid, status.st_gid)
 
