@@ -127,6 +127,17 @@ def test_a_sweep_is_refused_before_its_jobs_run(tmp_path: Path) -> None:
     )
 
 
+def test_a_sweeps_refusal_names_the_override_as_typed(tmp_path: Path) -> None:
+    """The refusal names ``+seed2=1,2`` as the command line gives it, not one job's ``+seed2=1``."""
+    assert_one_line_refusal(
+        "train",
+        ["-m", "seed=1,2", "+seed2=1,2"],
+        None,
+        r"^\+seed2=1,2 adds seed2, which vitattn does not read; did you mean seed\? ",
+        tmp_path / "run",
+    )
+
+
 @pytest.mark.slow
 def test_the_console_refuses_an_addition_in_one_line_and_makes_nothing(
     tmp_path: Path, data_dir: Path

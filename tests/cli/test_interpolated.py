@@ -70,6 +70,19 @@ def test_a_key_set_inside_an_interpolation_is_one_line(
     assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
 
 
+def test_a_sweeps_refusal_names_the_override_as_typed_and_the_sweep_to_type(
+    tmp_path: Path,
+) -> None:
+    assert_one_line_refusal(
+        "train",
+        ["-m", "attention=nystrom", "model.attention.landmarks=3,4"],
+        hook("train"),
+        r"^model\.attention\.landmarks=3,4 sets a key inside model\.attention, .*; set "
+        r"attention\.landmarks=3,4$",
+        tmp_path / "run",
+    )
+
+
 def test_an_added_key_after_a_deletion_is_named_before_the_apps_refusal(tmp_path: Path) -> None:
     """``~scheduler +scheduler.foo=1``: the app refused the scheduler it could not build
     (``TypeError: 'DictConfig' object is not callable``); the addition nothing reads says more."""

@@ -35,14 +35,19 @@ MAX_SHOWN = 200
 
 
 def check_additions(
-    cfg: DictConfig, overrides: Sequence[str], compose: Callable[[list[str]], DictConfig]
+    cfg: DictConfig,
+    overrides: Sequence[str],
+    compose: Callable[[list[str]], DictConfig],
+    typed: Sequence[str] | None = None,
 ) -> None:
     """Refuse in one :class:`ConfigError` line an override among ``overrides`` that adds to
     ``cfg`` (composed with them, Hydra's settings included) a key nothing reads: one naming the
     key, a close existing key if there is one, and the keys of the node it was added to.
     ``compose`` composes the same config with other overrides: it is called once, only when an
     addition is suspect, without the additions of values, to tell what was there before them
-    (``++seed=3`` sets a key that was there; so does ``+variants={...}``, merged into it)."""
+    (``++seed=3`` sets a key that was there; so does ``+variants={...}``, merged into it).
+    ``typed``: the command line's overrides, one for each of ``overrides`` (a sweep's job's),
+    which the refusal names (``+seed2=1,2``, not the job's ``+seed2=1``)."""
     chosen = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
     choices = set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
     added = [
@@ -69,7 +74,7 @@ def check_additions(
         there = existing_prefix(before, parts)
         if there is None or len(there) == len(parts):
             continue  # there before the addition (``++seed=3``), or cannot tell
-        raise ConfigError(refusal(overrides[at], key, before, there))
+        raise ConfigError(refusal((typed or overrides)[at], key, before, there))
 
 
 def group_choice(key: str, choices: Container[str]) -> bool:

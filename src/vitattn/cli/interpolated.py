@@ -26,6 +26,7 @@ def crossing(
     overrides: Sequence[str],
     compose: Callable[[list[str]], DictConfig],
     additions_only: bool = False,
+    typed: Sequence[str] | None = None,
 ) -> str | None:
     """The line telling that an override among ``overrides`` sets a key inside a node that is an
     interpolation (``model.attention.landmarks=3``, ``+module.net.depth=2``), or ``None`` where
@@ -33,7 +34,8 @@ def crossing(
     dotted keys (those that might cross one); ``None`` too where it cannot compose that. With
     ``additions_only``, only additions (``+``, ``++``) are looked at, and nothing is composed
     where there is none: Hydra itself refuses ``key=value`` through an interpolation, but takes
-    an addition and replaces the interpolation."""
+    an addition and replaces the interpolation. ``typed``: the command line's overrides, one
+    for each of ``overrides`` (a sweep's job's), which the line names."""
     dotted = {}
     for at, text in enumerate(overrides):
         try:
@@ -58,7 +60,7 @@ def crossing(
         parts = str(override.key_or_group).split(".")
         found = interpolation_on(base, parts[:-1])
         if found is not None:
-            return refusal(overrides[at], override, parts, *found, base)
+            return refusal((typed or overrides)[at], override, parts, *found, base)
     return None
 
 
