@@ -33,8 +33,20 @@ COPY = "a key set there replaces the copy and nothing reads it"
         ),
         (
             "train",
-            ["+model.attention.foo=1"],  # the key is not there: the + stays
-            r"^\+model\.attention\.foo=1 sets .*; set \+attention\.foo=1$",
+            ["+model.attention.foo=1"],  # no attention has it: its settings are named
+            rf"^\+model\.attention\.foo=1 sets .*: {COPY}; attention has no foo: choose among "
+            r"attention\.impl, attention\.dropout, attention\.sdpa_backend$",
+        ),
+        (
+            "train",  # softmax has no landmarks: attention.landmarks=3 would be refused in turn
+            ["model.attention.landmarks=3"],
+            r"^model\.attention\.landmarks=3 sets .*; attention has no landmarks: choose among ",
+        ),
+        (
+            "train",  # two copies on the way: the key is the one both refer to
+            ["+module.net.attention.impl=naive"],
+            rf"^\+module\.net\.attention\.impl=naive sets a key inside module\.net, which is "
+            rf"\$\{{model\}} \(a copy of model\): {COPY}; set attention\.impl=naive$",
         ),
         (
             "train",
@@ -101,10 +113,41 @@ def test_an_added_key_after_a_deletion_is_named_before_the_apps_refusal(tmp_path
         ["attention=nystrom", "attention.landmarks=3"],  # what the refusals say to set
         ["attention=linear", "model.depth=2", "module.label_smoothing=0.0"],
         ["++attention.landmarks=3", "attention=nystrom"],
+        ["attention.impl=naive"],
+        # The command line replaced the node itself: what it adds to it is read (red team).
+        [
+            "module.scheduler={_target_:torch.optim.lr_scheduler.StepLR,_partial_:true,"
+            "step_size:1}",
+            "+module.scheduler.gamma=0.5",
+        ],
+        [
+            "model.attention={_target_:vitattn.attention.softmax.SoftmaxAttention,_partial_:true}",
+            "+model.attention.impl=naive",
+        ],
     ],
 )
 def test_what_the_refusals_suggest_is_taken(overrides: list[str]) -> None:
     check_composition("train", overrides, hook("train"))
+
+
+def test_a_sweeps_jobs_share_the_composition_without_their_swept_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each job of ``model.depth=1,...,8`` with an addition is composed once, and the config
+    without the dotted overrides once for them all (red team: it was once a job)."""
+    import hydra
+
+    calls: list[list[str]] = []
+    compose = hydra.compose
+
+    def counted(config_name: str, overrides: list[str], **options: object) -> object:
+        calls.append(list(overrides))
+        return compose(config_name, overrides=overrides, **options)
+
+    monkeypatch.setattr(hydra, "compose", counted)
+    depths = ",".join(str(depth) for depth in range(1, 9))
+    check_composition("train", ["-m", f"model.depth={depths}", "+trainer.detect_anomaly=true"])
+    assert len(calls) == 8 + 1
 
 
 @pytest.mark.parametrize(

@@ -375,6 +375,15 @@ def check_composition(
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             return compose(config_name, overrides=overrides, return_hydra_config=True)
 
+    looked_up: dict[tuple[str, ...], DictConfig] = {}
+
+    def composed_once(overrides: list[str]) -> DictConfig:
+        """:func:`composed`, once for each list: the checks of a sweep's jobs compose the same
+        config without their swept values (read, never changed)."""
+        if tuple(overrides) not in looked_up:
+            looked_up[tuple(overrides)] = composed(overrides)
+        return looked_up[tuple(overrides)]
+
     given = overrides_of(arguments)  # as the command line gives them, one for each job's
     for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):
         typed = given if len(given) == len(overrides) else overrides
@@ -382,7 +391,7 @@ def check_composition(
             cfg = composed(overrides)
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
-            line = crossing(overrides, composed, typed=typed)  # key=value through one
+            line = crossing(overrides, composed_once, typed=typed)  # key=value through one
             raise ConfigError(line or composition_message(error)) from error
         except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
             added = [cut_apart(one_line(text), MAX_SHOWN) for text in overrides if text[:1] == "+"]
@@ -390,16 +399,16 @@ def check_composition(
                 f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
                 f"({composition_message(error)}): no key can be added under a setting that is null"
             ) from error
-        line = crossing(overrides, composed, additions_only=True, typed=typed)
+        line = crossing(overrides, composed_once, additions_only=True, typed=typed)
         if line is not None:  # the app's own checks would name what replaced the interpolation
             raise ConfigError(line)
         try:
             if validate is not None:
                 validate(cfg)
         except ConfigError:
-            check_additions(cfg, overrides, composed, typed)  # an unread key says more
+            check_additions(cfg, overrides, composed_once, typed)  # an unread key says more
             raise
-        check_additions(cfg, overrides, composed, typed)
+        check_additions(cfg, overrides, composed_once, typed)
         if index == 0:
             check_search(cfg)
 

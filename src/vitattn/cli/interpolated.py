@@ -36,14 +36,18 @@ def crossing(
     where there is none: Hydra itself refuses ``key=value`` through an interpolation, but takes
     an addition and replaces the interpolation. ``typed``: the command line's overrides, one
     for each of ``overrides`` (a sweep's job's), which the line names."""
-    dotted = {}
+    dotted, replaced = {}, []
     for at, text in enumerate(overrides):
         try:
             override = parsed(text)
         except Exception:
             return None
         key = str(override.key_or_group)
-        if "." in key and "/" not in key and not override.package and not hydras(key):
+        if "/" in key or override.package or hydras(key):
+            continue
+        if not override.is_delete():
+            replaced.append((at, key.split(".")))
+        if "." in key:
             dotted[at] = override
     looked_at = {
         at: override
@@ -59,8 +63,33 @@ def crossing(
     for at, override in looked_at.items():
         parts = str(override.key_or_group).split(".")
         found = interpolation_on(base, parts[:-1])
-        if found is not None:
-            return refusal((typed or overrides)[at], override, parts, *found, base)
+        if found is None:
+            continue
+        node = parts[: found[0]]
+        if any(other != at and node[: len(key)] == key for other, key in replaced):
+            continue  # the command line set the node itself (model.attention={...}): it is read
+        return refusal((typed or overrides)[at], override, parts, *found, base)
+    return None
+
+
+MAX_HOPS = 8
+"""Interpolations followed from one to the next (``module.net`` is ``${model}``, whose
+``attention`` is ``${attention}``) before the key to set is named."""
+
+
+def meant_key(cfg: DictConfig, parts: list[str]) -> list[str] | None:
+    """The key that ``parts``, which goes through a plain interpolation of ``cfg``, means: the
+    key it refers to, followed through each interpolation on the way (``attention.impl`` for
+    ``module.net.attention.impl``); ``None`` where one on the way is not plain (a resolver's)."""
+    for _ in range(MAX_HOPS):
+        found = interpolation_on(cfg, parts[:-1])
+        if found is None:
+            return parts
+        depth, interpolation = found
+        target = referred(interpolation)
+        if target is None:
+            return None
+        parts = [*target.split("."), *parts[depth:]]
     return None
 
 
@@ -107,7 +136,8 @@ def refusal(
 ) -> str:
     """The line for ``text`` (``override``, of the key ``parts``) whose node ``parts[:depth]`` is
     ``interpolation`` in ``base``: what to set instead where it refers plainly to a key (without
-    a ``+`` where that key is in ``base``, as Hydra wants it)."""
+    a ``+`` where that key is in ``base``, as Hydra wants it), or the settings of the node it
+    refers to where that node has no such key."""
     node = ".".join(parts[:depth])
     shown = cut_apart(one_line(text), MAX_SHOWN)
     shown_interpolation = cut_apart(one_line(interpolation), MAX_SHOWN)
@@ -115,18 +145,28 @@ def refusal(
     what = f"{node}, which is {shown_interpolation}"
     if target is not None and not settings_node(base, target.split(".")):
         return f"{shown} sets a key inside {what}, a value: no key can be set inside it"
-    if target is None:
+    meant = meant_key(base, parts) if target is not None else None
+    if target is None or meant is None:
         return (
             f"{shown} sets a key inside {what}: a key set there replaces the interpolation and "
             "nothing reads it; set the setting it refers to"
         )
-    meant = [*target.split("."), *parts[depth:]]
-    sign = "++" if override.is_force_add() else "+" if override.is_add() else ""
-    if sign == "+" and existing_prefix(base, meant) == meant:
-        sign = ""
-    value = text.split("=", 1)[1] if "=" in text else ""
-    instead = cut_apart(one_line(f"{sign}{'.'.join(meant)}={value}"), MAX_SHOWN)
+    copy = f"{shown} sets a key inside {what} (a copy of {target}): a key set there replaces "
+    copy += "the copy"
+    if existing_prefix(base, meant) == meant:
+        sign = "++" if override.is_force_add() else ""
+        value = text.split("=", 1)[1] if "=" in text else ""
+        instead = cut_apart(one_line(f"{sign}{'.'.join(meant)}={value}"), MAX_SHOWN)
+        return f"{copy} and nothing reads it; set {instead}"
+    parent = ".".join(meant[:-1])
+    if not settings_node(base, meant[:-1]):
+        return f"{copy} and nothing reads it; {parent} holds no settings to set"
+    holder = base
+    for part in meant[:-1]:
+        holder = holder._get_node(part)
+    settings = [f"{parent}.{key}" for key in keys_of(holder) if not key.startswith("_")]
+    missing = cut_apart(one_line(meant[-1]), MAX_SHOWN)
     return (
-        f"{shown} sets a key inside {what} (a copy of {target}): a key set there replaces the "
-        f"copy and nothing reads it; set {instead}"
+        f"{copy} and nothing reads it; {parent} has no {missing}: choose among "
+        f"{', '.join(settings) or 'none'}"
     )
