@@ -120,6 +120,8 @@ BAD_INPUTS = [
     (["+data.colour=red"], r"^data\.colour is not a data setting; choose among: augment_seed, "),
     (["data.grayscale=maybe"], r"^data\.grayscale='maybe' is not valid; choose true or false$"),
     (["data.batch_size=0"], r"^data\.batch_size=0 is not valid; choose an integer >= 1$"),
+    (["+data.colour=null"], r"^data\.colour is not a data setting; choose among: "),  # red team
+    (["data.batch_size=null"], r"^data\.batch_size=None is not valid; choose an integer"),
     (
         ["mode=approx", "compiled=null"],
         r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
@@ -142,6 +144,8 @@ def test_data_settings_left_null_are_the_checkpoints_and_taken(tmp_path: Path) -
     overrides = ["data.grayscale=true", "data.batch_size=16"]
     settings = load_settings(compose_config("bench", overrides, tmp_path / "run"))
     assert settings.data is None  # the data node is not the bench's own
+    resolved = ["data.grayscale=${oc.env:VITATTN_NO_SUCH_VARIABLE,null}"]  # null once resolved
+    load_settings(compose_config("bench", resolved, tmp_path / "run"))
 
 
 @pytest.mark.parametrize(
@@ -186,6 +190,7 @@ def test_level_train_moved_to_mode_train() -> None:
             refuse_moved_settings(arguments)
         assert str(raised.value) == "level=train is now mode=train (its settings stay under train:)"
     assert refuse_moved_settings(["level=block", "mode=train"]) == ["level=block", "mode=train"]
+    assert refuse_moved_settings(["~seed", "~data"]) == ["~seed", "~data"]  # was a traceback
 
 
 def test_the_composed_config_is_typed(tmp_path: Path) -> None:

@@ -313,17 +313,29 @@ def load_settings(cfg: DictConfig) -> BenchSettings:
 
 
 def check_data_settings(cfg: DictConfig) -> None:
-    """The data settings of ``cfg`` checked as ``vitattn-train`` checks them, those given:
-    ``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``) stands for the
-    checkpoint's run's value, so it is left out of the check."""
+    """The data settings of ``cfg`` checked as ``vitattn-train`` checks them, but for the input
+    settings left ``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``),
+    which stand for the checkpoint's run's values and are left out of the check."""
+    from vitattn.data.as_trained import INPUT_SETTINGS
+
     data = cfg.get("data")
     if not isinstance(data, DictConfig):
         return
     given = copy.deepcopy(cfg)
     with open_dict(given):
-        for key in [str(key) for key in data if data._get_node(key)._is_none()]:
-            del given.data[key]
+        for key in INPUT_SETTINGS:
+            if key in data and as_null(data, key):
+                del given.data[key]
     check_types(given, groups=("data",))
+
+
+def as_null(node: DictConfig, key: str) -> bool:
+    """Whether ``node.key`` is ``null``, as given or as its interpolation resolves
+    (``${oc.env:GRAYSCALE,null}``); not where it cannot be resolved (the check says why)."""
+    try:
+        return node[key] is None
+    except OmegaConfBaseException:
+        return False
 
 
 def recorded(cfg: DictConfig) -> dict[str, Any]:
@@ -336,7 +348,7 @@ def recorded(cfg: DictConfig) -> dict[str, Any]:
 def refuse_moved_settings(arguments: list[str]) -> list[str]:
     """``console_main``'s ``prepare`` hook: a setting that moved ends in one line saying where."""
     for override in overrides_of(arguments):
-        key, value = override.split("=", 1)
+        key, _, value = override.partition("=")  # ~seed has no value
         if key.lstrip("+~") == "level" and "train" in value.split(","):
             raise ConfigError("level=train is now mode=train (its settings stay under train:)")
     return arguments
