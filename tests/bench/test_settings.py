@@ -138,6 +138,16 @@ def test_bad_input_is_one_config_error_before_the_run(
     assert_one_line_refusal("bench", overrides, load_settings, message, tmp_path / "run")
 
 
+def test_the_overrides_mode_train_trains_with_are_checked_before_the_run(tmp_path: Path) -> None:
+    from vitattn.bench.app import check_command
+
+    message = r"^train\.overrides=\[model\.depth=0\] \(with model=vit attention=softmax\): "
+    message += "model\\.depth=0 is not valid; choose an integer >= 1$"
+    overrides = ["mode=train", 'train.overrides=["model.depth=0"]']
+    assert_one_line_refusal("bench", overrides, check_command, message, tmp_path / "run")
+    check_command(compose_config("bench", overrides[1:], tmp_path / "run"))  # scaling: unused
+
+
 def test_data_settings_left_null_are_the_checkpoints_and_taken(tmp_path: Path) -> None:
     """``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``) means "as the
     checkpoint's run was trained": not a value the data module refuses."""

@@ -17,6 +17,7 @@ from tests.support.presets import compose_config
 from tests.support.runners import assert_one_line_refusal
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.settings import DType
+from vitattn.check.app import check_command
 from vitattn.check.numerics import check_attention, relative_error, tolerance
 from vitattn.check.report import problems
 from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
@@ -102,6 +103,64 @@ def test_bad_input_is_one_line_before_the_run(
     assert_one_line_refusal(
         "check", ["device=cpu", *overrides], load_settings, message, tmp_path / "run"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ['training.overrides=["model.depthh=2"]'],
+            r"^training\.overrides=\[model\.depthh=2\] \(with model=vit attention=\w+\): Could "
+            r"not override 'model\.depthh'; ",
+        ),
+        (
+            ['training.overrides=["model.depth=0"]'],  # the trial build's: every row failed
+            r"^training\.overrides=\[model\.depth=0\] \(with model=vit attention=\w+\): "
+            r"model\.depth=0 is not valid; choose an integer >= 1$",
+        ),
+        (
+            ['training.overrides=["module.net.depth=2"]'],
+            r"^training\.overrides=\[module\.net\.depth=2\] \(with .*\): module\.net\.depth=2 "
+            r"sets a key inside module\.net, .*; set model\.depth=2$",
+        ),
+        (
+            ["sections=[reference]", 'training.overrides=["+seeed=1"]'],
+            r"^training\.overrides=\[\+seeed=1\] \(with model=vit attention=softmax\): "
+            r"\+seeed=1 adds seeed, which vitattn does not ",
+        ),
+    ],
+)
+def test_the_overrides_the_check_trains_with_are_checked_before_the_run(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """They were checked only as each row trained: every row failed with the same line."""
+    assert_one_line_refusal(
+        "check", ["device=cpu", *overrides], check_command, message, tmp_path / "run"
+    )
+
+
+def test_the_overrides_are_checked_with_each_attention_trained(tmp_path: Path) -> None:
+    """``attention.impl=torch`` is efficient's (its plain path); linformer has no ``impl``, and
+    is named."""
+    overrides = ['training.overrides=["attention.impl=torch"]', "sections=[training]"]
+    chosen = ["device=cpu", "attentions=[efficient]", *overrides]
+    check_command(compose_config("check", chosen, tmp_path / "run"))
+    message = r"^training\.overrides=\[attention\.impl=torch\] \(with model=vit "
+    message += r"attention=linformer\): Could not override 'attention\.impl'"
+    assert_one_line_refusal(
+        "check",
+        ["device=cpu", "attentions=[efficient,linformer]", *overrides],
+        check_command,
+        message,
+        tmp_path / "run",
+    )
+
+
+def test_overrides_no_section_trains_with_are_not_checked(tmp_path: Path) -> None:
+    cfg = compose_config(
+        "check", ["device=cpu", "sections=[numerics]", 'training.overrides=["x=1"]'], tmp_path
+    )
+    check_command(cfg)
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the refusal is for a machine without a GPU")

@@ -65,6 +65,17 @@ def _hydra_main(cfg: DictConfig) -> None:
     run_task(PROGRAM, benchmark, cfg)
 
 
+def check_command(cfg: DictConfig) -> None:
+    """What the console checks before the run: the settings, and in ``mode=train`` the
+    ``vitattn-train`` overrides it trains ours with."""
+    settings = load_settings(cfg)
+    if settings.mode == Mode.train:
+        from vitattn.bench.train_speed import check_train_overrides
+
+        chosen = [f"model={settings.train.model}", f"attention={settings.train.attention}"]
+        check_train_overrides("train.overrides", settings.train.overrides, chosen)
+
+
 def main() -> None:
     """Console script ``vitattn-bench``."""
     console_main(
@@ -72,7 +83,7 @@ def main() -> None:
         _hydra_main,
         config_name="bench",
         prepare=refuse_moved_settings,
-        validate=load_settings,
+        validate=check_command,
     )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +52,12 @@ from vitattn.bench.references import (
     timm_vit,
 )
 from vitattn.bench.settings import IMPLEMENTATIONS, BenchSettings, TrainSettings
+from vitattn.cli.additions import MAX_SHOWN
+from vitattn.errors import ConfigError
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
+from vitattn.runs.files import one_line
 from vitattn.training.lightning_output import tidy_lightning_output
-from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.config import CONFIG_DIR, cut_apart
 
 __all__ = ["IMPLEMENTATIONS", "TrainRun", "TrainSpeed", "measure_train_speed", "run_train"]
 
@@ -169,6 +172,28 @@ def train_config(train: TrainSettings, compile: bool = False) -> DictConfig:
     GlobalHydra.instance().clear()  # the bench's own Hydra app is running: compose beside it
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=overrides, return_hydra_config=False)
+
+
+def check_train_overrides(setting: str, overrides: Sequence[str], chosen: Sequence[str]) -> None:
+    """``overrides``, the ``vitattn-train`` overrides a command trains with (``vitattn-bench``'s
+    ``train.overrides``, ``vitattn-check``'s ``training.overrides``), after the groups it
+    chooses itself (``chosen``: ``model=vit attention=linear``), checked before its run as
+    ``vitattn-train`` checks a command line: composed, additions and interpolations, each
+    setting against its target's signature, each object built once on nothing. A refusal is
+    one line naming ``setting`` and ``chosen``."""
+    from vitattn.cli.console import check_composition
+    from vitattn.cli.validation import check_types
+    from vitattn.training.trial_build import check_buildable
+
+    def as_trained(cfg: DictConfig) -> None:
+        check_types(cfg)
+        check_buildable(cfg)
+
+    try:
+        check_composition("train", [*chosen, *overrides], as_trained)
+    except ConfigError as error:
+        shown = cut_apart(one_line(f"[{','.join(overrides)}]"), MAX_SHOWN)
+        raise ConfigError(f"{setting}={shown} (with {' '.join(chosen)}): {error}") from None
 
 
 def bare_trainer(device: torch.device, precision: str, steps: int, *callbacks: Any) -> Any:

@@ -75,9 +75,25 @@ def _hydra_main(cfg: DictConfig) -> None:
     run_task(PROGRAM, check, cfg)
 
 
+def check_command(cfg: DictConfig) -> None:
+    """What the console checks before the run: the settings, and the ``vitattn-train``
+    overrides the training and reference sections train with, with each attention they train
+    (every one checked, softmax for the reference)."""
+    settings = load_settings(cfg)
+    trained = list(settings.attentions or []) if Section.training in settings.sections else []
+    if Section.reference in settings.sections and "softmax" not in trained:
+        trained.append("softmax")  # ours beside timm's
+    if trained:
+        from vitattn.bench.train_speed import check_train_overrides
+
+        for attention in trained:
+            chosen = [f"model={settings.training.model}", f"attention={attention}"]
+            check_train_overrides("training.overrides", settings.training.overrides, chosen)
+
+
 def main() -> None:
     """Console script ``vitattn-check``."""
-    console_main(PROGRAM, _hydra_main, config_name="check", validate=load_settings)
+    console_main(PROGRAM, _hydra_main, config_name="check", validate=check_command)
 
 
 if __name__ == "__main__":
