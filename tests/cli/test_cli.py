@@ -255,6 +255,23 @@ def test_a_sweep_jobs_path_unquoted_is_one_line_that_shows_it_quoted(
     )
 
 
+def test_a_list_of_overrides_unquoted_is_one_line_that_quotes_its_elements() -> None:
+    """``training.overrides=[model.depth=2,optimizer.lr=1e-3]``: the line showed the whole list
+    quoted, which Hydra reads as one string (then refused: not a list); each element is quoted,
+    and Hydra reads the shown value back as the list."""
+    import shlex
+
+    from vitattn.cli.overrides import check_syntax
+    from vitattn.utils.hydra_grammar import parsed
+
+    with pytest.raises(ConfigError) as raised:
+        check_syntax(["training.overrides=[model.depth=2,optimizer.lr=1e-3]"])
+    said = str(raised.value)
+    shown = """'training.overrides=["model.depth=2","optimizer.lr=1e-3"]'"""
+    assert said.endswith(f"quote the values of the list, e.g. {shown}"), said
+    assert parsed(shlex.split(shown)[0]).value() == ["model.depth=2", "optimizer.lr=1e-3"]
+
+
 @pytest.mark.parametrize("given", ["/tmp/my sweep", "'/tmp/my sweep'", '"/tmp/my sweep"'])
 def test_the_directories_a_command_names_are_read_as_hydra_reads_them(given: str) -> None:
     """The run and sweep directories the console checks and locks are the ones Hydra writes:

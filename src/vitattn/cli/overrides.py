@@ -79,9 +79,13 @@ def check_syntax(arguments: Sequence[str]) -> None:
             key, _, value = text.partition("=")
             hint = f"see {HYDRA_GRAMMAR}"
             if "=" in value and '"' not in value and "'" not in value:
+                said = "Hydra reads '=' and ',' as its own syntax: quote the value"
+                listed = quoted_list(key, value)
+                if listed is not None:
+                    hint = f"{said}s of the list, e.g. {one_line(listed)}"
                 with contextlib.suppress(ConfigError):  # no quoting reads it back: the link
-                    said = "Hydra reads '=' and ',' as its own syntax: quote the value"
-                    hint = f"{said}, e.g. {one_line(for_the_shell(key, value))}"
+                    if listed is None:
+                        hint = f"{said}, e.g. {one_line(for_the_shell(key, value))}"
             shown = cut_apart(one_line(text), MAX_SHOWN)
             raise ConfigError(f"{shown} cannot be read ({one_line(why)}); {hint}") from None
         size = len(str(override.key_or_group).encode(errors="surrogatepass"))
@@ -90,6 +94,29 @@ def check_syntax(arguments: Sequence[str]) -> None:
                 f"{cut_apart(one_line(text), MAX_SHOWN)}: its key is {size} bytes, more than "
                 f"the {MAX_KEY_BYTES} Hydra can take (it looks each key up as a file name)"
             )
+
+
+def quoted_list(key: str, value: str) -> str | None:
+    """``key=[a=1,b]`` written so that Hydra reads a list of ``a=1`` and ``b`` (each element
+    holding ``=`` quoted), as a shell command line takes it; ``None`` where ``value`` is not
+    such a list, or Hydra would not read it so."""
+    import shlex
+
+    from hydra.errors import HydraException
+
+    if not (value.startswith("[") and value.endswith("]")) or "[" in value[1:-1]:
+        return None
+    items = [item.strip() for item in value[1:-1].split(",")]
+    written = ['"' + item + '"' if "=" in item else item for item in items]
+    text = f"{key}=[{','.join(written)}]"
+    try:
+        read = parsed(text).value()
+    except HydraException:
+        return None
+    wanted = [item for item in items if "=" in item]
+    if not isinstance(read, list) or [item for item in read if item in wanted] != wanted:
+        return None
+    return shlex.quote(text)
 
 
 def key_of(override: str) -> str:
