@@ -43,6 +43,11 @@ COPY = "a key set there replaces the copy and nothing reads it"
             r"^model\.attention\.landmarks=3 sets .*; attention has no landmarks: choose among ",
         ),
         (
+            "train",  # a group's choice is not the node set by the command line: it is a copy
+            ["model=vit_pixel", "+model.attention.foo=1"],
+            r"^\+model\.attention\.foo=1 sets a key inside model\.attention, .*; attention has no ",
+        ),
+        (
             "train",  # two copies on the way: the key is the one both refer to
             ["+module.net.attention.impl=naive"],
             rf"^\+module\.net\.attention\.impl=naive sets a key inside module\.net, which is "

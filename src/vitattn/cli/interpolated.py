@@ -4,9 +4,10 @@
 set ``model.attention.landmarks=3`` (the interpolation has no keys) and suggests
 ``+model.attention.landmarks=3``, which replaces the interpolation with ``{landmarks: 3}``: the
 network is then built without its attention's ``_target_``, and the refusal that follows names
-a ``TypeError``. The setting the user means is ``attention.landmarks=3``. Where composing or
-checking a command line fails, :func:`crossing` looks for an override whose key goes through an
-interpolation of the config and, where it finds one, names it and what to set instead.
+a ``TypeError``. The setting the user means is ``attention.landmarks=3``. :func:`crossing`
+looks for an override whose key goes through an interpolation of the config and, where it finds
+one, names it and what to set instead: for each addition before the app's own checks, for any
+override where Hydra refused to compose it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitattn.cli.additions import MAX_SHOWN, existing_prefix, hydras, keys_of, map_by_design
 from vitattn.runs.files import one_line
@@ -36,7 +37,7 @@ def crossing(
     where there is none: Hydra itself refuses ``key=value`` through an interpolation, but takes
     an addition and replaces the interpolation. ``typed``: the command line's overrides, one
     for each of ``overrides`` (a sweep's job's), which the line names."""
-    dotted, replaced = {}, []
+    dotted, values = {}, []
     for at, text in enumerate(overrides):
         try:
             override = parsed(text)
@@ -46,7 +47,7 @@ def crossing(
         if "/" in key or override.package or hydras(key):
             continue
         if not override.is_delete():
-            replaced.append((at, key.split(".")))
+            values.append((at, key))
         if "." in key:
             dotted[at] = override
     looked_at = {
@@ -60,6 +61,9 @@ def crossing(
         base = compose([text for at, text in enumerate(overrides) if at not in dotted])
     except Exception:
         return None
+    chosen = OmegaConf.select(base, "hydra.runtime.choices", default=None)
+    groups = set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
+    replaced = [(at, key.split(".")) for at, key in values if key not in groups]  # not model=vit
     for at, override in looked_at.items():
         parts = str(override.key_or_group).split(".")
         found = interpolation_on(base, parts[:-1])
