@@ -72,8 +72,8 @@ def check_command(cfg: DictConfig) -> None:
     if settings.mode == Mode.train:
         from vitattn.bench.train_speed import check_train_overrides
 
-        chosen = [f"model={settings.train.model}", f"attention={settings.train.attention}"]
-        check_train_overrides("train.overrides", settings.train.overrides, chosen)
+        train = settings.train
+        check_train_overrides("train.overrides", train.overrides, train.model, [train.attention])
 
 
 def main() -> None:

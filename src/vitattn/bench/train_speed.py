@@ -174,14 +174,18 @@ def train_config(train: TrainSettings, compile: bool = False) -> DictConfig:
         return compose(config_name="train", overrides=overrides, return_hydra_config=False)
 
 
-def check_train_overrides(setting: str, overrides: Sequence[str], chosen: Sequence[str]) -> None:
-    """``overrides``, the ``vitattn-train`` overrides a command trains with (``vitattn-bench``'s
-    ``train.overrides``, ``vitattn-check``'s ``training.overrides``), after the groups it
-    chooses itself (``chosen``: ``model=vit attention=linear``), checked before its run as
-    ``vitattn-train`` checks a command line: composed, additions and interpolations, each
-    setting against its target's signature, each object built once on nothing. A refusal is
-    one line naming ``setting`` and ``chosen``."""
+def check_train_overrides(
+    setting: str, overrides: Sequence[str], model: str, attentions: Sequence[str]
+) -> None:
+    """``overrides``, the ``vitattn-train`` overrides a command trains ``model`` with, with each
+    of ``attentions`` (``vitattn-bench``'s ``train.overrides``, ``vitattn-check``'s
+    ``training.overrides``), checked before its run as ``vitattn-train`` checks a command line:
+    each an override, composed, additions and interpolations, each setting against its target's
+    signature, each object built once on nothing. They are refused, in one line naming
+    ``setting``, where they fail with every attention; where some take them, the others' rows
+    say why they did not train (as a setting the bench takes at one size of its grid)."""
     from vitattn.cli.console import check_composition
+    from vitattn.cli.overrides import check_syntax
     from vitattn.cli.validation import check_types
     from vitattn.training.trial_build import check_buildable
 
@@ -189,11 +193,33 @@ def check_train_overrides(setting: str, overrides: Sequence[str], chosen: Sequen
         check_types(cfg)
         check_buildable(cfg)
 
+    shown = cut_apart(one_line(f"[{','.join(overrides)}]"), MAX_SHOWN)
+    flags = [text for text in overrides if text.startswith("-")]
+    if flags:
+        flag = cut_apart(one_line(flags[0]), MAX_SHOWN)
+        raise ConfigError(
+            f"{setting}={shown}: {flag} is a flag of a command line, not an override; give "
+            "vitattn-train overrides, e.g. model.depth=2"
+        )
     try:
-        check_composition("train", [*chosen, *overrides], as_trained)
+        check_syntax(list(overrides))
     except ConfigError as error:
-        shown = cut_apart(one_line(f"[{','.join(overrides)}]"), MAX_SHOWN)
-        raise ConfigError(f"{setting}={shown} (with {' '.join(chosen)}): {error}") from None
+        raise ConfigError(f"{setting}={shown}: {error}") from None
+    refusals = []
+    for attention in attentions:
+        chosen = [f"model={model}", f"attention={attention}"]
+        try:
+            check_composition("train", [*chosen, *overrides], as_trained)
+        except ConfigError as error:
+            refusals.append((attention, error))
+            continue
+        return
+    if refusals:
+        attention, error = refusals[0]
+        every = " (and every other attention trained)" if len(refusals) > 1 else ""
+        raise ConfigError(
+            f"{setting}={shown} (with model={model} attention={attention}{every}): {error}"
+        ) from None
 
 
 def bare_trainer(device: torch.device, precision: str, steps: int, *callbacks: Any) -> Any:

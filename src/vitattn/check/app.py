@@ -77,8 +77,8 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def check_command(cfg: DictConfig) -> None:
     """What the console checks before the run: the settings, and the ``vitattn-train``
-    overrides the training and reference sections train with, with each attention they train
-    (every one checked, softmax for the reference)."""
+    overrides the training and reference sections train with, refused where they fail with
+    every attention they train (softmax for the reference)."""
     settings = load_settings(cfg)
     trained = list(settings.attentions or []) if Section.training in settings.sections else []
     if Section.reference in settings.sections and "softmax" not in trained:
@@ -86,9 +86,8 @@ def check_command(cfg: DictConfig) -> None:
     if trained:
         from vitattn.bench.train_speed import check_train_overrides
 
-        for attention in trained:
-            chosen = [f"model={settings.training.model}", f"attention={attention}"]
-            check_train_overrides("training.overrides", settings.training.overrides, chosen)
+        training = settings.training
+        check_train_overrides("training.overrides", training.overrides, training.model, trained)
 
 
 def main() -> None:
