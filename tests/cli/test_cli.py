@@ -270,6 +270,19 @@ def test_a_list_of_overrides_unquoted_is_one_line_that_quotes_its_elements() -> 
     shown = """'training.overrides=["model.depth=2","optimizer.lr=1e-3"]'"""
     assert said.endswith(f"quote the values of the list, e.g. {shown}"), said
     assert parsed(shlex.split(shown)[0]).value() == ["model.depth=2", "optimizer.lr=1e-3"]
+    for given, elements in [  # the red team's: each was shown as the whole list quoted
+        ("[~scheduler,model.depth=2]", ["~scheduler", "model.depth=2"]),
+        (
+            "[model.depth=2,optimizer.betas=[0.9,0.99]]",
+            ["model.depth=2", "optimizer.betas=[0.9,0.99]"],
+        ),
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            check_syntax([f"training.overrides={given}"])
+        shown = str(raised.value).rsplit("e.g. ", 1)[1]
+        assert parsed(shlex.split(shown)[0]).value() == elements
+    with pytest.raises(ConfigError, match=r"quote the values of the list, each in double quotes; "):
+        check_syntax(["training.overrides=[model.depth=2,]"])
 
 
 @pytest.mark.parametrize("given", ["/tmp/my sweep", "'/tmp/my sweep'", '"/tmp/my sweep"'])

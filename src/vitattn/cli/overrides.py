@@ -83,8 +83,10 @@ def check_syntax(arguments: Sequence[str]) -> None:
                 listed = quoted_list(key, value)
                 if listed is not None:
                     hint = f"{said}s of the list, e.g. {one_line(listed)}"
-                with contextlib.suppress(ConfigError):  # no quoting reads it back: the link
-                    if listed is None:
+                elif value.startswith("[") and value.endswith("]"):
+                    hint = f"{said}s of the list, each in double quotes; see {HYDRA_GRAMMAR}"
+                else:
+                    with contextlib.suppress(ConfigError):  # no quoting reads it back: the link
                         hint = f"{said}, e.g. {one_line(for_the_shell(key, value))}"
             shown = cut_apart(one_line(text), MAX_SHOWN)
             raise ConfigError(f"{shown} cannot be read ({one_line(why)}); {hint}") from None
@@ -97,26 +99,35 @@ def check_syntax(arguments: Sequence[str]) -> None:
 
 
 def quoted_list(key: str, value: str) -> str | None:
-    """``key=[a=1,b]`` written so that Hydra reads a list of ``a=1`` and ``b`` (each element
-    holding ``=`` quoted), as a shell command line takes it; ``None`` where ``value`` is not
-    such a list, or Hydra would not read it so."""
+    """``key=[a=1,~b,c=[1,2]]`` written so that Hydra reads a list of the texts ``a=1``, ``~b``
+    and ``c=[1,2]`` (each element quoted), as a shell command line takes it; ``None`` where
+    ``value`` is not a list of elements without quotes, or Hydra would not read it so."""
     import shlex
 
     from hydra.errors import HydraException
 
-    if not (value.startswith("[") and value.endswith("]")) or "[" in value[1:-1]:
+    if not (value.startswith("[") and value.endswith("]")) or '"' in value or "'" in value:
         return None
-    items = [item.strip() for item in value[1:-1].split(",")]
-    written = ['"' + item + '"' if "=" in item else item for item in items]
-    text = f"{key}=[{','.join(written)}]"
+    items = [item.strip() for item in top_level_items(value[1:-1])]
+    if not all(items):
+        return None
+    text = f"{key}=[{','.join(f'{chr(34)}{item}{chr(34)}' for item in items)}]"
     try:
         read = parsed(text).value()
     except HydraException:
         return None
-    wanted = [item for item in items if "=" in item]
-    if not isinstance(read, list) or [item for item in read if item in wanted] != wanted:
-        return None
-    return shlex.quote(text)
+    return shlex.quote(text) if read == items else None
+
+
+def top_level_items(text: str) -> list[str]:
+    """``text`` cut at each comma outside brackets and braces (``a=1,b=[1,2]``: two items)."""
+    items, depth, start = [], 0, 0
+    for at, character in enumerate(text):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            items.append(text[start:at])
+            start = at + 1
+    return [*items, text[start:]]
 
 
 def key_of(override: str) -> str:
