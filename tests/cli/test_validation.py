@@ -367,3 +367,24 @@ def test_any_value_of_any_knob_is_refused_in_one_line_or_trains(
             problem = own_refusal(error)  # what the console script would print in one line
             assert problem is not None, f"{knob}={value!r}: {type(error).__name__}: {error}"
             assert "\n" not in str(problem)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.shift=${nope}", r"^data: these settings are refused \(InterpolationKeyError: "),
+        (
+            "model.depth=${oc.env:VITATTN_NO_SUCH_VARIABLE}",
+            r"^model: these settings are refused \(InterpolationResolutionError: ",
+        ),
+    ],
+)
+def test_a_value_that_cannot_be_resolved_is_one_line(
+    override: str, message: str, tmp_path: Path
+) -> None:
+    """The keys the command line sets were read from Hydra's record of it, resolving each: an
+    interpolation that cannot be resolved ended in a traceback (red team)."""
+    from tests.support.runners import assert_one_line_refusal
+    from vitattn.train import validate
+
+    assert_one_line_refusal("train", [override], validate, message, tmp_path / "run")

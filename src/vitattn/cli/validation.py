@@ -120,8 +120,11 @@ def check_run_settings(cfg: DictConfig) -> None:
 def given_keys(cfg: DictConfig) -> list[str]:
     """The keys the command line sets, as Hydra recorded them (``optimizer.lr``,
     ``trainer``)."""
-    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
-    return [key_of(str(override)) for override in task]
+    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
+    if not isinstance(task, ListConfig):
+        return []
+    # as written: a value that is an interpolation (data.shift=${nope}) is not resolved here
+    return [key_of(str(override)) for override in OmegaConf.to_container(task, resolve=False)]
 
 
 def given_groups(cfg: DictConfig) -> set[str]:
