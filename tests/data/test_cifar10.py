@@ -8,6 +8,7 @@ import gzip
 import http.server
 import io
 import logging
+import os
 import pickle
 import shutil
 import tarfile
@@ -203,6 +204,13 @@ def test_a_batch_file_past_the_size_bound_is_refused_unread(tmp_path: Path) -> N
         handle.truncate(MAX_MEMBER_BYTES + 1)  # sparse: no byte of it on disk
     refusal = r"\(ValueError: it is 41943041 bytes, more than the 41943040 a batch file may hold\)"
     with pytest.raises(DataError, match=refusal):
+        read_batch_file(path)
+
+
+def test_a_batch_file_that_is_a_fifo_is_named_so_without_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "data_batch_1"
+    os.mkfifo(path)  # "is missing" until 2026-11-30
+    with pytest.raises(DataError, match=r"\(ValueError: it is not a regular file \(a FIFO\)\)"):
         read_batch_file(path)
 
 

@@ -115,7 +115,7 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     arrays is refused unread) and holding a ``uint8`` array of 3,072 columns, of no more bytes
     than the file (no view of strides 0), with one label in 0..9 for each row; anything else is
     one line (:class:`DataError`)."""
-    if not path.is_file():
+    if not path.exists():  # a FIFO or a folder there is named by read_bounded
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
         raw = read_bounded(path)
