@@ -162,6 +162,16 @@ def test_overrides_some_attentions_take_are_their_rows_to_report(tmp_path: Path)
     )
 
 
+def test_the_trainer_the_overrides_choose_is_not_the_one_the_check_trains_with(
+    tmp_path: Path,
+) -> None:
+    """The check trains with a trainer of its own (the bench's ``bare_trainer``): ``trainer=gpu``
+    among the overrides was refused on a CPU for a trainer nobody builds (red team)."""
+    overrides = ["device=cpu", "sections=[training]", "attentions=[linear]"]
+    overrides.append('training.overrides=["trainer=gpu"]')
+    check_command(compose_config("check", overrides, tmp_path / "run"))
+
+
 def test_overrides_no_section_trains_with_are_not_checked(tmp_path: Path) -> None:
     cfg = compose_config(
         "check", ["device=cpu", "sections=[numerics]", 'training.overrides=["x=1"]'], tmp_path

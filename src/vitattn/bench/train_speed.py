@@ -181,9 +181,10 @@ def check_train_overrides(
     of ``attentions`` (``vitattn-bench``'s ``train.overrides``, ``vitattn-check``'s
     ``training.overrides``), checked before its run as ``vitattn-train`` checks a command line:
     each an override, composed, additions and interpolations, each setting against its target's
-    signature, each object built once on nothing. They are refused, in one line naming
-    ``setting``, where they fail with every attention; where some take them, the others' rows
-    say why they did not train (as a setting the bench takes at one size of its grid)."""
+    signature, each object built once on nothing but the trainer (:func:`bare_trainer` trains).
+    They are refused, in one line naming ``setting``, where they fail with every attention;
+    where some take them, the others' rows say why they did not train (as a setting the bench
+    takes at one size of its grid)."""
     from vitattn.cli.console import check_composition
     from vitattn.cli.overrides import check_syntax
     from vitattn.cli.validation import check_types
@@ -191,7 +192,7 @@ def check_train_overrides(
 
     def as_trained(cfg: DictConfig) -> None:
         check_types(cfg)
-        check_buildable(cfg)
+        check_buildable(cfg, skip=("trainer",))  # bare_trainer's is the one that trains
 
     shown = cut_apart(one_line(f"[{','.join(overrides)}]"), MAX_SHOWN)
     flags = [text for text in overrides if text.startswith("-")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Container, Iterator
 from typing import Any
 
 from omegaconf import DictConfig
@@ -73,10 +73,11 @@ def check_buildable_with_torch(cfg: DictConfig, groups: Collection[str]) -> None
                     build_schedule(cfg, optimizer)
 
 
-def check_buildable(cfg: DictConfig) -> None:
+def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
     """Build, once and on nothing, each object of a config that has one: the data module, the
     LightningModule (which checks it can read the data), an optimizer, the schedule and the
-    trainer; the first refusal is one :class:`ConfigError` naming its group."""
+    trainer, but those of the groups ``skip`` (the bench trains with a trainer of its own);
+    the first refusal is one :class:`ConfigError` naming its group."""
     import hydra
 
     built: dict[str, Any] = {}
@@ -103,7 +104,7 @@ def check_buildable(cfg: DictConfig) -> None:
     groups = {"model": "module"}  # the model is built through the module that holds it
     with quiet_lightning():  # the real run prints Lightning's messages; this trial build must not
         for group, build in builders:
-            if not cfg.get(groups.get(group, group)):
+            if group in skip or not cfg.get(groups.get(group, group)):
                 continue
             if group == "scheduler" and "optimizer" not in built:
                 continue
