@@ -331,7 +331,8 @@ def check_data_settings(cfg: DictConfig) -> None:
 
 def as_null(node: DictConfig, key: str) -> bool:
     """Whether ``node.key`` is ``null``, as given or as its interpolation resolves
-    (``${oc.env:GRAYSCALE,null}``); not where it cannot be resolved (the check says why)."""
+    (``${oc.env:GRAYSCALE,null}``); not where it cannot be resolved (it is left in the check,
+    and refused where the data is built)."""
     try:
         return node[key] is None
     except OmegaConfBaseException:

@@ -111,7 +111,8 @@ def quoted_list(key: str, value: str) -> str | None:
     items = [item.strip() for item in top_level_items(value[1:-1])]
     if not all(items):
         return None
-    text = f"{key}=[{','.join(f'{chr(34)}{item}{chr(34)}' for item in items)}]"
+    written = ",".join('"' + item + '"' for item in items)
+    text = f"{key}=[{written}]"
     try:
         read = parsed(text).value()
     except HydraException:
