@@ -4,7 +4,6 @@ one :class:`~vitattn.errors.ConfigError` line, raised before the run directory e
 
 from __future__ import annotations
 
-import difflib
 import functools
 from dataclasses import dataclass
 from enum import Enum
@@ -24,6 +23,7 @@ from vitattn.bench.settings import (
     typed_settings,
     with_compiled_variants,
 )
+from vitattn.cli.additions import did_you_mean
 from vitattn.cli.validation import check_types
 from vitattn.errors import ConfigError
 from vitattn.utils.config import CONFIG_DIR, MatmulPrecision, gpu_precision
@@ -209,12 +209,6 @@ def check_profiles(cfg: DictConfig) -> None:
                     f"{where}.{unread[0]} is not read; {did_you_mean(unread[0], read)}a "
                     f"profile's {section} gives {', '.join(read)}"
                 )
-
-
-def did_you_mean(name: str, names: list[str]) -> str:
-    """``did you mean <the closest of names>? `` where one is close to ``name``, else nothing."""
-    close = difflib.get_close_matches(name, names, n=1)
-    return f"did you mean {close[0]}? " if close else ""
 
 
 @functools.cache

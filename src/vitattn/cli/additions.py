@@ -48,8 +48,7 @@ def check_additions(
     (``++seed=3`` sets a key that was there; so does ``+variants={...}``, merged into it).
     ``typed``: the command line's overrides, one for each of ``overrides`` (a sweep's job's),
     which the refusal names (``+seed2=1,2``, not the job's ``+seed2=1``)."""
-    chosen = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
-    choices = set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
+    choices = chosen_groups(cfg)
     added = [
         (at, override)
         for at, override in enumerate(map(parsed, overrides))
@@ -75,6 +74,13 @@ def check_additions(
         if there is None or len(there) == len(parts):
             continue  # there before the addition (``++seed=3``), or cannot tell
         raise ConfigError(refusal((typed or overrides)[at], key, before, there))
+
+
+def chosen_groups(cfg: DictConfig) -> set[str]:
+    """The config groups ``cfg`` (composed with Hydra's settings) chose an option of, as
+    Hydra's ``hydra.runtime.choices`` records them (``model``, ``hydra/sweeper``)."""
+    chosen = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    return set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
 
 
 def group_choice(key: str, choices: Container[str]) -> bool:
@@ -144,6 +150,24 @@ def keys_of(node: DictConfig) -> list[str]:
     return [str(key) for key in node]
 
 
+def node_at(cfg: DictConfig, parts: list[str]) -> Any:
+    """The node at the key ``parts`` of ``cfg``, as written (an interpolation not resolved), or
+    ``None`` where there is none: a part missing, or under a value or an interpolation."""
+    node: Any = cfg
+    for part in parts:
+        if not isinstance(node, DictConfig) or part not in keys_of(node):
+            return None
+        node = node._get_node(part)
+    return node
+
+
+def did_you_mean(name: str, names: list[str], prefix: str = "") -> str:
+    """``did you mean <prefix><the closest of names>? `` where one is close to ``name``, else
+    nothing."""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"did you mean {prefix}{close[0]}? " if close else ""
+
+
 def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
     """The longest start of ``parts`` that is a key of ``cfg`` (all of them: the key is there;
     fewer where the path meets a key that is missing, or a value, ``null`` included, where no
@@ -162,9 +186,7 @@ def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
 def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> str:
     """The line refusing ``override``, which adds ``key`` under the node ``there`` of ``before``
     (the config without the additions): its keys, by their full names, and a close one first."""
-    parent = before
-    for part in there:
-        parent = parent._get_node(part)
+    parent = node_at(before, there)
     prefix = "".join(f"{part}." for part in there)
     shown_override = cut_apart(one_line(override), MAX_SHOWN)
     shown_key = cut_apart(one_line(key), MAX_SHOWN)
@@ -176,7 +198,6 @@ def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> st
         )
     valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
     names = [name[len(prefix) :] for name in valid]
-    close = difflib.get_close_matches(key.split(".")[len(there)], names, n=1)
-    hint = f"did you mean {prefix}{close[0]}? " if close else ""
+    hint = did_you_mean(key.split(".")[len(there)], names, prefix)
     where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
     return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"

@@ -15,9 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from vitattn.cli.additions import MAX_SHOWN, existing_prefix, hydras, keys_of, map_by_design
+from vitattn.cli.additions import (
+    MAX_SHOWN,
+    chosen_groups,
+    existing_prefix,
+    hydras,
+    keys_of,
+    map_by_design,
+    node_at,
+)
 from vitattn.runs.files import one_line
 from vitattn.utils.config import cut_apart
 from vitattn.utils.hydra_grammar import parsed
@@ -61,8 +69,7 @@ def crossing(
         base = compose([text for at, text in enumerate(overrides) if at not in dotted])
     except Exception:
         return None
-    chosen = OmegaConf.select(base, "hydra.runtime.choices", default=None)
-    groups = set(chosen.keys()) if isinstance(chosen, DictConfig) else set()
+    groups = chosen_groups(base)
     replaced = [(at, key.split(".")) for at, key in values if key not in groups]  # not model=vit
     for at, override in looked_at.items():
         parts = str(override.key_or_group).split(".")
@@ -116,11 +123,7 @@ def interpolation_on(cfg: DictConfig, parts: list[str]) -> tuple[int, str] | Non
 def settings_node(cfg: DictConfig, parts: list[str]) -> bool:
     """Whether the key ``parts`` of ``cfg`` holds a node of settings (not a value, not through
     an interpolation, which is not resolved)."""
-    node: Any = cfg
-    for part in parts:
-        if not isinstance(node, DictConfig) or part not in keys_of(node):
-            return False
-        node = node._get_node(part)
+    node = node_at(cfg, parts)
     return isinstance(node, DictConfig) and not node._is_interpolation()
 
 
@@ -165,10 +168,9 @@ def refusal(
     parent = ".".join(meant[:-1])
     if not settings_node(base, meant[:-1]):
         return f"{copy} and nothing reads it; {parent} holds no settings to set"
-    holder = base
-    for part in meant[:-1]:
-        holder = holder._get_node(part)
-    settings = [f"{parent}.{key}" for key in keys_of(holder) if not key.startswith("_")]
+    settings = [
+        f"{parent}.{key}" for key in keys_of(node_at(base, meant[:-1])) if not key.startswith("_")
+    ]
     missing = cut_apart(one_line(meant[-1]), MAX_SHOWN)
     return (
         f"{copy} and nothing reads it; {parent} has no {missing}: choose among "
