@@ -17,7 +17,7 @@ from typing import Any
 from vitattn.errors import ConfigError
 from vitattn.runs.files import one_line
 from vitattn.utils.config import cut_apart
-from vitattn.utils.hydra_grammar import for_the_shell, parsed
+from vitattn.utils.hydra_grammar import for_the_shell, parsed, quoted_list
 
 HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
@@ -96,39 +96,6 @@ def check_syntax(arguments: Sequence[str]) -> None:
                 f"{cut_apart(one_line(text), MAX_SHOWN)}: its key is {size} bytes, more than "
                 f"the {MAX_KEY_BYTES} Hydra can take (it looks each key up as a file name)"
             )
-
-
-def quoted_list(key: str, value: str) -> str | None:
-    """``key=[a=1,~b,c=[1,2]]`` written so that Hydra reads a list of the texts ``a=1``, ``~b``
-    and ``c=[1,2]`` (each element quoted), as a shell command line takes it; ``None`` where
-    ``value`` is not a list of elements without quotes, or Hydra would not read it so."""
-    import shlex
-
-    from hydra.errors import HydraException
-
-    if not (value.startswith("[") and value.endswith("]")) or '"' in value or "'" in value:
-        return None
-    items = [item.strip() for item in top_level_items(value[1:-1])]
-    if not all(items):
-        return None
-    written = ",".join('"' + item + '"' for item in items)
-    text = f"{key}=[{written}]"
-    try:
-        read = parsed(text).value()
-    except HydraException:
-        return None
-    return shlex.quote(text) if read == items else None
-
-
-def top_level_items(text: str) -> list[str]:
-    """``text`` cut at each comma outside brackets and braces (``a=1,b=[1,2]``: two items)."""
-    items, depth, start = [], 0, 0
-    for at, character in enumerate(text):
-        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(character, 0)
-        if character == "," and depth == 0:
-            items.append(text[start:at])
-            start = at + 1
-    return [*items, text[start:]]
 
 
 def key_of(override: str) -> str:

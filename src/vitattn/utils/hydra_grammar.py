@@ -1,6 +1,7 @@
 """Values in Hydra's override grammar (``key=value`` on a command line): how Hydra reads one, and
 how to write a value so that Hydra reads it back, also inside a command a message prints. A path
-holding ``=`` or ``,`` (a sweep's job directory, named by its settings) must be quoted."""
+holding ``=`` or ``,`` (a sweep's job directory, named by its settings) must be quoted, and so
+must each element of a list of overrides."""
 
 from __future__ import annotations
 
@@ -46,3 +47,36 @@ def for_the_shell(key: str, value: str) -> str:
     import shlex
 
     return shlex.quote(as_override(key, value))
+
+
+def quoted_list(key: str, value: str) -> str | None:
+    """``key=[a=1,~b,c=[1,2]]`` written so that Hydra reads a list of the texts ``a=1``, ``~b``
+    and ``c=[1,2]`` (each element quoted), as a shell command line takes it; ``None`` where
+    ``value`` is not a list of elements without quotes, or Hydra would not read it so."""
+    import shlex
+
+    from hydra.errors import HydraException
+
+    if not (value.startswith("[") and value.endswith("]")) or '"' in value or "'" in value:
+        return None
+    items = [item.strip() for item in top_level_items(value[1:-1])]
+    if not all(items):
+        return None
+    written = ",".join('"' + item + '"' for item in items)
+    text = f"{key}=[{written}]"
+    try:
+        read = parsed(text).value()
+    except HydraException:
+        return None
+    return shlex.quote(text) if read == items else None
+
+
+def top_level_items(text: str) -> list[str]:
+    """``text`` cut at each comma outside brackets and braces (``a=1,b=[1,2]``: two items)."""
+    items, depth, start = [], 0, 0
+    for at, character in enumerate(text):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            items.append(text[start:at])
+            start = at + 1
+    return [*items, text[start:]]
