@@ -87,6 +87,74 @@ def test_a_key_set_inside_an_interpolation_is_one_line(
     assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
 
 
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "message"),
+    [
+        (  # red team: `model.attention=${attention}` counted as the command line's own node
+            "train",
+            ["model.attention=${attention}", "+model.attention.foo=1"],
+            rf"^\+model\.attention\.foo=1 sets a key inside model\.attention, which is "
+            rf"\$\{{attention\}} \(a copy of attention\): {COPY}; attention has no foo: ",
+        ),
+        (  # and the node it names is the one the command line set
+            "train",
+            ["model.attention=${model.patch_size}", "+model.attention.impl=naive"],
+            r"^\+model\.attention\.impl=naive sets a key inside model\.attention, which is "
+            r"\$\{model\.patch_size\}, a value: no key can be set inside it$",
+        ),
+        (  # it suggested attention.impl=${attention.impl}, which refers to itself
+            "train",
+            ["+model.attention.impl=${attention.impl}"],
+            r"^\+model\.attention\.impl=\$\{attention\.impl\} sets a key inside "
+            r"model\.attention, .*; model\.attention\.impl is \$\{attention\.impl\} already: "
+            r"there is nothing to set$",
+        ),
+    ],
+)
+def test_a_copy_set_again_and_a_key_set_to_itself_are_told(
+    config_name: str, overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
+
+
+UNRESOLVED = r"cannot be resolved \(.+\): an interpolation names a setting of this config"
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "named"),
+    [
+        ("train", ["data.shift=${nope}"], r"data\.shift=\$\{nope\}"),
+        ("train", ["optimizer.lr=${oc.env:VITATTN_UNSET_LR}"], r"optimizer\.lr=\S+"),
+        ("train", ["-m", "seed=1,2", "trainer.max_steps=${nope}"], r"trainer\.max_steps=\S+"),
+        ("train", ["data.shift=${data.shift}"], r"data\.shift=\S+"),  # refers to itself
+        # the bench's scaling mode never builds the data: it took this and ran
+        ("bench", ["mode=scaling", "data.shift=${nope}"], r"data\.shift=\$\{nope\}"),
+        ("bench", ["mode=approx", "data.shift=${nope}"], r"data\.shift=\$\{nope\}"),
+        ("bench", ["seq_lens=[64,${nope}]"], r"seq_lens=\[64,\$\{nope\}\]"),
+        ("bench", ["data.shift=${oc.decode:'[1'}"], r"data\.shift=\S+"),
+        ("check", ["training.overrides=[${nope}]"], r"training\.overrides=\S+"),
+    ],
+)
+def test_a_value_that_cannot_be_resolved_is_one_line_naming_it(
+    config_name: str, overrides: list[str], named: str, tmp_path: Path
+) -> None:
+    message = rf"^{named} {UNRESOLVED}"
+    assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides"),
+    [
+        ("train", ["trainer.default_root_dir=${paths.output_dir}/fit"]),  # the app resolves it
+        ("train", ["data.url=${oc.env:VITATTN_UNSET_URL,http://localhost/c.tar.gz}"]),
+        ("train", ["model.attention=${attention}"]),
+        ("bench", ["batch_size=${heads}"]),
+    ],
+)
+def test_a_value_that_resolves_is_taken(config_name: str, overrides: list[str]) -> None:
+    check_composition(config_name, overrides, hook(config_name))
+
+
 def test_a_sweeps_refusal_names_the_override_as_typed_and_the_sweep_to_type(
     tmp_path: Path,
 ) -> None:
@@ -171,6 +239,16 @@ def test_a_sweeps_jobs_share_the_composition_without_their_swept_values(
 )
 def test_only_a_plain_interpolation_names_a_key(interpolation: str, key: str | None) -> None:
     assert referred(interpolation) == key
+
+
+def test_the_bench_refuses_a_value_it_cannot_resolve_and_makes_nothing(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["mode=scaling", "data.shift=${nope}", "seq_lens=[16]", f"hydra.run.dir={run_dir}"]
+    said = refused("vitattn-bench", *args, data_dir=data_dir, creates=run_dir)
+    assert said.startswith("data.shift=${nope} cannot be resolved (Interpolation key 'nope'")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vitattn.cli.additions import MAX_SHOWN, check_additions
-from vitattn.cli.interpolated import crossing
+from vitattn.cli.interpolated import crossing, unresolved
 from vitattn.cli.overrides import (
     check_syntax,
     given_path,
@@ -400,7 +400,9 @@ def check_composition(
                 f"({composition_message(error)}): no key can be added under a setting that is null"
             ) from error
         line = crossing(overrides, composed_once, additions_only=True, typed=typed)
-        if line is not None:  # the app's own checks would name what replaced the interpolation
+        # the app's own checks would name what replaced the interpolation, or the node
+        line = line or unresolved(cfg, overrides, typed)
+        if line is not None:
             raise ConfigError(line)
         try:
             if validate is not None:

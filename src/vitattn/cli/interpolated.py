@@ -8,6 +8,11 @@ a ``TypeError``. The setting the user means is ``attention.landmarks=3``. :func:
 looks for an override whose key goes through an interpolation of the config and, where it finds
 one, names it and what to set instead: for each addition before the app's own checks, for any
 override where Hydra refused to compose it.
+
+An override whose value is an interpolation that cannot be resolved (``data.shift=${nope}``,
+``optimizer.lr=${oc.env:UNSET}``) is one line naming it (:func:`unresolved`), before the app's
+own checks: a mode that never reads the setting would otherwise take it, and a check that
+builds the setting's object names the node, not the override.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from vitattn.cli.additions import (
     MAX_SHOWN,
@@ -65,12 +71,25 @@ def crossing(
     }
     if not looked_at:
         return None
+    # model.attention=${attention}: the command line set the node, but to a copy again
+    copies = {
+        at
+        for at, override in dotted.items()
+        if not (override.is_add() or override.is_force_add())
+        and overrides[at].partition("=")[2].lstrip().startswith("${")
+    }
     try:
-        base = compose([text for at, text in enumerate(overrides) if at not in dotted])
+        left_out = dotted.keys() - copies
+        base = compose([text for at, text in enumerate(overrides) if at not in left_out])
     except Exception:
-        return None
+        try:  # one of them sets a key inside an interpolation itself
+            base = compose([text for at, text in enumerate(overrides) if at not in dotted])
+        except Exception:
+            return None
     groups = chosen_groups(base)
-    replaced = [(at, key.split(".")) for at, key in values if key not in groups]  # not model=vit
+    replaced = [  # not model=vit, a group's choice
+        (at, key.split(".")) for at, key in values if key not in groups and at not in copies
+    ]
     for at, override in looked_at.items():
         parts = str(override.key_or_group).split(".")
         found = interpolation_on(base, parts[:-1])
@@ -80,6 +99,46 @@ def crossing(
         if any(other != at and node[: len(key)] == key for other, key in replaced):
             continue  # the command line set the node itself (model.attention={...}): it is read
         return refusal((typed or overrides)[at], override, parts, *found, base)
+    return None
+
+
+RUNNING_APP_ONLY = "HydraConfig was not set"
+"""Hydra's message for ``${hydra:...}`` (``${paths.output_dir}``, say) resolved outside a running
+app: such a value is resolved when the app runs, not before."""
+
+
+def unresolved(
+    cfg: DictConfig, overrides: Sequence[str], typed: Sequence[str] | None = None
+) -> str | None:
+    """The line naming the first of ``overrides`` whose value holds an interpolation that
+    ``cfg``, the config composed with them, cannot resolve, or ``None`` where each one can (or
+    only the running app can: :data:`RUNNING_APP_ONLY`). Hydra's own settings are left to
+    Hydra. ``typed``: the command line's overrides, one for each of ``overrides``, which the
+    line names."""
+    for at, text in enumerate(overrides):
+        try:
+            override = parsed(text)
+        except Exception:
+            return None
+        key = str(override.key_or_group)
+        if override.is_delete() or "${" not in text.partition("=")[2] or hydras(key):
+            continue
+        if "/" in key or override.package:
+            continue
+        try:
+            value = OmegaConf.select(cfg, key, throw_on_missing=False)
+            if isinstance(value, DictConfig | ListConfig):
+                OmegaConf.to_container(value, resolve=True)
+        except OmegaConfBaseException as error:
+            why = one_line(str(error).splitlines()[0] if str(error) else type(error).__name__)
+            if RUNNING_APP_ONLY in why:
+                continue
+            shown = cut_apart(one_line((typed or overrides)[at]), MAX_SHOWN)
+            return (
+                f"{shown} cannot be resolved ({cut_apart(why, MAX_SHOWN)}): an interpolation "
+                "names a setting of this config, ${<key>}, or a resolver's value, "
+                "${oc.env:NAME,default}"
+            )
     return None
 
 
@@ -163,6 +222,9 @@ def refusal(
     if existing_prefix(base, meant) == meant:
         sign = "++" if override.is_force_add() else ""
         value = text.split("=", 1)[1] if "=" in text else ""
+        if referred(value.strip()) == ".".join(meant):
+            copied = ".".join(parts)
+            return f"{copy}; {copied} is {value.strip()} already: there is nothing to set"
         instead = cut_apart(one_line(f"{sign}{'.'.join(meant)}={value}"), MAX_SHOWN)
         return f"{copy} and nothing reads it; set {instead}"
     parent = ".".join(meant[:-1])
