@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import stat
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,21 @@ NOT_OPTUNAS = {
         ["create trigger planted before insert on trials begin select raise(abort, 'no'); end"],
         "holds a trigger (planted), which Optuna never makes",
     ),
+    "an index of its own (an expression sqlite evaluates for each row Optuna writes: a hang)": (
+        [
+            "create index ix_trials_planted on trials("
+            + ", ".join(["length(hex(zeroblob(min(number, 1) * 100000000)))"] * 100)
+            + ")"
+        ],
+        "holds an index (ix_trials_planted), which Optuna never makes",
+    ),
+    "a generated column (evaluated as each row is written)": (
+        [
+            "alter table trial_values add column planted integer generated always as "
+            "(length(hex(zeroblob(100000000)))) virtual"
+        ],
+        "holds a table (trial_values) that is not as Optuna makes it (CREATE TABLE trial_values",
+    ),
     "two studies of one name": (
         [
             "drop index ix_studies_study_name",
@@ -200,7 +216,7 @@ NOT_OPTUNAS = {
         ["update trials set number = 5 where trial_id = 2"],
         "numbers its 3 trials otherwise than 0 to 2, as Optuna numbers them",
     ),
-    "a CHECK constraint Optuna never makes (the search's first ask broke it)": (
+    "a CHECK constraint Optuna never makes (the search's first ask broke it, until 2026-11-30)": (
         [
             "pragma legacy_alter_table = on",  # the other tables still name `trials`
             "alter table trials rename to trials_before",
@@ -210,9 +226,10 @@ NOT_OPTUNAS = {
             "insert into trials select * from trials_before",
             "drop table trials_before",
         ],
-        "Optuna could not go on with the study (IntegrityError: (sqlite3.IntegrityError) CHECK "
-        "constraint failed: state != 'RUNNING'); the study keeps what the search told it, and "
-        "the jobs run so far their directories",
+        "(hydra.sweeper.storage) holds a table (trials) that is not as Optuna makes it (CREATE "
+        "TABLE trials (trial_id integer not null primary key, number integer, study_id integer "
+        "references studies (study_id), state varchar(8) not null check (state != 'RUNNING'), "
+        f"datetime_start datetime, datetime_complete datetime)): {FILE_KEPT}",
     ),
     "study attributes that are not JSON (the metric names read as the search starts)": (
         [
@@ -240,9 +257,34 @@ def test_a_study_file_optuna_never_makes_is_one_line_and_kept(
     """Each was a traceback on the code before (a view, a hang; two studies of one name, a
     third added to the file before the traceback), or a study whose jobs all failed."""
     statements, message = NOT_OPTUNAS[edit]
-    hangs = edit.startswith("a view")  # its own process, under a time limit
+    hangs = edit.startswith(("a view", "an index"))  # its own process, under a time limit
     _, said = planted_refusal(tmp_path, sql(*statements), data_dir=data_dir, capped=hangs)
     assert message in said, said
+
+
+def test_a_journal_naming_a_file_to_delete_is_refused_and_the_file_kept(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A rollback journal beside the study that records a super-journal: sqlite, playing the
+    journal back as the check opened the study, read the file it names and deleted it (a file
+    outside the sweep, here), and the search went on (red team)."""
+    victim = tmp_path / "victim"
+    victim.write_text("kept\n")
+    name = str(victim).encode()
+    trailer = struct.pack(">I", 0) + name + struct.pack(">I", len(name))
+    magic = bytes.fromhex("d9d505f920a163d7")  # sqlite's pager.c, aJournalMagic
+    trailer += struct.pack(">I", sum(name) & 0xFFFFFFFF) + magic
+
+    def plant(path: Path) -> None:
+        path.with_name("optuna.db-journal").write_bytes(b"\x01" + bytes(511) + trailer)
+
+    path, said = planted_refusal(tmp_path, plant, data_dir=data_dir)
+    assert said.startswith(f"{path} (hydra.sweeper.storage) has beside it optuna.db-journal, a "), (
+        said
+    )
+    assert "names a super-journal, a file sqlite would read and delete" in said
+    assert victim.read_text() == "kept\n"
+    assert path.with_name("optuna.db-journal").stat().st_size == 512 + len(trailer)
 
 
 def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir: Path) -> None:

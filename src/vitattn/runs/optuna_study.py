@@ -9,19 +9,31 @@ gigabytes. Each is refused in one line naming the file, which is kept as it is; 
 meets a user who changed a parameter's kind (or a choice's options) and continued the search
 into the same study. Links in a sweep directory are refused before this, with its lock
 (:func:`vitattn.runs.layout.refuse_planted_links`).
+
+sqlite itself acts on what the file says as it opens and writes it: a rollback journal beside the
+study is played back, and one that records a super-journal (a transaction across several
+databases, which Optuna never makes) names a file sqlite reads whole and then deletes, anywhere;
+an index, a table's ``CHECK`` or default, or a generated column is an expression sqlite
+evaluates for each row Optuna writes, which can take hours or gigabytes. A journal with a
+super-journal is refused before sqlite opens the study, and every object of the study's schema
+must be one Optuna itself makes (:func:`optuna_schema`), before Optuna writes a row.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sqlite3
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vitattn.errors import ConfigError
-from vitattn.runs.files import one_line
+from vitattn.runs.files import UnreadableFileError, one_line, open_regular
 from vitattn.runs.optuna_space import SPACE_SETTING, describe
+from vitattn.utils.config import cut_apart
 
 SQLITE = "sqlite:///"
 OPTUNA_TABLES = {"studies", "trials", "version_info", "alembic_version"}
@@ -91,6 +103,8 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
         # then checked as the roll-back left it.
         journal = path.with_name(f"{path.name}-journal")
         mode = "rw" if journal.is_file() and journal.stat().st_size > 0 else "ro"
+        problem = super_journal_problem(journal) if mode == "rw" else None
+    if problem is None:
         try:
             database = sqlite3.connect(f"file:{path}?mode={mode}", uri=True)
             try:
@@ -105,6 +119,79 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
             f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
             "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
         )
+
+
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+"""The eight bytes sqlite ends a rollback journal with where it records a super-journal's name
+(sqlite's ``pager.c``, ``writeSuperJournal``: the name, its length, its checksum, these)."""
+
+
+def super_journal_problem(journal: Path) -> str | None:
+    """Why the rollback journal ``journal`` must not be played back, or ``None``: it records a
+    super-journal, whose named file sqlite would read whole and delete as it opens the study."""
+    try:
+        with open_regular(journal, max_bytes=None) as file:
+            size = os.fstat(file.fileno()).st_size
+            if size < len(JOURNAL_MAGIC) + 8:
+                return None
+            file.seek(size - len(JOURNAL_MAGIC))
+            if file.read(len(JOURNAL_MAGIC)) != JOURNAL_MAGIC:
+                return None
+    except UnreadableFileError as error:
+        return f"has beside it {one_line(journal.name)}, which {error.problem}"
+    return (
+        f"has beside it {one_line(journal.name)}, a journal that names a super-journal, a file "
+        "sqlite would read and delete as it plays the journal back (Optuna never writes one)"
+    )
+
+
+SQL_SHOWN = 300
+"""The most characters of a table's SQL a refusal shows."""
+SchemaObject = tuple[str, str, str, str]
+"""An object of a sqlite schema: its type, name, table and SQL (spaces as one)."""
+
+
+@functools.cache
+def optuna_schema() -> frozenset[SchemaObject]:
+    """The objects of the schema the installed Optuna makes for a new study database (tables,
+    their indexes and sqlite's automatic ones), read from one made for the purpose."""
+    import optuna
+
+    with tempfile.TemporaryDirectory(prefix="vitattn-optuna-schema-") as folder:
+        path = Path(folder) / "schema.db"
+        storage = optuna.storages.RDBStorage(f"{SQLITE}{path}")
+        storage.engine.dispose()
+        database = sqlite3.connect(path)
+        try:
+            return frozenset(schema_of(database))
+        finally:
+            database.close()
+
+
+def schema_of(database: sqlite3.Connection) -> list[SchemaObject]:
+    """The objects of ``database``'s schema, their SQL with its runs of spaces made one."""
+    listed = database.execute("select type, name, tbl_name, coalesce(sql, '') from sqlite_master")
+    return [(str(a), str(b), str(c), " ".join(str(d).split())) for a, b, c, d in listed]
+
+
+def schema_problem(database: sqlite3.Connection) -> str | None:
+    """The first object of ``database``'s schema the installed Optuna does not make (a view, a
+    trigger, an index of its own, a table whose columns or constraints are not Optuna's), told
+    as a problem of the file, or ``None``."""
+    made = optuna_schema()
+    told_first = {"view": 0, "trigger": 1, "index": 2}  # a view is told as one, not its table
+    for found in sorted(schema_of(database), key=lambda found: told_first.get(found[0], 3)):
+        if found in made:
+            continue
+        kind, name, _, sql = found
+        shown = one_line(name)[:MAX_SHOWN]
+        if kind == "table" and any(o[:2] == ("table", name) for o in made):
+            return (
+                f"holds a table ({shown}) that is not as Optuna makes it "
+                f"({cut_apart(one_line(sql), SQL_SHOWN)})"
+            )
+        return f"holds a{'n' if kind == 'index' else ''} {kind} ({shown}), which Optuna never makes"
+    return None
 
 
 def stored_bytes(path: Path) -> int:
@@ -122,14 +209,14 @@ def too_large(size: int, bounds: StudyBounds) -> str | None:
 
 def database_problem(database: sqlite3.Connection, bounds: StudyBounds) -> str | None:
     """What keeps ``database`` from being a study a search reads, or ``None``."""
-    views = "select type, name from sqlite_master where type in ('view', 'trigger')"
-    made = database.execute(views).fetchone()
-    if made is not None:  # a view named trials could count for ever
-        return f"holds a {made[0]} ({one_line(made[1])[:MAX_SHOWN]}), which Optuna never makes"
+    listed = database.execute("select name from sqlite_master where type in ('table', 'view')")
+    if not OPTUNA_TABLES.issubset(row[0] for row in listed):
+        return "is a database without an Optuna study"
+    problem = schema_problem(database)  # a view named trials could count for ever
+    if problem is not None:
+        return problem
     listed = database.execute("select name from sqlite_master where type = 'table'")
     tables = {row[0] for row in listed}
-    if not OPTUNA_TABLES.issubset(tables):
-        return "is a database without an Optuna study"
     trials = count(database, "trials")
     if trials > bounds.trials:
         return f"holds {trials} trials, more than the {bounds.trials} a search reads"
