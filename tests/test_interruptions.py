@@ -333,6 +333,29 @@ def test_a_refused_resume_leaves_the_run_byte_for_byte(
     assert tree_digest(stopped_run) == before
 
 
+def test_a_refused_resume_puts_a_sparse_log_back_without_copying_it(
+    stopped_run: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """The run's log of 64 MiB of holes (a few kilobytes on disk): a resume refused once Hydra
+    had written copied it whole into a temporary folder, and back into the run as 64 MiB of
+    real blocks (a log of 50 GB would have filled the disk); the copy stayed in /tmp when the
+    command was killed (red team)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(stopped_run, run_dir, symlinks=True)
+    log_file = run_dir / "train.log"
+    os.truncate(log_file, 64 << 20)
+    before = tree_digest(run_dir)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    args = ["resume=true", f"hydra.run.dir={run_dir}", WITHOUT_FAULT]
+    args += ["paths.data_dir=/nonexistent", "data.download=false"]
+    said = refused("vitattn-train", *args, data_dir=data_dir, env={"TMPDIR": str(temporary)})
+    assert "holds no cifar-10-batches" in said
+    assert tree_digest(run_dir) == before
+    assert log_file.stat().st_blocks * 512 < 1 << 20  # still holes
+    assert list(temporary.iterdir()) == []
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     """A real tmpfs of ``request.param`` bytes mounted in ``tmp_path`` (root only: skipped where

@@ -500,6 +500,15 @@ def test_set_aside_numbers_on_and_keeps_the_file(run: Path) -> None:
     assert (run / "f.json.unreadable-8").read_text() == "2"
 
 
+def test_a_planted_number_too_long_for_a_name_is_passed_over(run: Path) -> None:
+    """``metrics.csv.unreadable-999…9`` (232 digits) planted beside it: the next name was longer
+    than a file system takes, and the resume ended in "unexpected OSError" (red team)."""
+    (run / "metrics.csv").write_text("garbage")
+    (run / f"metrics.csv.unreadable-{'9' * 232}").write_text("planted")
+    assert set_aside_unreadable(run / "metrics.csv").name == "metrics.csv.unreadable-1"
+    assert (run / "metrics.csv.unreadable-1").read_text() == "garbage"
+
+
 def test_inside_resolves_links_and_dots(run: Path, elsewhere: Path) -> None:
     plant(run / "away", elsewhere)
     assert inside(run / "a" / "b", run)

@@ -493,11 +493,13 @@ def whole_number(content: dict[str, Any], key: str, path: Path) -> int:
 
 def set_aside_unreadable(path: Path) -> Path:
     """Rename ``path`` (a file that could not be read) to ``<name>.unreadable-<n>`` beside it,
-    ``n`` the first number free; the new path. The file itself (a link: the link) is kept."""
+    ``n`` the first number free; the new path. The file itself (a link: the link) is kept.
+    Numbers of more than nine digits are not vitattn's (a planted one made the next name longer
+    than a file system takes)."""
     taken = [
         int(match.group(1))
         for other in path.parent.iterdir()
-        if (match := re.fullmatch(re.escape(path.name) + r"\.unreadable-([0-9]+)", other.name))
+        if (match := re.fullmatch(re.escape(path.name) + r"\.unreadable-([0-9]{1,9})", other.name))
     ]
     target = path.with_name(f"{path.name}.unreadable-{1 + max(taken, default=0)}")
     check_confined(target)

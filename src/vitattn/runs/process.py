@@ -23,18 +23,36 @@ from vitattn.runs.files import remove_file, replacing, unconfine
 from vitattn.runs.layout import HOLDER, RESERVE
 
 
+@dataclass(frozen=True)
+class FileBefore:
+    """A regular file of a run directory where Hydra is about to write, as it was: which file it
+    was, its size, mode and times, and its bytes where it has at most
+    :data:`vitattn.runs.task.MAX_KEPT` (a log is appended to, so it is put back by cutting it to
+    its size, never copied: a sparse log of gigabytes stays a few bytes on disk)."""
+
+    identity: tuple[int, int]
+    """``(st_dev, st_ino)``."""
+    size: int
+    mode: int
+    times: tuple[int, int]
+    """``(st_atime_ns, st_mtime_ns)``."""
+    content: bytes | None
+
+
 @dataclass
 class RunDirectoryBefore:
     """What an existing run directory held where Hydra is about to write, before this command.
 
-    ``backup`` holds copies of its ``.hydra/`` folder and ``*.log`` files, so that a run that is
-    refused after Hydra wrote them (a resume whose data is missing, say) can put them back byte
-    for byte; ``existed`` is ``False`` for a directory this command creates.
+    ``files`` records its ``.hydra/`` files, ``*.log`` files and lock files, by their path in it,
+    so that a run refused after Hydra wrote them (a resume whose data is missing, say) can put
+    them back byte for byte; ``hydra_dir``, whether its ``.hydra/`` folder was there;
+    ``existed`` is ``False`` for a directory this command creates.
     """
 
     path: Path
     existed: bool
-    backup: Path | None = None
+    files: dict[str, FileBefore] = field(default_factory=dict)
+    hydra_dir: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ The counterpart of lightning-hydra-template's ``task_wrapper``: :func:`run_task`
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
+import os
 import shutil
+import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,12 +32,15 @@ from vitattn.runs.files import (
     UnsafeWriteError,
     check_confined,
     make_folder,
+    open_regular,
     read_json,
+    remove_file,
+    replacing,
     set_aside_unreadable,
 )
 from vitattn.runs.layout import ATTEMPTS_FILE, HOLDER, HYDRA_DIR, LOCK, METRICS, RunDir, RunState
 from vitattn.runs.lock import RunDirectoryInUseError, hold_run_directory, release_run_directory
-from vitattn.runs.process import RunDirectoryBefore, free_reserve, this_process
+from vitattn.runs.process import FileBefore, RunDirectoryBefore, free_reserve, this_process
 from vitattn.runs.results import write_json
 
 log = logging.getLogger(__name__)
@@ -46,11 +49,21 @@ T = TypeVar("T")
 
 HYDRA_WRITES = (HYDRA_DIR,)
 """What Hydra writes into a run directory before the task runs, besides ``*.log`` files."""
+HYDRA_FILES = tuple(
+    f"{HYDRA_DIR}/{name}" for name in ("config.yaml", "hydra.yaml", "overrides.yaml")
+)
+"""The files Hydra writes into a run's ``.hydra/`` (each rewritten whole)."""
 LOCK_FILES = (LOCK, HOLDER)
+MAX_KEPT = 16 << 20
+"""The most bytes of a file :func:`remember_run_directory` keeps to put back: Hydra's files and
+the lock's are a few kilobytes, and a log larger than this is put back by cutting it to its
+size."""
 
 
 def remember_run_directory(run_dir: Path | None) -> None:
-    """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes."""
+    """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes:
+    each file Hydra or the lock writes there (:class:`FileBefore`), in memory. A link at such a
+    name is not read (it is removed if the run is refused)."""
     process = this_process()
     if run_dir is None:
         process.before = None
@@ -59,10 +72,105 @@ def remember_run_directory(run_dir: Path | None) -> None:
     if not path.is_dir():
         process.before = RunDirectoryBefore(path, existed=False)
         return
-    backup = Path(tempfile.mkdtemp(prefix="vitattn-run-before-"))
-    atexit.register(shutil.rmtree, backup, ignore_errors=True)
-    _copy_entries(path, backup, [e for e in _hydra_entries(path) if not e.is_symlink()])
-    process.before = RunDirectoryBefore(path, existed=True, backup=backup)
+    hydra_dir = path / HYDRA_DIR
+    files = {}
+    for relative in _written_names(path):
+        before = _file_before(path / relative)
+        if before is not None:
+            files[relative] = before
+    process.before = RunDirectoryBefore(
+        path, existed=True, files=files, hydra_dir=hydra_dir.is_dir() and not hydra_dir.is_symlink()
+    )
+
+
+def _written_names(path: Path) -> list[str]:
+    """The paths in the run directory ``path`` a command writes before its task runs: Hydra's
+    ``.hydra/`` files (not through a link at ``.hydra``) and ``*.log`` files, and the lock's
+    files (:mod:`vitattn.runs.lock`)."""
+    hydra_dir = path / HYDRA_DIR
+    hydra = list(HYDRA_FILES) if hydra_dir.is_dir() and not hydra_dir.is_symlink() else []
+    logs = [entry.name for entry in path.iterdir() if entry.suffix == ".log"]
+    return [*hydra, *LOCK_FILES, *sorted(logs)]
+
+
+def _file_before(path: Path) -> FileBefore | None:
+    """``path`` as it is, if it is a regular file (``None`` for a link or anything else)."""
+    try:
+        status = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    content = None
+    if status.st_size <= MAX_KEPT:
+        with open_regular(path, max_bytes=MAX_KEPT) as file:
+            content = file.read(MAX_KEPT + 1)
+    return FileBefore(
+        identity=(status.st_dev, status.st_ino),
+        size=status.st_size,
+        mode=stat.S_IMODE(status.st_mode),
+        times=(status.st_atime_ns, status.st_mtime_ns),
+        content=content,
+    )
+
+
+def _put_back(output_dir: Path, before: RunDirectoryBefore) -> None:
+    """Put what Hydra and the lock wrote into the existing run directory ``output_dir`` back as
+    ``before`` recorded it; remove what it did not hold, links at those names among them."""
+    hydra_dir = output_dir / HYDRA_DIR
+    if hydra_dir.is_symlink():
+        remove_file(hydra_dir)
+    names = dict.fromkeys([*_written_names(output_dir), *before.files])
+    for relative in names:
+        path = output_dir / relative
+        check_confined(path)
+        was = before.files.get(relative)
+        if was is None:
+            if path.is_symlink() or path.is_file():
+                remove_file(path)
+            continue
+        if _appended(path, relative, was):
+            descriptor = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                os.ftruncate(descriptor, was.size)
+            finally:
+                os.close(descriptor)
+        elif was.content is not None:
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                remove_file(path)
+            with replacing(path) as handle:
+                handle.write(was.content)
+                os.fchmod(handle.fileno(), was.mode)
+        else:
+            log.warning(
+                "%s could not be put back as it was (replaced while the run was refused)", path
+            )
+            continue
+        os.utime(path, ns=was.times, follow_symlinks=False)
+    if not before.hydra_dir and hydra_dir.is_dir() and not hydra_dir.is_symlink():
+        with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
+            hydra_dir.rmdir()
+
+
+def _appended(path: Path, relative: str, was: FileBefore) -> bool:
+    """Whether ``path`` is the log ``was`` recorded, only appended to since."""
+    if not relative.endswith(".log"):
+        return False
+    try:
+        now = path.lstat()
+    except FileNotFoundError:
+        return False
+    same = stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == was.identity
+    return same and now.st_size >= was.size
+
+
+def _remove_hydra_entries(output_dir: Path) -> None:
+    for entry in _hydra_entries(output_dir):
+        check_confined(entry)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _hydra_entries(path: Path) -> list[Path]:
@@ -78,25 +186,6 @@ def _hydra_entries(path: Path) -> list[Path]:
             and (entry.suffix == ".log" or entry.name in LOCK_FILES)
         )
     ]
-
-
-def _copy_entries(source: Path, target: Path, entries: list[Path] | None = None) -> None:
-    """Copy files and folders of ``source`` (all, or ``entries``) into ``target`` as they are."""
-    for entry in entries if entries is not None else list(source.iterdir()):
-        check_confined(target / entry.name)
-        if entry.is_dir():
-            shutil.copytree(entry, target / entry.name, symlinks=True)
-        else:
-            shutil.copy2(entry, target / entry.name)
-
-
-def _remove_hydra_entries(output_dir: Path) -> None:
-    for entry in _hydra_entries(output_dir):
-        check_confined(entry)
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
 
 
 def remove_unstarted_run(output_dir: Path) -> None:
@@ -115,9 +204,7 @@ def remove_unstarted_run(output_dir: Path) -> None:
         if not before.existed:
             shutil.rmtree(output_dir, ignore_errors=True)
             return
-        _remove_hydra_entries(output_dir)
-        assert before.backup is not None
-        _copy_entries(before.backup, output_dir)
+        _put_back(output_dir, before)
         return
     _remove_hydra_entries(output_dir)
     with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
