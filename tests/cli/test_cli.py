@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.in_process import refused_in_process
-from tests.support.runners import BIN, run_cli
+from tests.support.runners import BIN, assert_one_line_refusal, run_cli
 from vitattn.cli.console import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
@@ -52,13 +52,38 @@ def test_a_group_set_to_null_is_one_line(program: str, given: list[str], data_di
     assert said.endswith(" (a group is left out with ~logger, not null)")
 
 
-def test_a_sweep_is_checked_value_by_value() -> None:
+def test_a_small_sweep_is_checked_job_by_job_and_a_large_one_value_by_value() -> None:
+    """Each swept value was checked with the first value of the others only, and no more than
+    64 of them: ``model.embed_dim=32,20 model.heads=2,8`` trained three jobs before the fourth
+    failed, and ``seed=range(0,70) model.heads=4,3`` started 140 jobs (red team)."""
     assert single_runs(["a=1", "b=2"]) == [["a=1", "b=2"]]
     assert single_runs(["-m", "a=1,2", "b=3", "c=4,5"]) == [
         ["a=1", "b=3", "c=4"],
-        ["a=2", "b=3", "c=4"],
         ["a=1", "b=3", "c=5"],
+        ["a=2", "b=3", "c=4"],
+        ["a=2", "b=3", "c=5"],
     ]
+    large = single_runs(["-m", "seed=range(0,70)", "b=4,3"])
+    assert large[:3] == [["seed=0", "b=4"], ["seed=1", "b=3"], ["seed=2", "b=4"]]
+    assert len(large) == 70
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        (
+            ["model.embed_dim=32,20", "model.heads=2,8"],
+            r"^model\.embed_dim=20 is not divisible by model\.heads=8",
+        ),
+        (["seed=range(0,70)", "model.heads=4,3"], r"is not divisible by model\.heads=3"),
+    ],
+)
+def test_a_sweep_whose_jobs_fail_together_is_refused_before_it_starts(
+    sweep: list[str], message: str, tmp_path: Path
+) -> None:
+    from vitattn.train import validate
+
+    assert_one_line_refusal("train", ["-m", *sweep], validate, message, tmp_path / "run")
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ and exit status 1, with nothing created:
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -59,7 +60,8 @@ HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 MAX_COMPOSITIONS = 64
-"""Sweeps are checked value by value, up to this many compositions."""
+"""A sweep of at most this many jobs is checked job by job; a larger one, each swept value at
+least once, in at most this many compositions (each takes about half a second)."""
 
 OUTPUT_SETTINGS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir")
 
@@ -327,8 +329,11 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
 
 
 def single_runs(arguments: Sequence[str]) -> list[list[str]]:
-    """The override lists of the jobs to check: one for a single run; for a sweep (``-m``),
-    every value of each swept setting with the first value of the others."""
+    """The override lists of the jobs to check, the first job first: one for a single run; for
+    a sweep (``-m``), every job where it has at most :data:`MAX_COMPOSITIONS` (settings that
+    are valid one by one may not be together: ``model.embed_dim=32,20 model.heads=2,8``), else
+    every value of each swept setting at least once, the i-th values of each together, the
+    first :data:`MAX_COMPOSITIONS` of them checked."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = overrides_of(arguments)
@@ -342,12 +347,10 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
             choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
             choices.append([text])
-    first = [options[0] for options in choices]
-    jobs = [first]
-    for index, options in enumerate(choices):
-        for option in options[1:]:
-            jobs.append([*first[:index], option, *first[index + 1 :]])
-    return jobs
+    if math.prod(len(options) for options in choices) <= MAX_COMPOSITIONS:
+        return [list(job) for job in itertools.product(*choices)]
+    longest = max(len(options) for options in choices)
+    return [[options[at % len(options)] for options in choices] for at in range(longest)]
 
 
 def check_composition(
