@@ -133,6 +133,10 @@ def test_bad_input_is_one_line_before_the_run(
             ["sections=[training]", 'training.overrides=["-m"]'],  # ran, then a traceback
             r"^training\.overrides=\[-m\]: -m is a flag of a command line, not an override; ",
         ),
+        (  # every row failed, and the check exited 0 (red team)
+            ["sections=[training]", "training.precision=banana"],
+            r"^training\.precision='banana' is not valid; choose one of .*\| bf16-mixed \|",
+        ),
     ],
 )
 def test_the_overrides_the_check_trains_with_are_checked_before_the_run(
@@ -141,6 +145,19 @@ def test_the_overrides_the_check_trains_with_are_checked_before_the_run(
     """They were checked only as each row trained: every row failed with the same line."""
     assert_one_line_refusal(
         "check", ["device=cpu", *overrides], check_command, message, tmp_path / "run"
+    )
+
+
+def test_the_bench_refuses_a_precision_lightning_does_not_take(tmp_path: Path) -> None:
+    """Its run directory was made, then an unexpected ValueError ended it (red team)."""
+    from vitattn.bench.app import check_command as check_bench_command
+
+    assert_one_line_refusal(
+        "bench",
+        ["mode=train", "train.precision=banana"],
+        check_bench_command,
+        r"^train\.precision='banana' is not valid; choose one of ",
+        tmp_path / "run",
     )
 
 

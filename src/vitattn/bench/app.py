@@ -70,9 +70,10 @@ def check_command(cfg: DictConfig) -> None:
     ``vitattn-train`` overrides it trains ours with."""
     settings = load_settings(cfg)
     if settings.mode == Mode.train:
-        from vitattn.bench.train_speed import check_train_overrides
+        from vitattn.bench.train_speed import check_precision, check_train_overrides
 
         train = settings.train
+        check_precision("train.precision", train.precision)
         check_train_overrides("train.overrides", train.overrides, train.model, [train.attention])
 
 

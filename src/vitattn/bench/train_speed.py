@@ -174,6 +174,18 @@ def train_config(train: TrainSettings, compile: bool = False) -> DictConfig:
         return compose(config_name="train", overrides=overrides, return_hydra_config=False)
 
 
+def check_precision(setting: str, precision: str) -> None:
+    """``precision``, which :func:`bare_trainer` gives Lightning's Trainer, one that the Trainer
+    takes (its ``precision`` type hint), else one line naming ``setting`` and what is valid: a
+    Trainer built with another failed every row of a command that then exited 0."""
+    from lightning import Trainer
+
+    from vitattn.utils import checks
+
+    hints, _, _ = checks.signature_of(Trainer)
+    checks.of_type(setting, precision, hints["precision"])
+
+
 def check_train_overrides(
     setting: str, overrides: Sequence[str], model: str, attentions: Sequence[str]
 ) -> None:

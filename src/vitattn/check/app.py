@@ -84,9 +84,10 @@ def check_command(cfg: DictConfig) -> None:
     if Section.reference in settings.sections and "softmax" not in trained:
         trained.append("softmax")  # ours beside timm's
     if trained:
-        from vitattn.bench.train_speed import check_train_overrides
+        from vitattn.bench.train_speed import check_precision, check_train_overrides
 
         training = settings.training
+        check_precision("training.precision", training.precision)
         check_train_overrides("training.overrides", training.overrides, training.model, trained)
 
 
