@@ -17,6 +17,7 @@ from vitattn.cli.console import (
     NUMBERED_JOB_DIR,
     check_composition,
     check_group_choices,
+    check_path_names,
     composition_message,
     console_main,
     explicit_run_dir,
@@ -493,3 +494,44 @@ def test_two_commands_at_once_are_argparses_usage_error_not_a_traceback(
         "--shell-completion can be specified"
     )
     assert not sweep.exists()
+
+
+LONG_NAME = "a" * 300
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"hydra.run.dir=/tmp/x/{LONG_NAME}",
+        f"hydra.sweep.dir=/tmp/{LONG_NAME}",
+        f"paths.log_dir=/tmp/{LONG_NAME}",
+        f"ckpt_path=/tmp/{LONG_NAME}.ckpt",
+        f"data.data_dir=/tmp/{LONG_NAME}",
+        f"callbacks.last_checkpoint.filename={LONG_NAME}",
+        "paths.log_dir=" + "/abc" * 1100,  # 4,400 bytes in all
+    ],
+)
+def test_a_path_no_file_system_takes_is_one_line(override: str) -> None:
+    """Each ended in a traceback of ``File name too long`` from the checks that look at it (a
+    run directory, a checkpoint), or made the run directory first (the data) (red team)."""
+    with pytest.raises(ConfigError, match=r"a file system takes; choose a shorter path$") as error:
+        check_path_names([override])
+    assert str(error.value).startswith(override.split("=", 1)[0] + "=")
+
+
+@pytest.mark.parametrize(
+    "override", [f"+note={LONG_NAME}", "data.url=https://example.org/" + "b" * 300, "seed=1"]
+)
+def test_a_long_value_that_names_no_path_is_taken(override: str) -> None:
+    check_path_names([override])
+
+
+@pytest.mark.parametrize("program", ["vitattn-train", "vitattn-eval"])
+def test_the_console_refuses_a_path_too_long_before_anything(
+    program: str, tmp_path: Path, data_dir: Path
+) -> None:
+    said = refused_in_process(program, f"ckpt_path={tmp_path}/{LONG_NAME}.ckpt", data_dir=data_dir)
+    assert said.endswith(
+        "a name in it is 305 bytes, more than the 255 a file system takes; choose a shorter path"
+    )
+    assert list(tmp_path.iterdir()) == []

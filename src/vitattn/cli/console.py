@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from vitattn.cli.additions import MAX_SHOWN, check_additions
 from vitattn.cli.interpolated import crossing, unresolved
 from vitattn.cli.overrides import (
+    NAME_MAX,
     check_syntax,
     given_path,
     given_values,
@@ -81,6 +82,7 @@ def console_main(
     try:
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
             check_syntax(arguments)
+            check_path_names(arguments)
         check_given_runs(arguments)
         if prepare is not None:
             arguments = prepare(arguments)
@@ -282,6 +284,33 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
                     f"{group}={value} is not a known {group}; choose one of: {', '.join(valid)}"
                     f"{hint}"
                 )
+
+
+PATH_MAX = 4095
+"""The most bytes of a whole path the kernel takes (``PATH_MAX``, less its ending zero)."""
+PATH_KEYS = ("dir", "path", "dirpath", "filename")
+"""The last words of the settings that name a file or folder (``hydra.run.dir``,
+``ckpt_path``, ``data.data_dir``, ``callbacks.last_checkpoint.dirpath``), besides ``paths.*``."""
+
+
+def check_path_names(arguments: Sequence[str]) -> None:
+    """Refuse in one line a path given on the command line that no file system takes: a name in
+    it longer than :data:`NAME_MAX` bytes, or the whole longer than :data:`PATH_MAX` (the checks
+    that look at it, and Hydra's, ended in a traceback of ``File name too long``)."""
+    for key, value in given_values(arguments).items():
+        last = key.rsplit(".", 1)[-1]
+        if not isinstance(value, str) or not (key.startswith("paths.") or last.endswith(PATH_KEYS)):
+            continue
+        encoded = os.fsencode(value)
+        longest = max(encoded.split(b"/"), key=len)
+        if len(longest) > NAME_MAX or len(encoded) > PATH_MAX:
+            shown = cut_apart(one_line(value), 120)
+            what = (
+                f"a name in it is {len(longest)} bytes, more than the {NAME_MAX}"
+                if len(longest) > NAME_MAX
+                else f"it is {len(encoded)} bytes, more than the {PATH_MAX}"
+            )
+            raise ConfigError(f"{key}={shown}: {what} a file system takes; choose a shorter path")
 
 
 def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "outputs") -> None:

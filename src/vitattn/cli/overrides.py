@@ -21,9 +21,10 @@ from vitattn.utils.hydra_grammar import for_the_shell, parsed, quoted_list
 
 HYDRA_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
-MAX_KEY_BYTES = 255
-"""The longest key an override may have: Hydra looks every key up as a config group, a folder
-name, and a name longer than a file system takes ends its composition in ``OSError``."""
+NAME_MAX = 255
+"""The most bytes of one name in a path that Linux's file systems take (``NAME_MAX``): the
+longest key an override may have too, since Hydra looks every key up as a config group, a
+folder name, and a name longer than this ends its composition in ``OSError``."""
 MAX_SHOWN = 500
 """Characters of an override a refusal shows."""
 
@@ -91,10 +92,10 @@ def check_syntax(arguments: Sequence[str]) -> None:
             shown = cut_apart(one_line(text), MAX_SHOWN)
             raise ConfigError(f"{shown} cannot be read ({one_line(why)}); {hint}") from None
         size = len(str(override.key_or_group).encode(errors="surrogatepass"))
-        if size > MAX_KEY_BYTES:
+        if size > NAME_MAX:
             raise ConfigError(
                 f"{cut_apart(one_line(text), MAX_SHOWN)}: its key is {size} bytes, more than "
-                f"the {MAX_KEY_BYTES} Hydra can take (it looks each key up as a file name)"
+                f"the {NAME_MAX} Hydra can take (it looks each key up as a file name)"
             )
 
 
