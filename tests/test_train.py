@@ -172,6 +172,23 @@ def test_missing_data_that_cannot_be_downloaded_ends_in_one_line(tmp_path: Path,
     ), said
 
 
+def test_a_run_refused_in_the_app_leaves_no_run_folder_and_one_line(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A run directory Hydra named (no ``hydra.run.dir``), refused once the app ran: the space
+    its lock set aside kept it from being removed, and Lightning's "Seed set to 42" came on
+    stderr before the one line (red team)."""
+    outputs = tmp_path / "outputs"
+    args = ["paths.data_dir=/nonexistent/cifar", "data.download=false", "trainer=cpu"]
+    result = run_cli(
+        "vitattn-train", *args, f"paths.log_dir={outputs}", data_dir=data_dir, check=False
+    )
+    said = refusal_message("vitattn-train", result)
+    assert "holds no cifar-10-batches-py/ and data.download=false" in said
+    assert result.stderr.strip().splitlines() == [f"vitattn-train: error: {said}"]
+    assert list((outputs / "train" / "runs").iterdir()) == []
+
+
 @pytest.mark.slow
 def test_damaged_data_ends_in_one_line(tmp_path: Path, data_dir: Path) -> None:
     import shutil

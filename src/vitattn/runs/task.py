@@ -202,10 +202,12 @@ def remove_unstarted_run(output_dir: Path) -> None:
     before = this_process().before
     if before is not None and before.path == output_dir.absolute():
         if not before.existed:
+            release_run_directory(output_dir)
             shutil.rmtree(output_dir, ignore_errors=True)
             return
         _put_back(output_dir, before)
         return
+    release_run_directory(output_dir)  # the space its lock set aside kept it from being empty
     _remove_hydra_entries(output_dir)
     with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
         output_dir.rmdir()

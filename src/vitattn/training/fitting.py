@@ -36,7 +36,9 @@ def seed_and_precision(cfg: Any) -> None:
     """Seed Python, numpy and torch with ``cfg.seed`` where it is given, and set torch's float32
     matmul precision to ``cfg.matmul_precision`` where that is."""
     if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
+        # Lightning's own line goes to stderr, before a refusal's one line: the log has it
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        log.info("Seed set to %s", cfg.seed)
     if cfg.get("matmul_precision"):
         torch.set_float32_matmul_precision(cfg.matmul_precision)
 
