@@ -25,7 +25,7 @@ from vitattn.cli.validation import check_types, finished_run, given_first, targe
 from vitattn.errors import ConfigError, own_refusal
 from vitattn.train import train
 from vitattn.train import validate as validate_training
-from vitattn.training.trial_build import check_buildable
+from vitattn.training.trial_build import TRIAL_OUTPUT_DIR, check_buildable
 from vitattn.utils.checks import describe, matches
 
 
@@ -389,3 +389,35 @@ def test_a_value_that_cannot_be_resolved_is_one_line(
     from vitattn.train import validate
 
     assert_one_line_refusal("train", [override], validate, message, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (  # the run started, then "unexpected InstantiationException" named neither
+            "callbacks.model_checkpoint.mode=maximum",
+            r"^callbacks\.model_checkpoint: these settings are refused "
+            r"\(MisconfigurationException: `mode` can be min, max but got maximum\)$",
+        ),
+        (
+            "callbacks.model_checkpoint.save_top_k=-5",
+            r"^callbacks\.model_checkpoint: .*save_top_k=-5\. Must be >= -1\)$",
+        ),
+        # taken and clamped to 1, or taken as they were
+        ("callbacks.throughput.window=0", r"^callbacks\.throughput\.window=0 is not valid; "),
+        ("callbacks.nan_guard.check_every_n_steps=0", r"^callbacks\.nan_guard\.check_every_n"),
+        ("callbacks.attention_insight.images=-3", r"^callbacks\.attention_insight\.images=-3 "),
+        ("callbacks.confusion_report.errors=-1", r"choose an integer >= 0$"),
+        ("callbacks.progress_bar.refresh_rate=-1", r"choose an integer >= 0 \(0: no bar\)$"),
+    ],
+)
+def test_a_callbacks_setting_it_refuses_is_one_line_before_the_run(
+    override: str, message: str, tmp_path: Path
+) -> None:
+    """Each callback is built once before the run, its paths under a directory that is never
+    made (red team)."""
+    from tests.support.runners import assert_one_line_refusal
+    from vitattn.train import validate
+
+    assert_one_line_refusal("train", [override], validate, message, tmp_path / "run")
+    assert not Path(TRIAL_OUTPUT_DIR).exists()

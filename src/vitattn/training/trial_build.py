@@ -5,6 +5,7 @@ torch and Lightning check their settings' ranges as they build, and the first re
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import warnings
 from collections.abc import Callable, Collection, Container, Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.errors import own_refusal, refused, refusing
+from vitattn.errors import ConfigError, own_refusal, refused, refusing
 from vitattn.training.instantiators import bare_trainer
 
 
@@ -100,6 +101,7 @@ def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
         ("optimizer", build_optimizer_once),
         ("scheduler", lambda: build_schedule(cfg, built["optimizer"])),
         ("trainer", lambda: bare_trainer(cfg.trainer)),
+        ("callbacks", lambda: build_callbacks(cfg)),
     ]
     groups = {"model": "module"}  # the model is built through the module that holds it
     with quiet_lightning():  # the real run prints Lightning's messages; this trial build must not
@@ -110,6 +112,46 @@ def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
                 continue
             with refusing(group):
                 build()
+
+
+TRIAL_OUTPUT_DIR = "/nonexistent/vitattn-trial-build"
+"""What ``paths.output_dir`` stands for in a trial build before Hydra runs (which sets it to
+the run's directory): the callbacks' paths under it resolve, and no callback writes as it is
+built."""
+
+
+def build_callbacks(cfg: DictConfig) -> None:
+    """Build each callback of ``cfg.callbacks`` once, nothing to call it: Lightning's and
+    vitattn's check their settings as they are built (``ModelCheckpoint(mode='maximum')``,
+    ``save_top_k=-5``), which otherwise failed once the run had started, in a line that named
+    neither. The first refusal is one line naming ``callbacks.<name>``; a callback with a value
+    only the running app resolves (``${hydra:...}``, but ``paths.output_dir``) is left out."""
+    import hydra
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    trial = copy.deepcopy(cfg)
+    paths = trial.get("paths")
+    if isinstance(paths, DictConfig) and "output_dir" in paths:
+        try:
+            paths.output_dir  # noqa: B018 (resolved, or not before Hydra runs)
+        except OmegaConfBaseException:
+            with open_dict(paths):
+                paths.output_dir = TRIAL_OUTPUT_DIR
+    for name, node in trial.callbacks.items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        try:
+            OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException:
+            continue
+        try:
+            hydra.utils.instantiate(node)
+        except Exception as error:
+            own = own_refusal(error)  # a callback's own check names its setting: where it is
+            if own is not None and str(own).split("=", 1)[0] in node:
+                raise ConfigError(f"callbacks.{name}.{own}") from error
+            raise refused(f"callbacks.{name}", error) from error
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 
 from vitattn.runs.files import write_bytes
 from vitattn.training.logger import SUMMARY_GROUP, add_png, encode_png, summary_writers
+from vitattn.utils import checks
 
 
 class ConfusionReport(L.Callback):
@@ -34,7 +35,7 @@ class ConfusionReport(L.Callback):
     """
 
     def __init__(self, errors: int = 16) -> None:
-        self.errors = int(errors)
+        self.errors = checks.integer("errors", errors, 0)
         self.report: dict[str, Any] = {}
         self._matrix: MulticlassConfusionMatrix | None = None
         self._worst: list[tuple[float, torch.Tensor, int, int]] = []

@@ -52,6 +52,7 @@ from vitattn.attention.common.probe import (
 )
 from vitattn.runs.files import make_folder, write_with
 from vitattn.training.logger import add_png, encode_png, summary_writers
+from vitattn.utils import checks
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +156,9 @@ class AttentionInsight(L.Callback):
     """
 
     def __init__(self, images: int = 8, every_n_validations: int = 1, seed: int = 0) -> None:
-        self.images = int(images)
-        self.every_n_validations = int(every_n_validations)
-        self.seed = int(seed)
+        self.images = checks.integer("images", images, 1)
+        self.every_n_validations = checks.integer("every_n_validations", every_n_validations, 1)
+        self.seed = checks.integer("seed", seed, 0)
         self.validations = 0
         self.seconds = 0.0
         self.validation_seconds = 0.0

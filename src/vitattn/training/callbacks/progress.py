@@ -8,6 +8,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
+from vitattn.utils import checks
+
 
 class ProgressBar(TQDMProgressBar):
     """Lightning's progress bar, showing ``train/loss`` read only when the bar refreshes.
@@ -18,6 +20,13 @@ class ProgressBar(TQDMProgressBar):
     """
 
     SHOWN = ("train/loss",)
+
+    def __init__(
+        self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False
+    ) -> None:
+        # Lightning's bar takes a negative rate and shows nothing, as 0 does
+        refresh_rate = checks.integer("refresh_rate", refresh_rate, 0, hint=" (0: no bar)")
+        super().__init__(refresh_rate, process_position, leave)
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)

@@ -11,6 +11,7 @@ import torch
 
 from vitattn.errors import TrainingError
 from vitattn.runs.layout import RunDir
+from vitattn.utils import checks
 
 
 class ValidateAtEnd(L.Callback):
@@ -42,7 +43,7 @@ class NanGuard(L.Callback):
     """
 
     def __init__(self, check_every_n_steps: int = 20) -> None:
-        self.check_every_n_steps = max(1, int(check_every_n_steps))
+        self.check_every_n_steps = checks.integer("check_every_n_steps", check_every_n_steps, 1)
         self._bad: torch.Tensor | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning as L
 
+from vitattn.utils import checks
 from vitattn.utils.checks import is_number
 
 
@@ -59,8 +60,8 @@ class ImagesPerSecond(L.Callback):
 
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
         super().__init__()
-        self.window = max(1, int(window))
-        self.warmup_steps = warmup_steps
+        self.window = checks.integer("window", window, 1)
+        self.warmup_steps = checks.integer("warmup_steps", warmup_steps, 0)
         self.rates: list[float] = []
         self.load_avg_start: float | None = None
         self._recent: deque[float] = deque(maxlen=self.window)
