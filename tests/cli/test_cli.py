@@ -27,6 +27,7 @@ from vitattn.cli.console import (
 )
 from vitattn.errors import ConfigError
 from vitattn.utils.config import (
+    CONFIG_DIR,
     MAX_NAME,
     gpu_precision,
     job_directory_name,
@@ -535,3 +536,45 @@ def test_the_console_refuses_a_path_too_long_before_anything(
         "a name in it is 305 bytes, more than the 255 a file system takes; choose a shorter path"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def own_configs(tmp_path: Path) -> Path:
+    """A folder of the user's own config groups, as ``--config-dir`` gives Hydra: an experiment
+    and an attention of their own."""
+    folder = tmp_path / "mine"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "experiment" / "small.yaml").write_text("# @package _global_\nmodel:\n  depth: 1\n")
+    (folder / "attention").mkdir()
+    softmax = (CONFIG_DIR / "attention" / "softmax.yaml").read_text()
+    (folder / "attention" / "my_softmax.yaml").write_text(softmax)
+    return folder
+
+
+def test_the_config_groups_of_a_config_dir_are_choices(own_configs: Path) -> None:
+    """``-cd <dir> experiment=small``, which Hydra runs, was refused: "experiment=small is not a
+    known experiment" (red team)."""
+    from vitattn.train import validate
+
+    chosen = ["experiment=small", "attention=my_softmax"]
+    check_group_choices(chosen, extra_dirs=(own_configs,))
+    check_composition("train", chosen, validate, extra_dirs=(own_configs,))
+    with pytest.raises(ConfigError, match=r"^attention=nope is not a known attention; .*my_softm"):
+        check_group_choices(["attention=nope"], extra_dirs=(own_configs,))
+
+
+@pytest.mark.parametrize("flag", ["-cd", "--config-dir"])
+def test_a_command_with_a_config_dir_is_checked_with_its_configs(
+    flag: str, own_configs: Path, data_dir: Path
+) -> None:
+    args = [flag, str(own_configs), "attention=my_softmax", "model.heads=3"]
+    said = refused_in_process("vitattn-train", *args, data_dir=data_dir)
+    assert said.startswith("model.embed_dim=256 is not divisible by model.heads=3"), said
+
+
+def test_a_config_dir_that_is_no_folder_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    said = refused_in_process("vitattn-train", "-cd", str(tmp_path / "none"), data_dir=data_dir)
+    assert said == (
+        f"--config-dir {tmp_path / 'none'} is not a folder; give a folder of config groups "
+        "(<dir>/experiment/<name>.yaml), which Hydra adds to configs/"
+    )

@@ -21,6 +21,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from vitattn.utils.config import (
     group_options,
     is_group_folder,
 )
+from vitattn.utils.hydra_grammar import as_override
 
 Validator = Callable[[DictConfig], Any]
 
@@ -80,6 +82,8 @@ def console_main(
     arguments = sys.argv[1:]
     check_flags(arguments)
     try:
+        source = config_source(arguments, config_name)
+        config_name = source.name
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
             check_syntax(arguments)
             check_path_names(arguments)
@@ -87,9 +91,10 @@ def console_main(
         if prepare is not None:
             arguments = prepare(arguments)
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
-            check_group_choices(arguments)
             check_output_dirs(arguments)
-            check_composition(config_name, arguments, validate)
+            if source.extra_dirs is not None:  # else the user's own config tree: Hydra's to read
+                check_group_choices(arguments, extra_dirs=source.extra_dirs)
+                check_composition(config_name, arguments, validate, extra_dirs=source.extra_dirs)
     except VitattnError as error:
         fail(program, error)
         sys.exit(1)
@@ -98,6 +103,7 @@ def console_main(
     named = name_jobs_by_what_differs(arguments)
     sweep_dir = explicit_sweep_dir(arguments)
     continuing = sweep_dir is not None and not informational and basic_sweep(arguments)
+    continuing = continuing and source.extra_dirs == ()  # composes the repository's configs
     try:
         if continuing:
             check_continuation(config_name, overrides_of(named), sweep_dir)
@@ -136,6 +142,45 @@ def check_flags(arguments: Sequence[str]) -> None:
         parser.error(
             "only one of --run, --multirun, --cfg, --info and --shell-completion can be specified"
         )
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """The config a command line has the app compose: ``name`` (``--config-name``, else the
+    app's), from ``configs/`` and the folders ``extra_dirs`` (``--config-dir``, which Hydra adds
+    to its search path), or ``None`` where ``--config-path`` gives a tree of the user's own."""
+
+    name: str
+    extra_dirs: tuple[Path, ...] | None
+
+
+def config_source(arguments: Sequence[str], config_name: str) -> ConfigSource:
+    """:class:`ConfigSource` of ``arguments``, as Hydra's parser reads them; a ``--config-dir``
+    that is no folder is one line (Hydra's message took three)."""
+    from hydra._internal.utils import get_args_parser
+
+    parsed = get_args_parser().parse_args(list(arguments))
+    name = parsed.config_name or config_name
+    if parsed.config_path is not None:
+        return ConfigSource(name, None)
+    if parsed.config_dir is None:
+        return ConfigSource(name, ())
+    folder = Path(parsed.config_dir).expanduser().absolute()
+    if not folder.is_dir():
+        raise ConfigError(
+            f"--config-dir {one_line(parsed.config_dir)} is not a folder; give a folder of config "
+            "groups (<dir>/experiment/<name>.yaml), which Hydra adds to configs/"
+        )
+    return ConfigSource(name, (folder,))
+
+
+def searched(extra_dirs: Sequence[Path]) -> list[str]:
+    """The override that adds ``extra_dirs`` to Hydra's search path, as ``--config-dir`` does
+    (none where there are none)."""
+    if not extra_dirs:
+        return []
+    urls = [as_override("x", f"file://{folder}").split("=", 1)[1] for folder in extra_dirs]
+    return [f"hydra.searchpath=[{','.join(urls)}]"]
 
 
 def hold(directory: Path, setting: str, program: str) -> None:
@@ -252,8 +297,11 @@ def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
     return Path(value) if value else None
 
 
-def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR) -> None:
-    """Reject ``group=name`` overrides (sweeps included) whose config file does not exist.
+def check_group_choices(
+    arguments: Sequence[str], config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[Path] = ()
+) -> None:
+    """Reject ``group=name`` overrides (sweeps included) whose config file does not exist, in
+    ``config_dir`` or any of ``extra_dirs`` (``--config-dir``).
 
     Hydra would fail too, but with a multi-line message; this names the setting and the valid
     choices in one line, before any run directory exists.
@@ -269,13 +317,14 @@ def check_group_choices(arguments: Sequence[str], config_dir: Path = CONFIG_DIR)
         group = override.key_or_group
         if override.is_delete() or override.package or group.startswith("hydra/"):
             continue
-        if not is_group_folder(group, config_dir):
+        folders = [folder for folder in (config_dir, *extra_dirs) if is_group_folder(group, folder)]
+        if not folders:
             continue
         if override.is_sweep_override():
             values = list(override.sweep_string_iterator())
         else:
             values = [override.get_value_element_as_str()]
-        valid = group_options(group, config_dir)
+        valid = sorted({option for folder in folders for option in group_options(group, folder)})
         for value in values:
             if value not in valid:
                 # Hydra ends group=null in a traceback: a group is left out with ~group
@@ -387,6 +436,7 @@ def check_composition(
     arguments: Sequence[str],
     validate: Validator | None = None,
     config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[Path] = (),
 ) -> None:
     """Compose ``configs/<config_name>.yaml`` with the command line as the app will, turning a
     rejected value into one :class:`ConfigError` line, run ``validate`` on the result, then
@@ -405,7 +455,9 @@ def check_composition(
 
     def composed(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            return compose(config_name, overrides=overrides, return_hydra_config=True)
+            return compose(
+                config_name, overrides=[*searched(extra_dirs), *overrides], return_hydra_config=True
+            )
 
     looked_up: dict[tuple[str, ...], DictConfig] = {}
 
