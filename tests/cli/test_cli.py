@@ -15,6 +15,7 @@ from tests.support.runners import BIN, assert_one_line_refusal, run_cli
 from vitattn.cli.console import (
     EXCLUDE_KEYS,
     NUMBERED_JOB_DIR,
+    check_baseline,
     check_composition,
     check_group_choices,
     check_path_names,
@@ -578,3 +579,39 @@ def test_a_config_dir_that_is_no_folder_is_one_line(tmp_path: Path, data_dir: Pa
         f"--config-dir {tmp_path / 'none'} is not a folder; give a folder of config groups "
         "(<dir>/experiment/<name>.yaml), which Hydra adds to configs/"
     )
+
+
+@pytest.mark.parametrize(
+    ("baseline", "message"),
+    [
+        ("summary.baseline=[1,2]", r"^summary\.baseline=\[1, 2\] is not valid; choose key=value "),
+        ("summary.baseline={a:1}", r"^summary\.baseline=\{'a': 1\} is not valid; "),
+        (
+            "summary.baseline=flash",
+            r"^summary\.baseline='flash' is not valid; choose one of the sweep's values "
+            r"\(softmax, linear, 1, 2\), or key=value pairs",
+        ),
+        (
+            "summary.baseline='attention=flash, model.depth=1'",
+            r"choose attention=softmax or attention=linear \(the values the sweep gives it\)$",
+        ),
+    ],
+)
+def test_a_sweeps_baseline_its_summary_cannot_find_is_one_line(baseline: str, message: str) -> None:
+    """The sweep ran, and its summary said so once every job had trained (red team)."""
+    with pytest.raises(ConfigError, match=message):
+        check_baseline(["-m", "attention=softmax,linear", "model.depth=1,2", baseline])
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["-m", "attention=softmax,linear", "summary.baseline=linear"],
+        ["-m", "attention=softmax,linear", "summary.baseline='attention=linear, model.depth=3'"],
+        ["-m", "seed=range(0,3)", "summary.baseline=2"],
+        ["-m", "hparams_search=optuna", "summary.baseline=flash"],  # its trials' settings
+        ["summary.baseline=[1,2]"],  # no sweep: no summary
+    ],
+)
+def test_a_baseline_the_summary_can_find_is_taken(arguments: list[str]) -> None:
+    check_baseline(arguments)

@@ -46,6 +46,7 @@ from vitattn.runs.layout import RunDir, check_run_files
 from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
 from vitattn.runs.optuna_sweeper import check_search
 from vitattn.runs.task import remember_run_directory
+from vitattn.utils import checks
 from vitattn.utils.config import (
     CONFIG_DIR,
     PROJECT_ROOT,
@@ -53,7 +54,7 @@ from vitattn.utils.config import (
     group_options,
     is_group_folder,
 )
-from vitattn.utils.hydra_grammar import as_override
+from vitattn.utils.hydra_grammar import as_override, parsed
 
 Validator = Callable[[DictConfig], Any]
 
@@ -87,6 +88,7 @@ def console_main(
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
             check_syntax(arguments)
             check_path_names(arguments)
+            check_baseline(arguments)
         check_given_runs(arguments)
         if prepare is not None:
             arguments = prepare(arguments)
@@ -286,6 +288,56 @@ def basic_sweep(arguments: Sequence[str]) -> bool:
     """Whether a sweep runs with Hydra's basic sweeper (not a search such as Optuna's)."""
     keys = [key_of(arg) for arg in overrides_of(arguments)]
     return not any(key in ("hparams_search", "hydra/sweeper") for key in keys)
+
+
+BASELINE = "summary.baseline"
+BASELINE_FORMS = (
+    "key=value pairs, quoted (\"summary.baseline='attention=softmax, model.depth=2'\"), or one "
+    "value of the sweep (summary.baseline=linear)"
+)
+
+
+def check_baseline(arguments: Sequence[str]) -> None:
+    """Refuse in one line a sweep's ``summary.baseline`` that its summary could never find,
+    before the sweep runs (its summary said so only once every job had trained): a list or a
+    map; with Hydra's basic sweeper, a value none of the swept settings takes, or a pair whose
+    key is swept and whose value is not among the key's."""
+    from hydra.errors import HydraException
+
+    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return
+    given = given_values(arguments)
+    if BASELINE not in given or given[BASELINE] is None:
+        return
+    value = given[BASELINE]
+    if isinstance(value, list | dict):
+        raise checks.invalid(BASELINE, value, BASELINE_FORMS)
+    if not basic_sweep(arguments):
+        return  # a search's settings are its trials'
+    swept: dict[str, list[str]] = {}
+    for text in overrides_of(arguments):
+        try:
+            override = parsed(text)
+        except HydraException:
+            return
+        if override.is_sweep_override():
+            swept[str(override.key_or_group)] = list(override.sweep_string_iterator())
+    if not swept:
+        return
+    spec = str(value)
+    pairs = [part.strip() for part in spec.split(",") if part.strip()]
+    if pairs and all("=" in pair for pair in pairs):
+        for key, _, wanted in (pair.partition("=") for pair in pairs):
+            options = swept.get(key.strip())
+            if options is not None and wanted.strip() not in options:
+                named = " or ".join(f"{key.strip()}={option}" for option in options)
+                raise checks.invalid(BASELINE, spec, f"{named} (the values the sweep gives it)")
+        return
+    every = list(dict.fromkeys(option for options in swept.values() for option in options))
+    if spec not in every:
+        raise checks.invalid(
+            BASELINE, spec, f"one of the sweep's values ({', '.join(every)}), or {BASELINE_FORMS}"
+        )
 
 
 def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
