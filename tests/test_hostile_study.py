@@ -287,6 +287,50 @@ def test_a_journal_naming_a_file_to_delete_is_refused_and_the_file_kept(
     assert path.with_name("optuna.db-journal").stat().st_size == 512 + len(trailer)
 
 
+def test_a_gp_search_into_a_study_of_more_trials_than_it_fits_is_one_line(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's GPSampler fits the complete trials and the running ones at each ask, and a trial
+    running for another search is left running: a study of thousands took an hour and gigabytes
+    an ask (here a bound of 5: three complete, three running elsewhere, one to go)."""
+    import optuna
+
+    from vitattn.runs import optuna_sweeper
+
+    monkeypatch.setattr(optuna_sweeper, "GP_MAX_TRIALS", 5)
+
+    def plant(path: Path) -> None:
+        storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+        study = optuna.load_study(study_name=studies.STUDY, storage=storage)
+        for _ in range(3):
+            study.ask().set_user_attr("sweep_dir", "/elsewhere")
+        storage.engine.dispose()
+
+    settings = ["hydra/sweeper/sampler=gp", "hydra.sweeper.n_trials=4"]
+    path, said = planted_refusal(tmp_path, plant, *settings, data_dir=data_dir)
+    assert said == (
+        f"study {studies.STUDY} in {path} (hydra.sweeper.storage) holds 6 complete or running "
+        "trials, which hydra/sweeper/sampler=gp fits with the 1 to go, more than the 5 it takes: "
+        "it is kept as it is; choose another hydra.sweeper.study_name or hydra.sweep.dir, or "
+        "another sampler"
+    )
+
+
+def test_a_gp_search_of_more_trials_than_it_fits_is_one_line(tmp_path: Path) -> None:
+    """4,000 trials took 233 s and 2.9 GB for one ask on this machine."""
+    from tests.support.runners import assert_one_line_refusal
+    from vitattn.train import validate
+
+    assert_one_line_refusal(
+        "train",
+        ["hparams_search=optuna", "hydra/sweeper/sampler=gp", "hydra.sweeper.n_trials=1001"],
+        validate,
+        r"^hydra\.sweeper\.n_trials=1001 is not valid; choose at most 1000 with "
+        r"hydra/sweeper/sampler=gp ",
+        tmp_path / "run",
+    )
+
+
 def test_a_refused_search_puts_the_holders_record_back(tmp_path: Path, data_dir: Path) -> None:
     """The search is refused after the command took the sweep's lock and named itself in its
     holder's record: the record an earlier command left is put back byte for byte, its file's

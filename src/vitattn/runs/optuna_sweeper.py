@@ -468,8 +468,57 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     directions = directions_of(settings)
     objectives = objectives_of(config, len(directions))
     sampler, grid_size = make_sampler(settings.sampler, distributions)
+    check_sampler_size(sampler, settings.n_trials)
     pruner = check_pruner(settings, directions, config)
     return Plan(distributions, fixed, directions, objectives, sampler, grid_size, pruner)
+
+
+GP_MAX_TRIALS = 1_000
+"""The most trials a search with Optuna's ``GPSampler`` holds: the Gaussian process is fitted to
+every trial at each ask, in time cubic and memory square in their number (docs/runs.md: 2,000
+trials took 33 s and 1.5 GB for one ask on the 2-core machine, 4,000 took 233 s and 2.9 GB; the
+study's own bound, 10,000, would take about an hour and 16 GB per ask)."""
+
+
+def check_sampler_size(sampler: Any, n_trials: int) -> None:
+    """Refuse in one line a search of ``n_trials`` its sampler cannot take: a Gaussian process
+    past :data:`GP_MAX_TRIALS`. The study holds fewer finished trials than ``n_trials`` at each
+    ask (a stored study of more finished ones asks for none), and the process is fitted to
+    those alone, so a planted study of 10,000 cannot make one ask take hours."""
+    import optuna
+
+    if isinstance(sampler, optuna.samplers.GPSampler) and n_trials > GP_MAX_TRIALS:
+        raise checks.invalid(
+            "hydra.sweeper.n_trials",
+            n_trials,
+            f"at most {GP_MAX_TRIALS} with hydra/sweeper/sampler=gp (its Gaussian process is "
+            "fitted to every trial at each ask, in time cubic in their number), or another "
+            "sampler (hydra/sweeper/sampler=tpe)",
+        )
+
+
+def check_fitted_trials(
+    study: Any, storage: str | None, sampler: Any, trials: Sequence[Any], n_trials: int
+) -> None:
+    """Refuse in one line, before anything of the study is settled, a study whose trials a
+    Gaussian process would be fitted to at the asks still to come, with those asks' trials,
+    past :data:`GP_MAX_TRIALS`: Optuna's ``GPSampler`` fits the complete trials and the running
+    ones (a running trial of another search is left running: a study could hold thousands)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    to_go = max(0, n_trials - finished(trials))
+    if not isinstance(sampler, optuna.samplers.GPSampler) or to_go == 0:
+        return
+    fitted = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in trials)
+    if fitted + to_go > GP_MAX_TRIALS:
+        name = one_line(study.study_name)[:MAX_SHOWN]
+        raise ConfigError(
+            f"study {name} in {storage_named(storage)} holds {fitted} complete or running "
+            f"trials, which hydra/sweeper/sampler=gp fits with the {to_go} to go, more than the "
+            f"{GP_MAX_TRIALS} it takes: it is kept as it is; choose another "
+            "hydra.sweeper.study_name or hydra.sweep.dir, or another sampler"
+        )
 
 
 def check_sampler_choice(config: Any) -> None:
@@ -569,11 +618,12 @@ class Search:
         study, storage = open_study(self.settings, directions, plan.sampler, plan.pruner)
         # the study's trials read once: a study of 10,000 takes seconds each time
         trials = check_stored_trials(study, self.settings.storage, distributions, directions)
+        n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
+        check_fitted_trials(study, self.settings.storage, plan.sampler, trials, n_trials)
         unnamed = unnamed_metrics(study, objectives, self.settings.storage)
         own_storage = storage_inside(self.settings.storage, here)
         settle_stored_trials(study, storage, distributions, trials, here, own_storage)
         study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
-        n_trials = min(self.settings.n_trials, plan.grid_size or self.settings.n_trials)
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
         log.info(
             "study %s (%s): %d of %d trials finished, %s, jobs numbered from %d",
