@@ -615,3 +615,38 @@ def test_a_sweeps_baseline_its_summary_cannot_find_is_one_line(baseline: str, me
 )
 def test_a_baseline_the_summary_can_find_is_taken(arguments: list[str]) -> None:
     check_baseline(arguments)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "message"),
+    [
+        (  # a traceback, with the sweep's folder made
+            ["hydra/launcher=joblib", "hydra.launcher.n_jobs=0"],
+            r"^hydra\.launcher\.n_jobs=0 is not valid; choose a number of jobs at once >= 1, ",
+        ),
+        (  # each job ended at once, then a traceback
+            ["hydra/launcher=local", "hydra.launcher.timeout_min=-1"],
+            r"^hydra\.launcher\.timeout_min=-1 is not valid; choose an integer >= 1$",
+        ),
+        (["hydra/launcher=local", "hydra.launcher.cpus_per_task=0"], r"cpus_per_task=0 is not"),
+        (
+            ["hydra/launcher=slurm", "hydra.launcher.mem_gb=0"],
+            r"choose a positive number, or null$",
+        ),
+    ],
+)
+def test_a_launcher_setting_out_of_range_is_one_line(launcher: list[str], message: str) -> None:
+    from vitattn.train import validate
+
+    with pytest.raises(ConfigError, match=message):
+        check_composition("train", ["-m", "seed=1,2", *launcher], validate)
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [["hydra/launcher=joblib", "hydra.launcher.n_jobs=-2"], ["hydra/launcher=slurm"]],
+)
+def test_a_launcher_in_range_is_taken(launcher: list[str]) -> None:
+    from vitattn.train import validate
+
+    check_composition("train", ["-m", "seed=1,2", *launcher], validate)

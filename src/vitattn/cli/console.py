@@ -38,6 +38,7 @@ from vitattn.cli.overrides import (
     override_positions,
     overrides_of,
 )
+from vitattn.cli.validation import check_launcher
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
@@ -549,6 +550,8 @@ def check_composition(
         check_additions(cfg, overrides, composed_once, typed)
         if index == 0:
             check_search(cfg)
+            if any(arg in MULTIRUN_FLAGS for arg in arguments):
+                check_launcher(cfg)
 
 
 def composition_message(error: BaseException) -> str:

@@ -117,6 +117,50 @@ def check_run_settings(cfg: DictConfig) -> None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
 
 
+LAUNCHER_COUNTS = {
+    "timeout_min": 1,
+    "cpus_per_task": 1,
+    "tasks_per_node": 1,
+    "nodes": 1,
+    "gpus_per_node": 0,
+    "array_parallelism": 1,
+    "max_num_timeout": 0,
+    "signal_delay_s": 0,
+}
+"""The counts of Hydra's submitit launchers (``hydra/launcher=local|slurm``) with the least each
+takes: submitit and SLURM take what they are given (``timeout_min=-1`` ended each job at once
+and the sweep in a traceback; ``cpus_per_task=0`` was taken)."""
+LAUNCHER_POSITIVE = ("mem_gb", "mem_per_gpu", "mem_per_cpu", "cpus_per_gpu", "gpus_per_task")
+"""Sizes of the submitit launchers that are above zero where they are given (null: SLURM's)."""
+
+
+def check_launcher(cfg: DictConfig) -> None:
+    """The launcher of a sweep (``hydra.launcher`` of the composed ``cfg``): its counts in their
+    ranges, and joblib's ``n_jobs`` not 0 (joblib ended the sweep in a traceback for 0, with
+    its folder made), each refused in one line naming it."""
+    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
+    if not isinstance(launcher, DictConfig):
+        return
+    target = str(launcher.get("_target_", ""))
+    if target.endswith("JoblibLauncher"):
+        n_jobs = launcher.get("n_jobs")
+        if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs == 0):
+            raise checks.invalid(
+                "hydra.launcher.n_jobs",
+                n_jobs,
+                "a number of jobs at once >= 1, or below 0 (-1: one per CPU, -2: one fewer)",
+            )
+        return
+    if "submitit_launcher" not in target:
+        return
+    for key, least in LAUNCHER_COUNTS.items():
+        if launcher.get(key) is not None:
+            checks.integer(f"hydra.launcher.{key}", launcher[key], least)
+    for key in LAUNCHER_POSITIVE:
+        if launcher.get(key) is not None:
+            checks.positive(f"hydra.launcher.{key}", launcher[key], hint=", or null")
+
+
 def given_keys(cfg: DictConfig) -> list[str]:
     """The keys the command line sets, as Hydra recorded them (``optimizer.lr``,
     ``trainer``)."""
