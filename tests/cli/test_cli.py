@@ -650,3 +650,15 @@ def test_a_launcher_in_range_is_taken(launcher: list[str]) -> None:
     from vitattn.train import validate
 
     check_composition("train", ["-m", "seed=1,2", *launcher], validate)
+
+
+def test_hydra_mode_multirun_is_a_sweep_as_the_flag_is() -> None:
+    """``hydra.mode=MULTIRUN seed=1,2``, which Hydra runs as two jobs, was refused: "Ambiguous
+    value for argument 'seed=1,2'" (red team)."""
+    from vitattn.train import validate
+
+    assert single_runs(["hydra.mode=MULTIRUN", "seed=1,2"]) == [
+        ["hydra.mode=MULTIRUN", "seed=1"],
+        ["hydra.mode=MULTIRUN", "seed=2"],
+    ]
+    check_composition("train", ["hydra.mode=MULTIRUN", "seed=1,2"], validate)

@@ -64,6 +64,16 @@ HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
+
+def multirun(arguments: Sequence[str]) -> bool:
+    """Whether the command line runs a sweep: ``-m``/``--multirun``, or ``hydra.mode=MULTIRUN``,
+    which Hydra takes as the flag."""
+    if any(arg in MULTIRUN_FLAGS for arg in arguments):
+        return True
+    mode = given_values(arguments).get("hydra.mode")
+    return isinstance(mode, str) and mode.upper() == "MULTIRUN"
+
+
 MAX_COMPOSITIONS = 64
 """A sweep of at most this many jobs is checked job by job; a larger one, each swept value at
 least once, in at most this many compositions (each takes about half a second)."""
@@ -228,7 +238,7 @@ def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
 
     overrides = overrides_of(arguments)
     searching = any(text.split("=", 1)[0] == "hparams_search" for text in overrides)
-    if not searching and not any(arg in MULTIRUN_FLAGS for arg in arguments):
+    if not searching and not multirun(arguments):
         return list(arguments)
     if any(text.split("=", 1)[0] == EXCLUDE_KEYS for text in overrides):
         return list(arguments)
@@ -262,7 +272,7 @@ def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
 
 def explicit_run_dir(arguments: Sequence[str]) -> Path | None:
     """``hydra.run.dir`` of a single run when given as a plain path, else ``None``."""
-    if any(arg in MULTIRUN_FLAGS for arg in arguments):
+    if multirun(arguments):
         return None
     value = given_path(arguments, "hydra.run.dir")
     return Path(value) if value else None
@@ -273,7 +283,7 @@ def check_given_runs(arguments: Sequence[str]) -> None:
     run's command names (``hydra.run.dir``, the run of ``ckpt_path``) when one holds a symbolic
     link or a file the bounded reader refuses (:func:`vitattn.runs.layout.check_run_files`); a
     sweep's jobs are checked by :func:`check_continuation`."""
-    if any(arg in MULTIRUN_FLAGS or arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+    if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
         return
     runs = [explicit_run_dir(arguments)]
     ckpt_path = given_path(arguments, "ckpt_path")
@@ -305,7 +315,7 @@ def check_baseline(arguments: Sequence[str]) -> None:
     key is swept and whose value is not among the key's."""
     from hydra.errors import HydraException
 
-    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
+    if not multirun(arguments):
         return
     given = given_values(arguments)
     if BASELINE not in given or given[BASELINE] is None:
@@ -344,7 +354,7 @@ def check_baseline(arguments: Sequence[str]) -> None:
 def explicit_sweep_dir(arguments: Sequence[str]) -> Path | None:
     """``hydra.sweep.dir`` of a sweep (``-m``, or a search) when given as a plain path, else
     ``None``."""
-    if not any(arg in MULTIRUN_FLAGS for arg in arguments) and basic_sweep(arguments):
+    if not multirun(arguments) and basic_sweep(arguments):
         return None  # a single run
     value = given_path(arguments, "hydra.sweep.dir")
     return Path(value) if value else None
@@ -468,7 +478,7 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = overrides_of(arguments)
-    if not any(arg in MULTIRUN_FLAGS for arg in arguments):
+    if not multirun(arguments):
         return [overrides]
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices: list[list[str]] = []
@@ -550,7 +560,7 @@ def check_composition(
         check_additions(cfg, overrides, composed_once, typed)
         if index == 0:
             check_search(cfg)
-            if any(arg in MULTIRUN_FLAGS for arg in arguments):
+            if multirun(arguments):
                 check_launcher(cfg)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from vitattn.cli.console import MULTIRUN_FLAGS
+from vitattn.cli.console import multirun
 from vitattn.cli.overrides import given_path, given_values, key_of, overrides_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
@@ -33,7 +33,7 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     :func:`~vitattn.runs.trust.check_recorded_override`, and typed by
     :class:`~vitattn.runs.recorded.RecordedSettings`) before it is used.
     """
-    if any(arg in MULTIRUN_FLAGS for arg in arguments):
+    if multirun(arguments):
         return arguments
     given_run = given_path(arguments, "hydra.run.dir")
     run_dir = Path(given_run) if given_run else None
