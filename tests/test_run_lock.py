@@ -98,3 +98,43 @@ def test_a_finished_run_leaves_the_directory_without_a_holders_record(
     run_in_process("vitattn-train", *TINY, *steps(2, 2), f"hydra.run.dir={run}", data_dir=data_dir)
     assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
     assert not (run / HOLDER).exists()
+
+
+def test_a_refused_run_put_back_keeps_the_file_its_lock_is_held_on(tmp_path: Path) -> None:
+    """Putting a refused run's files back rewrote the lock's file while the lock was held on the
+    old one: a second process could then take the directory (review)."""
+    import sys
+
+    from vitattn.runs import task
+    from vitattn.runs.layout import LOCK
+    from vitattn.runs.lock import hold_run_directory
+    from vitattn.runs.process import this_process
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("a: 1\n")
+    (run / "train.log").write_text("before\n")
+    probe = (
+        "import sys\nfrom pathlib import Path\nfrom vitattn.runs.lock import hold_run_directory\n"
+        f"try:\n    hold_run_directory(Path({str(run)!r}), 'second')\nexcept Exception:\n"
+        "    sys.exit(3)\n"
+    )
+
+    def second_process() -> int:
+        environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+        return subprocess.run([sys.executable, "-c", probe], env=environment).returncode
+
+    this_process.cache_clear()
+    try:
+        task.remember_run_directory(run)
+        hold_run_directory(run, "vitattn-train")
+        inode = (run / LOCK).stat().st_ino
+        (run / "train.log").write_text("before\nwhat Hydra logged\n")
+        assert second_process() == 3
+        task.remove_unstarted_run(run)
+        assert (run / LOCK).stat().st_ino == inode
+        assert second_process() == 3
+        assert (run / "train.log").read_text() == "before\n"
+    finally:
+        this_process().release_all()
+        this_process.cache_clear()

@@ -421,3 +421,16 @@ def test_a_callbacks_setting_it_refuses_is_one_line_before_the_run(
 
     assert_one_line_refusal("train", [override], validate, message, tmp_path / "run")
     assert not Path(TRIAL_OUTPUT_DIR).exists()
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "callbacks.attention_insight.every_n_validations=0",  # documented as off (review)
+        "callbacks.attention_insight.images=0",
+        "callbacks.progress_bar.refresh_rate=0",
+        "callbacks.model_checkpoint.save_top_k=-1",
+    ],
+)
+def test_a_callbacks_setting_it_takes_is_taken(override: str) -> None:
+    check_composition("train", [override], validate_training)

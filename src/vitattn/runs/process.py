@@ -43,7 +43,7 @@ class FileBefore:
 class RunDirectoryBefore:
     """What an existing run directory held where Hydra is about to write, before this command.
 
-    ``files`` records its ``.hydra/`` files, ``*.log`` files and lock files, by their path in it,
+    ``files`` records its ``.hydra/`` files and ``*.log`` files, by their path in it,
     so that a run refused after Hydra wrote them (a resume whose data is missing, say) can put
     them back byte for byte; ``hydra_dir``, whether its ``.hydra/`` folder was there;
     ``existed`` is ``False`` for a directory this command creates.

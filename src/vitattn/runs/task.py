@@ -55,15 +55,14 @@ HYDRA_FILES = tuple(
 """The files Hydra writes into a run's ``.hydra/`` (each rewritten whole)."""
 LOCK_FILES = (LOCK, HOLDER)
 MAX_KEPT = 16 << 20
-"""The most bytes of a file :func:`remember_run_directory` keeps to put back: Hydra's files and
-the lock's are a few kilobytes, and a log larger than this is put back by cutting it to its
-size."""
+"""The most bytes of a file :func:`remember_run_directory` keeps to put back: Hydra's files are
+a few kilobytes, and a log larger than this is put back by cutting it to its size."""
 
 
 def remember_run_directory(run_dir: Path | None) -> None:
     """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes:
-    each file Hydra or the lock writes there (:class:`FileBefore`), in memory. A link at such a
-    name is not read (it is removed if the run is refused)."""
+    each file Hydra writes there (:class:`FileBefore`), in memory. A link at such a name is not
+    read (it is removed if the run is refused)."""
     process = this_process()
     if run_dir is None:
         process.before = None
@@ -84,13 +83,15 @@ def remember_run_directory(run_dir: Path | None) -> None:
 
 
 def _written_names(path: Path) -> list[str]:
-    """The paths in the run directory ``path`` a command writes before its task runs: Hydra's
-    ``.hydra/`` files (not through a link at ``.hydra``) and ``*.log`` files, and the lock's
-    files (:mod:`vitattn.runs.lock`)."""
+    """The paths in the run directory ``path`` Hydra writes before the task runs: its
+    ``.hydra/`` files (not through a link at ``.hydra``) and ``*.log`` files. The lock's files
+    are the lock's (:mod:`vitattn.runs.lock`): the lock is held on its file, which must stay the
+    same file (a new one let a second process take the directory), and the holder's record is
+    put back as the lock is given back."""
     hydra_dir = path / HYDRA_DIR
     hydra = list(HYDRA_FILES) if hydra_dir.is_dir() and not hydra_dir.is_symlink() else []
     logs = [entry.name for entry in path.iterdir() if entry.suffix == ".log"]
-    return [*hydra, *LOCK_FILES, *sorted(logs)]
+    return [*hydra, *sorted(logs)]
 
 
 def _file_before(path: Path) -> FileBefore | None:
@@ -115,8 +116,8 @@ def _file_before(path: Path) -> FileBefore | None:
 
 
 def _put_back(output_dir: Path, before: RunDirectoryBefore) -> None:
-    """Put what Hydra and the lock wrote into the existing run directory ``output_dir`` back as
-    ``before`` recorded it; remove what it did not hold, links at those names among them."""
+    """Put what Hydra wrote into the existing run directory ``output_dir`` back as ``before``
+    recorded it; remove what it did not hold, links at those names among them."""
     hydra_dir = output_dir / HYDRA_DIR
     if hydra_dir.is_symlink():
         remove_file(hydra_dir)

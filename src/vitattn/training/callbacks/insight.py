@@ -156,8 +156,9 @@ class AttentionInsight(L.Callback):
     """
 
     def __init__(self, images: int = 8, every_n_validations: int = 1, seed: int = 0) -> None:
-        self.images = checks.integer("images", images, 1)
-        self.every_n_validations = checks.integer("every_n_validations", every_n_validations, 1)
+        self.images = checks.integer("images", images, 0, hint=" (0: off)")
+        every = checks.integer("every_n_validations", every_n_validations, 0, hint=" (0: off)")
+        self.every_n_validations = every
         self.seed = checks.integer("seed", seed, 0)
         self.validations = 0
         self.seconds = 0.0
