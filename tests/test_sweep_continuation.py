@@ -368,3 +368,29 @@ def test_a_search_settles_only_its_own_trials_of_a_shared_storage(
     assert f"trial 1 is running for another search ({theirs}): left as it is" in said
     study.tell(live, 0.5)  # the other process tells its trial's end, as it would
     assert study.trials[1].state.name == "COMPLETE"
+
+
+def test_a_config_dir_run_resumes_and_its_sweep_rerun_is_checked(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """With ``--config-dir`` (review): a run that chose an experiment of the folder could not
+    resume ("not a choice of experiment ... may only choose among configs/experiment/"), and a
+    sweep re-run with other settings kept its jobs trained with the old ones, unchecked."""
+    mine = tmp_path / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "experiment" / "small.yaml").write_text("# @package _global_\ntest: false\n")
+    with_dir = ["-cd", str(mine), "experiment=small", *TINY, *steps(2, 2)]
+    run = tmp_path / "run"
+    run_in_process("vitattn-train", *with_dir, f"hydra.run.dir={run}", data_dir=data_dir)
+    resumed = ["-cd", str(mine), "resume=true", "trainer.max_steps=4", f"hydra.run.dir={run}"]
+    run_in_process("vitattn-train", *resumed, data_dir=data_dir)
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 4
+
+    sweep = tmp_path / "sweep"
+    command = ["-m", *with_dir, "seed=1,2", f"hydra.sweep.dir={sweep}"]
+    run_in_process("vitattn-train", *command, data_dir=data_dir)
+    before = tree_digest(sweep)
+    other = [arg.replace("model.depth=1", "model.depth=2") for arg in command]
+    said = refused_in_process("vitattn-train", *other, data_dir=data_dir)
+    assert said.startswith(f"hydra.sweep.dir={sweep} holds seed=1, run with other settings: ")
+    assert tree_digest(sweep) == before

@@ -549,6 +549,7 @@ def own_configs(tmp_path: Path) -> Path:
     (folder / "attention").mkdir()
     softmax = (CONFIG_DIR / "attention" / "softmax.yaml").read_text()
     (folder / "attention" / "my_softmax.yaml").write_text(softmax)
+    (folder / "my_train.yaml").write_text("defaults:\n  - train\n  - _self_\nmodel:\n  depth: 1\n")
     return folder
 
 
@@ -562,6 +563,8 @@ def test_the_config_groups_of_a_config_dir_are_choices(own_configs: Path) -> Non
     check_composition("train", chosen, validate, extra_dirs=(own_configs,))
     with pytest.raises(ConfigError, match=r"^attention=nope is not a known attention; .*my_softm"):
         check_group_choices(["attention=nope"], extra_dirs=(own_configs,))
+    # -cn my_train: a primary config of the folder (review: "Cannot find primary config")
+    check_composition("my_train", ["trainer.max_steps=3"], validate, extra_dirs=(own_configs,))
 
 
 @pytest.mark.parametrize("flag", ["-cd", "--config-dir"])

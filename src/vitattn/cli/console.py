@@ -51,11 +51,12 @@ from vitattn.utils import checks
 from vitattn.utils.config import (
     CONFIG_DIR,
     PROJECT_ROOT,
+    all_group_options,
     cut_apart,
-    group_options,
+    hydra_configs,
     is_group_folder,
 )
-from vitattn.utils.hydra_grammar import as_override, parsed
+from vitattn.utils.hydra_grammar import parsed
 
 Validator = Callable[[DictConfig], Any]
 
@@ -116,10 +117,10 @@ def console_main(
     named = name_jobs_by_what_differs(arguments)
     sweep_dir = explicit_sweep_dir(arguments)
     continuing = sweep_dir is not None and not informational and basic_sweep(arguments)
-    continuing = continuing and source.extra_dirs == ()  # composes the repository's configs
+    continuing = continuing and source.extra_dirs is not None  # else a config tree of the user's
     try:
         if continuing:
-            check_continuation(config_name, overrides_of(named), sweep_dir)
+            check_continuation(config_name, overrides_of(named), sweep_dir, source.extra_dirs or ())
         for setting, directory in [
             ("hydra.run.dir", explicit_run_dir(arguments)),
             ("hydra.sweep.dir", sweep_dir),
@@ -185,15 +186,6 @@ def config_source(arguments: Sequence[str], config_name: str) -> ConfigSource:
             "groups (<dir>/experiment/<name>.yaml), which Hydra adds to configs/"
         )
     return ConfigSource(name, (folder,))
-
-
-def searched(extra_dirs: Sequence[Path]) -> list[str]:
-    """The override that adds ``extra_dirs`` to Hydra's search path, as ``--config-dir`` does
-    (none where there are none)."""
-    if not extra_dirs:
-        return []
-    urls = [as_override("x", f"file://{folder}").split("=", 1)[1] for folder in extra_dirs]
-    return [f"hydra.searchpath=[{','.join(urls)}]"]
 
 
 def hold(directory: Path, setting: str, program: str) -> None:
@@ -387,7 +379,7 @@ def check_group_choices(
             values = list(override.sweep_string_iterator())
         else:
             values = [override.get_value_element_as_str()]
-        valid = sorted({option for folder in folders for option in group_options(group, folder)})
+        valid = all_group_options(group, extra_dirs, config_dir)
         for value in values:
             if value not in valid:
                 # Hydra ends group=null in a traceback: a group is left out with ~group
@@ -507,7 +499,7 @@ def check_composition(
     override that sets a key inside an interpolation (``model.attention.landmarks=3``) is
     refused first, naming the key to set (:func:`vitattn.cli.interpolated.crossing`), and an
     addition nothing reads before the app's refusal of what it did to the config."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -517,10 +509,8 @@ def check_composition(
         return  # a syntax error: check_syntax reports it in one line
 
     def composed(overrides: list[str]) -> DictConfig:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            return compose(
-                config_name, overrides=[*searched(extra_dirs), *overrides], return_hydra_config=True
-            )
+        with hydra_configs(extra_dirs, config_dir):
+            return compose(config_name, overrides=overrides, return_hydra_config=True)
 
     looked_up: dict[tuple[str, ...], DictConfig] = {}
 

@@ -6,8 +6,14 @@ from pathlib import Path
 
 import yaml
 
-from vitattn.cli.console import multirun
-from vitattn.cli.overrides import given_path, given_values, key_of, overrides_of
+from vitattn.cli.console import config_source, multirun
+from vitattn.cli.overrides import (
+    given_path,
+    given_values,
+    key_of,
+    override_positions,
+    overrides_of,
+)
 from vitattn.errors import ConfigError
 from vitattn.runs.files import (
     BoundExceededError,
@@ -69,10 +75,14 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     sources = [(arg, f"{recorded} line {line}") for arg, line in kept]
     for arg, source in sources:
         check_recorded_override(arg, source)
-    settings = RecordedSettings.of(sources, overrides_of(arguments))
+    extra_dirs = config_source(arguments, "train").extra_dirs or ()  # the user's, given now
+    settings = RecordedSettings.of(sources, overrides_of(arguments), extra_dirs=extra_dirs)
     for arg, source in sources:
         settings.check(arg, source)
-    return [*(arg for arg, _ in kept), *without_recorded_additions(arguments, previous)]
+    at = set(override_positions(arguments))  # Hydra's flags (-cd <dir>) before any override
+    flags = [arg for index, arg in enumerate(arguments) if index not in at]
+    given = [arg for index, arg in enumerate(arguments) if index in at]
+    return [*flags, *(arg for arg, _ in kept), *without_recorded_additions(given, previous)]
 
 
 def without_recorded_additions(arguments: list[str], recorded: list[tuple[str, int]]) -> list[str]:

@@ -169,12 +169,15 @@ def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
     return None
 
 
-def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Path) -> None:
-    """Refuse in one line a re-run whose ``overrides`` (the command line's) would give an
-    existing job of ``sweep_dir`` other settings than it ran with. Reads only."""
-    from hydra import compose, initialize_config_dir
+def check_continuation(
+    config_name: str, overrides: Sequence[str], sweep_dir: Path, extra_dirs: Sequence[Path] = ()
+) -> None:
+    """Refuse in one line a re-run whose ``overrides`` (the command line's; ``extra_dirs``, its
+    ``--config-dir``) would give an existing job of ``sweep_dir`` other settings than it ran
+    with. Reads only."""
+    from hydra import compose
 
-    from vitattn.utils.config import CONFIG_DIR
+    from vitattn.utils.config import hydra_configs
 
     if not sweep_dir.is_dir():
         return
@@ -183,7 +186,7 @@ def check_continuation(config_name: str, overrides: Sequence[str], sweep_dir: Pa
         check_job_files(job.directory)
     existing = [job for job in jobs if stored_config(job.directory) is not None]
     for job in existing:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        with hydra_configs(extra_dirs):
             composed = compose(config_name, overrides=job.overrides)
         now = OmegaConf.to_container(composed, resolve=False)
         before = stored_config(job.directory)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from vitattn.errors import ConfigError
-from vitattn.utils.config import CONFIG_DIR, group_options, is_group_folder
+from vitattn.utils.config import CONFIG_DIR, all_group_options, hydra_configs, is_group_folder
 
 LARGEST_NUMBER = 10**9
 """The largest magnitude a recorded number may have (a step count, a size, a seed)."""
@@ -61,9 +61,12 @@ def says_where(key: str) -> bool:
     return parts[0] in WHERE_GROUPS or any(WHERE_NAMES.search(part.lower()) for part in parts)
 
 
-def is_group(key: str, config_dir: Path = CONFIG_DIR) -> bool:
-    """Whether ``key`` is one of vitattn's config groups (``attention``, ``logger``)."""
-    return "." not in key and "/" not in key and is_group_folder(key, config_dir)
+def is_group(key: str, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[Path] = ()) -> bool:
+    """Whether ``key`` is one of vitattn's config groups (``attention``, ``logger``), or of the
+    folders ``extra_dirs`` the command line adds (``--config-dir``)."""
+    if "." in key or "/" in key:
+        return False
+    return any(is_group_folder(key, folder) for folder in (config_dir, *extra_dirs))
 
 
 class RecordedSettings:
@@ -76,18 +79,20 @@ class RecordedSettings:
         group_choices: Iterable[str],
         config_name: str = "train",
         config_dir: Path = CONFIG_DIR,
+        extra_dirs: Sequence[Path] = (),
     ) -> None:
-        from hydra import compose, initialize_config_dir
+        from hydra import compose
         from hydra.core.global_hydra import GlobalHydra
 
         self.config_dir = config_dir
+        self.extra_dirs = tuple(extra_dirs)
         self.user_nodes: set[str] = set()
         """Nodes whose ``_target_`` the command line gives now: the user's own (a callback of
         theirs), whose recorded plain settings are replayed under it."""
         choices = list(group_choices)
         was_initialized = GlobalHydra.instance().is_initialized()
         try:
-            with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            with hydra_configs(extra_dirs, config_dir):
                 self.config = compose(config_name, overrides=choices)
         except Exception as error:  # a combination of choices that does not compose
             first = next(iter(str(error).splitlines()), type(error).__name__)
@@ -100,26 +105,34 @@ class RecordedSettings:
 
     @classmethod
     def of(
-        cls, recorded: Iterable[tuple[str, str]], given: Iterable[str], config_name: str = "train"
+        cls,
+        recorded: Iterable[tuple[str, str]],
+        given: Iterable[str],
+        config_name: str = "train",
+        extra_dirs: Sequence[Path] = (),
     ) -> RecordedSettings:
         """The settings of the config composed with the recorded group choices (``(text,
-        source)``; each refused in one line unless its option exists) and then those ``given``
-        on the command line (an unknown one is left to the command line's own check)."""
+        source)``; each refused in one line unless its option exists, in ``configs/`` or in the
+        folders ``extra_dirs`` the command line adds now) and then those ``given`` on the
+        command line (an unknown one is left to the command line's own check)."""
         choices, given = [], list(given)
         for text, source in recorded:
             override = cls.parse(text, source)
-            if is_group(override.key_or_group) and not override.is_delete():
-                check_group_choice(override, text, source)
+            if is_group(override.key_or_group, extra_dirs=extra_dirs) and not override.is_delete():
+                check_group_choice(override, text, source, extra_dirs=extra_dirs)
                 choices.append(text)
         for text in given:
             try:
                 override = cls.parse(text, "the command line")
-                if is_group(override.key_or_group) and not override.is_delete():
-                    check_group_choice(override, text, "the command line")
+                if (
+                    is_group(override.key_or_group, extra_dirs=extra_dirs)
+                    and not override.is_delete()
+                ):
+                    check_group_choice(override, text, "the command line", extra_dirs=extra_dirs)
                     choices.append(text)
             except RecordedOverrideError:
                 continue
-        settings = cls(choices, config_name)
+        settings = cls(choices, config_name, extra_dirs=extra_dirs)
         settings.user_nodes = {
             text.split("=", 1)[0].lstrip("+").removesuffix("._target_")
             for text in given
@@ -160,8 +173,8 @@ class RecordedSettings:
                 f"{source}: {text!r} deletes {key}; a run's recorded overrides may delete only "
                 f"one of the callbacks or loggers (~callbacks.<name>); {COMMAND_LINE}"
             )
-        if is_group(key, self.config_dir):
-            check_group_choice(override, text, source, self.config_dir)
+        if is_group(key, self.config_dir, self.extra_dirs):
+            check_group_choice(override, text, source, self.config_dir, self.extra_dirs)
             return
         node = self.node(key)
         if node is None and key.rpartition(".")[0] in self.user_nodes:
@@ -215,17 +228,23 @@ class RecordedSettings:
 
 
 def check_group_choice(
-    override: Any, text: str, source: str, config_dir: Path = CONFIG_DIR
+    override: Any,
+    text: str,
+    source: str,
+    config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[Path] = (),
 ) -> None:
-    """Refuse in one line a group choice that is not an option of ``configs/<group>/``."""
+    """Refuse in one line a group choice that is not an option of ``configs/<group>/``, or of
+    ``<dir>/<group>/`` for a folder of ``extra_dirs`` (the command line's ``--config-dir``)."""
     group = override.key_or_group
     values = override.value()
     values = values if isinstance(values, list) else [values]
-    options = group_options(group, config_dir)
+    options = all_group_options(group, extra_dirs, config_dir)
     if override.package or not all(isinstance(v, str) and v in options for v in values):
+        among = " and the --config-dir given" if extra_dirs else ""
         raise RecordedOverrideError(
             f"{source}: {text!r} is not a choice of {group} ({', '.join(options)}); a run's "
-            f"recorded overrides may only choose among configs/{group}/"
+            f"recorded overrides may only choose among configs/{group}/{among}"
         )
 
 

@@ -3,9 +3,10 @@ job directory names), and what a composed config chose."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,39 @@ def is_group_folder(group: str, config_dir: Path = CONFIG_DIR) -> bool:
         return (config_dir / group).is_dir()
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def hydra_configs(extra_dirs: Sequence[Path] = (), config_dir: Path = CONFIG_DIR) -> Iterator[None]:
+    """Hydra's compose API over ``config_dir``, with ``extra_dirs`` in its search path as Hydra's
+    ``--config-dir`` puts a folder there (after the app's configs, before the structured ones):
+    group options and primary configs of the user's own are found as the app finds them."""
+    from hydra import initialize_config_dir
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        if extra_dirs:
+            search_path = create_config_search_path(str(config_dir))
+            for folder in extra_dirs:
+                search_path.prepend(
+                    provider="command-line",
+                    path=f"file://{folder}",
+                    anchor=SearchPathQuery(provider="schema"),
+                )
+            GlobalHydra.instance().clear()  # initialize_config_dir puts the one before it back
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+        yield
+
+
+def all_group_options(
+    group: str, extra_dirs: Sequence[Path] = (), config_dir: Path = CONFIG_DIR
+) -> list[str]:
+    """The choices of a config group in ``config_dir`` and ``extra_dirs`` (``--config-dir``)."""
+    folders = [config_dir, *extra_dirs]
+    return sorted({option for folder in folders for option in group_options(group, folder)})
 
 
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
