@@ -79,17 +79,6 @@ COPY = "a key set there replaces the copy and nothing reads it"
             r"\$\{profiles\.\$\{device\}\.numerics\.batch_size\}: .*; set the setting it "
             r"refers to$",
         ),
-    ],
-)
-def test_a_key_set_inside_an_interpolation_is_one_line(
-    config_name: str, overrides: list[str], message: str, tmp_path: Path
-) -> None:
-    assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")
-
-
-@pytest.mark.parametrize(
-    ("config_name", "overrides", "message"),
-    [
         (  # red team: `model.attention=${attention}` counted as the command line's own node
             "train",
             ["model.attention=${attention}", "+model.attention.foo=1"],
@@ -111,7 +100,7 @@ def test_a_key_set_inside_an_interpolation_is_one_line(
         ),
     ],
 )
-def test_a_copy_set_again_and_a_key_set_to_itself_are_told(
+def test_a_key_set_inside_an_interpolation_is_one_line(
     config_name: str, overrides: list[str], message: str, tmp_path: Path
 ) -> None:
     assert_one_line_refusal(config_name, overrides, hook(config_name), message, tmp_path / "run")

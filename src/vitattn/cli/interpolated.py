@@ -51,15 +51,11 @@ def crossing(
     where there is none: Hydra itself refuses ``key=value`` through an interpolation, but takes
     an addition and replaces the interpolation. ``typed``: the command line's overrides, one
     for each of ``overrides`` (a sweep's job's), which the line names."""
+    settings = settings_overrides(overrides)
+    if settings is None:
+        return None
     dotted, values = {}, []
-    for at, text in enumerate(overrides):
-        try:
-            override = parsed(text)
-        except Exception:
-            return None
-        key = str(override.key_or_group)
-        if "/" in key or override.package or hydras(key):
-            continue
+    for at, key, override in settings:
         if not override.is_delete():
             values.append((at, key))
         if "." in key:
@@ -102,6 +98,22 @@ def crossing(
     return None
 
 
+def settings_overrides(overrides: Sequence[str]) -> list[tuple[int, str, Any]] | None:
+    """``(position, key, override)`` of each of ``overrides`` that sets a setting of the config
+    (not a group's choice by its path, a package's, nor Hydra's own), as Hydra's grammar reads
+    it; ``None`` where one cannot be read (the syntax check names it)."""
+    found = []
+    for at, text in enumerate(overrides):
+        try:
+            override = parsed(text)
+        except Exception:
+            return None
+        key = str(override.key_or_group)
+        if "/" not in key and not override.package and not hydras(key):
+            found.append((at, key, override))
+    return found
+
+
 RUNNING_APP_ONLY = "HydraConfig was not set"
 """Hydra's message for ``${hydra:...}`` (``${paths.output_dir}``, say) resolved outside a running
 app: such a value is resolved when the app runs, not before."""
@@ -115,15 +127,8 @@ def unresolved(
     only the running app can: :data:`RUNNING_APP_ONLY`). Hydra's own settings are left to
     Hydra. ``typed``: the command line's overrides, one for each of ``overrides``, which the
     line names."""
-    for at, text in enumerate(overrides):
-        try:
-            override = parsed(text)
-        except Exception:
-            return None
-        key = str(override.key_or_group)
-        if override.is_delete() or "${" not in text.partition("=")[2] or hydras(key):
-            continue
-        if "/" in key or override.package:
+    for at, key, override in settings_overrides(overrides) or []:
+        if override.is_delete() or "${" not in overrides[at].partition("=")[2]:
             continue
         try:
             value = OmegaConf.select(cfg, key, throw_on_missing=False)
