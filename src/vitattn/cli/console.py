@@ -113,12 +113,12 @@ def console_main(
         fail(program, error)
         sys.exit(1)
     informational = any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments)
-    remember_run_directory(explicit_run_dir(arguments))
     named = name_jobs_by_what_differs(arguments)
     sweep_dir = explicit_sweep_dir(arguments)
     continuing = sweep_dir is not None and not informational and basic_sweep(arguments)
     continuing = continuing and source.extra_dirs is not None  # else a config tree of the user's
     try:
+        remember_run_directory(explicit_run_dir(arguments))  # a file there it cannot read: a line
         if continuing:
             check_continuation(config_name, overrides_of(named), sweep_dir, source.extra_dirs or ())
         for setting, directory in [
