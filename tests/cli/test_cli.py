@@ -665,3 +665,22 @@ def test_hydra_mode_multirun_is_a_sweep_as_the_flag_is() -> None:
         ["hydra.mode=MULTIRUN", "seed=2"],
     ]
     check_composition("train", ["hydra.mode=MULTIRUN", "seed=1,2"], validate)
+
+
+def test_hydras_rerun_of_a_pickle_is_refused_in_one_line(tmp_path: Path, data_dir: Path) -> None:
+    """Hydra unpickles the file ``--experimental-rerun`` names (a traceback where there was
+    none; code of the pickle's where there was one)."""
+    marker = tmp_path / "marker"
+
+    class Planted:
+        def __reduce__(self) -> tuple:
+            return (Path.touch, (marker,))
+
+    import pickle
+
+    planted = tmp_path / "config.pickle"
+    planted.write_bytes(pickle.dumps(Planted()))
+    rerun = ["--experimental-rerun", str(planted)]
+    said = refused_in_process("vitattn-train", *rerun, data_dir=data_dir)
+    assert said.startswith("--experimental-rerun is not taken: Hydra would unpickle the file")
+    assert not marker.exists()

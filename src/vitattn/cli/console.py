@@ -170,10 +170,17 @@ class ConfigSource:
 
 def config_source(arguments: Sequence[str], config_name: str) -> ConfigSource:
     """:class:`ConfigSource` of ``arguments``, as Hydra's parser reads them; a ``--config-dir``
-    that is no folder is one line (Hydra's message took three)."""
+    that is no folder is one line (Hydra's message took three), and so is Hydra's
+    ``--experimental-rerun``."""
     from hydra._internal.utils import get_args_parser
 
     parsed = get_args_parser().parse_args(list(arguments))
+    if parsed.experimental_rerun is not None:  # Hydra unpickles the file it names
+        raise ConfigError(
+            "--experimental-rerun is not taken: Hydra would unpickle the file it names, and a "
+            "pickle can run code; a run continues with resume=true hydra.run.dir=<run>, and its "
+            "settings are in <run>/.hydra/overrides.yaml"
+        )
     name = parsed.config_name or config_name
     if parsed.config_path is not None:
         return ConfigSource(name, None)
