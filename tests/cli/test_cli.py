@@ -66,9 +66,17 @@ def test_a_small_sweep_is_checked_job_by_job_and_a_large_one_value_by_value() ->
         ["a=2", "b=3", "c=4"],
         ["a=2", "b=3", "c=5"],
     ]
-    large = single_runs(["-m", "seed=range(0,70)", "b=4,3"])
-    assert large[:3] == [["seed=0", "b=4"], ["seed=1", "b=3"], ["seed=2", "b=4"]]
+    large = single_runs(["-m", "a=range(0,70)", "b=4,3"])
+    assert large[:3] == [["a=0", "b=4"], ["a=1", "b=3"], ["a=2", "b=4"]]
     assert len(large) == 70
+    # the seeds are checked one by one, not with each of the others: 2 + 2 compositions, not 6
+    assert single_runs(["-m", "attention=a,b", "seed=1,2,3"]) == [
+        ["attention=a", "seed=1"],
+        ["attention=b", "seed=1"],
+        ["attention=a", "seed=2"],
+        ["attention=a", "seed=3"],
+    ]
+    assert len(single_runs(["-m", "seed=range(0,70)", "b=4,3"])) == 2 + 69
 
 
 @pytest.mark.parametrize(

@@ -468,12 +468,19 @@ def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "
             )
 
 
+ALONE = ("seed",)
+"""Settings no object is built from, checked by their range alone: a sweep's values of one are
+not combined with the other settings' values (:func:`single_runs`)."""
+
+
 def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     """The override lists of the jobs to check, the first job first: one for a single run; for
     a sweep (``-m``), every job where it has at most :data:`MAX_COMPOSITIONS` (settings that
     are valid one by one may not be together: ``model.embed_dim=32,20 model.heads=2,8``), else
     every value of each swept setting at least once, the i-th values of each together, the
-    first :data:`MAX_COMPOSITIONS` of them checked."""
+    first :data:`MAX_COMPOSITIONS` of them checked. A setting of :data:`ALONE` is left out of
+    the combinations: each of its values is checked once, with the first job's others
+    (``attention=a,b,c,d seed=1,...,16``: 4 + 15 compositions, not 64)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = overrides_of(arguments)
@@ -487,10 +494,16 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
             choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
         else:
             choices.append([text])
-    if math.prod(len(options) for options in choices) <= MAX_COMPOSITIONS:
-        return [list(job) for job in itertools.product(*choices)]
-    longest = max(len(options) for options in choices)
-    return [[options[at % len(options)] for options in choices] for at in range(longest)]
+    alone = {at for at, text in enumerate(overrides) if key_of(text) in ALONE}
+    combined = [options[:1] if at in alone else options for at, options in enumerate(choices)]
+    if math.prod(len(options) for options in combined) <= MAX_COMPOSITIONS:
+        jobs = [list(job) for job in itertools.product(*combined)]
+    else:
+        longest = max(len(options) for options in combined)
+        jobs = [[options[at % len(options)] for options in combined] for at in range(longest)]
+    for at in sorted(alone):
+        jobs += [[*jobs[0][:at], option, *jobs[0][at + 1 :]] for option in choices[at][1:]]
+    return jobs
 
 
 def check_composition(
