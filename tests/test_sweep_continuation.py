@@ -385,6 +385,14 @@ def test_a_config_dir_run_resumes_and_its_sweep_rerun_is_checked(
     resumed = ["-cd", str(mine), "resume=true", "trainer.max_steps=4", f"hydra.run.dir={run}"]
     run_in_process("vitattn-train", *resumed, data_dir=data_dir)
     assert json.loads((run / "metrics.json").read_text())["steps"] == 4
+    # the flag after the overrides, and a primary config of the folder (-cn): review
+    (mine / "my_train.yaml").write_text("defaults:\n  - train\n  - _self_\nnote: hello\n")
+    own = tmp_path / "own"
+    with_name = ["-cd", str(mine), "-cn", "my_train", "note=bye", *TINY, *steps(2, 2)]
+    run_in_process("vitattn-train", *with_name, f"hydra.run.dir={own}", data_dir=data_dir)
+    again = ["resume=true", "trainer.max_steps=3", f"hydra.run.dir={own}"]
+    run_in_process("vitattn-train", *again, "-cd", str(mine), "-cn", "my_train", data_dir=data_dir)
+    assert json.loads((own / "metrics.json").read_text())["steps"] == 3
 
     sweep = tmp_path / "sweep"
     command = ["-m", *with_dir, "seed=1,2", f"hydra.sweep.dir={sweep}"]

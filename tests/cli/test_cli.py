@@ -69,14 +69,13 @@ def test_a_small_sweep_is_checked_job_by_job_and_a_large_one_value_by_value() ->
     large = single_runs(["-m", "a=range(0,70)", "b=4,3"])
     assert large[:3] == [["a=0", "b=4"], ["a=1", "b=3"], ["a=2", "b=4"]]
     assert len(large) == 70
-    # the seeds are checked one by one, not with each of the others: 2 + 2 compositions, not 6
+    # the seeds are not combined with the others: 3 compositions, not 6, each within the first
     assert single_runs(["-m", "attention=a,b", "seed=1,2,3"]) == [
         ["attention=a", "seed=1"],
-        ["attention=b", "seed=1"],
-        ["attention=a", "seed=2"],
+        ["attention=b", "seed=2"],
         ["attention=a", "seed=3"],
     ]
-    assert len(single_runs(["-m", "seed=range(0,70)", "b=4,3"])) == 2 + 69
+    assert len(single_runs(["-m", "seed=range(0,70)", "b=4,3"])) == 70
 
 
 @pytest.mark.parametrize(
@@ -692,3 +691,25 @@ def test_hydras_rerun_of_a_pickle_is_refused_in_one_line(tmp_path: Path, data_di
     said = refused_in_process("vitattn-train", *rerun, data_dir=data_dir)
     assert said.startswith("--experimental-rerun is not taken: Hydra would unpickle the file")
     assert not marker.exists()
+
+
+def test_a_seed_out_of_range_in_a_sweep_of_64_combinations_is_refused(tmp_path: Path) -> None:
+    """The seeds' own jobs came after the 64 combinations of the others, past the cut: 128 jobs
+    launched with ``seed=-5`` among them (review)."""
+    from vitattn.train import validate
+
+    sweep = ["attention=softmax,linear", "model.depth=1,2", "trainer.max_steps=range(1,17)"]
+    message = r"^seed=-5 is not valid; choose an integer 0 <= seed <= "
+    assert_one_line_refusal("train", ["-m", *sweep, "seed=1,-5"], validate, message, tmp_path / "r")
+
+
+def test_a_config_dir_given_with_a_tilde_is_read_as_hydra_reads_it(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hydra does not expand ``~`` in ``--config-dir``: the checks composed a folder the app
+    then did not find, in three lines (review)."""
+    (tmp_path / "cd").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    said = refused_in_process("vitattn-train", "--config-dir=~/cd", data_dir=data_dir)
+    assert said.startswith("--config-dir ~/cd is not a folder; ")

@@ -178,15 +178,15 @@ def config_source(arguments: Sequence[str], config_name: str) -> ConfigSource:
     if parsed.experimental_rerun is not None:  # Hydra unpickles the file it names
         raise ConfigError(
             "--experimental-rerun is not taken: Hydra would unpickle the file it names, and a "
-            "pickle can run code; a run continues with resume=true hydra.run.dir=<run>, and its "
-            "settings are in <run>/.hydra/overrides.yaml"
+            "pickle can run code; give the settings as overrides (a run's are in "
+            "<run>/.hydra/overrides.yaml)"
         )
     name = parsed.config_name or config_name
     if parsed.config_path is not None:
         return ConfigSource(name, None)
     if parsed.config_dir is None:
         return ConfigSource(name, ())
-    folder = Path(parsed.config_dir).expanduser().absolute()
+    folder = Path(os.path.abspath(parsed.config_dir))  # as Hydra reads it: no ~ expanded
     if not folder.is_dir():
         raise ConfigError(
             f"--config-dir {one_line(parsed.config_dir)} is not a folder; give a folder of config "
@@ -479,8 +479,9 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     are valid one by one may not be together: ``model.embed_dim=32,20 model.heads=2,8``), else
     every value of each swept setting at least once, the i-th values of each together, the
     first :data:`MAX_COMPOSITIONS` of them checked. A setting of :data:`ALONE` is left out of
-    the combinations: each of its values is checked once, with the first job's others
-    (``attention=a,b,c,d seed=1,...,16``: 4 + 15 compositions, not 64)."""
+    the combinations: the i-th job takes its i-th value, and its values past the jobs each
+    come with the first job's others (``attention=a,b,c,d seed=1,...,16``: 16 compositions,
+    not 64)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = overrides_of(arguments)
@@ -501,8 +502,12 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     else:
         longest = max(len(options) for options in combined)
         jobs = [[options[at % len(options)] for options in combined] for at in range(longest)]
-    for at in sorted(alone):
-        jobs += [[*jobs[0][:at], option, *jobs[0][at + 1 :]] for option in choices[at][1:]]
+    for at in sorted(alone):  # the i-th job takes the i-th value: each within the first checked
+        options = choices[at]
+        for index, job in enumerate(jobs):
+            job[at] = options[index % len(options)]
+        first = jobs[0]
+        jobs += [[*first[:at], option, *first[at + 1 :]] for option in options[len(jobs) :]]
     return jobs
 
 

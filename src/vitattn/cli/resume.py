@@ -41,6 +41,9 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     """
     if multirun(arguments):
         return arguments
+    at = set(override_positions(arguments))  # Hydra's flags (-cd <dir>) before any override
+    flags = [arg for index, arg in enumerate(arguments) if index not in at]
+    arguments = [*flags, *(arg for index, arg in enumerate(arguments) if index in at)]
     given_run = given_path(arguments, "hydra.run.dir")
     run_dir = Path(given_run) if given_run else None
     ckpt_path = given_path(arguments, "ckpt_path")
@@ -75,13 +78,13 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     sources = [(arg, f"{recorded} line {line}") for arg, line in kept]
     for arg, source in sources:
         check_recorded_override(arg, source)
-    extra_dirs = config_source(arguments, "train").extra_dirs or ()  # the user's, given now
-    settings = RecordedSettings.of(sources, overrides_of(arguments), extra_dirs=extra_dirs)
+    source = config_source(arguments, "train")  # the user's --config-dir and -cn, given now
+    settings = RecordedSettings.of(
+        sources, overrides_of(arguments), source.name, extra_dirs=source.extra_dirs or ()
+    )
     for arg, source in sources:
         settings.check(arg, source)
-    at = set(override_positions(arguments))  # Hydra's flags (-cd <dir>) before any override
-    flags = [arg for index, arg in enumerate(arguments) if index not in at]
-    given = [arg for index, arg in enumerate(arguments) if index in at]
+    given = overrides_of(arguments)
     return [*flags, *(arg for arg, _ in kept), *without_recorded_additions(given, previous)]
 
 
