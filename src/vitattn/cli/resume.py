@@ -78,9 +78,9 @@ def resume_arguments(arguments: list[str]) -> list[str]:
     sources = [(arg, f"{recorded} line {line}") for arg, line in kept]
     for arg, source in sources:
         check_recorded_override(arg, source)
-    source = config_source(arguments, "train")  # the user's --config-dir and -cn, given now
+    chosen = config_source(arguments, "train")  # the user's --config-dir and -cn, given now
     settings = RecordedSettings.of(
-        sources, overrides_of(arguments), source.name, extra_dirs=source.extra_dirs or ()
+        sources, overrides_of(arguments), chosen.name, extra_dirs=chosen.extra_dirs or ()
     )
     for arg, source in sources:
         settings.check(arg, source)

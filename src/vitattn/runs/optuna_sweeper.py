@@ -477,14 +477,14 @@ GP_MAX_TRIALS = 1_000
 """The most trials a search with Optuna's ``GPSampler`` holds: the Gaussian process is fitted to
 every trial at each ask, in time cubic and memory square in their number (docs/runs.md: 2,000
 trials took 33 s and 1.5 GB for one ask on the 2-core machine, 4,000 took 233 s and 2.9 GB; the
-study's own bound, 10,000, would take about an hour and 16 GB per ask)."""
+study's own bound, 10,000, would take about an hour and 18 GB per ask by the same growth)."""
 
 
 def check_sampler_size(sampler: Any, n_trials: int) -> None:
     """Refuse in one line a search of ``n_trials`` its sampler cannot take: a Gaussian process
     past :data:`GP_MAX_TRIALS`. The study holds fewer finished trials than ``n_trials`` at each
-    ask (a stored study of more finished ones asks for none), and the process is fitted to
-    those alone, so a planted study of 10,000 cannot make one ask take hours."""
+    ask (a stored study of more finished ones asks for none); the running trials a continued
+    study holds are bounded by :func:`check_fitted_trials`."""
     import optuna
 
     if isinstance(sampler, optuna.samplers.GPSampler) and n_trials > GP_MAX_TRIALS:
