@@ -53,8 +53,8 @@ from vitattn.utils.config import (
     PROJECT_ROOT,
     all_group_options,
     cut_apart,
+    group_folders,
     hydra_configs,
-    is_group_folder,
 )
 from vitattn.utils.hydra_grammar import parsed
 
@@ -379,8 +379,7 @@ def check_group_choices(
         group = override.key_or_group
         if override.is_delete() or override.package or group.startswith("hydra/"):
             continue
-        folders = [folder for folder in (config_dir, *extra_dirs) if is_group_folder(group, folder)]
-        if not folders:
+        if not group_folders(group, extra_dirs, config_dir):
             continue
         if override.is_sweep_override():
             values = list(override.sweep_string_iterator())

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.errors import ConfigError
-from vitattn.utils.config import CONFIG_DIR, all_group_options, hydra_configs, is_group_folder
+from vitattn.utils.config import CONFIG_DIR, all_group_options, group_folders, hydra_configs
 
 LARGEST_NUMBER = 10**9
 """The largest magnitude a recorded number may have (a step count, a size, a seed)."""
@@ -66,7 +66,7 @@ def is_group(key: str, config_dir: Path = CONFIG_DIR, extra_dirs: Sequence[Path]
     folders ``extra_dirs`` the command line adds (``--config-dir``)."""
     if "." in key or "/" in key:
         return False
-    return any(is_group_folder(key, folder) for folder in (config_dir, *extra_dirs))
+    return bool(group_folders(key, extra_dirs, config_dir))
 
 
 class RecordedSettings:

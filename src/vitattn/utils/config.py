@@ -61,8 +61,16 @@ def all_group_options(
     group: str, extra_dirs: Sequence[Path] = (), config_dir: Path = CONFIG_DIR
 ) -> list[str]:
     """The choices of a config group in ``config_dir`` and ``extra_dirs`` (``--config-dir``)."""
-    folders = [config_dir, *extra_dirs]
+    folders = group_folders(group, extra_dirs, config_dir)
     return sorted({option for folder in folders for option in group_options(group, folder)})
+
+
+def group_folders(
+    group: str, extra_dirs: Sequence[Path] = (), config_dir: Path = CONFIG_DIR
+) -> list[Path]:
+    """The folders among ``config_dir`` and ``extra_dirs`` (``--config-dir``) that hold the
+    config group ``group``."""
+    return [folder for folder in (config_dir, *extra_dirs) if is_group_folder(group, folder)]
 
 
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
