@@ -97,6 +97,11 @@ def test_describe_names_what_is_valid() -> None:
         ),
         ("trainer.check_val_every_n_epoch=-2", r"^trainer.check_val_every_n_epoch=-2 is not"),
         ("trainer.log_every_n_steps=-1", r"^trainer.log_every_n_steps=-1 is not valid; choose an"),
+        (
+            "+trainer.accumulate_grad_batches=0",
+            r"^trainer.accumulate_grad_batches=0 is not valid; choose an integer >= 1 \(batches",
+        ),
+        ("+trainer.accumulate_grad_batches=-1", r"^trainer.accumulate_grad_batches=-1 is not"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:

@@ -92,7 +92,15 @@ def check_lightning_counts(trainer_cfg: DictConfig) -> None:
     """Trainer settings Lightning takes in any value but uses as a count or a bound, refused in
     one line where it would fail or quietly do another thing: ``check_val_every_n_epoch=0``
     divides by zero after the first epoch, a negative ``gradient_clip_val`` turns clipping off
-    and NaN makes every gradient NaN, a negative ``log_every_n_steps`` logs at every step."""
+    and NaN makes every gradient NaN, a negative ``log_every_n_steps`` logs at every step,
+    ``accumulate_grad_batches=0`` divides by zero once the run directory is made."""
+    accumulate = trainer_cfg.get("accumulate_grad_batches")
+    if accumulate is not None:
+        checks.integer(
+            "trainer.accumulate_grad_batches",
+            accumulate,
+            hint=" (batches whose gradients make one optimizer step; 1: none accumulated)",
+        )
     every = trainer_cfg.get("check_val_every_n_epoch")
     if every is not None:
         checks.integer(
