@@ -124,6 +124,18 @@ def test_a_gpu_trainer_without_a_gpu_says_what_to_use() -> None:
         check_composition("train", ["trainer=gpu"], validate_training)
 
 
+def test_a_target_given_as_an_interpolation_is_checked_resolved(tmp_path: Path) -> None:
+    """``_target_: ${attention._target_}`` is the attention's class, as Hydra builds it; it had
+    been checked unresolved, outside the config (a traceback of InterpolationKeyError)."""
+    node = "model.attention={_target_:${attention._target_},_partial_:true,k:8}"
+    check_composition("train", ["attention=linformer", node], validate_training)
+    cfg = compose_config("train", [], tmp_path)
+    OmegaConf.set_struct(cfg, False)
+    cfg.extra = OmegaConf.create({"_target_": "${nope}"})
+    with pytest.raises(ConfigError, match=r"^extra._target_ cannot be resolved \(Interpolation"):
+        check_types(cfg)
+
+
 def test_a_setting_added_to_a_class_is_checked_by_its_type_hint(tmp_path: Path) -> None:
     cfg = compose_config("train", [], tmp_path)
     node = OmegaConf.create({"_target_": "tests.cli.test_validation.with_a_new_knob"})

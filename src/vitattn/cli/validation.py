@@ -208,7 +208,10 @@ def check_types(
 
     nodes = ((path, node) for path, node in target_nodes(cfg) if wanted(path))
     for path, node in given_first(cfg, nodes):
-        target_name = str(node._get_node("_target_")._value())
+        try:  # as Hydra's instantiate reads it: resolved (_target_: ${attention._target_})
+            target_name = str(node["_target_"])
+        except Exception as error:
+            raise ConfigError(f"{path}._target_ cannot be resolved ({error})") from None
         settings = settings_of(node)
         if target_name in SETTINGS_CHECKS:  # vitattn's own target: no policy to check
             if ... not in settings.values():  # else the trial build checks them
