@@ -87,6 +87,31 @@ def test_scalars_per_step(short_run: Path) -> None:
 
 
 @pytest.mark.slow
+def test_every_figure_the_run_wrote_is_a_name_the_checks_take(short_run: Path) -> None:
+    """The names a ``monitor`` and ``optimized_metric`` are checked against (before a run) hold
+    every figure a real run logged to TensorBoard and every number of its ``metrics.json``."""
+    from omegaconf import OmegaConf
+
+    from vitattn.models.module import ViTClassifier
+    from vitattn.training import metric_names
+    from vitattn.training.trial_build import build_callbacks
+
+    cfg = OmegaConf.load(short_run / ".hydra" / "config.yaml")
+    callbacks = build_callbacks(cfg).values()  # but the probe this module's run is given
+    ours = [c for c in callbacks if not isinstance(c, SaveFinalWeights)]
+    logged = metric_names.logged_by(ViTClassifier, ours)
+    assert logged is not None
+    tags = [tag for tag in read_scalars(short_run) if not tag.startswith("~summary/")]
+    assert {"train/lr", "train/images_per_sec", "val/fidelity", "val/entropy_gap"} <= set(tags)
+    assert [tag for tag in tags if not metric_names.matches(tag, logged)] == []
+    results = metric_names.in_results(ViTClassifier, logged, tested=True)
+    metrics = json.loads((short_run / "metrics.json").read_text())
+    numbers = [k for k, v in metrics.items() if isinstance(v, int | float) and k != "status"]
+    assert {"val/acc_best", "test/acc", "val/fidelity", "insight/seconds", "params"} <= set(numbers)
+    assert [name for name in numbers if not metric_names.matches(name, results)] == []
+
+
+@pytest.mark.slow
 def test_hparams_view_lists_the_results(short_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2

@@ -102,6 +102,21 @@ def test_describe_names_what_is_valid() -> None:
             r"^trainer.accumulate_grad_batches=0 is not valid; choose an integer >= 1 \(batches",
         ),
         ("+trainer.accumulate_grad_batches=-1", r"^trainer.accumulate_grad_batches=-1 is not"),
+        (
+            "callbacks.model_checkpoint.monitor=val_acc",
+            r"^callbacks.model_checkpoint.monitor=val_acc is not a figure this run logs; choose "
+            r"among: train/loss, train/acc, val/loss, val/acc, .*val/fidelity/layer_<i>",
+        ),
+        (
+            "+callbacks.stop={_target_:lightning.pytorch.callbacks.EarlyStopping,monitor:val/los}",
+            r"^callbacks.stop.monitor=val/los is not a figure this run logs",
+        ),
+        (
+            "optimized_metric=val/acc_bset",
+            r"^optimized_metric=val/acc_bset is not a number of this run's metrics.json; choose "
+            r"among: val/loss, val/acc, .*test/acc, val/acc_best, .*seconds",
+        ),
+        ("optimized_metric=[val/acc_best,nope]", r"^optimized_metric=nope is not a number"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:
@@ -115,6 +130,45 @@ def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:
 def test_the_default_configs_pass() -> None:
     cpu = ["trainer=cpu"]
     for overrides in ([], ["model=vit_pixel"], ["experiment=lra_image", *cpu], ["trainer=ddp"]):
+        check_composition("train", overrides, validate_training)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["callbacks.model_checkpoint.monitor=val/fidelity/layer_3"], None),
+        (["hparams_search=optuna_pareto"], None),
+        (["hparams_search=optuna", "callbacks.optuna_pruning.monitor=val/loss"], None),
+        # a callback of the user's own may log any name: nothing to check the monitor against
+        (
+            [
+                "+callbacks.mine={_target_:lightning.pytorch.callbacks.DeviceStatsMonitor}",
+                "callbacks.model_checkpoint.monitor=val/mine",
+            ],
+            None,
+        ),
+        (
+            ["hparams_search=optuna", "callbacks.optuna_pruning.monitor=val_acc"],
+            r"^callbacks.optuna_pruning.monitor=val_acc is not a figure this run logs",
+        ),
+        (["test=false", "optimized_metric=test/acc"], r"^optimized_metric=test/acc is not a"),
+        (
+            [
+                "callbacks.attention_insight.images=0",
+                "callbacks.model_checkpoint.monitor=val/fidelity",
+            ],
+            r"^callbacks.model_checkpoint.monitor=val/fidelity is not a figure this run logs; "
+            r"choose among: .*train/images_per_sec$",
+        ),
+    ],
+)
+def test_a_monitored_figure_is_one_the_run_logs(overrides: list[str], message: str | None) -> None:
+    """A ``monitor`` Lightning would not find stopped the run at its first validation; an
+    ``optimized_metric`` no run writes failed every trial of a search, which exited 0."""
+    if message is None:
+        check_composition("train", overrides, validate_training)
+        return
+    with pytest.raises(ConfigError, match=message):
         check_composition("train", overrides, validate_training)
 
 

@@ -43,6 +43,11 @@ class ViTClassifier(L.LightningModule):
         num_classes: number of classes.
     """
 
+    logged = ("train/loss", "train/acc", "val/loss", "val/acc")
+    """The names this module logs as it trains (:mod:`vitattn.training.metric_names`)."""
+    tested = ("test/loss", "test/acc")
+    """The names it logs as it tests."""
+
     def __init__(
         self,
         net: Mapping[str, Any],

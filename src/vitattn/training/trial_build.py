@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vitattn.errors import ConfigError, own_refusal, refused, refusing
+from vitattn.training import metric_names
 from vitattn.training.instantiators import bare_trainer
 
 
@@ -101,7 +102,7 @@ def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
         ("optimizer", build_optimizer_once),
         ("scheduler", lambda: build_schedule(cfg, built["optimizer"])),
         ("trainer", lambda: bare_trainer(cfg.trainer)),
-        ("callbacks", lambda: build_callbacks(cfg)),
+        ("callbacks", lambda: built.update(callbacks=build_callbacks(cfg))),
     ]
     groups = {"model": "module"}  # the model is built through the module that holds it
     with quiet_lightning():  # the real run prints Lightning's messages; this trial build must not
@@ -112,6 +113,8 @@ def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
                 continue
             with refusing(group):
                 build()
+    if "callbacks" not in skip:
+        check_figure_names(cfg, built.get("callbacks", {}))
 
 
 TRIAL_OUTPUT_DIR = "/nonexistent/vitattn-trial-build"
@@ -120,12 +123,13 @@ the run's directory): the callbacks' paths under it resolve, and no callback wri
 built."""
 
 
-def build_callbacks(cfg: DictConfig) -> None:
+def build_callbacks(cfg: DictConfig) -> dict[str, Any]:
     """Build each callback of ``cfg.callbacks`` once, nothing to call it: Lightning's and
     vitattn's check their settings as they are built (``ModelCheckpoint(mode='maximum')``,
     ``save_top_k=-5``), which otherwise failed once the run had started, in a line that named
     neither. The first refusal is one line naming ``callbacks.<name>``; a callback with a value
-    only the running app resolves (``${hydra:...}``, but ``paths.output_dir``) is left out."""
+    only the running app resolves (``${hydra:...}``, but ``paths.output_dir``) is left out.
+    Returns the callbacks built, by name."""
     import hydra
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
@@ -138,6 +142,7 @@ def build_callbacks(cfg: DictConfig) -> None:
         except OmegaConfBaseException:
             with open_dict(paths):
                 paths.output_dir = TRIAL_OUTPUT_DIR
+    built: dict[str, Any] = {}
     for name, node in trial.callbacks.items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
@@ -146,12 +151,48 @@ def build_callbacks(cfg: DictConfig) -> None:
         except OmegaConfBaseException:
             continue
         try:
-            hydra.utils.instantiate(node)
+            built[str(name)] = hydra.utils.instantiate(node)
         except Exception as error:
             own = own_refusal(error)  # a callback's own check names its setting: where it is
             if own is not None and str(own).split("=", 1)[0] in node:
                 raise ConfigError(f"callbacks.{name}.{own}") from error
             raise refused(f"callbacks.{name}", error) from error
+    return built
+
+
+def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
+    """Each callback's ``monitor`` names a figure the run logs as it trains (Lightning stopped
+    the run at its first validation), and ``optimized_metric`` numbers of the run's
+    ``metrics.json`` (each trial of a search failed, and the search ended with exit status 0);
+    else one line naming the setting and what is valid. Not checked where the module or a
+    callback may log names of its own (:func:`metric_names.logged_by`)."""
+    from hydra.utils import get_class
+
+    module = cfg.get("module")
+    if not isinstance(module, DictConfig) or "_target_" not in module:
+        return
+    try:
+        module_class = get_class(str(module._target_))
+    except Exception:  # not a class: check_types and the trial build name it
+        return
+    logged = metric_names.logged_by(module_class, callbacks.values())
+    if logged is None:
+        return
+    for name, callback in callbacks.items():
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and not metric_names.matches(monitor, logged):
+            raise ConfigError(
+                f"callbacks.{name}.monitor={monitor} is not a figure this run logs; choose among: "
+                f"{', '.join(logged)}"
+            )
+    given = cfg.get("optimized_metric")
+    results = metric_names.in_results(module_class, logged, tested=bool(cfg.get("test", True)))
+    for objective in [given] if isinstance(given, str) else list(given or []):
+        if isinstance(objective, str) and not metric_names.matches(objective, results):
+            raise ConfigError(
+                f"optimized_metric={objective} is not a number of this run's metrics.json; "
+                f"choose among: {', '.join(results)}"
+            )
 
 
 @contextlib.contextmanager

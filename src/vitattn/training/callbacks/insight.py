@@ -145,6 +145,14 @@ def layer_scalars(name: str, values: list[float]) -> dict[str, float]:
     return scalars
 
 
+INSIGHT_LOGGED = tuple(
+    name
+    for figure in ("fidelity", "entropy_gap")
+    for name in (f"val/{figure}", f"val/{figure}/layer_<i>")
+)
+"""What :func:`layer_scalars` names, for fidelity and the entropy gap."""
+
+
 class AttentionInsight(L.Callback):
     """Attention maps, rollout, fidelity to softmax and row entropy at validation.
 
@@ -160,6 +168,8 @@ class AttentionInsight(L.Callback):
         every = checks.integer("every_n_validations", every_n_validations, 0, hint=" (0: off)")
         self.every_n_validations = every
         self.seed = checks.integer("seed", seed, 0)
+        self.logged = INSIGHT_LOGGED if self.images and every else ()
+        """The names it logs (:mod:`vitattn.training.metric_names`): none when off."""
         self.validations = 0
         self.seconds = 0.0
         self.validation_seconds = 0.0

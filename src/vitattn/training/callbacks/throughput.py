@@ -58,6 +58,9 @@ class ImagesPerSecond(L.Callback):
     median steady rate, summed over the attempts (each compiles again).
     """
 
+    logged = ("train/images_per_sec",)
+    """The name it logs (:mod:`vitattn.training.metric_names`)."""
+
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
         super().__init__()
         self.window = checks.integer("window", window, 1)
