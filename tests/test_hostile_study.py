@@ -172,7 +172,8 @@ NOT_OPTUNAS = {
     "an index of its own (an expression sqlite evaluates for each row Optuna writes: a hang)": (
         [
             "create index ix_trials_planted on trials("
-            + ", ".join(["length(hex(zeroblob(min(number, 1) * 100000000)))"] * 100)
+            # nothing for the study's trials 0-2 (made at once), 100 x 200 MB from trial 3 on
+            + ", ".join(["length(hex(zeroblob((number >= 3) * 100000000)))"] * 100)
             + ")"
         ],
         "holds an index (ix_trials_planted), which Optuna never makes",
