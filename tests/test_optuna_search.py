@@ -14,7 +14,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.support.in_process import refused_in_process, run_in_process
-from tests.support.presets import FEW_STEPS, TINY, steps
+from tests.support.presets import FEW_STEPS, TINY, plug, steps
+from tests.support.probes import LogsItsOwnFigure
 from tests.support.runners import refusal_message
 from tests.support.tables import markdown_tables
 from vitattn.runs.layout import RunDir
@@ -63,6 +64,42 @@ def test_a_pareto_search_stores_two_directions_and_its_pareto_trials(
     table = markdown_tables(summary.split("Pareto trials (study.best_trials):")[1])[0]
     assert sorted(int(row[0]) for row in table[1:]) == pareto
     assert (sweep / "pareto.png").is_file() and (sweep / "frontier.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_search_whose_runs_record_no_objective_stops_at_its_first_trial(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """With a callback of the user's own, the names a run logs are not known before it runs
+    (``optimized_metric`` is checked against them otherwise). On the code before, a trial whose
+    run finished without the objective failed, the search went on to fail every trial, and the
+    command exited 0."""
+    own = plug("mine", LogsItsOwnFigure, figure="val/mine")
+    settings = [*TINY, *steps(4, 4), "test=false", *own]
+    found = tmp_path / "found"
+    run_in_process(
+        "vitattn-train",
+        *search(found, *settings, "hydra.sweeper.n_trials=1", "optimized_metric=val/mine"),
+        data_dir=data_dir,
+    )
+    assert states(found) == ["COMPLETE"]  # a figure of the user's own is the objective
+
+    typed = tmp_path / "typed"
+    result = run_in_process(
+        "vitattn-train",
+        *search(typed, *settings, "hydra.sweeper.n_trials=3", "optimized_metric=val/mien"),
+        data_dir=data_dir,
+        check=False,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "vitattn-train: error: trial 0 failed: its run recorded no val/mien, which "
+        "optimized_metric names, and no trial would: the search stops here; choose among its "
+        "numbers: "
+    ), last
+    assert "val/mine" in last and "Traceback" not in result.stderr
+    assert states(typed) == ["FAIL"] and len(jobs(typed)) == 1
 
 
 @pytest.mark.slow
@@ -183,8 +220,9 @@ def test_a_search_without_a_pruner_records_each_trials_learning_curve(
             "for several objectives)",
         ),
         (
-            "optimized_metric=[val/acc_best,images_per_sec]",
-            "optimized_metric=['val/acc_best', 'images_per_sec'] is not valid; name 1 metric(s) "
+            "optimized_metric=[val/acc_best,train/images_per_sec]",
+            "optimized_metric=['val/acc_best', 'train/images_per_sec'] is not valid; name 1 "
+            "metric(s) "
             "of metrics.json (e.g. val/acc_best), one per direction of "
             "hydra.sweeper.direction(s)",
         ),

@@ -68,12 +68,18 @@ class OptunaSearch(Sweeper):
         except VitattnError as error:
             fail(Path(sys.argv[0]).name, error)
             sys.exit(1)
-        for job in failures:  # as Hydra's basic sweeper: a failed job fails the command
+        from hydra.core.utils import JobStatus
+
+        for job, why in failures:  # as Hydra's basic sweeper: a failed job fails the command
             if isinstance(job._return_value, FailedJob):
                 # its one line, the last word: raised, Hydra would print a line after it that
                 # offers a stack trace there is none of
                 print(f"Error executing job with overrides: {job.overrides}", file=sys.stderr)
                 print(job._return_value, file=sys.stderr, flush=True)
+                sys.exit(1)
+            if job.status == JobStatus.COMPLETED:  # its run gave the search no value to tell
+                print(f"Error executing job with overrides: {job.overrides}", file=sys.stderr)
+                fail(Path(sys.argv[0]).name, why)
                 sys.exit(1)
             _ = job.return_value  # anything else: Hydra's report, with its traceback
 

@@ -62,6 +62,7 @@ from vitattn.runs.optuna_study import (
     storage_named,
 )
 from vitattn.utils import checks
+from vitattn.utils.checks import is_number
 
 log = logging.getLogger(__name__)
 
@@ -415,8 +416,39 @@ def outcome(job: Any, objectives: Sequence[str]) -> tuple[Any, list[float] | Non
     return TrialState.COMPLETE, values, None
 
 
-def tell(study: Any, trial: Any, job: Any, objectives: Sequence[str], sweep_dir: Path) -> bool:
-    """Tell ``study`` the outcome of ``trial``'s ``job``; whether the trial failed."""
+def missing_objective(job: Any, objectives: Sequence[str]) -> str | None:
+    """The first of ``objectives`` that a job which ran to its end (not pruned) left out of its
+    metrics: a name no trial of the search will record, as each runs the same program."""
+    from hydra.core.utils import JobStatus
+
+    if job.status != JobStatus.COMPLETED:
+        return None
+    metrics = job.return_value if isinstance(job.return_value, Mapping) else {}
+    if metrics.get("status") == "pruned":
+        return None
+    return next((name for name in objectives if name not in metrics), None)
+
+
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is a tensor of one number (a logged figure, as the job returns it)."""
+    return getattr(value, "ndim", None) == 0 and not isinstance(value, str | bytes)
+
+
+def no_objective(number: int, missing: str, metrics: Mapping[str, Any]) -> str:
+    """Why a search stops at trial ``number``, whose run finished without the objective
+    ``missing``: the numbers its metrics hold instead."""
+    numbers = [one_line(str(k)) for k, v in metrics.items() if is_number(v) or is_scalar(v)]
+    shown = ", ".join(numbers)[:MAX_SHOWN]
+    return (
+        f"its run recorded no {missing}, which optimized_metric names, and no trial would: the "
+        f"search stops here; choose among its numbers: {shown}"
+    )
+
+
+def tell(
+    study: Any, trial: Any, job: Any, objectives: Sequence[str], sweep_dir: Path
+) -> str | None:
+    """Tell ``study`` the outcome of ``trial``'s ``job``; why the trial failed, if it did."""
     from omegaconf import OmegaConf
     from optuna.trial import TrialState
 
@@ -431,7 +463,7 @@ def tell(study: Any, trial: Any, job: Any, objectives: Sequence[str], sweep_dir:
             raise
     if why:
         log.warning("trial %d failed: %s", trial.number, why)
-    return state == TrialState.FAIL
+    return (why or "failed") if state == TrialState.FAIL else None
 
 
 def finished(trials: Sequence[Any]) -> int:
@@ -606,9 +638,9 @@ class Search:
     config: Any
     launcher: Any
 
-    def run(self, arguments: Sequence[str]) -> list[Any]:
-        """Run the trials still missing; the failed jobs' returns (Hydra's basic sweeper, too,
-        raises for them once all have run)."""
+    def run(self, arguments: Sequence[str]) -> list[tuple[Any, str]]:
+        """Run the trials still missing; the failed trials' jobs, with why each failed (Hydra's
+        basic sweeper, too, raises for failed jobs once all have run)."""
         plan = plan_search(self.settings, self.config, arguments)
         distributions, fixed = plan.distributions, plan.fixed
         directions, objectives = plan.directions, plan.objectives
@@ -646,8 +678,12 @@ class Search:
             job_index, to_go = job_index + len(jobs), to_go - len(jobs)
             for trial, job in zip(trials, jobs, strict=True):
                 with going_on_with(url):
-                    if tell(study, trial, job, objectives, sweep_dir):
-                        failures.append(job)
+                    why = tell(study, trial, job, objectives, sweep_dir)
+                    missing = missing_objective(job, objectives)
+                    if missing is not None:  # no trial to come would record it either
+                        why, to_go = no_objective(trial.number, missing, job.return_value), 0
+                    if why is not None:
+                        failures.append((job, f"trial {trial.number} failed: {why}"))
         with going_on_with(url):
             write_results(study, sweep_dir / RESULTS_FILE, objectives)
         return failures
