@@ -138,6 +138,13 @@ def test_the_default_configs_pass() -> None:
     [
         (["callbacks.model_checkpoint.monitor=val/fidelity/layer_3"], None),
         (["hparams_search=optuna_pareto"], None),
+        # told to take a missing figure, as Lightning's EarlyStopping(strict=False) is
+        (
+            [
+                "+callbacks.stop={_target_:lightning.pytorch.callbacks.EarlyStopping,monitor:val/f,strict:false}"
+            ],
+            None,
+        ),
         (["hparams_search=optuna", "callbacks.optuna_pruning.monitor=val/loss"], None),
         # a callback of the user's own may log any name: nothing to check the monitor against
         (

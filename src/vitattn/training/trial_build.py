@@ -165,11 +165,17 @@ def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
     the run at its first validation), and ``optimized_metric`` numbers of the run's
     ``metrics.json`` (each trial of a search failed, and the search ended with exit status 0);
     else one line naming the setting and what is valid. Not checked where the module or a
-    callback may log names of its own (:func:`metric_names.logged_by`)."""
+    callback may log names of its own (:func:`metric_names.logged_by`), or a callback was left
+    out of the trial build; nor the ``monitor`` of one told to take a missing figure
+    (``EarlyStopping(strict=False)``)."""
     from hydra.utils import get_class
 
     module = cfg.get("module")
     if not isinstance(module, DictConfig) or "_target_" not in module:
+        return
+    nodes = cfg.get("callbacks") or {}
+    declared = {str(k) for k, v in nodes.items() if isinstance(v, DictConfig) and "_target_" in v}
+    if declared - set(callbacks):  # one only the running app resolves: its names are unknown
         return
     try:
         module_class = get_class(str(module._target_))
@@ -180,6 +186,8 @@ def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
         return
     for name, callback in callbacks.items():
         monitor = getattr(callback, "monitor", None)
+        if getattr(callback, "strict", True) is False:
+            continue
         if isinstance(monitor, str) and not metric_names.matches(monitor, logged):
             raise ConfigError(
                 f"callbacks.{name}.monitor={monitor} is not a figure this run logs; choose among: "
