@@ -713,3 +713,29 @@ def test_a_config_dir_given_with_a_tilde_is_read_as_hydra_reads_it(
     monkeypatch.chdir(tmp_path)
     said = refused_in_process("vitattn-train", "--config-dir=~/cd", data_dir=data_dir)
     assert said.startswith("--config-dir ~/cd is not a folder; ")
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        # counted, not listed: a sweep of 10**8 seeds held the checks past a minute and ended
+        # in MemoryError under 4 GB
+        (
+            ["seed=range(0,100000000)"],
+            "the sweep has 100000000 jobs (seed: 100000000 values); at most 10000 run in one "
+            "sweep: sweep fewer values, or split it into sweeps of their own hydra.sweep.dir",
+        ),
+        (["seed=range(0,200)", "optimizer.lr=range(0.001,0.01,0.0001)"], "the sweep has 18000"),
+        # an IndexError in the checks
+        (["seed=range(10,0)"], "seed=range(10,0) gives no value, so the sweep would run no job"),
+        # Hydra's traceback
+        (["optimizer.lr=interval(0.001,0.01)"], "optimizer.lr=interval(0.001,0.01): an interval"),
+    ],
+)
+def test_a_sweep_of_no_job_or_too_many_is_one_line(
+    sweep: list[str], message: str, tmp_path: Path, data_dir: Path
+) -> None:
+    out = tmp_path / "sweep"
+    command = ["-m", *sweep, f"hydra.sweep.dir={out}"]
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=out)
+    assert said.startswith(message), said

@@ -46,6 +46,34 @@ def test_each_sweep_is_the_distribution_hydra_means() -> None:
         parse_space(["optimizer.weight_decay=interval(0.1, 0.0)"])
 
 
+def test_a_range_is_a_distribution_without_listing_its_values() -> None:
+    """``seed: range(0, 10**8)`` was listed, value by value, to find its last (a search's
+    checks held past a minute and a half); what must be listed is bounded."""
+    distributions, _ = parse_space(["seed=range(0,100000000,3)", "x=range(0.5,3.7,0.7)"])
+    assert distributions == {
+        "seed": IntDistribution(0, 99999999, step=3),
+        "x": FloatDistribution(0.5, 3.3, step=0.7),
+    }
+    with pytest.raises(ConfigError, match=r"^hydra.sweeper.params.seed: a choice of 100000 "):
+        parse_space(["seed=shuffle(range(0,100000))"])
+    with pytest.raises(ConfigError, match=r"^hydra.sweeper.params.x: a range of 100000 floats"):
+        parse_space(["x=range(0,10000,0.1)"])
+    with pytest.raises(ConfigError, match=r"a grid search lists each of a range's 33333334 "):
+        grid_of(parse_space(["seed=range(0,100000000,3)"])[0])
+
+
+@pytest.mark.parametrize("start", [0.0, 0.1, 0.3, 1.7])
+@pytest.mark.parametrize("step", ["0.1", "0.05", "0.3", "0.25", "-0.1"])
+def test_a_range_is_counted_as_hydra_steps_it(start: float, step: str) -> None:
+    """Hydra steps a range of floats in rounded decimals, which may take one step more than
+    division says (``range(0.0,0.1,0.1)`` gives 0.0 and 0.1)."""
+    from vitattn.utils.hydra_grammar import parsed, values_count
+
+    for stop in (start + 0.1 * k for k in range(-5, 30)):
+        override = parsed(f"x=range({start},{round(stop, 4)},{step})")
+        assert values_count(override) == len(list(override.sweep_iterator()))
+
+
 def test_a_stored_trial_runs_only_with_values_of_the_space() -> None:
     distributions, _ = parse_space(SPACE)
     assert outside_space({"optimizer.lr": 1e-3, "attention.k": 8}, distributions) is None

@@ -20,7 +20,7 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,7 @@ from vitattn.utils.config import (
     group_folders,
     hydra_configs,
 )
-from vitattn.utils.hydra_grammar import parsed
+from vitattn.utils.hydra_grammar import parsed, values_count
 
 Validator = Callable[[DictConfig], Any]
 
@@ -99,6 +99,7 @@ def console_main(
         config_name = source.name
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
             check_syntax(arguments)
+            check_sweep_size(arguments)
             check_path_names(arguments)
             check_baseline(arguments)
         check_given_runs(arguments)
@@ -253,12 +254,12 @@ def name_jobs_by_what_differs(arguments: Sequence[str]) -> list[str]:
         }
     )
     added = [f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"] if fixed else []
-    repeats = any(
+    repeats = any(  # a range's values are distinct, and may be too many to list
         len(values) != len(set(values))
         for values in (
             list(override.sweep_string_iterator())
             for override in parsed
-            if override.is_sweep_override() and not override.key_or_group.startswith("hydra")
+            if override.is_choice_sweep() and not override.key_or_group.startswith("hydra")
         )
     )
     if repeats and not any(text.startswith("hydra.sweep.subdir=") for text in overrides):
@@ -298,6 +299,53 @@ def basic_sweep(arguments: Sequence[str]) -> bool:
     """Whether a sweep runs with Hydra's basic sweeper (not a search such as Optuna's)."""
     keys = [key_of(arg) for arg in overrides_of(arguments)]
     return not any(key in ("hparams_search", "hydra/sweeper") for key in keys)
+
+
+MAX_SWEEP_JOBS = 10_000
+"""The most jobs one sweep (``-m``) runs: far above a study of every attention over seeds and
+rates, and far below what Hydra, listing each job's overrides, and this check can hold."""
+
+
+def check_sweep_size(arguments: Sequence[str]) -> None:
+    """Refuse in one line a sweep of Hydra's basic sweeper with no job (``seed=range(10,0)``:
+    an ``IndexError`` in the checks) or more than :data:`MAX_SWEEP_JOBS` (``seed=range(0,10**8)``
+    held the command past a minute, and then ended in ``MemoryError`` under 4 GB), counted
+    before any job's overrides are listed, or with an ``interval`` (Hydra's traceback)."""
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    if not multirun(arguments) or not basic_sweep(arguments):
+        return
+    jobs, widest = 1, ("", 1)
+    for text in overrides_of(arguments):
+        try:
+            override = parsed(text)
+        except HydraException:
+            return  # check_syntax names it
+        if not override.is_sweep_override() or override.key_or_group.startswith("hydra"):
+            continue
+        if override.value_type == ValueType.INTERVAL_SWEEP:  # Hydra's traceback
+            raise ConfigError(
+                f"{one_line(text)[:MAX_SHOWN]}: an interval is sampled by a search "
+                "(hparams_search=optuna); a sweep (-m) runs the values of a choice (a,b,c) or "
+                "a range(start, stop, step)"
+            )
+        count = values_count(override)
+        if count is None:
+            continue
+        if count == 0:
+            raise ConfigError(
+                f"{one_line(text)[:MAX_SHOWN]} gives no value, so the sweep would run no job: "
+                "a range(start, stop, step) counts from start toward stop, which it leaves out"
+            )
+        jobs *= count
+        widest = max(widest, (override.key_or_group, count), key=lambda pair: pair[1])
+    if jobs > MAX_SWEEP_JOBS:
+        raise ConfigError(
+            f"the sweep has {jobs} jobs ({widest[0]}: {widest[1]} values); at most "
+            f"{MAX_SWEEP_JOBS} run in one sweep: sweep fewer values, or split it into sweeps "
+            "of their own hydra.sweep.dir"
+        )
 
 
 BASELINE = "summary.baseline"
@@ -381,8 +429,8 @@ def check_group_choices(
             continue
         if not group_folders(group, extra_dirs, config_dir):
             continue
-        if override.is_sweep_override():
-            values = list(override.sweep_string_iterator())
+        if override.is_sweep_override():  # one by one: a range may give 10**8 of them
+            values: Iterable[str] = override.sweep_string_iterator()
         else:
             values = [override.get_value_element_as_str()]
         valid = all_group_options(group, extra_dirs, config_dir)
@@ -489,9 +537,10 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices: list[list[str]] = []
     for text, override in zip(overrides, parsed, strict=True):
-        if override.is_sweep_override():
-            key = text.split("=", 1)[0]
-            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        if override.is_sweep_override():  # no more values than are checked: a range's may
+            key = text.split("=", 1)[0]  # be 10**8 (a search's, whose jobs are not counted)
+            values = itertools.islice(override.sweep_string_iterator(), MAX_COMPOSITIONS)
+            choices.append([f"{key}={value}" for value in values])
         else:
             choices.append([text])
     alone = {at for at, text in enumerate(overrides) if key_of(text) in ALONE}

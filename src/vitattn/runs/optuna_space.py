@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vitattn.errors import ConfigError
+from vitattn.utils.hydra_grammar import values_count
 
 SAMPLERS = {
     "tpe": "TPESampler",
@@ -28,6 +29,11 @@ SAMPLERS = {
 this module imports no Optuna, and the search checks a group's choice against them."""
 
 SPACE_SETTING = "hydra.sweeper.params"
+
+MAX_LISTED = 10_000
+"""The most values a setting of the space may list: a choice (a shuffled range is one), or a
+grid search's steps of a range. A range is otherwise a distribution from its first value to its
+last, however many it steps through (``seed: range(0, 10**8)``)."""
 
 
 def parse_space(arguments: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -60,17 +66,29 @@ def distribution_of(override: Any) -> Any:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     name, value = override.get_key_element(), override.value()
+    count = values_count(override)
+    if override.is_range_sweep() and (not count or value.step <= 0):
+        raise ConfigError(f"{SPACE_SETTING}.{name}: a range with an increasing step, please")
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        if count is not None and count > MAX_LISTED:
+            raise ConfigError(
+                f"{SPACE_SETTING}.{name}: a choice of {count} values; at most {MAX_LISTED} (a "
+                "range(start, stop, step) without shuffle, or an interval, is not listed)"
+            )
         choices = list(override.sweep_iterator(transformer=Transformer.encode))
         if not all(isinstance(c, str | int | float | bool | type(None)) for c in choices):
             raise ConfigError(f"{SPACE_SETTING}.{name}: choose among numbers, words or null")
         return CategoricalDistribution(choices)
     if override.is_range_sweep():
-        values = list(override.sweep_iterator())
-        if not values or value.step <= 0:
-            raise ConfigError(f"{SPACE_SETTING}.{name}: a range with an increasing step, please")
         if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
-            return IntDistribution(values[0], values[-1], step=value.step)
+            steps = range(value.start, value.stop, value.step)  # its last value, not listed
+            return IntDistribution(steps[0], steps[-1], step=value.step)
+        if count > MAX_LISTED:  # a float's steps are Hydra's sums of rounded decimals
+            raise ConfigError(
+                f"{SPACE_SETTING}.{name}: a range of {count} floats; at most {MAX_LISTED} (an "
+                "interval(low, high) takes any value between)"
+            )
+        values = list(override.sweep_iterator())
         return FloatDistribution(values[0], values[-1], step=value.step)
     if override.is_interval_sweep():
         log = "log" in value.tags
@@ -98,6 +116,11 @@ def grid_of(distributions: Mapping[str, Any]) -> dict[str, list[Any]]:
         elif getattr(distribution, "step", None) is not None and not distribution.log:
             low, step = distribution.low, distribution.step
             count = round((distribution.high - low) / step) + 1
+            if count > MAX_LISTED:
+                raise ConfigError(
+                    f"{SPACE_SETTING}.{name}: a grid search lists each of a range's {count} "
+                    f"values; at most {MAX_LISTED}"
+                )
             grid[name] = [low + i * step for i in range(count)]
         else:
             raise ConfigError(

@@ -5,7 +5,9 @@ must each element of a list of overrides."""
 
 from __future__ import annotations
 
+import decimal
 import functools
+import math
 from typing import Any
 
 from vitattn.errors import ConfigError
@@ -19,6 +21,32 @@ def parsed(text: str) -> Any:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_override(text)
+
+
+def values_count(override: Any) -> int | None:
+    """How many values a parsed sweep ``override`` gives, counted without listing them
+    (``seed=range(0,10**8)`` is 10**8 strings): a choice's, or a range's as Hydra steps it;
+    ``None`` where Hydra alone knows (a ``glob``
+    of a group's options, a range with step 0 or an ``interval``, which it refuses itself)."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    if not isinstance(value, RangeSweep) or not value.step:
+        return None
+    if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
+        return len(range(value.start, value.stop, value.step))
+    start, stop, step = (decimal.Decimal(v) for v in (value.start, value.stop, value.step))
+    about = max(0, math.ceil((stop - start) / step))  # Hydra's sum of rounded decimals may
+    if about > STEPPED_COUNT:  # take one more step or one fewer: only stepped, it says which
+        return about
+    return sum(1 for _ in value.range())
+
+
+STEPPED_COUNT = 100_000
+"""A range of floats with at most about this many values is counted by stepping it as Hydra
+does (a tenth of a second); a longer one, by division."""
 
 
 def as_override(key: str, value: str) -> str:
