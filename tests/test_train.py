@@ -11,7 +11,7 @@ import torch
 
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
-from tests.support.probes import SaveFinalWeights
+from tests.support.probes import SaveFinalWeights, SaveLoggedNames
 from tests.support.runners import refusal_message, refused, run_cli, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
@@ -25,8 +25,9 @@ def short_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run_dir = tmp_path_factory.mktemp("short") / "run"
     final = run_dir.parent / "final_weights.pt"  # what the module held when training ended
     saver = plug("final", SaveFinalWeights, path=final)
+    names = plug("names", SaveLoggedNames, path=run_dir.parent / "logged_names.json")
     run_in_process(
-        "vitattn-train", *SHORT_RUN, *saver, f"hydra.run.dir={run_dir}", data_dir=data_dir
+        "vitattn-train", *SHORT_RUN, *saver, *names, f"hydra.run.dir={run_dir}", data_dir=data_dir
     )
     return run_dir
 
@@ -89,26 +90,28 @@ def test_scalars_per_step(short_run: Path) -> None:
 @pytest.mark.slow
 def test_every_figure_the_run_wrote_is_a_name_the_checks_take(short_run: Path) -> None:
     """The names a ``monitor`` and ``optimized_metric`` are checked against (before a run) hold
-    every figure a real run logged to TensorBoard and every number of its ``metrics.json``."""
+    every figure Lightning's ``callback_metrics`` held as a real run ended (what a monitor
+    reads) and every number of its ``metrics.json``."""
     from omegaconf import OmegaConf
 
     from vitattn.models.module import ViTClassifier
-    from vitattn.training import metric_names
     from vitattn.training.trial_build import build_callbacks
+    from vitattn.utils import metric_names
 
     cfg = OmegaConf.load(short_run / ".hydra" / "config.yaml")
-    callbacks = build_callbacks(cfg).values()  # but the probe this module's run is given
-    ours = [c for c in callbacks if not isinstance(c, SaveFinalWeights)]
+    callbacks = build_callbacks(cfg).values()  # but the probes this module's run is given
+    ours = [c for c in callbacks if not type(c).__module__.startswith("tests.")]
     logged = metric_names.logged_by(ViTClassifier, ours)
     assert logged is not None
-    tags = [tag for tag in read_scalars(short_run) if not tag.startswith("~summary/")]
-    assert {"train/lr", "train/images_per_sec", "val/fidelity", "val/entropy_gap"} <= set(tags)
-    assert [tag for tag in tags if not metric_names.matches(tag, logged)] == []
-    results = metric_names.in_results(ViTClassifier, logged, tested=True)
+    names = json.loads((short_run.parent / "logged_names.json").read_text())
+    assert {"train/lr/decay", "train/images_per_sec", "val/fidelity", "val/acc"} <= set(names)
+    assert [name for name in names if not metric_names.matches(name, logged)] == []
+    results = metric_names.in_results(ViTClassifier, logged, ours, tested=True)
     metrics = json.loads((short_run / "metrics.json").read_text())
-    numbers = [k for k, v in metrics.items() if isinstance(v, int | float) and k != "status"]
+    numbers = [k for k, v in metrics.items() if isinstance(v, int | float)]
     assert {"val/acc_best", "test/acc", "val/fidelity", "insight/seconds", "params"} <= set(numbers)
     assert [name for name in numbers if not metric_names.matches(name, results)] == []
+    assert all(metric_names.written_by_vitattn(name) for name in numbers)
 
 
 @pytest.mark.slow

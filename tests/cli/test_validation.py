@@ -111,12 +111,6 @@ def test_describe_names_what_is_valid() -> None:
             "+callbacks.stop={_target_:lightning.pytorch.callbacks.EarlyStopping,monitor:val/los}",
             r"^callbacks.stop.monitor=val/los is not a figure this run logs",
         ),
-        (
-            "optimized_metric=val/acc_bset",
-            r"^optimized_metric=val/acc_bset is not a number of this run's metrics.json; choose "
-            r"among: val/loss, val/acc, .*test/acc, val/acc_best, .*seconds",
-        ),
-        ("optimized_metric=[val/acc_best,nope]", r"^optimized_metric=nope is not a number"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:
@@ -138,6 +132,40 @@ def test_the_default_configs_pass() -> None:
     [
         (["callbacks.model_checkpoint.monitor=val/fidelity/layer_3"], None),
         (["hparams_search=optuna_pareto"], None),
+        # Lightning's ModelCheckpoint monitors the step too: the latest checkpoints kept
+        (["callbacks.model_checkpoint.monitor=step", "callbacks.model_checkpoint.mode=max"], None),
+        (["callbacks.model_checkpoint.monitor=train/lr/decay"], None),
+        # TensorBoard's one curve of the learning rate; Lightning's figures are per group
+        (
+            ["callbacks.model_checkpoint.monitor=train/lr"],
+            r"^callbacks.model_checkpoint.monitor=train/lr is not a figure this run logs; "
+            r"choose among: .*train/lr/<group>",
+        ),
+        (
+            ["+callbacks.stop={_target_:lightning.pytorch.callbacks.EarlyStopping,monitor:step}"],
+            r"^callbacks.stop.monitor=step is not a figure this run logs",
+        ),
+        (
+            ["hparams_search=optuna", "optimized_metric=val/acc_bset"],
+            r"^optimized_metric=val/acc_bset is not a number of this run's metrics.json; choose "
+            r"among: val/loss, val/acc, .*test/acc, .*val/acc_best, .*seconds",
+        ),
+        (
+            ["hparams_search=optuna_pareto", "optimized_metric=[val/acc_best,nope]"],
+            r"^optimized_metric=nope is not a number",
+        ),
+        # read by a search only: a run that is none checks it not
+        (["callbacks.model_checkpoint.monitor=val/loss", "optimized_metric=nope"], None),
+        # the best val/acc is the checkpoint's, and the speed the throughput callback's
+        (
+            ["hparams_search=optuna", "callbacks=none"],
+            r"^optimized_metric=val/acc_best is not a number of this run's metrics.json; choose "
+            r"among: val/loss, val/acc, test/loss, test/acc, train/loss, ",
+        ),
+        (
+            ["hparams_search=optuna_pareto", "~callbacks.throughput"],
+            r"^optimized_metric=train/images_per_sec is not a number of this run's metrics.json",
+        ),
         # told to take a missing figure, as Lightning's EarlyStopping(strict=False) is
         (
             [
@@ -158,14 +186,17 @@ def test_the_default_configs_pass() -> None:
             ["hparams_search=optuna", "callbacks.optuna_pruning.monitor=val_acc"],
             r"^callbacks.optuna_pruning.monitor=val_acc is not a figure this run logs",
         ),
-        (["test=false", "optimized_metric=test/acc"], r"^optimized_metric=test/acc is not a"),
+        (
+            ["hparams_search=optuna", "test=false", "optimized_metric=test/acc"],
+            r"^optimized_metric=test/acc is not a",
+        ),
         (
             [
                 "callbacks.attention_insight.images=0",
                 "callbacks.model_checkpoint.monitor=val/fidelity",
             ],
             r"^callbacks.model_checkpoint.monitor=val/fidelity is not a figure this run logs; "
-            r"choose among: .*train/images_per_sec$",
+            r"choose among: .*train/images_per_sec, epoch, step$",
         ),
     ],
 )

@@ -78,3 +78,14 @@ class LogsItsOwnFigure(L.Callback):
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.log(self.figure, 0.5)
+
+
+class SaveLoggedNames(L.Callback):
+    """Write to ``path`` (JSON) the names of Lightning's ``callback_metrics`` when training
+    ends: what a callback's ``monitor`` can find."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(self.path).write_text(json.dumps(sorted(trainer.callback_metrics)))

@@ -15,7 +15,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitattn.errors import ConfigError
-from vitattn.utils import checks
+from vitattn.utils import checks, metric_names
 from vitattn.utils.parameters import parameter_groups
 
 
@@ -43,9 +43,9 @@ class ViTClassifier(L.LightningModule):
         num_classes: number of classes.
     """
 
-    logged = ("train/loss", "train/acc", "val/loss", "val/acc")
-    """The names this module logs as it trains (:mod:`vitattn.training.metric_names`)."""
-    tested = ("test/loss", "test/acc")
+    logged = metric_names.MODULE_LOGGED
+    """The names this module logs as it trains (:mod:`vitattn.utils.metric_names`)."""
+    tested = metric_names.MODULE_TESTED
     """The names it logs as it tests."""
 
     def __init__(

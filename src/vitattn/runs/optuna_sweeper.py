@@ -61,7 +61,7 @@ from vitattn.runs.optuna_study import (
     storage_file,
     storage_named,
 )
-from vitattn.utils import checks
+from vitattn.utils import checks, metric_names
 from vitattn.utils.checks import is_number
 
 log = logging.getLogger(__name__)
@@ -418,7 +418,9 @@ def outcome(job: Any, objectives: Sequence[str]) -> tuple[Any, list[float] | Non
 
 def missing_objective(job: Any, objectives: Sequence[str]) -> str | None:
     """The first of ``objectives`` that a job which ran to its end (not pruned) left out of its
-    metrics: a name no trial of the search will record, as each runs the same program."""
+    metrics, or recorded as null, and that vitattn writes in no run (a name of the user's own
+    callbacks, mistyped): no trial of the search will record it. One that vitattn writes in
+    some runs only (``val/fidelity/layer_1`` of a deeper network) fails this trial alone."""
     from hydra.core.utils import JobStatus
 
     if job.status != JobStatus.COMPLETED:
@@ -426,7 +428,8 @@ def missing_objective(job: Any, objectives: Sequence[str]) -> str | None:
     metrics = job.return_value if isinstance(job.return_value, Mapping) else {}
     if metrics.get("status") == "pruned":
         return None
-    return next((name for name in objectives if name not in metrics), None)
+    missing = (name for name in objectives if metrics.get(name) is None)
+    return next((name for name in missing if not metric_names.written_by_vitattn(name)), None)
 
 
 def is_scalar(value: Any) -> bool:

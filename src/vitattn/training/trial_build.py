@@ -14,8 +14,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vitattn.errors import ConfigError, own_refusal, refused, refusing
-from vitattn.training import metric_names
 from vitattn.training.instantiators import bare_trainer
+from vitattn.utils import metric_names
 
 
 def built_with_torch_alone(given: Collection[str]) -> set[str]:
@@ -162,13 +162,14 @@ def build_callbacks(cfg: DictConfig) -> dict[str, Any]:
 
 def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
     """Each callback's ``monitor`` names a figure the run logs as it trains (Lightning stopped
-    the run at its first validation), and ``optimized_metric`` numbers of the run's
+    the run at its first validation), and a search's ``optimized_metric`` numbers of the run's
     ``metrics.json`` (each trial of a search failed, and the search ended with exit status 0);
     else one line naming the setting and what is valid. Not checked where the module or a
     callback may log names of its own (:func:`metric_names.logged_by`), or a callback was left
     out of the trial build; nor the ``monitor`` of one told to take a missing figure
     (``EarlyStopping(strict=False)``)."""
     from hydra.utils import get_class
+    from omegaconf import OmegaConf
 
     module = cfg.get("module")
     if not isinstance(module, DictConfig) or "_target_" not in module:
@@ -188,13 +189,18 @@ def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
         monitor = getattr(callback, "monitor", None)
         if getattr(callback, "strict", True) is False:
             continue
-        if isinstance(monitor, str) and not metric_names.matches(monitor, logged):
+        valid = metric_names.monitorable(callback, logged)
+        if isinstance(monitor, str) and not metric_names.matches(monitor, valid):
             raise ConfigError(
                 f"callbacks.{name}.monitor={monitor} is not a figure this run logs; choose among: "
-                f"{', '.join(logged)}"
+                f"{', '.join(valid)}"
             )
+    sweeper = OmegaConf.select(cfg, "hydra.sweeper._target_", default=None)
+    if not str(sweeper).endswith("OptunaSearch"):  # read by a search only
+        return
     given = cfg.get("optimized_metric")
-    results = metric_names.in_results(module_class, logged, tested=bool(cfg.get("test", True)))
+    tested = bool(cfg.get("test", True))
+    results = metric_names.in_results(module_class, logged, callbacks.values(), tested)
     for objective in [given] if isinstance(given, str) else list(given or []):
         if isinstance(objective, str) and not metric_names.matches(objective, results):
             raise ConfigError(

@@ -52,7 +52,7 @@ from vitattn.attention.common.probe import (
 )
 from vitattn.runs.files import make_folder, write_with
 from vitattn.training.logger import add_png, encode_png, summary_writers
-from vitattn.utils import checks
+from vitattn.utils import checks, metric_names
 
 log = logging.getLogger(__name__)
 
@@ -145,14 +145,6 @@ def layer_scalars(name: str, values: list[float]) -> dict[str, float]:
     return scalars
 
 
-INSIGHT_LOGGED = tuple(
-    name
-    for figure in ("fidelity", "entropy_gap")
-    for name in (f"val/{figure}", f"val/{figure}/layer_<i>")
-)
-"""What :func:`layer_scalars` names, for fidelity and the entropy gap."""
-
-
 class AttentionInsight(L.Callback):
     """Attention maps, rollout, fidelity to softmax and row entropy at validation.
 
@@ -168,8 +160,11 @@ class AttentionInsight(L.Callback):
         every = checks.integer("every_n_validations", every_n_validations, 0, hint=" (0: off)")
         self.every_n_validations = every
         self.seed = checks.integer("seed", seed, 0)
-        self.logged = INSIGHT_LOGGED if self.images and every else ()
-        """The names it logs (:mod:`vitattn.training.metric_names`): none when off."""
+        on = bool(self.images and every)
+        self.logged = metric_names.INSIGHT_LOGGED if on else ()
+        """The names it logs (:mod:`vitattn.utils.metric_names`): none when off."""
+        self.summarized = metric_names.INSIGHT_SUMMARIZED if on else ()
+        """The names it adds to ``metrics.json``."""
         self.validations = 0
         self.seconds = 0.0
         self.validation_seconds = 0.0

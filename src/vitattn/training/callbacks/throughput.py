@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning as L
 
-from vitattn.utils import checks
+from vitattn.utils import checks, metric_names
 from vitattn.utils.checks import is_number
 
 
@@ -58,8 +58,10 @@ class ImagesPerSecond(L.Callback):
     median steady rate, summed over the attempts (each compiles again).
     """
 
-    logged = ("train/images_per_sec",)
-    """The name it logs (:mod:`vitattn.training.metric_names`)."""
+    logged = metric_names.THROUGHPUT_LOGGED
+    """The name it logs (:mod:`vitattn.utils.metric_names`)."""
+    summarized = metric_names.THROUGHPUT_SUMMARIZED
+    """The names it adds to ``metrics.json``."""
 
     def __init__(self, window: int = 20, warmup_steps: int = 5) -> None:
         super().__init__()
