@@ -739,3 +739,24 @@ def test_a_sweep_of_no_job_or_too_many_is_one_line(
     command = ["-m", *sweep, f"hydra.sweep.dir={out}"]
     said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=out)
     assert said.startswith(message), said
+
+
+@pytest.mark.parametrize(
+    "program",
+    ["vitattn-train", "vitattn-eval", "vitattn-finetune", "vitattn-bench", "vitattn-check"],
+)
+@pytest.mark.parametrize("name", ["../victim", "a/b", "", ".hidden"])
+def test_a_task_name_that_is_no_plain_name_is_one_line_and_writes_nothing(
+    program: str, name: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """``task_name`` names the run's log file: ``../victim`` appended every program's log to a
+    file beside the run directory, one the user had (red team); ``a/b`` ended in a traceback."""
+    victim = tmp_path / "victim.log"
+    victim.write_text("kept\n")
+    run = tmp_path / "run"
+    said = refused_in_process(
+        program, f"task_name={name}", f"hydra.run.dir={run}", data_dir=data_dir, creates=run
+    )
+    assert said.startswith(f"task_name='{name}' is not valid; choose a name of at most 100 "), said
+    assert victim.read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.log"]

@@ -38,7 +38,7 @@ from vitattn.cli.overrides import (
     override_positions,
     overrides_of,
 )
-from vitattn.cli.validation import check_launcher
+from vitattn.cli.validation import check_launcher, check_task_name
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
@@ -614,6 +614,7 @@ def check_composition(
         line = line or unresolved(cfg, overrides, typed)
         if line is not None:
             raise ConfigError(line)
+        check_task_name(cfg)
         try:
             if validate is not None:
                 validate(cfg)

@@ -13,6 +13,7 @@ setting.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,24 @@ def check_run_settings(cfg: DictConfig) -> None:
     value = cfg.get("matmul_precision")
     if value is not None:
         checks.one_of("matmul_precision", value, [p.value for p in MatmulPrecision])
+
+
+TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""What ``task_name`` may be: one plain name, which names the run's log file and the folder under
+``paths.log_dir`` its runs go to."""
+
+
+def check_task_name(cfg: DictConfig) -> None:
+    """Refuse in one line a ``task_name`` that is no plain name: ``task_name=../victim`` appended
+    the run's log to a file outside the run directory, and ``a/b`` ended in a traceback."""
+    name = OmegaConf.select(cfg, "task_name", default=None)
+    if name is not None and not (isinstance(name, str) and TASK_NAME.fullmatch(name)):
+        raise checks.invalid(
+            "task_name",
+            name,
+            "a name of at most 100 letters, digits, '_', '-' and '.', not beginning with '.' (it "
+            "names the run's log file and the folder of its runs under paths.log_dir)",
+        )
 
 
 LAUNCHER_COUNTS = {
