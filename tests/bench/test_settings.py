@@ -148,6 +148,17 @@ def test_the_overrides_mode_train_trains_with_are_checked_before_the_run(tmp_pat
     check_command(compose_config("bench", overrides[1:], tmp_path / "run"))  # scaling: unused
 
 
+def test_a_batch_size_among_the_overrides_is_refused_not_counted_wrong(tmp_path: Path) -> None:
+    """``data.batch_size=4`` among ``train.overrides`` trained with 4 images a step and counted
+    ``train.batch_size`` (8): the images/s written were doubled (red team)."""
+    from vitattn.bench.app import check_command
+
+    message = r"^train\.overrides=\[data\.batch_size=4\]: data\.batch_size=4 is not taken: the "
+    message += r"images each measured step counts are train\.batch_size's: set that$"
+    overrides = ["mode=train", 'train.overrides=["data.batch_size=4"]']
+    assert_one_line_refusal("bench", overrides, check_command, message, tmp_path / "run")
+
+
 def test_data_settings_left_null_are_the_checkpoints_and_taken(tmp_path: Path) -> None:
     """``null`` (the bench's default of ``grayscale``, ``normalize`` and ``shift``) means "as the
     checkpoint's run was trained": not a value the data module refuses."""

@@ -179,14 +179,30 @@ def test_overrides_some_attentions_take_are_their_rows_to_report(tmp_path: Path)
     )
 
 
-def test_the_trainer_the_overrides_choose_is_not_the_one_the_check_trains_with(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("override", "why"),
+    [
+        # was refused on a CPU for a trainer nobody builds (red team)
+        ("trainer=gpu", "the command trains with a trainer of its own (training.steps, "),
+        ("trainer.max_steps=1", "the command trains with a trainer of its own"),  # was ignored
+        # doubled the images/s, counted with the check's own batch (red team)
+        ("data.batch_size=4", "the images each measured step counts are training.batch_size's"),
+        ("hydra.run.dir=/tmp/x", "the command composes the settings without running a Hydra"),
+        ("attention=linear", "the command chooses them (training.model, its attentions, "),
+    ],
+)
+def test_an_override_the_check_trains_without_is_one_line(
+    override: str, why: str, tmp_path: Path
 ) -> None:
-    """The check trains with a trainer of its own (the bench's ``bare_trainer``): ``trainer=gpu``
-    among the overrides was refused on a CPU for a trainer nobody builds (red team)."""
+    """The check trains with a trainer of its own (the bench's ``bare_trainer``), its own batch
+    size and its own choices: an override of them is refused, not taken without effect."""
     overrides = ["device=cpu", "sections=[training]", "attentions=[linear]"]
-    overrides.append('training.overrides=["trainer=gpu"]')
-    check_command(compose_config("check", overrides, tmp_path / "run"))
+    overrides.append(f'training.overrides=["{override}"]')
+    with pytest.raises(ConfigError) as refused:
+        check_command(compose_config("check", overrides, tmp_path / "run"))
+    assert str(refused.value).startswith(
+        f"training.overrides=[{override}]: {override} is not taken: {why}"
+    ), refused.value
 
 
 def test_overrides_no_section_trains_with_are_not_checked(tmp_path: Path) -> None:

@@ -186,6 +186,22 @@ def check_precision(setting: str, precision: str) -> None:
     checks.of_type(setting, precision, hints["precision"])
 
 
+def not_taken(key: str, owner: str) -> str | None:
+    """Why ``vitattn-bench`` (``owner`` ``train``) or ``vitattn-check`` (``training``) does not
+    take an override of ``key`` in the training it measures, where it would have no effect or
+    make the measurement wrong (``data.batch_size=4`` doubled the images/s, counted with the
+    command's batch size); ``None`` for a key the overrides may set."""
+    if key == "data.batch_size":
+        return f"the images each measured step counts are {owner}.batch_size's: set that"
+    if key in ("model", "attention", "model.compile"):
+        return f"the command chooses them ({owner}.model, its attentions, eager and compiled)"
+    if key.split(".", 1)[0] == "trainer":
+        return f"the command trains with a trainer of its own ({owner}.steps, {owner}.precision)"
+    if key.split(".", 1)[0].split("/", 1)[0] in ("hydra", "paths"):
+        return "the command composes the settings without running a Hydra app: none reads it"
+    return None
+
+
 def check_train_overrides(
     setting: str, overrides: Sequence[str], model: str, attentions: Sequence[str]
 ) -> None:
@@ -198,7 +214,7 @@ def check_train_overrides(
     where some take them, the others' rows say why they did not train (as a setting the bench
     takes at one size of its grid)."""
     from vitattn.cli.console import check_composition
-    from vitattn.cli.overrides import check_syntax
+    from vitattn.cli.overrides import check_syntax, key_of
     from vitattn.cli.validation import check_types
     from vitattn.training.trial_build import check_buildable
 
@@ -218,6 +234,13 @@ def check_train_overrides(
         check_syntax(list(overrides))
     except ConfigError as error:
         raise ConfigError(f"{setting}={shown}: {error}") from None
+    owner = setting.rsplit(".", 1)[0]
+    for text in overrides:
+        why = not_taken(key_of(text), owner)
+        if why is not None:
+            raise ConfigError(
+                f"{setting}={shown}: {cut_apart(one_line(text), MAX_SHOWN)} is not taken: {why}"
+            )
     refusals = []
     for attention in attentions:
         chosen = [f"model={model}", f"attention={attention}"]
