@@ -127,6 +127,9 @@ BAD_INPUTS = [
         r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
         r"\(mode=train compiles with train.compile\)$",
     ),
+    # overflowed once the run directory was made (red team)
+    (["threads=1000000000000"], r"^threads=1000000000000 is not valid; choose an integer 1 <= "),
+    (["seed=-1"], r"^seed=-1 is not valid; choose an integer 0 <= seed <= 4294967295$"),
 ]
 
 
@@ -157,6 +160,32 @@ def test_a_batch_size_among_the_overrides_is_refused_not_counted_wrong(tmp_path:
     message += r"images each measured step counts are train\.batch_size's: set that$"
     overrides = ["mode=train", 'train.overrides=["data.batch_size=4"]']
     assert_one_line_refusal("bench", overrides, check_command, message, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # filled the RAM until the kernel killed the bench, with no line (red team)
+        (
+            ["approx.pixels=true", "approx.images=1000000000000"],
+            r"^approx\.images: the exact attention of 1000000000000 inputs x \d+ heads x 1024 "
+            r"tokens \(approx\.head_dim=64\) alone holds .* GiB, more than the memory guard's ",
+        ),
+        (["approx.seq_len=1000000000000"], r"^approx\.seq_len: the exact attention of "),
+        (
+            ["approx.seq_len=4096", "guard.max_memory_bytes=1000000"],
+            r"more than the memory guard's 1\.0 MiB \(guard\.max_memory_bytes\); lower it$",
+        ),
+    ],
+)
+def test_an_approximation_whose_exact_attention_would_not_fit_is_one_line(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    from vitattn.bench.app import check_command
+
+    command = ["mode=approx", *overrides]
+    assert_one_line_refusal("bench", command, check_command, message, tmp_path / "run")
+    check_command(compose_config("bench", ["mode=approx", "approx.pixels=true"], tmp_path / "r"))
 
 
 def test_data_settings_left_null_are_the_checkpoints_and_taken(tmp_path: Path) -> None:

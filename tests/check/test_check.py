@@ -32,6 +32,8 @@ BAD_INPUTS = [
     (["kernels.seq_lens=[0,64]"], r"kernels.seq_lens has 0, which is not valid"),
     (["numerics.dtypes=[float8]"], r"numerics.dtypes=\[float8\]: Invalid value 'float8'"),
     (["training.steps=2"], r"training.steps=2 is not valid; choose an integer >= 4"),
+    # overflowed in every section once the run directory was made (red team)
+    (["seed=1000000000000000000000"], r"^seed=1000000000000000000000 is not valid; choose an "),
     (["training.model=vit_huge"], r"training.model=vit_huge is not a known model; choose one"),
     (["numerics.stress_scale=0"], r"numerics.stress_scale=0.0 is not valid; choose a positive"),
     (["typo=1"], r"Key 'typo' not in 'CheckSettings'"),

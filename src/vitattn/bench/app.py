@@ -75,6 +75,10 @@ def check_command(cfg: DictConfig) -> None:
         train = settings.train
         check_precision("train.precision", train.precision)
         check_train_overrides("train.overrides", train.overrides, train.model, [train.attention])
+    if settings.mode == Mode.approx:
+        from vitattn.bench.approx import check_approx_size
+
+        check_approx_size(settings)
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ from vitattn.bench.environment import environment
 from vitattn.bench.kernels import as_budgeted, build_kernel, failure_status, split_variant
 from vitattn.bench.packages import PACKAGES
 from vitattn.bench.settings import BenchSettings
+from vitattn.errors import ConfigError
 from vitattn.runs.results import number
 
 log = logging.getLogger(__name__)
@@ -237,6 +238,49 @@ class ApproxRun:
     attentions: list[str]
     rows: list[ApproxRow]
     environment: dict[str, Any]
+
+
+PIXEL_TOKENS = 32 * 32
+"""The tokens of one CIFAR-10 image taken pixel by pixel (``approx.pixels``)."""
+
+
+def exact_bytes(batch: int, heads: int, tokens: int, head_dim: int) -> int:
+    """What the exact attention of ``batch`` inputs holds at once, in float64: its scores and
+    its weights (``tokens`` squared each), and q, k, v and the output."""
+    return 8 * batch * heads * (2 * tokens * tokens + 4 * tokens * head_dim)
+
+
+def check_approx_size(settings: BenchSettings) -> None:
+    """Refuse in one line a ``mode=approx`` whose exact attention alone would pass the memory
+    guard (``guard.max_memory_bytes``; ``auto``: half the RAM on a CPU, the device's memory on
+    a GPU): ``approx.images=10**12`` with ``approx.pixels`` filled the RAM until the kernel
+    killed the bench, with no line, and a huge ``approx.seq_len`` ended in ``unexpected
+    RuntimeError`` once the run directory was made (red team). The inputs of a checkpoint are
+    sized by it, and not checked here."""
+    from vitattn.bench.environment import half_the_memory
+    from vitattn.bench.scaling import size
+
+    limit = settings.guard.max_memory_bytes
+    if limit == "auto":
+        device = settings.torch_device
+        if device.type == "cuda":
+            limit = torch.cuda.get_device_properties(device).total_memory
+        else:
+            limit = half_the_memory()
+    if limit is None:
+        return
+    approx, heads = settings.approx, settings.heads
+    inputs = [("approx.seq_len", settings.batch_size, approx.seq_len)]
+    if approx.pixels:
+        inputs.append(("approx.images", approx.images, PIXEL_TOKENS))
+    for setting, batch, tokens in inputs:
+        need = exact_bytes(batch, heads, tokens, approx.head_dim)
+        if need > limit:
+            raise ConfigError(
+                f"{setting}: the exact attention of {batch} inputs x {heads} heads x {tokens} "
+                f"tokens (approx.head_dim={approx.head_dim}) alone holds {size(need)}, more than "
+                f"the memory guard's {size(limit)} (guard.max_memory_bytes); lower it"
+            )
 
 
 def run_approx(settings: BenchSettings, data_cfg: DictConfig) -> ApproxRun:

@@ -71,9 +71,17 @@ class DType(Enum):
 # a field's range is in its declaration.
 
 
-def at_least(minimum: int = 1) -> Any:
-    """An integer >= ``minimum``, or null where the type allows it."""
-    return field(default=MISSING, metadata={"at_least": minimum})
+MAX_SEED = 2**32 - 1
+"""The largest seed: numpy's, as ``vitattn-train``'s (a seed of 10**21 ended every row of the
+bench, and the check, in ``Overflow when unpacking long long``)."""
+MAX_THREADS = 1024
+"""The most threads ``torch.set_num_threads`` is given (10**12 overflowed it after the run
+directory was made)."""
+
+
+def at_least(minimum: int = 1, maximum: int | None = None) -> Any:
+    """An integer >= ``minimum`` (and <= ``maximum``), or null where the type allows it."""
+    return field(default=MISSING, metadata={"at_least": minimum, "at_most": maximum})
 
 
 def positive() -> Any:
@@ -92,7 +100,7 @@ class Checked:
             if value is None:  # where the type allows it (composing refuses it elsewhere)
                 continue
             if "at_least" in spec.metadata:
-                checks.integer(name, value, low=spec.metadata["at_least"])
+                checks.integer(name, value, spec.metadata["at_least"], spec.metadata["at_most"])
             if "positive" in spec.metadata:
                 checks.positive(name, value, hint=" or null")
 
@@ -220,9 +228,9 @@ class BenchSettings(Checked):
     settle: float = positive()
     repeats: int = at_least(1)
     steady_heap: bool = MISSING
-    threads: int | None = at_least(1)
+    threads: int | None = at_least(1, MAX_THREADS)
     matmul_precision: MatmulPrecision = MISSING
-    seed: int = MISSING
+    seed: int = at_least(0, MAX_SEED)
     reference: str | None = MISSING
     knobs: dict[str, Any] = MISSING  # {attention or variant: {its setting: value}}
     variants: dict[str, Any] = MISSING  # {new name: {attention: <registered>, setting: value}}

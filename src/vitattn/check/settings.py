@@ -13,6 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from vitattn.bench.settings import (
+    MAX_SEED,
     Checked,
     DType,
     at_least,
@@ -125,7 +126,7 @@ class CheckSettings(Checked):
     task_name: str = MISSING
     device: str = MISSING  # a Device's value; a string, as the sizes' interpolations need one
     attentions: list[str] | None = MISSING
-    seed: int = MISSING
+    seed: int = at_least(0, MAX_SEED)
     matmul_precision: MatmulPrecision = MISSING
     sections: list[Section] = MISSING
     numerics: NumericsSettings = MISSING
