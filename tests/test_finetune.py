@@ -169,6 +169,8 @@ def test_the_console_names_a_missing_base_checkpoint(
         ("ckpt_path=/no/such.ckpt", r"ckpt_path=/no/such.ckpt is not a file"),
         ("data.shift=blur", r"data\.shift='blur' is not valid; choose one of"),
         ("lora.rank=-2", r"lora\.rank=-2 is not valid"),
+        # 128 TB allocated in the run (red team)
+        ("lora.rank=1000000000000", r"^lora\.rank=1000000000000 is not valid; choose an integer "),
         ("lora.target_modules=[qkv,fc9]", r"'fc9' matches no layer"),
         ("lora.merge=abc", r"^lora\.merge='abc' is not valid; choose true or false$"),
         (
@@ -230,7 +232,7 @@ def test_cli_error_is_one_line_and_leaves_no_run_directory(tmp_path: Path) -> No
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "vitattn-finetune: error: lora.rank=-1 is not valid; "
-        "choose an integer >= 0 (0 = full fine-tuning)"
+        "choose an integer 0 <= lora.rank <= 4096 (0 = full fine-tuning)"
     )
     assert "Traceback" not in result.stderr
     assert not run_dir.exists()

@@ -23,6 +23,7 @@ from torch import nn
 
 from vitattn.errors import ConfigError, MissingDependencyError
 from vitattn.utils import checks
+from vitattn.utils.sizes import MAX_LORA_RANK
 
 DEFAULT_TARGETS = ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
 """The attention projections and both MLP layers of every block."""
@@ -76,7 +77,9 @@ class LoRASettings:
 
     def validate(self) -> None:
         checks.of_type("lora.rank", self.rank, int)  # not 2.0, which checks.integer would take
-        checks.integer("lora.rank", self.rank, low=0, hint=" (0 = full fine-tuning)")
+        checks.integer(
+            "lora.rank", self.rank, 0, MAX_LORA_RANK, hint=" (0 = full fine-tuning)"
+        )  # 10**12 allocated 128 TB in the run (red team): a checkpoint's rank is so bounded
         checks.positive("lora.alpha", self.alpha)
         checks.fraction("lora.dropout", self.dropout)
         checks.flag("lora.train_head", self.train_head)
