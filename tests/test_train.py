@@ -115,6 +115,21 @@ def test_every_figure_the_run_wrote_is_a_name_the_checks_take(short_run: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("program", ["vitattn-eval", "vitattn-finetune"])
+def test_a_command_whose_result_is_its_test_refuses_to_test_nothing(
+    program: str, short_run: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_test_batches=0`` ended vitattn-eval in ``unexpected KeyError:
+    'test/acc'`` and vitattn-finetune in an ``IndexError``, once their run directories were
+    made (red team)."""
+    out = tmp_path / "out"
+    ckpt = short_run / "checkpoints" / "last.ckpt"
+    command = [f"ckpt_path={ckpt}", "+trainer.limit_test_batches=0", f"hydra.run.dir={out}"]
+    said = refused_in_process(program, *command, data_dir=data_dir, creates=out)
+    assert said.startswith("trainer.limit_test_batches=0 is not valid; choose a share above 0 ")
+
+
+@pytest.mark.slow
 def test_hparams_view_lists_the_results(short_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2

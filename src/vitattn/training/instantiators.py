@@ -88,6 +88,19 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     )
 
 
+def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:
+    """Refuse in one line a ``trainer.limit_test_batches`` of 0 where the test is the command's
+    result (``why``): ``vitattn-eval`` ended in ``unexpected KeyError: 'test/acc'`` and
+    ``vitattn-finetune`` in an ``IndexError``, each once its run directory was made (red team)."""
+    limit = trainer_cfg.get("limit_test_batches")
+    if checks.is_number(limit) and limit == 0:
+        raise checks.invalid(
+            "trainer.limit_test_batches",
+            limit,
+            f"a share above 0 (<= 1.0) or a number of batches >= 1, or null (all): {why}",
+        )
+
+
 def check_lightning_counts(trainer_cfg: DictConfig) -> None:
     """Trainer settings Lightning takes in any value but uses as a count or a bound, refused in
     one line where it would fail or quietly do another thing: ``check_val_every_n_epoch=0``
