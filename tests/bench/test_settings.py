@@ -130,6 +130,9 @@ BAD_INPUTS = [
     # overflowed once the run directory was made (red team)
     (["threads=1000000000000"], r"^threads=1000000000000 is not valid; choose an integer 1 <= "),
     (["seed=-1"], r"^seed=-1 is not valid; choose an integer 0 <= seed <= 4294967295$"),
+    # every row failed and the bench exited 0 (red team)
+    (["mlp_ratio=inf"], r"^mlp_ratio=inf is not valid; choose a positive number or null$"),
+    (["approx.qk_std=inf"], r"^approx\.qk_std=inf is not valid; choose a positive number"),
 ]
 
 

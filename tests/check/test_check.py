@@ -34,6 +34,16 @@ BAD_INPUTS = [
     (["training.steps=2"], r"training.steps=2 is not valid; choose an integer >= 4"),
     # overflowed in every section once the run directory was made (red team)
     (["seed=1000000000000000000000"], r"^seed=1000000000000000000000 is not valid; choose an "),
+    # said every dtype was "not finite", blaming the machine (red team)
+    (["numerics.stress_scale=inf"], r"^numerics\.stress_scale=inf is not valid; choose a posi"),
+    # checked nothing and exited 0 (red team)
+    (["sections=[]"], r"^sections=\[\] is not valid; choose one or more of numerics, training, "),
+    (["numerics.dtypes=[]"], r"^numerics\.dtypes=\[\] is not valid; choose one or more of "),
+    # an unexpected RuntimeError once the run directory was made (red team)
+    (
+        ["numerics.seq_len=1000000000000"],
+        r"^numerics\.seq_len=1000000000000: the exact attention of \d+ inputs x \d+ heads ",
+    ),
     (["training.model=vit_huge"], r"training.model=vit_huge is not a known model; choose one"),
     (["numerics.stress_scale=0"], r"numerics.stress_scale=0.0 is not valid; choose a positive"),
     (["typo=1"], r"Key 'typo' not in 'CheckSettings'"),

@@ -49,7 +49,9 @@ CHECKERS: dict[str, tuple[Callable[[str, Any], Any], Callable[[Any], bool]]] = {
     ),
     "positive": (
         lambda s, v: checks.positive(s, v),
-        lambda v: number(v) and v > 0 and not (isinstance(v, int) and v > sys.float_info.max),
+        lambda v: (
+            number(v) and 0 < v < math.inf and not (isinstance(v, int) and v > sys.float_info.max)
+        ),
     ),
     "fraction": (lambda s, v: checks.fraction(s, v), lambda v: number(v) and 0 <= v < 1),
     "one_of": (
@@ -146,3 +148,6 @@ def test_a_positive_number_comes_back_as_given_and_one_no_float_holds_is_refused
         ConfigError, match=r"^attention\.eps=1000.* is not valid; choose a positive"
     ):
         checks.positive("attention.eps", 10**400)
+    # inf made every row of the bench fail and the check blame the machine (red team)
+    with pytest.raises(ConfigError, match=r"^mlp_ratio=inf is not valid; choose a positive"):
+        checks.positive("mlp_ratio", math.inf)

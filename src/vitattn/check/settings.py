@@ -63,6 +63,14 @@ class NumericsSettings(Checked):
     stress_scale: float = positive()
     dtypes: list[DType] = MISSING
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.dtypes:  # it compared nothing and said no problem
+            raise ConfigError(
+                "numerics.dtypes=[] is not valid; choose one or more of "
+                f"{', '.join(d.value for d in DType)}"
+            )
+
 
 @dataclass
 class TrainingSettings(Checked):
@@ -144,13 +152,43 @@ class CheckSettings(Checked):
         from vitattn.bench.kernels import resolve_attentions
 
         self.attentions = resolve_attentions(self.attentions)
+        if not self.sections:  # it checked nothing and exited 0
+            every = ", ".join(section.value for section in Section)
+            raise ConfigError(f"sections=[] is not valid; choose one or more of {every}")
         if self.device == Device.gpu.value and not torch.cuda.is_available():
             raise ConfigError(
                 "device=gpu: no CUDA GPU is visible here; vitattn-check device=cpu is the dry run"
             )
+        if Section.numerics in self.sections:
+            self.check_numerics_size()
         if self.training.precision == "auto":
             gpu = self.device == Device.gpu.value
             self.training.precision = gpu_precision() if gpu else "32-true"
+
+    def check_numerics_size(self) -> None:
+        """Refuse in one line numerics whose exact attention alone would hold more than half
+        the RAM (a CPU) or the device's memory (a GPU): ``numerics.seq_len=10**12`` ended in
+        ``unexpected RuntimeError`` once the run directory was made (red team)."""
+        import torch
+
+        from vitattn.bench.approx import exact_bytes
+        from vitattn.bench.environment import half_the_memory
+        from vitattn.bench.scaling import size
+
+        device = self.torch_device
+        if device.type == "cuda":
+            limit: float | None = torch.cuda.get_device_properties(device).total_memory
+        else:
+            limit = half_the_memory()
+        numerics = self.numerics
+        need = exact_bytes(numerics.batch_size, numerics.heads, numerics.seq_len, numerics.head_dim)
+        if limit is not None and need > limit:
+            raise ConfigError(
+                f"numerics.seq_len={numerics.seq_len}: the exact attention of "
+                f"{numerics.batch_size} inputs x {numerics.heads} heads (numerics.head_dim="
+                f"{numerics.head_dim}) alone holds {size(need)}, more than {size(limit)} (half "
+                "the RAM, or the GPU's memory); lower it"
+            )
 
     @property
     def torch_device(self) -> torch.device:

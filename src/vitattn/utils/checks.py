@@ -14,6 +14,7 @@ checks.
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 import types
 import typing
@@ -48,10 +49,11 @@ def integer(setting: str, value: Any, low: int = 1, high: int | None = None, hin
 
 
 def positive(setting: str, value: Any, hint: str = "") -> float:
-    """``value``, as given, if it is a number above zero that a float holds (an integer of 400
-    digits is not: ``float()`` overflowed on it, and one past 2**53 came back another)."""
+    """``value``, as given, if it is a finite number above zero that a float holds (an integer
+    of 400 digits is not: ``float()`` overflowed on it, and one past 2**53 came back another;
+    ``inf`` made every row of the bench fail, or blamed the machine in the check)."""
     too_long = isinstance(value, int) and value > sys.float_info.max
-    if not is_number(value) or not value > 0 or too_long:
+    if not is_number(value) or not value > 0 or too_long or value == math.inf:
         raise invalid(setting, value, "a positive number", hint)
     return value
 
