@@ -119,7 +119,16 @@ def extra_weight(checkpoint: dict[str, Any]) -> None:
     checkpoint["state_dict"]["net.planted\x1b[2J"] = torch.zeros(2)
 
 
+def disagreeing_classes(checkpoint: dict[str, Any]) -> None:
+    """The module's classes not its network's: metrics sized by one, the head by the other
+    (vitattn-eval ended in an unexpected ValueError once its run was made; red team)."""
+    checkpoint["hyper_parameters"]["num_classes"] = 7
+
+
+CLASSES = r"hyper_parameters\.num_classes=7 is not its network's \(10, "
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "classes the network has not": (disagreeing_classes, CLASSES),
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),
     "embed_dim=8192": (wide_network, r"hyper_parameters\.net\.embed_dim=8192 is not valid"),
     "counters of -10^9": (negative_progress, r"global_step=-1000000000 is not a count"),
@@ -197,7 +206,9 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("program", sorted(COMMANDS))
-@pytest.mark.parametrize("vector", ["a LoRA pattern", "a LoRA rank of 10^6", "cut short"])
+@pytest.mark.parametrize(
+    "vector", ["a LoRA pattern", "a LoRA rank of 10^6", "cut short", "classes it has not"]
+)
 def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     run: Path, elsewhere: Path, program: str, vector: str, data_dir: Path
 ) -> None:
@@ -208,6 +219,9 @@ def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     elif vector == "a LoRA pattern":
         edit(checkpoint, regex_adapters)
         refusal = "target_modules=.* is not a list of layer names"
+    elif vector == "classes it has not":
+        edit(checkpoint, disagreeing_classes)
+        refusal = CLASSES
     else:
         edit(checkpoint, huge_rank)
         refusal = r"hyper_parameters\.lora\.rank=1000000 is not valid"

@@ -102,6 +102,8 @@ def test_describe_names_what_is_valid() -> None:
             r"^trainer.accumulate_grad_batches=0 is not valid; choose an integer >= 1 \(batches",
         ),
         ("+trainer.accumulate_grad_batches=-1", r"^trainer.accumulate_grad_batches=-1 is not"),
+        # metrics of 7 classes on a head of 10: a ValueError at the first validation
+        ("module.num_classes=7", r"^module.num_classes=7 is not the network's model.num_classes"),
         (
             "callbacks.model_checkpoint.monitor=val_acc",
             r"^callbacks.model_checkpoint.monitor=val_acc is not a figure this run logs; choose "

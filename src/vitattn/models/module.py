@@ -58,6 +58,12 @@ class ViTClassifier(L.LightningModule):
     ) -> None:
         super().__init__()
         checks.fraction("module.label_smoothing", label_smoothing)
+        net_classes = net.get("num_classes") if isinstance(net, Mapping | DictConfig) else None
+        if net_classes is not None and net_classes != num_classes:
+            raise ConfigError(
+                f"module.num_classes={num_classes} is not the network's model.num_classes="
+                f"{net_classes}; leave it to follow model.num_classes"
+            )
         self.save_hyperparameters(
             {
                 "net": _plain(net),

@@ -144,6 +144,15 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     if isinstance(settings, Mapping):
         if isinstance(settings.get("net"), Mapping):
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
+            classes, net_classes = settings.get("num_classes"), settings["net"].get("num_classes")
+            if "num_classes" in settings and classes != net_classes:
+                # the metrics are sized by one, the network's head by the other: evaluating
+                # ended in an unexpected ValueError, once the run was made (red team)
+                raise CheckpointValueError(
+                    f"{source}: hyper_parameters.num_classes={str(classes)[:80]} is not its "
+                    f"network's ({str(net_classes)[:80]}, hyper_parameters.net.num_classes), "
+                    "as vitattn writes them; nothing was loaded"
+                )
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
 
