@@ -130,6 +130,44 @@ def test_a_command_whose_result_is_its_test_refuses_to_test_nothing(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["vitattn-eval"],
+        ["vitattn-bench", "mode=spectrum", "spectrum.images=2"],
+        ["vitattn-bench", "mode=approx", "attentions=[linear]", "approx.trials=1",
+         "approx.packages=false", "approx.images=2"],
+    ],
+    ids=["eval", "spectrum", "approx"],
+)  # fmt: skip
+def test_grey_images_for_a_colour_checkpoint_are_one_line_that_says_what_to_do(
+    command: list[str], short_run: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """The bench's modes that read a checkpoint ended in an unexpected RuntimeError of a
+    matmul's shapes, and vitattn-eval said to set model.in_channels, a setting it has not
+    (red team)."""
+    out = tmp_path / "out"
+    ckpt = short_run / "checkpoints" / "last.ckpt"
+    program, *settings = command
+    result = run_in_process(
+        program,
+        *settings,
+        f"ckpt_path={ckpt}",
+        "data.grayscale=true",
+        f"hydra.run.dir={out}",
+        data_dir=data_dir,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"{program}: error: model.in_channels=3 does not match the data: its images have 1 "
+        f"channel(s) (data.grayscale=true); the network is {ckpt}'s: leave data.grayscale null "
+        "(as it was trained), or give a checkpoint trained on such images"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.slow
 def test_hparams_view_lists_the_results(short_run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2

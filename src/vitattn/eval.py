@@ -36,7 +36,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     tidy_lightning_output()
     module = load_classifier(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(as_trained(cfg.data, cfg.ckpt_path))
-    module.check_data(datamodule)
+    module.check_data(datamodule, checkpoint=str(cfg.ckpt_path))
     datamodule.prepare_data()
     datamodule.setup("test")
 

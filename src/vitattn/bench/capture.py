@@ -17,8 +17,12 @@ from vitattn.utils import checks
 
 def real_images(data_cfg: DictConfig, count: int) -> torch.Tensor:
     """The first ``count`` test images, as the model sees them in evaluation."""
+    return test_images(hydra.utils.instantiate(data_cfg), count)
+
+
+def test_images(datamodule: Any, count: int) -> torch.Tensor:
+    """The first ``count`` test images of ``datamodule``, as the model sees them."""
     checks.integer("images", count)
-    datamodule: Any = hydra.utils.instantiate(data_cfg)
     datamodule.prepare_data()
     datamodule.setup("test")
     images, labels = datamodule.test_set.tensors
@@ -37,7 +41,9 @@ def checkpoint_qkv(ckpt_path: str, data_cfg: DictConfig, images: int) -> list[QK
     module = load_classifier(ckpt_path)
     if not attention_layers(module.net):
         raise ConfigError(f"ckpt_path={ckpt_path}: its network has no attention layers to inspect")
-    batch = real_images(as_trained(data_cfg, ckpt_path), images)
+    datamodule = hydra.utils.instantiate(as_trained(data_cfg, ckpt_path))
+    module.check_data(datamodule, checkpoint=ckpt_path)  # a matmul's shapes refused it after
+    batch = test_images(datamodule, images)
     return capture_qkv(module.net, batch.to(next(module.parameters()).device))
 
 

@@ -89,16 +89,23 @@ class ViTClassifier(L.LightningModule):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
 
-    def check_data(self, datamodule: Any) -> None:
+    def check_data(self, datamodule: Any, checkpoint: str | None = None) -> None:
         """Refuse, in one line, data the network cannot read: images of another shape, or more
-        classes than it has outputs."""
+        classes than it has outputs. With ``checkpoint``, the network is that file's: the line
+        says to leave the data's colours to it, not to set ``model.in_channels``."""
         channels, height, width = datamodule.image_shape
         net = self.net
         if getattr(net, "in_channels", channels) != channels:
             where = " (data.grayscale=true)" if channels == 1 else ""
+            fix = f"set model.in_channels={channels}"
+            if checkpoint is not None:
+                fix = (
+                    f"the network is {checkpoint}'s: leave data.grayscale null (as it was "
+                    "trained), or give a checkpoint trained on such images"
+                )
             raise ConfigError(
                 f"model.in_channels={net.in_channels} does not match the data: its images have "
-                f"{channels} channel(s){where}; set model.in_channels={channels}"
+                f"{channels} channel(s){where}; {fix}"
             )
         if getattr(net, "image_size", height) != height or height != width:
             raise ConfigError(
