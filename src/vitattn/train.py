@@ -165,6 +165,7 @@ def main() -> None:
         config_name="train",
         prepare=resume_arguments,
         validate=validate,
+        continues_runs=True,
     )
 
 

@@ -760,3 +760,32 @@ def test_a_task_name_that_is_no_plain_name_is_one_line_and_writes_nothing(
     assert said.startswith(f"task_name='{name}' is not valid; choose a name of at most 100 "), said
     assert victim.read_text() == "kept\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.log"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["vitattn-train"],
+        ["vitattn-eval", "ckpt_path={ckpt}"],
+        ["vitattn-finetune", "ckpt_path={ckpt}"],
+        ["vitattn-bench"],
+        ["vitattn-check"],
+    ],
+    ids=["train", "eval", "finetune", "bench", "check"],
+)
+def test_a_new_run_into_a_folder_holding_a_run_is_one_line_and_changes_nothing(
+    command: list[str], tiny_run: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """A new run in a run's folder wrote over its metrics.json and .hydra/ and mixed its curves
+    with the run's in TensorBoard (red team: vitattn-eval into a training run)."""
+    from tests.support.trees import copy_run, tree_digest
+
+    run = copy_run(tiny_run, tmp_path / "run")
+    before = tree_digest(run)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    program, *settings = command
+    arguments = [text.format(ckpt=ckpt) for text in settings]
+    said = refused_in_process(program, *arguments, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert said.startswith(f"hydra.run.dir={run} holds a run already"), said
+    assert ("resume=true continues it" in said) == (program == "vitattn-train")
+    assert tree_digest(run) == before

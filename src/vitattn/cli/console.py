@@ -89,9 +89,11 @@ def console_main(
     config_name: str,
     prepare: Callable[[list[str]], list[str]] | None = None,
     validate: Validator | None = None,
+    continues_runs: bool = False,
 ) -> None:
     """Check ``sys.argv`` (after ``prepare`` rewrote it, e.g. to resume a run), then run the
-    Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line."""
+    Hydra app ``hydra_main``; a :class:`VitattnError` ends the command in one line. A command
+    that ``continues_runs`` (``vitattn-train``) may write into a run's folder to continue it."""
     arguments = sys.argv[1:]
     check_flags(arguments)
     try:
@@ -103,6 +105,7 @@ def console_main(
             check_path_names(arguments)
             check_baseline(arguments)
         check_given_runs(arguments)
+        check_run_dir_is_new(arguments, continues_runs)
         if prepare is not None:
             arguments = prepare(arguments)
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
@@ -293,6 +296,30 @@ def check_given_runs(arguments: Sequence[str]) -> None:
     for run in runs:
         if run is not None:
             check_run_files(run.expanduser())
+
+
+def check_run_dir_is_new(arguments: Sequence[str], continues_runs: bool) -> None:
+    """Refuse in one line a single run whose ``hydra.run.dir`` holds a run already (its
+    ``.hydra/`` or ``metrics.json``), unless the command continues it (``vitattn-train``'s
+    ``resume=true`` or ``ckpt_path=``, where ``continues_runs``): a new run there wrote over the
+    other's ``metrics.json`` and ``.hydra/`` and mixed its curves with the other's in
+    TensorBoard (red team)."""
+    if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+        return
+    run = explicit_run_dir(arguments)
+    if run is None:
+        return
+    given = given_values(arguments)
+    if continues_runs and (str(given.get("resume")).lower() == "true" or given.get("ckpt_path")):
+        return
+    held = RunDir(run.expanduser())
+    if held.hydra_dir.is_dir() or held.metrics_file.is_file():
+        again = " (vitattn-train resume=true continues it)" if continues_runs else ""
+        raise ConfigError(
+            f"hydra.run.dir={one_line(run)[:MAX_SHOWN]} holds a run already{again}; choose a new "
+            "hydra.run.dir, or leave it out for a new folder under outputs/: a run there would "
+            "write over its results and mix its curves with them"
+        )
 
 
 def basic_sweep(arguments: Sequence[str]) -> bool:
