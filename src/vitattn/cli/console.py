@@ -306,6 +306,8 @@ def check_run_dir_is_new(arguments: Sequence[str], continues_runs: bool) -> None
     TensorBoard (red team)."""
     if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
         return
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return  # a DDP worker Lightning started, in the folder its rank-zero process made
     run = explicit_run_dir(arguments)
     if run is None:
         return
