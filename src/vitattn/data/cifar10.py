@@ -16,6 +16,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -272,8 +273,11 @@ class CIFAR10DataModule(L.LightningDataModule):
             skip, self._resume_batches = self._resume_batches % (len(dataset) // batch_size), 0
         if world_size > 1:
             # Each process takes its own shard (the trainer's use_distributed_sampler is off:
-            # Lightning would put a per-image sampler in place of the batch sampler).
-            sampler = DistributedSampler(
+            # Lightning would put a per-image sampler in place of the batch sampler). Evaluated,
+            # shards may differ by one image: torch's sampler pads them even by repeating
+            # images, and a test of 1,017 on two processes counted one twice (red team).
+            shard = DistributedSampler if train else UnrepeatedDistributedSampler
+            sampler = shard(
                 dataset,
                 num_replicas=world_size,
                 rank=self.trainer.global_rank,
