@@ -101,26 +101,24 @@ def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:
         )
 
 
+LIGHTNING_COUNTS = {
+    "accumulate_grad_batches": (1, " (batches whose gradients make one optimizer step)"),
+    "check_val_every_n_epoch": (1, ", or null (validate every trainer.val_check_interval steps)"),
+    "log_every_n_steps": (0, " (0: no training curves), or null (Lightning's 50)"),
+}
+"""Trainer settings that are counts: the least each takes, and what the refusal adds."""
+
+
 def check_lightning_counts(trainer_cfg: DictConfig) -> None:
     """Trainer settings Lightning takes in any value but uses as a count or a bound, refused in
     one line where it would fail or quietly do another thing: ``check_val_every_n_epoch=0``
     divides by zero after the first epoch, a negative ``gradient_clip_val`` turns clipping off
     and NaN makes every gradient NaN, a negative ``log_every_n_steps`` logs at every step,
     ``accumulate_grad_batches=0`` divides by zero once the run directory is made."""
-    accumulate = trainer_cfg.get("accumulate_grad_batches")
-    if accumulate is not None:
-        checks.integer(
-            "trainer.accumulate_grad_batches",
-            accumulate,
-            hint=" (batches whose gradients make one optimizer step; 1: none accumulated)",
-        )
-    every = trainer_cfg.get("check_val_every_n_epoch")
-    if every is not None:
-        checks.integer(
-            "trainer.check_val_every_n_epoch",
-            every,
-            hint=", or null (validate every trainer.val_check_interval steps)",
-        )
+    for name, (least, hint) in LIGHTNING_COUNTS.items():
+        value = trainer_cfg.get(name)
+        if value is not None:
+            checks.integer(f"trainer.{name}", value, low=least, hint=hint)
     clip = trainer_cfg.get("gradient_clip_val")
     if clip is not None and not (checks.is_number(clip) and clip >= 0):
         raise checks.invalid(
@@ -128,12 +126,4 @@ def check_lightning_counts(trainer_cfg: DictConfig) -> None:
             clip,
             "a number > 0 (the gradients' largest norm, or value with "
             "trainer.gradient_clip_algorithm=value), or 0 or null (no clipping)",
-        )
-    log_every = trainer_cfg.get("log_every_n_steps")
-    if log_every is not None:
-        checks.integer(
-            "trainer.log_every_n_steps",
-            log_every,
-            low=0,
-            hint=" (0: no training curves), or null (Lightning's 50)",
         )
