@@ -139,7 +139,10 @@ def test_target_modules_regex_and_conv(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("lora", "message"),
     [
-        ({"rank": -1}, r"lora\.rank=-1 is not valid; choose an integer >= 0 \(0 = full fine"),
+        (
+            {"rank": -1},
+            r"lora\.rank=-1 is not valid; choose an integer 0 <= lora\.rank <= 4096 \(0 = full",
+        ),
         ({"rank": 2.0}, r"^lora\.rank=2.0 is not valid; choose an integer$"),
         ({"dropout": 1}, r"^lora\.dropout=1 is not valid; choose 0 <= lora\.dropout < 1$"),
         ({"target_modules": ["attn.qkv", "mlp.fc3"]}, r"'mlp\.fc3' matches no layer; .*mlp\.fc1"),

@@ -43,7 +43,7 @@ from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
 from vitattn.runs.files import one_line
-from vitattn.runs.layout import RunDir, check_run_files
+from vitattn.runs.layout import HOLDER, RunDir, check_run_files
 from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
 from vitattn.runs.optuna_sweeper import check_search
 from vitattn.runs.task import remember_run_directory
@@ -105,7 +105,7 @@ def console_main(
             check_path_names(arguments)
             check_baseline(arguments)
         check_given_runs(arguments)
-        check_run_dir_is_new(arguments, continues_runs)
+        check_run_dir_is_new(arguments, continues_runs, held_by_none=True)
         if prepare is not None:
             arguments = prepare(arguments)
         if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
@@ -131,6 +131,9 @@ def console_main(
         ]:
             if directory is not None and not informational:
                 hold(directory, setting, program)
+        # after the lock where a holder is recorded: a run still going there is named as the
+        # directory's holder, and one that was killed has left its lock's file
+        check_run_dir_is_new(arguments, continues_runs)
         if continuing:
             for attempt in set_failed_jobs_aside(overrides_of(named), sweep_dir):
                 print(f"{program}: a failed attempt is kept in {attempt}", file=sys.stderr)
@@ -298,12 +301,15 @@ def check_given_runs(arguments: Sequence[str]) -> None:
             check_run_files(run.expanduser())
 
 
-def check_run_dir_is_new(arguments: Sequence[str], continues_runs: bool) -> None:
+def check_run_dir_is_new(
+    arguments: Sequence[str], continues_runs: bool, held_by_none: bool = False
+) -> None:
     """Refuse in one line a single run whose ``hydra.run.dir`` holds a run already (its
     ``.hydra/`` or ``metrics.json``), unless the command continues it (``vitattn-train``'s
     ``resume=true`` or ``ckpt_path=``, where ``continues_runs``): a new run there wrote over the
     other's ``metrics.json`` and ``.hydra/`` and mixed its curves with the other's in
-    TensorBoard (red team)."""
+    TensorBoard (red team). With ``held_by_none``, only a folder whose lock no holder has
+    recorded (before the lock is taken: nothing is written to refuse it)."""
     if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
         return
     if os.environ.get("LOCAL_RANK", "0") != "0":
@@ -315,6 +321,8 @@ def check_run_dir_is_new(arguments: Sequence[str], continues_runs: bool) -> None
     if continues_runs and (str(given.get("resume")).lower() == "true" or given.get("ckpt_path")):
         return
     held = RunDir(run.expanduser())
+    if held_by_none and os.path.lexists(held.path / HOLDER):
+        return  # checked once the lock is taken: its holder may be running there now
     if held.hydra_dir.is_dir() or held.metrics_file.is_file():
         again = " (vitattn-train resume=true continues it)" if continues_runs else ""
         raise ConfigError(
@@ -568,7 +576,7 @@ def single_runs(arguments: Sequence[str]) -> list[list[str]]:
     for text, override in zip(overrides, parsed, strict=True):
         if override.is_sweep_override():  # no more values than are checked: a range's may
             key = text.split("=", 1)[0]  # be 10**8 (a search's, whose jobs are not counted)
-            values = itertools.islice(override.sweep_string_iterator(), MAX_COMPOSITIONS)
+            values = itertools.islice(override.sweep_string_iterator(), MAX_SWEEP_JOBS)
             choices.append([f"{key}={value}" for value in values])
         else:
             choices.append([text])

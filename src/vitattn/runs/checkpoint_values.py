@@ -145,7 +145,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
         if isinstance(settings.get("net"), Mapping):
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
             classes, net_classes = settings.get("num_classes"), settings["net"].get("num_classes")
-            if "num_classes" in settings and classes != net_classes:
+            if "num_classes" in settings and net_classes is not None and classes != net_classes:
                 # the metrics are sized by one, the network's head by the other: evaluating
                 # ended in an unexpected ValueError, once the run was made (red team)
                 raise CheckpointValueError(
