@@ -26,8 +26,8 @@ def parsed(text: str) -> Any:
 def values_count(override: Any) -> int | None:
     """How many values a parsed sweep ``override`` gives, counted without listing them
     (``seed=range(0,10**8)`` is 10**8 strings): a choice's, or a range's as Hydra steps it;
-    ``None`` where Hydra alone knows (a ``glob``
-    of a group's options, a range with step 0 or an ``interval``, which it refuses itself)."""
+    ``None`` where Hydra alone knows (a ``glob`` of a group's options, a range with step 0 or
+    an ``interval``, which it refuses itself)."""
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
     value = override.value()
