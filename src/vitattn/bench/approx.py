@@ -257,16 +257,12 @@ def check_approx_size(settings: BenchSettings) -> None:
     killed the bench, with no line, and a huge ``approx.seq_len`` ended in ``unexpected
     RuntimeError`` once the run directory was made (red team). The inputs of a checkpoint are
     sized by it, and not checked here."""
-    from vitattn.bench.environment import half_the_memory
+    from vitattn.bench.environment import memory_limit
     from vitattn.bench.scaling import size
 
     limit = settings.guard.max_memory_bytes
     if limit == "auto":
-        device = settings.torch_device
-        if device.type == "cuda":
-            limit = torch.cuda.get_device_properties(device).total_memory
-        else:
-            limit = half_the_memory()
+        limit = memory_limit(settings.torch_device)
     if limit is None:
         return
     approx, heads = settings.approx, settings.heads

@@ -40,6 +40,14 @@ def half_the_memory() -> float | None:
         return None
 
 
+def memory_limit(device: Any) -> float | None:
+    """What a device holds for one measurement, as ``guard.max_memory_bytes=auto`` reads outside
+    the scaling sweep: half the RAM on a CPU (:func:`half_the_memory`), the memory of a GPU."""
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return half_the_memory()
+
+
 def load_average() -> float | None:
     """The system's load over the last minute (runnable processes), if the platform says."""
     try:

@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vitattn.cli.console import composition_message
 from vitattn.cli.overrides import overrides_of
-from vitattn.cli.validation import check_types
+from vitattn.cli.validation import MAX_SEED, check_types
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
 from vitattn.utils.config import MatmulPrecision, group_options
@@ -71,9 +71,6 @@ class DType(Enum):
 # a field's range is in its declaration.
 
 
-MAX_SEED = 2**32 - 1
-"""The largest seed: numpy's, as ``vitattn-train``'s (a seed of 10**21 ended every row of the
-bench, and the check, in ``Overflow when unpacking long long``)."""
 MAX_THREADS = 1024
 """The most threads ``torch.set_num_threads`` is given (10**12 overflowed it after the run
 directory was made)."""
@@ -230,7 +227,7 @@ class BenchSettings(Checked):
     steady_heap: bool = MISSING
     threads: int | None = at_least(1, MAX_THREADS)
     matmul_precision: MatmulPrecision = MISSING
-    seed: int = at_least(0, MAX_SEED)
+    seed: int = at_least(0, MAX_SEED)  # 10**21 overflowed in every row, the check's too
     reference: str | None = MISSING
     knobs: dict[str, Any] = MISSING  # {attention or variant: {its setting: value}}
     variants: dict[str, Any] = MISSING  # {new name: {attention: <registered>, setting: value}}

@@ -13,7 +13,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from vitattn.bench.settings import (
-    MAX_SEED,
     Checked,
     DType,
     at_least,
@@ -25,7 +24,7 @@ from vitattn.bench.settings import (
     with_compiled_variants,
 )
 from vitattn.cli.additions import did_you_mean
-from vitattn.cli.validation import check_types
+from vitattn.cli.validation import MAX_SEED, check_types
 from vitattn.errors import ConfigError
 from vitattn.utils.config import CONFIG_DIR, MatmulPrecision, gpu_precision
 
@@ -169,17 +168,11 @@ class CheckSettings(Checked):
         """Refuse in one line numerics whose exact attention alone would hold more than half
         the RAM (a CPU) or the device's memory (a GPU): ``numerics.seq_len=10**12`` ended in
         ``unexpected RuntimeError`` once the run directory was made (red team)."""
-        import torch
-
         from vitattn.bench.approx import exact_bytes
-        from vitattn.bench.environment import half_the_memory
+        from vitattn.bench.environment import memory_limit
         from vitattn.bench.scaling import size
 
-        device = self.torch_device
-        if device.type == "cuda":
-            limit: float | None = torch.cuda.get_device_properties(device).total_memory
-        else:
-            limit = half_the_memory()
+        limit = memory_limit(self.torch_device)
         numerics = self.numerics
         need = exact_bytes(numerics.batch_size, numerics.heads, numerics.seq_len, numerics.head_dim)
         if limit is not None and need > limit:

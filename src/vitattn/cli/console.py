@@ -44,7 +44,7 @@ from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
 from vitattn.runs.disk import FULL, short_of_space, space_left
 from vitattn.runs.files import one_line
 from vitattn.runs.layout import HOLDER, RunDir, check_run_files
-from vitattn.runs.lock import RESERVE_BYTES, hold_run_directory
+from vitattn.runs.lock import RESERVE_BYTES, ddp_worker, hold_run_directory
 from vitattn.runs.optuna_sweeper import check_search
 from vitattn.runs.task import remember_run_directory
 from vitattn.utils import checks
@@ -312,8 +312,8 @@ def check_run_dir_is_new(
     recorded (before the lock is taken: nothing is written to refuse it)."""
     if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
         return
-    if os.environ.get("LOCAL_RANK", "0") != "0":
-        return  # a DDP worker Lightning started, in the folder its rank-zero process made
+    if ddp_worker():
+        return  # in the folder its rank-zero process made
     run = explicit_run_dir(arguments)
     if run is None:
         return

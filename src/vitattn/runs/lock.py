@@ -52,6 +52,12 @@ class RunDirectoryInUseError(VitattnError):
     """Another live process holds the run directory's lock."""
 
 
+def ddp_worker() -> bool:
+    """Whether this process is a DDP worker Lightning started beside the rank-zero one
+    (``LOCAL_RANK`` not 0), in a run directory that process made and holds."""
+    return os.environ.get("LOCAL_RANK", "0") != "0"
+
+
 def hold_run_directory(run_dir: Path, program: str) -> None:
     """Take ``run_dir``'s lock until :func:`release_run_directory` or the process exits; refuse
     in one line, naming the holder, when another live process has it, and, before anything is
@@ -62,8 +68,8 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
 
     held = this_process().held
     path = run_dir.expanduser().absolute()
-    if path in held or os.environ.get("LOCAL_RANK", "0") != "0":
-        return  # a DDP worker Lightning started: its rank-zero process holds the directory
+    if path in held or ddp_worker():
+        return  # its rank-zero process holds the directory
     made = [folder for folder in (path, *path.parents) if not folder.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
