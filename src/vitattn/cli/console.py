@@ -66,6 +66,11 @@ HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
+def only_prints(arguments: Sequence[str]) -> bool:
+    """Whether Hydra prints something instead of running (:data:`HYDRA_INFO_FLAGS`)."""
+    return any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments)
+
+
 def multirun(arguments: Sequence[str]) -> bool:
     """Whether the command line runs a sweep: ``-m``/``--multirun``, or ``hydra.mode=MULTIRUN``,
     which Hydra takes as the flag."""
@@ -99,7 +104,7 @@ def console_main(
     try:
         source = config_source(arguments, config_name)
         config_name = source.name
-        if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+        if not only_prints(arguments):
             check_syntax(arguments)
             check_sweep_size(arguments)
             check_path_names(arguments)
@@ -108,7 +113,7 @@ def console_main(
         check_run_dir_is_new(arguments, continues_runs, held_by_none=True)
         if prepare is not None:
             arguments = prepare(arguments)
-        if not any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+        if not only_prints(arguments):
             check_output_dirs(arguments)
             if source.extra_dirs is not None:  # else the user's own config tree: Hydra's to read
                 check_group_choices(arguments, extra_dirs=source.extra_dirs)
@@ -116,7 +121,7 @@ def console_main(
     except VitattnError as error:
         fail(program, error)
         sys.exit(1)
-    informational = any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments)
+    informational = only_prints(arguments)
     named = name_jobs_by_what_differs(arguments)
     sweep_dir = explicit_sweep_dir(arguments)
     continuing = sweep_dir is not None and not informational and basic_sweep(arguments)
@@ -289,7 +294,7 @@ def check_given_runs(arguments: Sequence[str]) -> None:
     run's command names (``hydra.run.dir``, the run of ``ckpt_path``) when one holds a symbolic
     link or a file the bounded reader refuses (:func:`vitattn.runs.layout.check_run_files`); a
     sweep's jobs are checked by :func:`check_continuation`."""
-    if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+    if multirun(arguments) or only_prints(arguments):
         return
     runs = [explicit_run_dir(arguments)]
     ckpt_path = given_path(arguments, "ckpt_path")
@@ -310,7 +315,7 @@ def check_run_dir_is_new(
     other's ``metrics.json`` and ``.hydra/`` and mixed its curves with the other's in
     TensorBoard (red team). With ``held_by_none``, only a folder whose lock no holder has
     recorded (before the lock is taken: nothing is written to refuse it)."""
-    if multirun(arguments) or any(arg.split("=", 1)[0] in HYDRA_INFO_FLAGS for arg in arguments):
+    if multirun(arguments) or only_prints(arguments):
         return
     if ddp_worker():
         return  # in the folder its rank-zero process made
