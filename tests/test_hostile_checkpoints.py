@@ -3,15 +3,16 @@
 dimensions, counters of -10^9, a config of shared references, a LoRA pattern that backtracks, an
 optimizer state of another parameter's shape, a scheduler state of another type, a file cut
 short), goes through the console scripts a user runs. Each is refused in one line naming the
-checkpoint, quickly, and nothing that was there changes: a refused resume leaves the run's
+checkpoint, and nothing that was there changes: a refused resume leaves the run's
 ``metrics.json`` as it was. A vector that would allocate runs as a process of its own under a
 memory cap (:data:`MEMORY_CAP`), so that a check that comes after the allocation fails the test;
-the others run in this process (:func:`tests.support.in_process.refused_in_process`)."""
+the others run in this process (:func:`tests.support.in_process.refused_in_process`). No test
+here times a refusal: a pattern that backtracks or a walk of shared references that hangs is
+ended by pytest-timeout, and the refusal's own line says which check refused."""
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,6 @@ pytestmark = pytest.mark.slow
 MEMORY_CAP = 5 << 30
 """Address space for a command: a refused run of a console script maps about 4 GB (torch,
 OpenBLAS' threads); 1 GB more, so that a check that comes after an allocation fails the test."""
-
-SECONDS = 90
-"""A refusal's generous time bound: it comes before anything is built or trained."""
 
 
 def refused_capped(program: str, *args: str, data_dir: Path, creates: Path | None = None) -> str:
@@ -168,13 +166,10 @@ def test_a_resume_refuses_a_checkpoints_values_in_one_line_and_changes_nothing(
     before = tree_digest(run.parent)
     command = ["resume=true", f"hydra.run.dir={run}", "trainer.max_steps=12"]
     refused = refused_capped if vector in ALLOCATING else refused_in_process
-    started = time.monotonic()
     message = refused("vitattn-train", *command, data_dir=data_dir)
-    seconds = time.monotonic() - started
     assert message.startswith(f"{checkpoint}: "), message
     assert re.search(refusal, message), message
     assert tree_digest(run.parent) == before  # metrics.json too: not rewritten to "failed"
-    assert seconds < SECONDS
 
 
 def regex_adapters(checkpoint: dict[str, Any]) -> None:
@@ -230,13 +225,10 @@ def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     command = [*COMMANDS[program], f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
     # what allocates: a process of its own, memory capped
     refused = refused_capped if vector == "a LoRA rank of 10^6" else refused_in_process
-    started = time.monotonic()
     message = refused(program, *command, creates=out, data_dir=data_dir)
-    seconds = time.monotonic() - started
     assert message.startswith(f"{checkpoint}"), message
     assert re.search(refusal, message), message
     assert tree_digest(run.parent) == before
-    assert seconds < SECONDS
 
 
 def planted_gigabyte(path: Path, key: str) -> None:

@@ -303,19 +303,30 @@ def test_an_impossible_size_is_skipped_without_allocating(monkeypatch) -> None:
     assert max(built) == 32  # no probe and no attempt at a billion tokens
 
 
-def test_a_huge_size_is_skipped_quickly_by_probes_that_stay_within_the_guard() -> None:
-    import time
-
+def test_a_huge_size_is_skipped_by_probes_that_stay_within_the_guard() -> None:
+    """Each probe the runner measured was one that the probes before it predicted to fit the
+    guard, and the million tokens were never built: what the runner decides, not how long it
+    took."""
+    guard = Guard(max_memory_bytes=2**31, max_call_seconds=0.5, free_below=64)
     sweep = small_sweep(
         attentions=["softmax"],
         seq_lens=[32, 2**20],  # a million tokens: the n x n matrix alone would be 4 TiB
         knobs={"softmax": {"impl": "naive"}},
-        guard=Guard(max_memory_bytes=2**31, max_call_seconds=0.5, free_below=64),
+        guard=guard,
     )
-    started = time.monotonic()
-    rows = Runner(sweep).run()
-    assert time.monotonic() - started < 60
+    runner = Runner(sweep)
+    rows = runner.run()
     assert rows[0].ok and rows[1].status.startswith("skipped: predicted")
+    memory = runner.memory_history[("softmax", 8)]
+    seconds = runner.time_history[("softmax", 8)]
+    probed = [n for n, _ in memory]
+    assert probed and max(probed) <= 2**20 // 8
+    for i, n in enumerate(probed):
+        predicted_memory = predict(memory[:i], n)
+        predicted_seconds = predict(seconds[:i], n)
+        assert predicted_memory is None or predicted_memory <= guard.max_memory_bytes
+        assert predicted_seconds is None or predicted_seconds <= guard.max_call_seconds
+    assert rows[1].memory_bytes is None  # skipped, never measured
 
 
 @pytest.fixture

@@ -314,7 +314,6 @@ def test_concurrent_first_runs_download_once(served: Path, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_a_server_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> None:
     import socket
-    import time
 
     # A listening socket that is never accepted: the connection opens, no byte ever comes.
     with socket.socket() as silent:
@@ -322,10 +321,8 @@ def test_a_server_that_never_answers_fails_after_the_timeout(tmp_path: Path) -> 
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/cifar-10-python.tar.gz"
         dm = CIFAR10DataModule(tmp_path / "empty", url=url, download_timeout=0.5)
-        started = time.monotonic()
         with pytest.raises(DataError) as info:
-            dm.prepare_data()
-    assert time.monotonic() - started < 30
+            dm.prepare_data()  # a download that ignored the timeout would hang: pytest-timeout
     message = str(info.value)
     assert f"downloading {url} failed" in message and "timed out" in message
     assert "\n" not in message
