@@ -127,6 +127,16 @@ BAD_INPUTS = [
         r"^compiled=null times kernels compiled in mode=scaling, not mode=approx "
         r"\(mode=train compiles with train.compile\)$",
     ),
+    # a checkpoint the mode does not read was ignored, and the bench measured random inputs
+    (
+        ["mode=scaling", "ckpt_path=/nowhere/last.ckpt"],
+        r"^ckpt_path=/nowhere/last\.ckpt is read by mode=approx and mode=spectrum, not "
+        r"mode=scaling; drop it, or choose one of those modes$",
+    ),
+    (
+        ["mode=train", "ckpt_path=/nowhere/last.ckpt"],
+        r"^ckpt_path=/nowhere/last\.ckpt is read by mode=approx and mode=spectrum, not mode=train",
+    ),
     # overflowed once the run directory was made (red team)
     (["threads=1000000000000"], r"^threads=1000000000000 is not valid; choose an integer 1 <= "),
     (["seed=-1"], r"^seed=-1 is not valid; choose an integer 0 <= seed <= 4294967295$"),

@@ -49,6 +49,10 @@ class Mode(Enum):
     train = "train"
 
 
+CHECKPOINT_MODES = (Mode.approx, Mode.spectrum)
+"""The modes that read ``ckpt_path``; any other refuses one rather than ignore it."""
+
+
 class Level(Enum):
     kernel = "kernel"
     block = "block"
@@ -262,6 +266,11 @@ class BenchSettings(Checked):
             raise ConfigError(
                 f"compiled={shown} times kernels compiled in mode=scaling, not "
                 f"mode={self.mode.value} (mode=train compiles with train.compile)"
+            )
+        if self.ckpt_path not in (None, "") and self.mode not in CHECKPOINT_MODES:
+            raise ConfigError(
+                f"ckpt_path={self.ckpt_path} is read by mode=approx and mode=spectrum, not "
+                f"mode={self.mode.value}; drop it, or choose one of those modes"
             )
         self.variants = check_variants(with_compiled_variants(self.variants, compiled))
         self.knobs = check_knobs(self.knobs, self.variants)
