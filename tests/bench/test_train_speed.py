@@ -23,6 +23,7 @@ from vitattn.bench.train_speed import (
     ratios,
     time_loop,
 )
+from vitattn.errors import ConfigError
 from vitattn.models.module import ViTClassifier
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
 
@@ -101,6 +102,16 @@ def test_a_compiled_rows_compile_seconds_are_its_warm_up_beyond_the_steady_step(
     assert steady == 2.0
     assert clock.warmup_extra(2, steady) == pytest.approx(32.0 - 2 * 2.0)
     assert clock.warmup_extra(0, steady) is None  # no warm-up: nothing apart from the steady
+
+
+def test_a_batch_larger_than_the_training_images_names_the_benchs_setting(
+    data_dir: Path, monkeypatch
+) -> None:
+    """The data module's refusal named ``data.batch_size``, which the bench does not take."""
+    monkeypatch.setenv("VITATTN_DATA_DIR", str(data_dir))
+    said = r"^train\.batch_size=100000 is larger than the \d+ training images; choose a smaller"
+    with pytest.raises(ConfigError, match=said):
+        measure_train_speed(tiny_train(batch_size=100_000), CPU)
 
 
 def speed(implementation: str, compile: bool, images_per_sec: float) -> TrainSpeed:

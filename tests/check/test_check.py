@@ -325,6 +325,32 @@ def test_a_training_row_is_the_same_whatever_trained_before_it(
     )
 
 
+@pytest.mark.slow
+def test_a_batch_larger_than_the_training_images_is_a_problem_naming_the_checks_setting(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Each training row and the reference say that ``training.batch_size`` is too large (the
+    data module named ``data.batch_size``, which the check does not take; the reference ended the
+    check with it), and the report lists both as problems."""
+    pytest.importorskip("timm")
+    run_dir = tmp_path / "check"
+    overrides = ["device=cpu", "sections=[training,reference]", "attentions=[softmax]"]
+    run_in_process(
+        "vitattn-check",
+        *overrides,
+        "training.batch_size=100000",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+    )
+    report = json.loads((run_dir / "check.json").read_text())
+    said = "unsupported: training.batch_size=100000 is larger than the"
+    (row,) = report["training"]
+    assert row["status"].startswith(said), row["status"]
+    assert report["reference"]["status"].startswith(said), report["reference"]
+    assert [p.split(": ", 1)[0] for p in report["problems"]] == ["training", "reference"]
+    assert all(said in p for p in report["problems"]), report["problems"]
+
+
 def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Path) -> None:
     """On an H200 with torch 2.11 the compiled rows trained at their eager speed, reported as
     compiled: Dynamo had skipped the network's forward (pytorch/pytorch#190286). Here the same

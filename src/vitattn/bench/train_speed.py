@@ -371,13 +371,29 @@ def parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def measure_train_speed(train: TrainSettings, device: torch.device) -> list[TrainSpeed]:
+def check_batch_fits(datamodule: Any, batch_size: int, setting: str) -> None:
+    """One line naming ``setting``, the command's own batch size, where the training images
+    that ``datamodule`` (set up) holds are fewer than ``batch_size``: the data module's refusal
+    named ``data.batch_size``, which these commands do not take."""
+    images = len(datamodule.train_set)
+    if images < batch_size:
+        raise ConfigError(
+            f"{setting}={batch_size} is larger than the {images} training images; choose a "
+            "smaller batch size"
+        )
+
+
+def measure_train_speed(
+    train: TrainSettings, device: torch.device, batch_setting: str = "train.batch_size"
+) -> list[TrainSpeed]:
     """Measure ours (always, first) and each other implementation on the same data and sizes,
-    eager, and with ``train.compile`` each of :data:`COMPILED` compiled right after."""
+    eager, and with ``train.compile`` each of :data:`COMPILED` compiled right after; a batch
+    larger than the training images is one line naming ``batch_setting``."""
     configs = {False: train_config(train), True: train_config(train, compile=True)}
     datamodule = hydra.utils.instantiate(configs[False].data)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    check_batch_fits(datamodule, train.batch_size, batch_setting)
     results = []
     for implementation in ["vitattn", *(i for i in train.implementations if i != "vitattn")]:
         ways = [False, True] if train.compile and implementation in COMPILED else [False]

@@ -67,8 +67,10 @@ def problems(
     numerics: Sequence[NumericsRow],
     training: Sequence[TrainingRow],
     kernels: KernelsRun | None,
+    reference: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """One line per thing that is not as it should be."""
+    """One line per thing that is not as it should be (not a reference skipped for want of
+    timm)."""
     found = [
         f"numerics: {r.attention} in {r.dtype}: {r.status}"
         + ("" if r.error is None else f" (error {r.error:.2e}, tolerance {r.tolerance:.1e})")
@@ -89,6 +91,8 @@ def problems(
             for r in kernels.rows
             if r.status.startswith("error")
         )
+    if reference is not None and not reference["status"].startswith(("ok", "skipped")):
+        found.append(f"reference: {reference['status']}")
     return found
 
 
@@ -251,7 +255,7 @@ def write_check(
     """Write the three files, print ``check.md``; what ``check.json`` holds (``seconds``: what
     each section took)."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    found = problems(numerics, training, kernels)
+    found = problems(numerics, training, kernels, reference)
     content = {
         "settings": dict(given),
         "environment": dict(env),

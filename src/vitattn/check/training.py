@@ -35,6 +35,7 @@ from vitattn.bench.settings import TrainSettings
 from vitattn.bench.train_speed import (
     StepClock,
     bare_trainer,
+    check_batch_fits,
     eager_status,
     measure_train_speed,
     ratios,
@@ -129,6 +130,7 @@ def train_briefly(
         attention, training.model, training.batch_size, training.precision, training.steps
     )
     row.compiled = compile
+    check_batch_fits(datamodule, training.batch_size, "training.batch_size")
     cfg = train_config(bench_settings(settings, attention), compile=compile)
     torch.manual_seed(settings.seed)
     datamodule.reseed(device)  # every row on the same batches, augmented alike
@@ -228,7 +230,10 @@ def run_reference(settings: CheckSettings) -> dict[str, Any]:
         repeats=reference.repeats,
     )
     tidy_lightning_output()
-    results = measure_train_speed(train, settings.torch_device)
+    try:
+        results = measure_train_speed(train, settings.torch_device, "training.batch_size")
+    except ConfigError as error:  # as the training section's rows: the report says why
+        return {"status": f"unsupported: {error}", "results": [], "ratios": {}}
     return {
         "status": "ok",
         "results": [vars(r) for r in results],
