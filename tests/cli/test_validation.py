@@ -133,6 +133,23 @@ def test_the_default_configs_pass() -> None:
     ("overrides", "message"),
     [
         (["callbacks.model_checkpoint.monitor=val/fidelity/layer_3"], None),
+        # a layer the network has not: Lightning stopped the run at its first validation
+        (
+            ["callbacks.model_checkpoint.monitor=val/fidelity/layer_4"],
+            r"^callbacks.model_checkpoint.monitor=val/fidelity/layer_4 names a layer the network "
+            r"has not; with model.depth=4 choose layer_0 to layer_3$",
+        ),
+        (
+            ["model.depth=1", "callbacks.model_checkpoint.monitor=val/entropy_gap/layer_0"],
+            r"^callbacks.model_checkpoint.monitor=val/entropy_gap/layer_0 is a per-layer figure, "
+            r"which a network of model.depth=1 does not log; choose its mean",
+        ),
+        (
+            ["hparams_search=optuna", "optimized_metric=val/fidelity/layer_12"],
+            r"^optimized_metric=val/fidelity/layer_12 names a layer the network has not; with "
+            r"model.depth=4",
+        ),
+        (["model.depth=12", "callbacks.model_checkpoint.monitor=val/fidelity/layer_11"], None),
         (["hparams_search=optuna_pareto"], None),
         # Lightning's ModelCheckpoint monitors the step too: the latest checkpoints kept
         (["callbacks.model_checkpoint.monitor=step", "callbacks.model_checkpoint.mode=max"], None),

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import logging
 import warnings
-from collections.abc import Callable, Collection, Container, Iterator
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -195,6 +195,8 @@ def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
                 f"callbacks.{name}.monitor={monitor} is not a figure this run logs; choose among: "
                 f"{', '.join(valid)}"
             )
+        if isinstance(monitor, str):
+            check_layer(f"callbacks.{name}.monitor", monitor, valid, cfg)
     sweeper = OmegaConf.select(cfg, "hydra.sweeper._target_", default=None)
     if not str(sweeper).endswith("OptunaSearch"):  # read by a search only
         return
@@ -207,6 +209,29 @@ def check_figure_names(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
                 f"optimized_metric={objective} is not a number of this run's metrics.json; "
                 f"choose among: {', '.join(results)}"
             )
+        if isinstance(objective, str):
+            check_layer("optimized_metric", objective, results, cfg)
+
+
+def check_layer(setting: str, figure: str, names: Sequence[str], cfg: DictConfig) -> None:
+    """A per-layer figure of ``names`` (``val/fidelity/layer_<i>``) of a layer the network has:
+    each is logged for ``i`` below ``model.depth``, where there is more than one layer."""
+    from omegaconf import OmegaConf
+
+    layer = metric_names.layer_of(figure, names)
+    depth = OmegaConf.select(cfg, "model.depth", default=None)
+    if layer is None or not isinstance(depth, int) or isinstance(depth, bool):
+        return
+    if depth < 2:
+        raise ConfigError(
+            f"{setting}={figure} is a per-layer figure, which a network of model.depth={depth} "
+            "does not log; choose its mean (drop /layer_<i>)"
+        )
+    if layer >= depth:
+        raise ConfigError(
+            f"{setting}={figure} names a layer the network has not; with "
+            f"model.depth={depth} choose layer_0 to layer_{depth - 1}"
+        )
 
 
 @contextlib.contextmanager

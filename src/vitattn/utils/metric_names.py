@@ -150,6 +150,15 @@ def written_by_vitattn(name: str) -> bool:
     return matches(name, EVERY_NAME)
 
 
+def layer_of(name: str, names: Iterable[str]) -> int | None:
+    """The layer that ``name``, one of the per-layer ``names`` (``val/fidelity/layer_<i>``),
+    names (``val/fidelity/layer_3``: 3); else ``None``."""
+    per_layer = [known for known in names if known.endswith("/layer_<i>")]
+    if not matches(name, per_layer):
+        return None
+    return int(name.rsplit("/layer_", 1)[1])
+
+
 def matches(name: str, names: Iterable[str]) -> bool:
     """Whether ``name`` is one of ``names`` (``<i>`` a number, another ``<word>`` any text)."""
     return any(re.fullmatch(_pattern(known), name) for known in names)
