@@ -130,6 +130,26 @@ def test_a_command_whose_result_is_its_test_refuses_to_test_nothing(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("limit", ["0", "0.0"])
+@pytest.mark.parametrize("program", ["vitattn-train", "vitattn-finetune"])
+def test_a_command_that_trains_refuses_to_train_nothing(
+    program: str, limit: str, short_run: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_train_batches=0`` trained no step, tested the untrained network and
+    reported it as the run's result, with exit status 0."""
+    out = tmp_path / "out"
+    given = ["debug=smoke"]
+    if program == "vitattn-finetune":
+        given = [f"ckpt_path={short_run / 'checkpoints' / 'last.ckpt'}"]
+    command = [*given, f"+trainer.limit_train_batches={limit}", f"hydra.run.dir={out}"]
+    said = refused_in_process(program, *command, data_dir=data_dir, creates=out)
+    assert said.startswith(f"trainer.limit_train_batches={limit} is not valid; choose a share "), (
+        said
+    )
+    assert said.endswith(f"{program} at 0 trains no step"), said
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

@@ -101,6 +101,20 @@ def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:
         )
 
 
+def check_trains_something(trainer_cfg: DictConfig, program: str) -> None:
+    """Refuse in one line a ``trainer.limit_train_batches`` of 0 for ``program``, a command
+    that trains: it trained no step and reported the untrained network's test as its result,
+    with exit status 0."""
+    limit = trainer_cfg.get("limit_train_batches")
+    if checks.is_number(limit) and limit == 0:
+        raise checks.invalid(
+            "trainer.limit_train_batches",
+            limit,
+            f"a share above 0 (<= 1.0) or a number of batches >= 1, or null (all): "
+            f"{program} at 0 trains no step",
+        )
+
+
 LIGHTNING_COUNTS = {
     "accumulate_grad_batches": (1, " (batches whose gradients make one optimizer step)"),
     "check_val_every_n_epoch": (1, ", or null (validate every trainer.val_check_interval steps)"),
