@@ -141,7 +141,14 @@ BAD_INPUTS = [
     (["threads=1000000000000"], r"^threads=1000000000000 is not valid; choose an integer 1 <= "),
     (["seed=-1"], r"^seed=-1 is not valid; choose an integer 0 <= seed <= 4294967295$"),
     # every row failed and the bench exited 0 (red team)
-    (["mlp_ratio=inf"], r"^mlp_ratio=inf is not valid; choose a positive number or null$"),
+    # "or null" only where null is valid (guard.max_call_seconds above): said of every one
+    (["mlp_ratio=inf"], r"^mlp_ratio=inf is not valid; choose a positive number$"),
+    # a block without an MLP was measured and reported ok
+    (
+        ["level=block", "heads=4", "head_dims=[8,64]", "mlp_ratio=0.01"],
+        r"^mlp_ratio=0.01 is not valid; choose a number >= 0.0312 \(level=block's MLP is heads=4 "
+        r"x head_dim=8 times it wide\)$",
+    ),
     (["approx.qk_std=inf"], r"^approx\.qk_std=inf is not valid; choose a positive number"),
 ]
 

@@ -103,7 +103,8 @@ class Checked:
             if "at_least" in spec.metadata:
                 checks.integer(name, value, spec.metadata["at_least"], spec.metadata["at_most"])
             if "positive" in spec.metadata:
-                checks.positive(name, value, hint=" or null")
+                optional = "None" in str(spec.type)  # the annotation, as a string
+                checks.positive(name, value, hint=" or null" if optional else "")
 
 
 def known_option(setting: str, group: str, value: str) -> None:
@@ -255,6 +256,8 @@ class BenchSettings(Checked):
             )
         self.seq_lens = sizes("seq_lens", self.seq_lens)
         self.head_dims = sizes("head_dims", self.head_dims, example="[32,64]")
+        if self.mode is Mode.scaling and self.level is Level.block:
+            self.check_mlp_width()
         # The checks against the device and the attention registry import torch: after the rest.
         from vitattn.bench.environment import resolve_device
         from vitattn.bench.kernels import compiled_variants, registered, resolve_attentions
@@ -291,6 +294,19 @@ class BenchSettings(Checked):
             self.ckpt_path = require_checkpoint(self.ckpt_path, self.mode)
         if self.mode is Mode.train and "timm" in self.train.implementations:
             require_timm()
+
+    def check_mlp_width(self) -> None:
+        """``level=block``: an MLP of at least one unit at every head size (``mlp_ratio=1e-9``
+        measured blocks without one, reported ``ok``)."""
+        width = self.heads * min(self.head_dims)
+        if width * self.mlp_ratio < 1:
+            raise checks.invalid(
+                "mlp_ratio",
+                self.mlp_ratio,
+                f"a number >= {1 / width:.3g}",
+                f" (level=block's MLP is heads={self.heads} x head_dim={min(self.head_dims)} "
+                "times it wide)",
+            )
 
     @property
     def torch_device(self) -> torch.device:
