@@ -421,6 +421,30 @@ def test_a_recorded_count_that_would_never_end_a_step_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("recorded", "refusal"),
+    [
+        # a training process per device: the resume stalled the machine
+        ("trainer.devices=1000", r"trainer\.devices=1000 is not valid; choose a number of "),
+        # gigabytes of images held for one figure
+        ("callbacks.confusion_report.errors=1000000000", r"errors=1000000000 is not valid"),
+        ("callbacks.attention_insight.images=1000000000", r"images=1000000000 is not valid"),
+    ],
+)
+def test_a_recorded_count_that_would_start_processes_or_fill_memory_is_refused(
+    site: Site, recorded: str, refusal: str, data_dir: Path
+) -> None:
+    """Integers of vitattn's configs, so replayed by a resume; their bounds refuse them before
+    the run is touched (red team)."""
+    write_overrides(site, [recorded])
+    before = tree_digest(site.root)
+    message = refused_in_process(
+        "vitattn-train", "resume=true", f"hydra.run.dir={site.run}", data_dir=data_dir
+    )
+    assert re.search(refusal, message), message
+    assert tree_digest(site.root) == before and site.unharmed()
+
+
+@pytest.mark.parametrize(
     ("content", "refusal"),
     [
         ("- a=b\n- [unclosed\n", "is not valid YAML at line"),

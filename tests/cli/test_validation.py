@@ -123,6 +123,19 @@ def test_a_bad_value_is_one_line_naming_it(override: str, message: str) -> None:
     assert re.search(message, text), text
 
 
+@pytest.mark.parametrize("devices", ["100000", "'100000'"])
+def test_more_cpu_processes_than_cpus_is_one_line(devices: str) -> None:
+    """On the CPU each device is a process Lightning starts: a resume replaying
+    ``trainer.devices=1000`` from a run's file stalled the machine (red team)."""
+    said = (
+        r"^trainer.devices=('?)100000\1 is not valid; choose a number of processes from 1 to "
+        r"\d+ \(this machine's CPUs\), -1 \(one per CPU\) or auto$"
+    )
+    with pytest.raises(ConfigError, match=said):
+        check_composition("train", ["trainer=cpu", f"trainer.devices={devices}"], validate_training)
+    check_composition("train", ["trainer=ddp", "trainer.accelerator=cpu"], validate_training)
+
+
 def test_the_default_configs_pass() -> None:
     cpu = ["trainer=cpu"]
     for overrides in ([], ["model=vit_pixel"], ["experiment=lra_image", *cpu], ["trainer=ddp"]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import hydra
@@ -77,6 +78,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     if max_epochs == 0:
         raise checks.invalid("trainer.max_epochs", 0, "-1, null or a number of epochs >= 1")
     check_lightning_counts(trainer_cfg)
+    check_cpu_processes(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
         default_root_dir=None,
@@ -86,6 +88,28 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
+
+
+def check_cpu_processes(trainer_cfg: DictConfig) -> None:
+    """On the CPU, ``trainer.devices`` is the number of processes Lightning starts: refused in
+    one line above this machine's CPUs (a resume replaying ``trainer.devices=1000`` from a
+    run's file started a training process per device until the machine stalled; red team). A
+    GPU's devices Lightning checks itself, against the GPUs there are."""
+    import torch
+
+    accelerator = str(trainer_cfg.get("accelerator", "auto"))
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    devices = trainer_cfg.get("devices")
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    cpus = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > cpus:
+        raise checks.invalid(
+            "trainer.devices",
+            trainer_cfg.get("devices"),
+            f"a number of processes from 1 to {cpus} (this machine's CPUs), -1 (one per CPU) "
+            "or auto",
+        )
 
 
 def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:

@@ -26,6 +26,9 @@ from vitattn.runs.files import write_bytes
 from vitattn.training.logger import SUMMARY_GROUP, add_png, encode_png, summary_writers
 from vitattn.utils import checks
 
+MAX_ERRORS = 256
+"""The most mistakes one figure shows (a recorded 10^9 held gigabytes of images; red team)."""
+
 
 class ConfusionReport(L.Callback):
     """Confusion matrix, per-class accuracy and the most confident mistakes of a test.
@@ -35,7 +38,7 @@ class ConfusionReport(L.Callback):
     """
 
     def __init__(self, errors: int = 16) -> None:
-        self.errors = checks.integer("errors", errors, 0)
+        self.errors = checks.integer("errors", errors, 0, MAX_ERRORS)
         self.report: dict[str, Any] = {}
         self._matrix: MulticlassConfusionMatrix | None = None
         self._worst: list[tuple[float, torch.Tensor, int, int]] = []

@@ -145,6 +145,11 @@ def layer_scalars(name: str, values: list[float]) -> dict[str, float]:
     return scalars
 
 
+MAX_IMAGES = 64
+"""The most images one look takes: a row of the maps' figure each, and each layer's n x n
+matrices for all of them (a recorded 10^9 held gigabytes; red team)."""
+
+
 class AttentionInsight(L.Callback):
     """Attention maps, rollout, fidelity to softmax and row entropy at validation.
 
@@ -156,7 +161,7 @@ class AttentionInsight(L.Callback):
     """
 
     def __init__(self, images: int = 8, every_n_validations: int = 1, seed: int = 0) -> None:
-        self.images = checks.integer("images", images, 0, hint=" (0: off)")
+        self.images = checks.integer("images", images, 0, MAX_IMAGES, hint=" (0: off)")
         every = checks.integer("every_n_validations", every_n_validations, 0, hint=" (0: off)")
         self.every_n_validations = every
         self.seed = checks.integer("seed", seed, 0)
