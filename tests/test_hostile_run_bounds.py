@@ -509,6 +509,18 @@ def test_text_where_a_number_belongs_is_one_line(run: Path, script: str, data_di
             [[float("nan")]],
             '"test/confusion_matrix" is [[NaN]], not finite',
         ),
+        # finite, but the summary's figures overflowed on them (red team)
+        (
+            "train/images_per_sec",
+            1e308,
+            '"train/images_per_sec" is 1e+308, not a finite number between -10^15 and 10^15',
+        ),
+        (
+            "peak_memory_gb",
+            -1e300,
+            '"peak_memory_gb" is -1e+300, not a finite number between -10^15',
+        ),
+        ("steps", 10**16, '"steps" is 10000000000000000, not a finite number between'),
     ],
 )
 def test_a_number_that_is_not_finite_is_one_line(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from vitattn.runs.event_files import check_event_files
-from vitattn.runs.files import UnreadableFileError
+from vitattn.runs.files import UnreadableFileError, one_line
 
 Point = TypeVar("Point", tuple[int, float], tuple[int, float, float])
 
@@ -52,13 +52,32 @@ def read_scalar_events(
         accumulator.Reload()
     finally:
         tensorboard_log.setLevel(level)
-    return {
+    scalars = {
         tag: sorted(
             (event.step, event.wall_time, event.value) for event in accumulator.Scalars(tag)
         )
         for tag in accumulator.Tags()["scalars"]
         if tags is None or tag in tags
     }
+    check_accuracies(folder, scalars)
+    return scalars
+
+
+def check_accuracies(folder: Path, scalars: dict[str, list[tuple[int, float, float]]]) -> None:
+    """Each accuracy curve (``val/acc``, a tag ending in ``/acc``) between 0 and 1, as vitattn
+    logs it (NaN aside); else one line naming ``folder`` (an ``inf`` planted in a run's
+    ``val/acc`` ended a sweep's summary in an ``AttributeError`` of ``statistics``; red
+    team)."""
+    for tag, events in scalars.items():
+        if tag.rsplit("/", 1)[-1] != "acc":
+            continue
+        for step, _, value in events:
+            if not (math.isnan(value) or 0 <= value <= 1):
+                raise UnreadableFileError(
+                    folder,
+                    f"holds {one_line(tag)}={value} at step {step}, and an accuracy is "
+                    "between 0 and 1",
+                )
 
 
 def read_curves(

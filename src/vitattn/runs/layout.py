@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -139,13 +138,19 @@ of :data:`METRICS_ARRAYS` finite numbers in lists and mappings, and every other 
 number, or null."""
 METRICS_FLAGS = ("lora/train_head",)
 METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
+LARGEST_METRIC = 10**15
+"""The largest magnitude of a number in ``metrics.json``: far above any that vitattn writes (a
+count of parameters, images per second), and far below where a summary's sums and figure axes
+overflow (a planted ``1e308`` ended a sweep's summary in ``arange: cannot compute length``; red
+team)."""
 
 
 def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """``metrics`` (read from the ``metrics.json`` at ``path``) if each value has the type
     vitattn writes there: text for :data:`METRICS_TEXT`, true or false for
     :data:`METRICS_FLAGS`, finite numbers in lists and mappings for :data:`METRICS_ARRAYS`, a
-    single finite number for every other key (null for any: NaN and infinity are written so);
+    single finite number for every other key (null for any: NaN and infinity are written so),
+    each number within :data:`LARGEST_METRIC`;
     else one line naming ``path`` and the key (:class:`UnreadableFileError`)."""
     for key, value in metrics.items():
         if value is None:
@@ -155,9 +160,9 @@ def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
         elif key in METRICS_FLAGS:
             fits, kind = isinstance(value, bool), "true or false"
         elif key in METRICS_ARRAYS:
-            fits, kind = _numbers(value), "finite numbers"
+            fits, kind = _numbers(value), "finite numbers between -10^15 and 10^15"
         else:  # vitattn writes NaN and infinity as null (runs.results.plain_value)
-            fits, kind = finite_number(value), "a finite number"
+            fits, kind = finite_number(value), "a finite number between -10^15 and 10^15"
         if not fits:
             shown = one_line(json.dumps(value))
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
@@ -166,8 +171,9 @@ def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
 
 
 def finite_number(value: Any) -> bool:
-    """Whether ``value`` is an int (however large) or a finite float, not a bool."""
-    return is_number(value) and (isinstance(value, int) or math.isfinite(value))
+    """Whether ``value`` is an int or a finite float, not a bool, within
+    :data:`LARGEST_METRIC` of zero."""
+    return is_number(value) and abs(value) <= LARGEST_METRIC
 
 
 def _numbers(value: Any) -> bool:
