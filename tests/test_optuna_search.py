@@ -275,7 +275,22 @@ def test_a_malformed_study_file_is_one_line(tmp_path: Path, data_dir: Path) -> N
     assert message.startswith(f"{sweep}/optuna.db (hydra.sweeper.storage) is not an Optuna study")
     assert "file is not a database" in message
     assert (sweep / "optuna.db").read_bytes() == b"not a database, " * 64
-    assert not jobs(sweep)
+    assert [path.name for path in sweep.iterdir()] == ["optuna.db"]  # no lock left (red team)
+
+
+@pytest.mark.slow
+def test_a_study_file_elsewhere_that_is_no_study_makes_no_sweep_directory(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Refused after the console had taken the new sweep directory, it was left holding the
+    lock (red team); now refused before."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's own file")
+    sweep = tmp_path / "search"
+    command = [*search(sweep, *FEW_STEPS), f"hydra.sweeper.storage=sqlite:///{victim}"]
+    said = refused_in_process("vitattn-train", *command, data_dir=data_dir, creates=sweep)
+    assert said.startswith(f"{victim} (hydra.sweeper.storage) is not an Optuna study"), said
+    assert victim.read_bytes() == b"the user's own file"
 
 
 @pytest.mark.slow
@@ -305,7 +320,7 @@ def test_a_study_file_that_is_no_study_is_one_line_and_kept(
     )
     message = refusal_message("vitattn-train", result)
     assert message.startswith(f"{path} (hydra.sweeper.storage) {expected}"), message
-    assert not jobs(sweep)
+    assert [entry.name for entry in sweep.iterdir()] == ["optuna.db"]  # no job, no lock
     if before is None:
         assert path.is_dir() and not any(path.iterdir())
     else:  # the database as it was: no table of Optuna's added

@@ -626,7 +626,9 @@ def check_search(config: Any) -> None:
     check_sampler_choice(config)
     check_sampler_settings(config)
     # before Hydra builds it: a storage of a _target_ may make its file as it is built
-    storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
+    url = storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
+    # and before the console takes the sweep directory: a refused study left the lock it made
+    check_storage_file(url)
     with refusing("hydra.sweeper"):
         sweeper = instantiate(config.hydra.sweeper)
     arguments = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
