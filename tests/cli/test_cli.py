@@ -730,6 +730,13 @@ def test_a_config_dir_given_with_a_tilde_is_read_as_hydra_reads_it(
         (["seed=range(10,0)"], "seed=range(10,0) gives no value, so the sweep would run no job"),
         # Hydra's traceback
         (["optimizer.lr=interval(0.001,0.01)"], "optimizer.lr=interval(0.001,0.01): an interval"),
+        # Hydra's two lines once the sweep directory was taken, its lock left there (red team)
+        (
+            ["hparams_search=optuna", "hydra.sweeper.params.optimizer.lr=interval(1,0)"],
+            "hydra.sweeper.params.optimizer.lr=interval(1,0): Hydra's own settings take one "
+            "value, not a sweep; a search's space is given with -m as the setting it searches",
+        ),
+        (["hydra/launcher=basic,joblib"], "hydra/launcher=basic,joblib: Hydra's own settings"),
     ],
 )
 def test_a_sweep_of_no_job_or_too_many_is_one_line(

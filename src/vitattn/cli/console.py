@@ -106,6 +106,7 @@ def console_main(
         config_name = source.name
         if not only_prints(arguments):
             check_syntax(arguments)
+            check_no_sweep_of_hydra(arguments)
             check_sweep_size(arguments)
             check_path_names(arguments)
             check_baseline(arguments)
@@ -346,6 +347,29 @@ def basic_sweep(arguments: Sequence[str]) -> bool:
 MAX_SWEEP_JOBS = 10_000
 """The most jobs one sweep (``-m``) runs: far above a study of every attention over seeds and
 rates, and far below what Hydra, listing each job's overrides, and this check can hold."""
+
+
+def check_no_sweep_of_hydra(arguments: Sequence[str]) -> None:
+    """Refuse in one line a sweep of one of Hydra's own settings
+    (``hydra.sweeper.params.optimizer.lr=interval(1,0)``): Hydra said so in two lines of its
+    own once the sweep directory was taken, and left its lock there (red team)."""
+    from hydra.errors import HydraException
+
+    for text in overrides_of(arguments):
+        try:
+            override = parsed(text)
+        except HydraException:
+            return  # check_syntax names it
+        key = override.key_or_group
+        if override.is_sweep_override() and (
+            key == "hydra" or key.startswith(("hydra.", "hydra/"))
+        ):
+            raise ConfigError(
+                f"{one_line(text)[:MAX_SHOWN]}: Hydra's own settings take one value, not a sweep; "
+                "a search's space is given with -m as the setting it searches "
+                "(-m hparams_search=optuna 'optimizer.lr=tag(log,interval(1e-4,1e-2))'), or under "
+                "hydra.sweeper.params in a config"
+            )
 
 
 def check_sweep_size(arguments: Sequence[str]) -> None:
