@@ -80,6 +80,28 @@ def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: 
     assert result.stderr.strip().startswith("plot_curves.py: error: no run directories")
 
 
+def test_plot_curves_names_an_out_that_is_no_folder_before_reading_runs(
+    tmp_path: Path, make_run: Callable[..., Path], monkeypatch, capsys
+) -> None:
+    """It said ``[Errno 17] File exists`` without naming ``--out``, after reading the runs."""
+    from vitattn.analysis import summary as summary_module
+
+    make_run(tmp_path / "runs" / "one", ["attention=softmax"])
+    taken = tmp_path / "taken"
+    taken.write_text("the user's own file")
+    read: list[object] = []
+    monkeypatch.setattr(summary_module, "summarize", lambda *args: read.append(args))
+    with pytest.raises(SystemExit) as ended:
+        summary_module.main([str(tmp_path / "runs"), "--out", str(taken)])
+    assert ended.value.code == 1 and not read
+    said = capsys.readouterr().err
+    assert (
+        said == f"plot_curves.py: error: --out {taken} is not a folder; choose a folder to "
+        "write the summary in (it is made if missing)\n"
+    )
+    assert taken.read_text() == "the user's own file"
+
+
 def runs_of(*paths: Path) -> list[Run]:
     runs = [load_run(path) for path in find_runs(paths)]
     label_runs(runs)

@@ -185,6 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "or a value ('softmax'); default: attention=softmax when the runs have it",
     )
     args = parser.parse_args(argv)
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        # named before the runs are read (it was "[Errno 17] File exists", after them)
+        parser.exit(
+            1,
+            f"plot_curves.py: error: --out {one_line(args.out)} is not a folder; choose a "
+            "folder to write the summary in (it is made if missing)\n",
+        )
     try:
         summary = summarize(args.dirs, args.out, args.baseline)
     except (OSError, ValueError, VitattnError) as error:  # a folder where a file is written...
