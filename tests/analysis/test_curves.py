@@ -80,25 +80,37 @@ def test_plot_curves_rejects_a_directory_without_runs(tmp_path: Path, data_dir: 
     assert result.stderr.strip().startswith("plot_curves.py: error: no run directories")
 
 
-def test_plot_curves_names_an_out_that_is_no_folder_before_reading_runs(
-    tmp_path: Path, make_run: Callable[..., Path], monkeypatch, capsys
+@pytest.mark.parametrize("script", ["plot_curves", "lora_table"])
+@pytest.mark.parametrize("kind", ["a file", "under a file", "a link to nothing"])
+def test_an_out_that_can_be_no_folder_is_named_before_reading_runs(
+    tmp_path: Path, make_run: Callable[..., Path], monkeypatch, capsys, script: str, kind: str
 ) -> None:
-    """It said ``[Errno 17] File exists`` without naming ``--out``, after reading the runs."""
-    from vitattn.analysis import summary as summary_module
+    """Each said ``[Errno 17] File exists`` (or ``[Errno 20] Not a directory``) without naming
+    ``--out``, after reading the runs (red team, review)."""
+    from vitattn.analysis import lora, summary
 
     make_run(tmp_path / "runs" / "one", ["attention=softmax"])
     taken = tmp_path / "taken"
     taken.write_text("the user's own file")
+    out, problem = {
+        "a file": (taken, f"{taken} is not a folder"),
+        "under a file": (taken / "sub", f"{taken} is not a folder"),
+        "a link to nothing": (
+            tmp_path / "dangling",
+            f"{tmp_path / 'dangling'} is a symbolic link ",
+        ),
+    }[kind]
+    if kind == "a link to nothing":
+        out.symlink_to(tmp_path / "nowhere")
+    module, reader = (summary, "summarize") if script == "plot_curves" else (lora, "write_table")
     read: list[object] = []
-    monkeypatch.setattr(summary_module, "summarize", lambda *args: read.append(args))
+    monkeypatch.setattr(module, reader, lambda *args: read.append(args))
     with pytest.raises(SystemExit) as ended:
-        summary_module.main([str(tmp_path / "runs"), "--out", str(taken)])
+        module.main([str(tmp_path / "runs"), "--out", str(out)])
     assert ended.value.code == 1 and not read
     said = capsys.readouterr().err
-    assert (
-        said == f"plot_curves.py: error: --out {taken} is not a folder; choose a folder to "
-        "write the summary in (it is made if missing)\n"
-    )
+    assert said.startswith(f"{script}.py: error: --out {out}: {problem}"), said
+    assert said.endswith("(it is made if missing)\n") and said.count("\n") == 1
     assert taken.read_text() == "the user's own file"
 
 

@@ -146,7 +146,7 @@ BAD_INPUTS = [
     # a block without an MLP was measured and reported ok
     (
         ["level=block", "heads=4", "head_dims=[8,64]", "mlp_ratio=0.01"],
-        r"^mlp_ratio=0.01 is not valid; choose a number >= 0.0312 \(level=block's MLP is heads=4 "
+        r"^mlp_ratio=0.01 is not valid; choose a number >= 0.0313 \(level=block's MLP is heads=4 "
         r"x head_dim=8 times it wide\)$",
     ),
     (["approx.qk_std=inf"], r"^approx\.qk_std=inf is not valid; choose a positive number"),

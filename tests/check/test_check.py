@@ -479,6 +479,29 @@ def test_a_loss_that_does_not_fall_is_a_problem() -> None:
     assert problems([], [row], None) == ["training: linear: the loss did not fall (2.300 -> 2.400)"]
 
 
+@pytest.mark.slow
+def test_a_reference_row_compiled_that_ran_eager_is_a_problem(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The reference section's compiled rows that ran eager said so in their status, and the
+    report listed no problem (review): as the training section's rows, each is one."""
+    pytest.importorskip("timm")
+    run_dir = tmp_path / "check"
+    with compile_stood_down():
+        run_in_process(
+            "vitattn-check", "device=cpu", "sections=[reference]", f"hydra.run.dir={run_dir}",
+            data_dir=data_dir, check=False,
+        )  # fmt: skip
+    report = json.loads((run_dir / "check.json").read_text())
+    ran_eager = [
+        f"reference: {row['implementation']} compiled: {row['status']}"
+        for row in report["reference"]["results"]
+        if row["compile"]
+    ]
+    assert ran_eager and all("ran eager" in line for line in ran_eager), ran_eager
+    assert report["problems"] == ran_eager
+
+
 @pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")
 def test_every_attention_is_finite_in_half_precision_on_the_gpu(tmp_path: Path) -> None:
     """The issue's bar: q, k scaled by 10 at n = 1024 stay finite in fp16 and bf16."""

@@ -129,11 +129,18 @@ def test_more_cpu_processes_than_cpus_is_one_line(devices: str) -> None:
     ``trainer.devices=1000`` from a run's file stalled the machine (red team)."""
     said = (
         r"^trainer.devices=('?)100000\1 is not valid; choose a number of processes from 1 to "
-        r"\d+ \(this machine's CPUs\), -1 \(one per CPU\) or auto$"
+        r"\d+ \(two for each of this machine's \d+ CPUs\) or auto$"
     )
     with pytest.raises(ConfigError, match=said):
         check_composition("train", ["trainer=cpu", f"trainer.devices={devices}"], validate_training)
+
+
+def test_two_cpu_processes_on_one_cpu_pass(monkeypatch) -> None:
+    """``trainer=ddp``'s smoke test on the CPU (two processes) runs on a one-core machine."""
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
     check_composition("train", ["trainer=ddp", "trainer.accelerator=cpu"], validate_training)
+    with pytest.raises(ConfigError, match=r"^trainer.devices=3 is not valid; .* from 1 to 2 "):
+        check_composition("train", ["trainer=cpu", "trainer.devices=3"], validate_training)
 
 
 def test_the_default_configs_pass() -> None:
@@ -157,10 +164,20 @@ def test_the_default_configs_pass() -> None:
             r"^callbacks.model_checkpoint.monitor=val/entropy_gap/layer_0 is a per-layer figure, "
             r"which a network of model.depth=1 does not log; choose its mean",
         ),
+        # as Python writes the layer's number: the run logs layer_1, never layer_01
         (
-            ["hparams_search=optuna", "optimized_metric=val/fidelity/layer_12"],
-            r"^optimized_metric=val/fidelity/layer_12 names a layer the network has not; with "
-            r"model.depth=4",
+            ["callbacks.model_checkpoint.monitor=val/fidelity/layer_01"],
+            r"^callbacks.model_checkpoint.monitor=val/fidelity/layer_01 is not a figure this run",
+        ),
+        # a search may name a layer only some of its trials' networks have: it fails the others
+        (
+            [
+                "-m",
+                "hparams_search=optuna",
+                "model.depth=choice(1,4)",
+                "optimized_metric=val/fidelity/layer_1",
+            ],
+            None,
         ),
         (["model.depth=12", "callbacks.model_checkpoint.monitor=val/fidelity/layer_11"], None),
         (["hparams_search=optuna_pareto"], None),
@@ -548,7 +565,7 @@ def test_a_value_that_cannot_be_resolved_is_one_line(
         ("callbacks.throughput.window=0", r"^callbacks\.throughput\.window=0 is not valid; "),
         ("callbacks.nan_guard.check_every_n_steps=0", r"^callbacks\.nan_guard\.check_every_n"),
         ("callbacks.attention_insight.images=-3", r"^callbacks\.attention_insight\.images=-3 "),
-        ("callbacks.confusion_report.errors=-1", r"choose an integer >= 0$"),
+        ("callbacks.confusion_report.errors=-1", r"choose an integer 0 <= errors <= 256$"),
         ("callbacks.progress_bar.refresh_rate=-1", r"choose an integer >= 0 \(0: no bar\)$"),
     ],
 )

@@ -84,6 +84,14 @@ def test_bad_settings_name_the_setting(settings: dict, message: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_the_least_mlp_ratio_a_refusal_names_builds() -> None:
+    """The bound was shown to three digits rounded down (``0.0312`` for 1/32), which was then
+    refused in turn (review)."""
+    with pytest.raises(ConfigError, match=r"choose a number >= 0.0313 \(the MLP's width"):
+        VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, mlp_ratio=0.0312)
+    VisionTransformer(softmax, embed_dim=32, heads=2, depth=1, mlp_ratio=0.0313)
+
+
 def test_sincos_position_codes() -> None:
     from vitattn.models.vit import sincos_2d_position_embedding
 

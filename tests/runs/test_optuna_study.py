@@ -54,6 +54,30 @@ def test_a_storage_that_is_no_file_or_in_memory_is_not_read(tmp_path: Path) -> N
     assert not (tmp_path / "absent.db").exists()
 
 
+def test_a_study_another_process_holds_locked_is_in_use_not_refused_as_no_study(
+    tmp_path: Path,
+) -> None:
+    """A live study under another process's write lock was "not an Optuna study ... move it
+    away" (review): it is in use, and kept."""
+    import contextlib
+    import sqlite3
+
+    path = studies.made_study(tmp_path)
+    before = path.read_bytes()
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(ConfigError) as refused:
+            check_storage_file(f"sqlite:///{path}")
+        holder.execute("ROLLBACK")
+    said = str(refused.value)
+    assert said.startswith(
+        f"{path} (hydra.sweeper.storage) is in use: another process holds it "
+        "locked (database is locked); run again once it is done"
+    ), said
+    assert path.read_bytes() == before
+    check_storage_file(f"sqlite:///{path}")  # released: a study again
+
+
 def complete(params: dict, distributions: dict, values: list[float]) -> optuna.trial.FrozenTrial:
     return create_trial(params=params, distributions=distributions, values=values)
 

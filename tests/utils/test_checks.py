@@ -151,3 +151,10 @@ def test_a_positive_number_comes_back_as_given_and_one_no_float_holds_is_refused
     # inf made every row of the bench fail and the check blame the machine (red team)
     with pytest.raises(ConfigError, match=r"^mlp_ratio=inf is not valid; choose a positive"):
         checks.positive("mlp_ratio", math.inf)
+
+
+@pytest.mark.parametrize("width", [1, 3, 7, 21, 25, 32, 192, 256, 1000, 4096])
+def test_a_least_value_shown_rounded_up_passes_when_typed_back(width: int) -> None:
+    shown = checks.rounded_up(1 / width)
+    assert float(shown) * width >= 1 and len(shown.lstrip("0.").rstrip("0")) <= 3
+    assert float(shown) <= 1.01 / width  # up by less than the third digit: 1% at most

@@ -24,7 +24,13 @@ from typing import Any
 from vitattn.analysis.records import bounded
 from vitattn.data.shifts import SHIFTS
 from vitattn.errors import VitattnError
-from vitattn.runs.files import UnreadableFileError, one_line, read_yaml, write_text
+from vitattn.runs.files import (
+    UnreadableFileError,
+    folder_problem,
+    one_line,
+    read_yaml,
+    write_text,
+)
 from vitattn.runs.layout import (
     METRICS,
     RunDir,
@@ -243,6 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("directories", nargs="+", help="multirun (or run) directories")
     parser.add_argument("--out", help="where to write the files (default: the first directory)")
     args = parser.parse_args(argv)
+    problem = None if args.out is None else folder_problem(Path(args.out))
+    if problem is not None:  # before the runs are read
+        parser.exit(
+            1,
+            f"lora_table.py: error: --out {one_line(args.out)}: {problem}; choose a folder to "
+            "write the table in (it is made if missing)\n",
+        )
     try:
         markdown, md_path, csv_path = write_table(args.directories, args.out)
     except FileNotFoundError as error:

@@ -29,7 +29,7 @@ from vitattn.analysis.search import pareto_files, read_search, search_markdown
 from vitattn.analysis.seed_runs import write_seed_runs
 from vitattn.analysis.tables import summary_markdown, write_tables
 from vitattn.errors import VitattnError
-from vitattn.runs.files import UnreadableFileError, one_line
+from vitattn.runs.files import UnreadableFileError, folder_problem, one_line
 from vitattn.runs.layout import find_runs
 
 log = logging.getLogger(__name__)
@@ -185,12 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "or a value ('softmax'); default: attention=softmax when the runs have it",
     )
     args = parser.parse_args(argv)
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        # named before the runs are read (it was "[Errno 17] File exists", after them)
+    problem = None if args.out is None else folder_problem(Path(args.out))
+    if problem is not None:
         parser.exit(
             1,
-            f"plot_curves.py: error: --out {one_line(args.out)} is not a folder; choose a "
-            "folder to write the summary in (it is made if missing)\n",
+            f"plot_curves.py: error: --out {one_line(args.out)}: {problem}; choose a folder to "
+            "write the summary in (it is made if missing)\n",
         )
     try:
         summary = summarize(args.dirs, args.out, args.baseline)

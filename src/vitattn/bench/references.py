@@ -46,7 +46,11 @@ def loop_step(
     from vitattn.models.vit import CompiledOrEager
 
     net.train()
-    forward: Callable[[torch.Tensor], torch.Tensor] = CompiledOrEager(net) if compile else net
+    forward: Callable[[torch.Tensor], torch.Tensor] = net
+    if compile:  # its forward method, whose graphs Dynamo counts (a module's it does not)
+        forward = CompiledOrEager(net.forward)
+        if not hasattr(net, "_compiled_forward"):  # where eager_status looks (ours has one)
+            net._compiled_forward = forward
     scaler = torch.amp.GradScaler(device.type) if precision.startswith("16") else None
 
     def step() -> None:

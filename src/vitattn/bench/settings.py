@@ -303,7 +303,7 @@ class BenchSettings(Checked):
             raise checks.invalid(
                 "mlp_ratio",
                 self.mlp_ratio,
-                f"a number >= {1 / width:.3g}",
+                f"a number >= {checks.rounded_up(1 / width)}",
                 f" (level=block's MLP is heads={self.heads} x head_dim={min(self.head_dims)} "
                 "times it wide)",
             )

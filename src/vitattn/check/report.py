@@ -70,7 +70,7 @@ def problems(
     reference: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """One line per thing that is not as it should be (not a reference skipped for want of
-    timm)."""
+    timm): a reference that could not run, or a row of it that did not run as asked."""
     found = [
         f"numerics: {r.attention} in {r.dtype}: {r.status}"
         + ("" if r.error is None else f" (error {r.error:.2e}, tolerance {r.tolerance:.1e})")
@@ -93,6 +93,10 @@ def problems(
         )
     if reference is not None and not reference["status"].startswith(("ok", "skipped")):
         found.append(f"reference: {reference['status']}")
+    for row in [] if reference is None else reference["results"]:
+        if row.get("status", "ok") != "ok":  # a compiled row that ran eager, as in training
+            way = "compiled" if row.get("compile") else "eager"
+            found.append(f"reference: {row['implementation']} {way}: {row['status']}")
     return found
 
 

@@ -349,7 +349,7 @@ class VisionTransformer(nn.Module):
                 raise checks.invalid(
                     "model.mlp_ratio",
                     mlp_ratio,
-                    f"a number >= {1 / embed_dim:.3g}",
+                    f"a number >= {checks.rounded_up(1 / embed_dim)}",
                     f" (the MLP's width is model.embed_dim={embed_dim} times it)",
                 )
             mlp_dim = round(embed_dim * mlp_ratio)

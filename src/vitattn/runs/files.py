@@ -158,6 +158,19 @@ def what_is_at(path: Path) -> str:
     return not_regular(status.st_mode)
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be made, or used, as a folder to write in: it, or the nearest entry
+    above it that there is, is no folder (a file, a symbolic link to nothing); else ``None``.
+    A script's ``--out`` is checked so before it reads any run (it said ``[Errno 17] File
+    exists`` after reading them all)."""
+    for entry in (path, *path.parents):
+        if entry.is_symlink() and not entry.exists():
+            return f"{one_line(entry)} is a symbolic link to nothing"
+        if entry.exists():
+            return None if entry.is_dir() else f"{one_line(entry)} is not a folder"
+    return None
+
+
 def not_regular(mode: int) -> str:
     """What an entry of ``mode`` that is not a regular file is: ``not a regular file (a
     FIFO)``, ``(a socket)``, ``(a device)``, ``(a folder)``."""

@@ -112,6 +112,14 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
             finally:
                 database.close()
             problem = problem or too_large(stored_bytes(path), bounds)
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error):  # a live study: not one to move away
+                raise ConfigError(
+                    f"{one_line(path)} (hydra.sweeper.storage) is in use: another process "
+                    f"holds it locked ({one_line(error)}); run again once it is done, or choose "
+                    "another hydra.sweeper.storage"
+                ) from None
+            problem = f"is not an Optuna study ({one_line(error)})"
         except sqlite3.Error as error:
             problem = f"is not an Optuna study ({one_line(error)})"
     if problem:

@@ -90,11 +90,17 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     )
 
 
+CPU_PROCESSES_PER_CPU = 2
+"""On the CPU, the most processes ``trainer.devices`` may start per CPU: two DDP processes on
+one core (``trainer=ddp``'s smoke test) run, slowly; a thousand stall the machine."""
+
+
 def check_cpu_processes(trainer_cfg: DictConfig) -> None:
     """On the CPU, ``trainer.devices`` is the number of processes Lightning starts: refused in
-    one line above this machine's CPUs (a resume replaying ``trainer.devices=1000`` from a
-    run's file started a training process per device until the machine stalled; red team). A
-    GPU's devices Lightning checks itself, against the GPUs there are."""
+    one line above :data:`CPU_PROCESSES_PER_CPU` per CPU of this machine (a resume replaying
+    ``trainer.devices=1000`` from a run's file started a training process per device until the
+    machine stalled; red team). A GPU's devices Lightning checks itself, against the GPUs
+    there are."""
     import torch
 
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
@@ -103,12 +109,13 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
     if isinstance(devices, str) and devices.strip().isdigit():
         devices = int(devices)
     cpus = os.cpu_count() or 1
-    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > cpus:
+    most = CPU_PROCESSES_PER_CPU * cpus
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > most:
         raise checks.invalid(
             "trainer.devices",
             trainer_cfg.get("devices"),
-            f"a number of processes from 1 to {cpus} (this machine's CPUs), -1 (one per CPU) "
-            "or auto",
+            f"a number of processes from 1 to {most} (two for each of this machine's {cpus} "
+            "CPUs) or auto",
         )
 
 

@@ -58,6 +58,14 @@ def positive(setting: str, value: Any, hint: str = "") -> float:
     return value
 
 
+def rounded_up(bound: float) -> str:
+    """A positive ``bound`` shown to three significant digits, rounded up: a least value a
+    refusal names passes when typed back (``1/32`` as ``0.0313``; ``.3g`` showed ``0.0312``,
+    which was refused)."""
+    step = 10 ** (math.floor(math.log10(bound)) - 2)
+    return f"{math.ceil(round(bound / step, 6)) * step:.3g}"
+
+
 def fraction(setting: str, value: Any, hint: str = "") -> float:
     """``value`` if it is a number with ``0 <= value < 1`` (a dropout rate, say)."""
     if not is_number(value) or not 0 <= value < 1:

@@ -5,12 +5,12 @@ holds: what a callback's ``monitor`` (``ModelCheckpoint``, ``EarlyStopping``,
 The names are those Lightning's ``callback_metrics`` holds, which a monitor reads (not
 TensorBoard's, where :mod:`vitattn.training.logger` merges the learning rate's groups into one
 ``train/lr``). Each of vitattn's objects that logs or summarizes points at its names here
-(``logged``, ``summarized``: names, where ``<i>`` stands for a number and another ``<word>`` for
-any text: ``val/fidelity/layer_<i>``); Lightning's callbacks are known by name. A config with a
-callback that is neither (a user's own, which may log any name) is not checked: its names are
-known only once the run logs them. This module imports nothing of vitattn's, so that a search
-(:mod:`vitattn.runs.optuna_sweeper`) can tell a name vitattn writes in some runs from one it
-never writes.
+(``logged``, ``summarized``: names, where ``<i>`` stands for a number as Python writes it,
+``3`` and never ``03``, and another ``<word>`` for any text: ``val/fidelity/layer_<i>``);
+Lightning's callbacks are known by name. A config with a callback that is neither (a user's
+own, which may log any name) is not checked: its names are known only once the run logs them.
+This module imports nothing of vitattn's, so that a search (:mod:`vitattn.runs.optuna_sweeper`)
+can tell a name vitattn writes in some runs from one it never writes.
 """
 
 from __future__ import annotations
@@ -167,6 +167,6 @@ def matches(name: str, names: Iterable[str]) -> bool:
 def _pattern(known: str) -> str:
     parts = re.split(r"(<\w+>)", known)
     return "".join(
-        r"\d+" if part == "<i>" else ".+" if part.startswith("<") else re.escape(part)
+        r"(?:0|[1-9]\d*)" if part == "<i>" else ".+" if part.startswith("<") else re.escape(part)
         for part in parts
     )
