@@ -386,3 +386,30 @@ def test_fast_dev_run_per_attention(attention: str, model: str, tmp_path: Path, 
     assert metrics["steps"] == 1
     assert metrics["attention"] == attention
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0
+
+
+@pytest.mark.slow
+def test_a_refusal_after_the_fit_keeps_the_run_and_records_it(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal raised as the fit's best checkpoint is tested (one of its values out of
+    bounds) was taken for a refusal before the run, and the run directory, its checkpoints and
+    logs, removed (red team): the fit's files stay, and ``metrics.json`` records the failure."""
+    import json
+
+    from vitattn.errors import ConfigError
+
+    def refuse(*_: object) -> None:
+        raise ConfigError("best.ckpt: refused as the checkpoint reader would")
+
+    monkeypatch.setattr("vitattn.training.fitting.run_test_on_best", refuse)
+    run = tmp_path / "run"
+    result = run_in_process(
+        "vitattn-train", "debug=smoke", "trainer.max_steps=4", f"hydra.run.dir={run}",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    said = "the fit ended, and its test could not run: best.ckpt: refused as the checkpoint"
+    assert result.returncode == 1 and said in result.stderr, result.stderr
+    assert list((run / "checkpoints").glob("*.ckpt")), "the fit's checkpoints are kept"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and said in metrics["error"]

@@ -84,6 +84,20 @@ def test_bad_settings_name_the_setting(settings: dict, message: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_an_attention_size_its_checkpoint_would_be_refused_for_is_refused_as_it_builds() -> None:
+    """``attention.redraw_interval=100000`` trained, and its best checkpoint was then refused
+    by the reader's bound; ``num_features=10^9`` hung the build (red team). The lower bounds
+    stay the mechanism's own."""
+    from vitattn.attention.performer import PerformerAttention
+
+    for name, value in (("redraw_interval", 100_000), ("num_features", 10**9)):
+        huge = functools.partial(PerformerAttention, **{name: value})
+        said = rf"^attention.{name}={value} is not valid; choose an integer -1 <= {name} <= 65536"
+        with pytest.raises(ConfigError, match=said):
+            VisionTransformer(huge, embed_dim=32, heads=2, depth=1)
+    VisionTransformer(functools.partial(PerformerAttention, num_features=65_536 // 256), depth=1)
+
+
 def test_the_least_mlp_ratio_a_refusal_names_builds() -> None:
     """The bound was shown to three digits rounded down (``0.0312`` for 1/32), which was then
     refused in turn (review)."""

@@ -21,7 +21,7 @@ from vitattn.attention.common.multihead import MultiHeadAttention
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
 from vitattn.utils.recompiles import recompile_limit
-from vitattn.utils.sizes import check_network_sizes
+from vitattn.utils.sizes import check_attention_sizes, check_network_sizes
 
 POOLS = ("mean", "cls")
 POS_EMBED_INITS = ("sincos", "random")
@@ -330,6 +330,7 @@ class VisionTransformer(nn.Module):
         sizes.update(num_classes=num_classes, embed_dim=embed_dim, depth=depth, heads=heads)
         sizes.update(mlp_dim=mlp_dim, mlp_ratio=mlp_ratio)
         check_network_sizes(sizes, upper=True)  # before any weight is allocated
+        check_attention_sizes(getattr(attention, "keywords", None) or {}, upper=True)
         # heads, and embed_dim's division by it, are checked by MultiHeadAttention in each block.
         _validate(image_size, patch_size, depth, pool, dropout, pos_embed_init)
         checks.integer("model.in_channels", in_channels)

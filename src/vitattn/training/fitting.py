@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vitattn.errors import TrainingError, VitattnError
 from vitattn.runs.checkpoints import run_test_on_best
 from vitattn.runs.layout import METRICS
 from vitattn.runs.task import write_metrics
@@ -228,8 +229,21 @@ def fit_and_test(
         end_interrupted(program, trainer, time.perf_counter() - started, output_dir, resumable)
     summary = fit_summary(trainer, time.perf_counter() - started)
     metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    tested, test_metrics = run_test_on_best(trainer, module, datamodule) if test else (None, {})
+    tested, test_metrics = test_after_fit(trainer, module, datamodule) if test else (None, {})
     return {**metrics, **test_metrics, **summary, **test_report(trainer)}, tested
+
+
+def test_after_fit(trainer: L.Trainer, module: Any, datamodule: Any) -> tuple[str | None, dict]:
+    """:func:`run_test_on_best` of a fit that ended; a refusal there is the run's
+    :class:`TrainingError`, which keeps its directory: a refusal of its best checkpoint, a
+    plain :class:`ConfigError`, was taken for one before the run and the directory, checkpoints
+    and logs, removed (red team)."""
+    try:
+        return run_test_on_best(trainer, module, datamodule)
+    except TrainingError:
+        raise
+    except VitattnError as error:
+        raise TrainingError(f"the fit ended, and its test could not run: {error}") from error
 
 
 def test_report(trainer: L.Trainer) -> dict[str, Any]:

@@ -46,6 +46,22 @@ def bounded(where: str, name: str, value: Any, high: int, low: int = 1) -> int:
     return value
 
 
+def check_attention_sizes(
+    settings: Mapping[str, Any], where: str = "attention", upper: bool = False
+) -> None:
+    """Each integer of an attention's ``settings`` within ``-1..``:data:`MAX_ATTENTION_SIZE`;
+    else one line naming ``<where>.<name>``. With ``upper``, only the upper bound (the
+    mechanism's own checks word the rest). Checked as the network is built and as a checkpoint
+    is read, so that a run never trains with a setting its own checkpoint is then refused for
+    (``attention.redraw_interval=100000`` trained, its best checkpoint was refused at the test,
+    and ``num_features=10^9`` hung the build; red team)."""
+    for name, value in settings.items():
+        if not (is_number(value) and isinstance(value, int)):
+            continue
+        if not upper or value > MAX_ATTENTION_SIZE:
+            bounded(where, str(name), value, MAX_ATTENTION_SIZE, low=-1)
+
+
 def check_network_sizes(net: Mapping[str, Any], where: str = "model", upper: bool = False) -> None:
     """Refuse in one line a network config (``VisionTransformer``'s arguments, as a checkpoint
     stores them) whose sizes pass :data:`NETWORK_BOUNDS`, or that would have more than
@@ -71,9 +87,7 @@ def check_network_sizes(net: Mapping[str, Any], where: str = "model", upper: boo
         )
     attention = net.get("attention")
     if isinstance(attention, Mapping):
-        for name, value in attention.items():
-            if is_number(value) and isinstance(value, int):
-                bounded(f"{where}.attention", name, value, MAX_ATTENTION_SIZE, low=-1)
+        check_attention_sizes(attention, f"{where}.attention")
     dim = sizes.get("embed_dim", 256)
     mlp = sizes.get("mlp_dim") or round(dim * ratio)
     tokens = (sizes.get("image_size", 32) // min(sizes.get("patch_size", 4), 1024)) ** 2 + 1
