@@ -413,3 +413,21 @@ def test_a_refusal_after_the_fit_keeps_the_run_and_records_it(
     assert list((run / "checkpoints").glob("*.ckpt")), "the fit's checkpoints are kept"
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["status"] == "failed" and said in metrics["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_share_of_batches_that_takes_none_is_one_line(
+    split: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_train_batches=0.0001`` failed in Lightning as the fit started, the run
+    begun (red team): now one line, once the data is read, naming the least share."""
+    out = tmp_path / "out"
+    command = ["debug=smoke", f"+trainer.limit_{split}_batches=0.0001", f"hydra.run.dir={out}"]
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    said = refusal_message("vitattn-train", result)
+    assert said.startswith(
+        f"trainer.limit_{split}_batches=0.0001 is not valid; choose a share of at least "
+    ), said
+    assert f"one of the {split} split's" in said
+    assert not out.exists()  # refused before anything was written: the directory undone

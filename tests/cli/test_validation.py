@@ -102,6 +102,13 @@ def test_describe_names_what_is_valid() -> None:
             r"^trainer.accumulate_grad_batches=0 is not valid; choose an integer >= 1 \(batches",
         ),
         ("+trainer.accumulate_grad_batches=-1", r"^trainer.accumulate_grad_batches=-1 is not"),
+        # each failed once the run directory was made, or trained nothing and exited 0
+        ("trainer.val_check_interval=0", r"^trainer.val_check_interval=0 is not valid; choose a "),
+        ("+trainer.max_time=00:00:00:00", r"^trainer.max_time='00:00:00:00' is not valid; choose"),
+        ("+trainer.overfit_batches=2", r"^trainer.overfit_batches=2 is not supported: "),
+        ("trainer.max_epochs=-1", r"^trainer.max_epochs=-1 with trainer.max_steps=-1 trains for "),
+        ("data.mixup_alpha=nan", r"^data.mixup_alpha=nan is not valid; choose a finite number "),
+        ("data.cutmix_alpha=inf", r"^data.cutmix_alpha=inf is not valid; choose a finite number"),
         # metrics of 7 classes on a head of 10: a ValueError at the first validation
         ("module.num_classes=7", r"^module.num_classes=7 is not the network's model.num_classes"),
         (
@@ -141,6 +148,38 @@ def test_two_cpu_processes_on_one_cpu_pass(monkeypatch) -> None:
     check_composition("train", ["trainer=ddp", "trainer.accelerator=cpu"], validate_training)
     with pytest.raises(ConfigError, match=r"^trainer.devices=3 is not valid; .* from 1 to 2 "):
         check_composition("train", ["trainer=cpu", "trainer.devices=3"], validate_training)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["+trainer.enable_checkpointing=false"],
+            r"^trainer.enable_checkpointing=false is refused by Lightning beside the callbacks "
+            r"that use it \(model_checkpoint, last_checkpoint\); drop them with it: "
+            r"~callbacks.model_checkpoint ~callbacks.last_checkpoint$",
+        ),
+        (["+trainer.enable_progress_bar=false"], r"\(progress_bar\); drop them with it: "),
+        (["+trainer.enable_progress_bar=false", "~callbacks.progress_bar"], None),
+        (
+            [
+                "+trainer.enable_checkpointing=false",
+                "~callbacks.model_checkpoint",
+                "~callbacks.last_checkpoint",
+            ],
+            None,
+        ),
+    ],
+)
+def test_a_trainer_flag_off_beside_its_callbacks_is_one_line(
+    overrides: list[str], message: str | None
+) -> None:
+    """Lightning refused the trainer once the run directory was made, its cause cut off."""
+    if message is None:
+        check_composition("train", overrides, validate_training)
+        return
+    with pytest.raises(ConfigError, match=message):
+        check_composition("train", overrides, validate_training)
 
 
 def test_the_default_configs_pass() -> None:
@@ -566,6 +605,8 @@ def test_a_value_that_cannot_be_resolved_is_one_line(
         ("callbacks.nan_guard.check_every_n_steps=0", r"^callbacks\.nan_guard\.check_every_n"),
         ("callbacks.attention_insight.images=-3", r"^callbacks\.attention_insight\.images=-3 "),
         ("callbacks.confusion_report.errors=-1", r"choose an integer 0 <= errors <= 256$"),
+        # Lightning's ValueError once the run had begun (red team)
+        ("callbacks.model_summary.max_depth=-5", r"^callbacks\.model_summary\.max_depth=-5 is "),
         ("callbacks.progress_bar.refresh_rate=-1", r"choose an integer >= 0 \(0: no bar\)$"),
     ],
 )

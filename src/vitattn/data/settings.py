@@ -10,6 +10,7 @@ included, build a module again (:mod:`vitattn.data.as_trained` reads them).
 
 from __future__ import annotations
 
+import math
 import os
 import typing
 from dataclasses import dataclass, fields
@@ -24,6 +25,7 @@ URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 """The official archive of CIFAR-10's python version."""
 
 OFF = ">= 0 (0 = off)"
+FINITE_OFF = "a finite number >= 0 (0 = off)"
 
 MAX_RANDAUGMENT_OPS = 16
 """The most RandAugment operations per image: torchvision has 14 to draw from, and Cubuk et al.
@@ -152,8 +154,9 @@ class DataSettings:
                 not 0 <= self.randaugment_ops <= MAX_RANDAUGMENT_OPS,
                 f"0..{MAX_RANDAUGMENT_OPS} (0 = off)",
             ),
-            ("mixup_alpha", self.mixup_alpha < 0, OFF),
-            ("cutmix_alpha", self.cutmix_alpha < 0, OFF),
+            # NaN turned mixing off without a word, and inf drew Beta(inf, inf) ~ 1e-38
+            ("mixup_alpha", not 0 <= self.mixup_alpha < math.inf, FINITE_OFF),
+            ("cutmix_alpha", not 0 <= self.cutmix_alpha < math.inf, FINITE_OFF),
             ("randaugment_magnitude", not 0 <= self.randaugment_magnitude <= 30, "0..30"),
             ("randaugment_group", self.randaugment_group < 1, ">= 1"),
             (

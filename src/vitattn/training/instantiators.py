@@ -77,7 +77,13 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     max_epochs = trainer_cfg.get("max_epochs")
     if max_epochs == 0:
         raise checks.invalid("trainer.max_epochs", 0, "-1, null or a number of epochs >= 1")
+    if max_epochs == -1 and max_steps == -1:  # the schedule's steps were infinite: a traceback
+        raise ConfigError(
+            "trainer.max_epochs=-1 with trainer.max_steps=-1 trains for ever; give a number of "
+            "epochs or of steps"
+        )
     check_lightning_counts(trainer_cfg)
+    check_stops(trainer_cfg)
     check_cpu_processes(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
@@ -117,6 +123,43 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
             f"a number of processes from 1 to {most} (two for each of this machine's {cpus} "
             "CPUs) or auto",
         )
+
+
+def check_stops(trainer_cfg: DictConfig) -> None:
+    """Trainer settings that would end a run before it trained, or fail it once begun, refused
+    in one line (red team): an integer ``val_check_interval`` below 1 (a ``ZeroDivisionError``
+    once the run directory was made), a ``max_time`` of no time (no step trained, and the
+    untrained network's test reported, exit status 0) and ``overfit_batches`` (Lightning's
+    sampler of single images under the data module's batches ended the run in a shape error;
+    so did the ``debug=overfit`` preset, now gone)."""
+    interval = trainer_cfg.get("val_check_interval")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval < 1:
+        raise checks.invalid(
+            "trainer.val_check_interval",
+            interval,
+            "a number of steps >= 1, a share of an epoch 0 < x <= 1.0, or null (each epoch)",
+        )
+    max_time = trainer_cfg.get("max_time")
+    if isinstance(max_time, str) and no_time(max_time):
+        raise checks.invalid(
+            "trainer.max_time", max_time, "a time above zero (DD:HH:MM:SS), or null"
+        )
+    overfit = trainer_cfg.get("overfit_batches")
+    if checks.is_number(overfit) and overfit > 0:
+        raise ConfigError(
+            f"trainer.overfit_batches={overfit} is not supported: the data module samples whole "
+            "batches, and Lightning's overfitting sampler, put in its place, hands it single "
+            "images; choose 0"
+        )
+
+
+def no_time(max_time: str) -> bool:
+    """Whether ``max_time`` (Lightning's ``DD:HH:MM:SS``) is a time of zero or less."""
+    parts = max_time.split(":")
+    numbers = [part.strip().lstrip("-") for part in parts]
+    if len(parts) != 4 or not all(number.isdigit() for number in numbers):
+        return False  # Lightning's own check words it
+    return all(int(number) == 0 for number in numbers) or max_time.strip().startswith("-")
 
 
 def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitattn.errors import ConfigError, own_refusal, refused, refusing
 from vitattn.training.instantiators import bare_trainer
@@ -115,6 +115,33 @@ def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
                 build()
     if "callbacks" not in skip:
         check_figure_names(cfg, built.get("callbacks", {}))
+        check_trainer_flags(cfg, built.get("callbacks", {}))
+
+
+TRAINER_FLAGS = {
+    "enable_checkpointing": "ModelCheckpoint",
+    "enable_progress_bar": "ProgressBar",
+}
+"""Trainer flags that Lightning refuses as ``false`` beside a callback of the class named."""
+
+
+def check_trainer_flags(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
+    """``trainer.enable_checkpointing=false`` or ``enable_progress_bar=false`` beside callbacks
+    that checkpoint or draw a bar: one line naming them (Lightning refused the trainer, in a
+    line that left its cause out, once the run directory was made; red team)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+
+    classes = {"ModelCheckpoint": ModelCheckpoint, "ProgressBar": ProgressBar}
+    for flag, kind in TRAINER_FLAGS.items():
+        if OmegaConf.select(cfg, f"trainer.{flag}", default=None) is not False:
+            continue
+        named = [name for name, c in callbacks.items() if isinstance(c, classes[kind])]
+        if named:
+            dropped = " ".join(f"~callbacks.{name}" for name in named)
+            raise ConfigError(
+                f"trainer.{flag}=false is refused by Lightning beside the callbacks that use it "
+                f"({', '.join(named)}); drop them with it: {dropped}"
+            )
 
 
 TRIAL_OUTPUT_DIR = "/nonexistent/vitattn-trial-build"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 
+from vitattn.utils import checks
 from vitattn.utils.recompiles import eager_only
 
 
@@ -20,6 +23,11 @@ class ModelSummary(L.pytorch.callbacks.ModelSummary):
     ``torch.compile`` stood down (:func:`vitattn.utils.recompiles.eager_only`), as the project's
     own FLOP count does, and Dynamo never sees it.
     """
+
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        # Lightning takes any integer and fails on one below -1 once the run has begun
+        checks.integer("max_depth", max_depth, low=-1, hint=" (-1: every layer; 0: none)")
+        super().__init__(max_depth=max_depth, **summarize_kwargs)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         with eager_only():
