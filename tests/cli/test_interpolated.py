@@ -134,7 +134,10 @@ def test_a_value_that_cannot_be_resolved_is_one_line_naming_it(
 @pytest.mark.parametrize(
     ("config_name", "overrides"),
     [
-        ("train", ["trainer.default_root_dir=${paths.output_dir}/fit"]),  # the app resolves it
+        (
+            "train",
+            ["callbacks.model_checkpoint.dirpath=${paths.output_dir}/fit"],
+        ),  # the app resolves it
         ("train", ["data.url=${oc.env:VITATTN_UNSET_URL,http://localhost/c.tar.gz}"]),
         ("train", ["model.attention=${attention}"]),
         ("bench", ["batch_size=${heads}"]),

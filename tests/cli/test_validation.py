@@ -109,6 +109,15 @@ def test_describe_names_what_is_valid() -> None:
         ("trainer.max_epochs=-1", r"^trainer.max_epochs=-1 with trainer.max_steps=-1 trains for "),
         ("data.mixup_alpha=nan", r"^data.mixup_alpha=nan is not valid; choose a finite number "),
         ("data.cutmix_alpha=inf", r"^data.cutmix_alpha=inf is not valid; choose a finite number"),
+        # taken and ignored, or half the run's files written elsewhere (red team)
+        ("+trainer.logger=false", r"^trainer.logger is not taken: a run's loggers come from the "),
+        ("+trainer.callbacks=[]", r"^trainer.callbacks is not taken: a run's callbacks come from"),
+        (
+            "trainer.default_root_dir=/tmp/elsewhere",
+            r"^trainer.default_root_dir=/tmp/elsewhere is not taken: a run writes in its run "
+            r"directory \(\$\{paths.output_dir\}\); choose it with hydra.run.dir$",
+        ),
+        ("trainer.num_sanity_val_steps=-2", r"^trainer.num_sanity_val_steps=-2 is not valid; "),
         # metrics of 7 classes on a head of 10: a ValueError at the first validation
         ("module.num_classes=7", r"^module.num_classes=7 is not the network's model.num_classes"),
         (
@@ -161,6 +170,9 @@ def test_two_cpu_processes_on_one_cpu_pass(monkeypatch) -> None:
         ),
         (["+trainer.enable_progress_bar=false"], r"\(progress_bar\); drop them with it: "),
         (["+trainer.enable_progress_bar=false", "~callbacks.progress_bar"], None),
+        # Lightning's MisconfigurationException once the run had begun
+        (["~logger"], r"^a run without loggers \(~logger\) has no curve for callbacks.lr_monitor"),
+        (["~logger", "~callbacks.lr_monitor"], None),
         (
             [
                 "+trainer.enable_checkpointing=false",

@@ -6,9 +6,10 @@ import os
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line
 from vitattn.utils import checks
 
 
@@ -125,6 +126,10 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
         )
 
 
+ROOT = "${paths.output_dir}"
+"""``trainer.default_root_dir`` as every trainer config sets it: the run directory."""
+
+
 def check_stops(trainer_cfg: DictConfig) -> None:
     """Trainer settings that would end a run before it trained, or fail it once begun, refused
     in one line (red team): an integer ``val_check_interval`` below 1 (a ``ZeroDivisionError``
@@ -143,6 +148,19 @@ def check_stops(trainer_cfg: DictConfig) -> None:
     if isinstance(max_time, str) and no_time(max_time):
         raise checks.invalid(
             "trainer.max_time", max_time, "a time above zero (DD:HH:MM:SS), or null"
+        )
+    groups = {
+        "logger": "loggers come from the group logger (none: ~logger ~callbacks.lr_monitor)",
+        "callbacks": ("callbacks come from the group callbacks (~callbacks.<name>: without one)"),
+    }
+    for key, said in groups.items():
+        if key in trainer_cfg:  # the run's own replace it: it was ignored without a word
+            raise ConfigError(f"trainer.{key} is not taken: a run's {said}; drop trainer.{key}")
+    root = OmegaConf.to_container(trainer_cfg, resolve=False).get("default_root_dir", ROOT)
+    if root != ROOT:  # some files went there, the rest to the run directory
+        raise ConfigError(
+            f"trainer.default_root_dir={one_line(root)} is not taken: a run writes in its run "
+            f"directory ({ROOT}); choose it with hydra.run.dir"
         )
     overfit = trainer_cfg.get("overfit_batches")
     if checks.is_number(overfit) and overfit > 0:
@@ -193,6 +211,7 @@ LIGHTNING_COUNTS = {
     "accumulate_grad_batches": (1, " (batches whose gradients make one optimizer step)"),
     "check_val_every_n_epoch": (1, ", or null (validate every trainer.val_check_interval steps)"),
     "log_every_n_steps": (0, " (0: no training curves), or null (Lightning's 50)"),
+    "num_sanity_val_steps": (-1, " (-1: every validation batch; 0: none)"),
 }
 """Trainer settings that are counts: the least each takes, and what the refusal adds."""
 

@@ -127,8 +127,9 @@ TRAINER_FLAGS = {
 
 def check_trainer_flags(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
     """``trainer.enable_checkpointing=false`` or ``enable_progress_bar=false`` beside callbacks
-    that checkpoint or draw a bar: one line naming them (Lightning refused the trainer, in a
-    line that left its cause out, once the run directory was made; red team)."""
+    that checkpoint or draw a bar, and a run without loggers beside a learning-rate monitor:
+    one line naming them (Lightning refused the trainer, in a line that left its cause out,
+    once the run directory was made; red team)."""
     from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     classes = {"ModelCheckpoint": ModelCheckpoint, "ProgressBar": ProgressBar}
@@ -142,6 +143,15 @@ def check_trainer_flags(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
                 f"trainer.{flag}=false is refused by Lightning beside the callbacks that use it "
                 f"({', '.join(named)}); drop them with it: {dropped}"
             )
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    monitors = [name for name, c in callbacks.items() if isinstance(c, LearningRateMonitor)]
+    if not cfg.get("logger") and monitors:  # ~logger: Lightning refused it once the run began
+        dropped = " ".join(f"~callbacks.{name}" for name in monitors)
+        raise ConfigError(
+            f"a run without loggers (~logger) has no curve for callbacks.{monitors[0]} to draw "
+            f"the learning rate in; drop it with them: {dropped}"
+        )
 
 
 TRIAL_OUTPUT_DIR = "/nonexistent/vitattn-trial-build"
