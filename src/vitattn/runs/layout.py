@@ -138,11 +138,11 @@ of :data:`METRICS_ARRAYS` finite numbers in lists and mappings, and every other 
 number, or null."""
 METRICS_FLAGS = ("lora/train_head",)
 METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
-LARGEST_METRIC = 10**15
-"""The largest magnitude of a number in ``metrics.json``: far above any that vitattn writes (a
-count of parameters, images per second), and far below where a summary's sums and figure axes
-overflow (a planted ``1e308`` ended a sweep's summary in ``arange: cannot compute length``; red
-team)."""
+LARGEST_METRIC = 10**40
+"""The largest magnitude of a number in ``metrics.json``: above any that vitattn writes (a
+figure a run logs is a float32, at most 3.4e38: a diverging run's loss; the counts are far
+smaller), and far below where a summary's sums and figure axes overflow (a planted ``1e308``
+ended a sweep's summary in ``arange: cannot compute length``; red team)."""
 
 
 def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
@@ -160,9 +160,9 @@ def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
         elif key in METRICS_FLAGS:
             fits, kind = isinstance(value, bool), "true or false"
         elif key in METRICS_ARRAYS:
-            fits, kind = _numbers(value), "finite numbers between -10^15 and 10^15"
+            fits, kind = _numbers(value), "finite numbers between -10^40 and 10^40"
         else:  # vitattn writes NaN and infinity as null (runs.results.plain_value)
-            fits, kind = finite_number(value), "a finite number between -10^15 and 10^15"
+            fits, kind = finite_number(value), "a finite number between -10^40 and 10^40"
         if not fits:
             shown = one_line(json.dumps(value))
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
