@@ -116,7 +116,19 @@ def test_a_checkpoint_from_before_the_settings_builds_the_same_module(tmp_path: 
             "data.download_timeout=1000000000.0 is not valid; choose a positive number of seconds, "
             "at most 3600",
         ),
-        ({"cutmix_alpha": -1.0}, "data.cutmix_alpha=-1.0 is not valid; choose >= 0 (0 = off)"),
+        (
+            {"cutmix_alpha": -1.0},
+            "data.cutmix_alpha=-1.0 is not valid; choose a finite number >= 0 (0 = off)",
+        ),
+        # NaN turned mixing off without a word; inf drew Beta(inf, inf) ~ 1e-38 (red team)
+        (
+            {"mixup_alpha": float("nan")},
+            "data.mixup_alpha=nan is not valid; choose a finite number >= 0 (0 = off)",
+        ),
+        (
+            {"cutmix_alpha": float("inf")},
+            "data.cutmix_alpha=inf is not valid; choose a finite number >= 0 (0 = off)",
+        ),
         (
             {"mixup_alpha": 0.8, "normalize": False},
             "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true",

@@ -84,7 +84,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
             "epochs or of steps"
         )
     check_lightning_counts(trainer_cfg)
-    check_stops(trainer_cfg)
+    check_fit_settings(trainer_cfg)
     check_cpu_processes(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
@@ -130,13 +130,16 @@ ROOT = "${paths.output_dir}"
 """``trainer.default_root_dir`` as every trainer config sets it: the run directory."""
 
 
-def check_stops(trainer_cfg: DictConfig) -> None:
-    """Trainer settings that would end a run before it trained, or fail it once begun, refused
-    in one line (red team): an integer ``val_check_interval`` below 1 (a ``ZeroDivisionError``
-    once the run directory was made), a ``max_time`` of no time (no step trained, and the
-    untrained network's test reported, exit status 0) and ``overfit_batches`` (Lightning's
-    sampler of single images under the data module's batches ended the run in a shape error;
-    so did the ``debug=overfit`` preset, now gone)."""
+def check_fit_settings(trainer_cfg: DictConfig) -> None:
+    """Trainer settings that would end a run before it trained, fail it once begun, or be
+    ignored, refused in one line (red team): an integer ``val_check_interval`` below 1 (a
+    ``ZeroDivisionError`` once the run directory was made), a ``max_time`` of no time (no step
+    trained, and the untrained network's test reported, exit status 0), ``trainer.logger`` and
+    ``trainer.callbacks`` (the groups ``logger`` and ``callbacks`` replaced them without a
+    word), a ``default_root_dir`` other than the run directory (some of the run's files went
+    there) and ``overfit_batches`` (Lightning's sampler of single images under the data
+    module's batches ended the run in a shape error; so did the ``debug=overfit`` preset, now
+    gone)."""
     interval = trainer_cfg.get("val_check_interval")
     if isinstance(interval, int) and not isinstance(interval, bool) and interval < 1:
         raise checks.invalid(

@@ -130,7 +130,7 @@ def check_trainer_flags(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
     that checkpoint or draw a bar, and a run without loggers beside a learning-rate monitor:
     one line naming them (Lightning refused the trainer, in a line that left its cause out,
     once the run directory was made; red team)."""
-    from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 
     classes = {"ModelCheckpoint": ModelCheckpoint, "ProgressBar": ProgressBar}
     for flag, kind in TRAINER_FLAGS.items():
@@ -143,8 +143,6 @@ def check_trainer_flags(cfg: DictConfig, callbacks: dict[str, Any]) -> None:
                 f"trainer.{flag}=false is refused by Lightning beside the callbacks that use it "
                 f"({', '.join(named)}); drop them with it: {dropped}"
             )
-    from lightning.pytorch.callbacks import LearningRateMonitor
-
     monitors = [name for name, c in callbacks.items() if isinstance(c, LearningRateMonitor)]
     if not cfg.get("logger") and monitors:  # ~logger: Lightning refused it once the run began
         dropped = " ".join(f"~callbacks.{name}" for name in monitors)
@@ -253,8 +251,6 @@ def check_layer(setting: str, figure: str, names: Sequence[str], cfg: DictConfig
     each is logged for ``i`` below ``model.depth``, where there is more than one layer. For a
     callback's ``monitor`` only: a search's ``optimized_metric`` may name a layer that some of
     its trials' networks have (``model.depth=choice(1,4)``), and the search fails the others."""
-    from omegaconf import OmegaConf
-
     layer = metric_names.layer_of(figure, names)
     depth = OmegaConf.select(cfg, "model.depth", default=None)
     if layer is None or not isinstance(depth, int) or isinstance(depth, bool):
