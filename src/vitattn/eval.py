@@ -62,14 +62,14 @@ def validate(cfg: DictConfig) -> None:
     from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
-    from vitattn.training.instantiators import check_tests_something
+    from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import check_buildable
 
     path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval")
     with open_dict(cfg):
         cfg.data = as_trained(cfg.data, path)
     check_types(cfg)
-    check_tests_something(cfg.trainer, "vitattn-eval's result is the test")
+    check_takes_batches(cfg.trainer, "test", "vitattn-eval's result is the test")
     check_buildable(cfg)
 
 

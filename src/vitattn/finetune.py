@@ -234,7 +234,7 @@ def validate(cfg: DictConfig) -> None:
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import checkpoint_file
     from vitattn.lora.adapters import require_peft
-    from vitattn.training.instantiators import check_tests_something, check_trains_something
+    from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import (
         built_with_torch_alone,
         check_buildable,
@@ -252,10 +252,10 @@ def validate(cfg: DictConfig) -> None:
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)
     check_types(cfg, checked=first)
-    check_trains_something(cfg.trainer, "vitattn-finetune")
+    check_takes_batches(cfg.trainer, "train", "vitattn-finetune at 0 trains no step")
     if cfg.get("test", True):
-        check_tests_something(
-            cfg.trainer, "the fine-tune's result is its test (test=false skips it)"
+        check_takes_batches(
+            cfg.trainer, "test", "the fine-tune's result is its test (test=false skips it)"
         )
     check_buildable(cfg)
 

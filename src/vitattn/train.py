@@ -135,7 +135,7 @@ def validate(cfg: DictConfig) -> None:
         check_types,
         given_groups,
     )
-    from vitattn.training.instantiators import check_trains_something
+    from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import (
         built_with_torch_alone,
         check_buildable,
@@ -147,7 +147,7 @@ def validate(cfg: DictConfig) -> None:
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)
     check_types(cfg, checked=first)
-    check_trains_something(cfg.trainer, "vitattn-train")
+    check_takes_batches(cfg.trainer, "train", "vitattn-train at 0 trains no step")
     check_buildable(cfg)
     check_resume(cfg)
 

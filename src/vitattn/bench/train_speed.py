@@ -53,6 +53,7 @@ from vitattn.bench.references import (
 )
 from vitattn.bench.settings import IMPLEMENTATIONS, BenchSettings, TrainSettings
 from vitattn.cli.additions import MAX_SHOWN
+from vitattn.data.cifar10 import check_batch_fits
 from vitattn.errors import ConfigError
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
 from vitattn.runs.files import one_line
@@ -371,18 +372,6 @@ def parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def check_batch_fits(datamodule: Any, batch_size: int, setting: str) -> None:
-    """One line naming ``setting``, the command's own batch size, where the training images
-    that ``datamodule`` (set up) holds are fewer than ``batch_size``: the data module's refusal
-    named ``data.batch_size``, which these commands do not take."""
-    images = len(datamodule.train_set)
-    if images < batch_size:
-        raise ConfigError(
-            f"{setting}={batch_size} is larger than the {images} training images; choose a "
-            "smaller batch size"
-        )
-
-
 def measure_train_speed(
     train: TrainSettings, device: torch.device, batch_setting: str = "train.batch_size"
 ) -> list[TrainSpeed]:
@@ -393,7 +382,7 @@ def measure_train_speed(
     datamodule = hydra.utils.instantiate(configs[False].data)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    check_batch_fits(datamodule, train.batch_size, batch_setting)
+    check_batch_fits(len(datamodule.train_set), train.batch_size, batch_setting)
     results = []
     for implementation in ["vitattn", *(i for i in train.implementations if i != "vitattn")]:
         ways = [False, True] if train.compile and implementation in COMPILED else [False]

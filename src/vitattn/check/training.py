@@ -35,13 +35,13 @@ from vitattn.bench.settings import TrainSettings
 from vitattn.bench.train_speed import (
     StepClock,
     bare_trainer,
-    check_batch_fits,
     eager_status,
     measure_train_speed,
     ratios,
     train_config,
 )
 from vitattn.check.settings import CheckSettings
+from vitattn.data.cifar10 import check_batch_fits
 from vitattn.models.flops import gflop_per_image, model_flops_utilisation
 from vitattn.training.fitting import compiled
 from vitattn.training.lightning_output import tidy_lightning_output
@@ -130,7 +130,7 @@ def train_briefly(
         attention, training.model, training.batch_size, training.precision, training.steps
     )
     row.compiled = compile
-    check_batch_fits(datamodule, training.batch_size, "training.batch_size")
+    check_batch_fits(len(datamodule.train_set), training.batch_size, "training.batch_size")
     cfg = train_config(bench_settings(settings, attention), compile=compile)
     torch.manual_seed(settings.seed)
     datamodule.reseed(device)  # every row on the same batches, augmented alike

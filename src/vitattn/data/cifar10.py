@@ -48,6 +48,17 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 
 
+def check_batch_fits(images: int, batch_size: int, setting: str = "data.batch_size") -> None:
+    """One line naming ``setting`` where a batch of ``batch_size`` is larger than the
+    ``images`` of the training split: ``data.batch_size``, or the batch size of a command that
+    sets the data module's (``train.batch_size`` of ``vitattn-bench mode=train``)."""
+    if images < batch_size:
+        raise ConfigError(
+            f"{setting}={batch_size} is larger than the {images} training images; choose a "
+            "smaller batch size"
+        )
+
+
 class EpochBatchSampler(BatchSampler):
     """A BatchSampler whose shuffling depends only on a seed and the epoch number.
 
@@ -307,11 +318,8 @@ class CIFAR10DataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        if self.train_set is not None and len(self.train_set) < self.settings.batch_size:
-            raise ConfigError(
-                f"data.batch_size={self.settings.batch_size} is larger than the "
-                f"{len(self.train_set)} training images; choose a smaller batch size"
-            )
+        if self.train_set is not None:
+            check_batch_fits(len(self.train_set), self.settings.batch_size)
         return self._loader(self.train_set, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:

@@ -183,30 +183,18 @@ def no_time(max_time: str) -> bool:
     return all(int(number) == 0 for number in numbers) or max_time.strip().startswith("-")
 
 
-def check_tests_something(trainer_cfg: DictConfig, why: str) -> None:
-    """Refuse in one line a ``trainer.limit_test_batches`` of 0 where the test is the command's
-    result (``why``): ``vitattn-eval`` ended in ``unexpected KeyError: 'test/acc'`` and
-    ``vitattn-finetune`` in an ``IndexError``, each once its run directory was made (red team)."""
-    limit = trainer_cfg.get("limit_test_batches")
+def check_takes_batches(trainer_cfg: DictConfig, split: str, why: str) -> None:
+    """Refuse in one line a ``trainer.limit_<split>_batches`` of 0 where the command needs that
+    split (``why``): ``vitattn-eval`` ended in ``unexpected KeyError: 'test/acc'`` and
+    ``vitattn-finetune`` in an ``IndexError`` for the test, each once its run directory was made
+    (red team); for the training, ``vitattn-train`` and ``vitattn-finetune`` trained no step and
+    reported the untrained network's test as their result, with exit status 0."""
+    limit = trainer_cfg.get(f"limit_{split}_batches")
     if checks.is_number(limit) and limit == 0:
         raise checks.invalid(
-            "trainer.limit_test_batches",
+            f"trainer.limit_{split}_batches",
             limit,
             f"a share above 0 (<= 1.0) or a number of batches >= 1, or null (all): {why}",
-        )
-
-
-def check_trains_something(trainer_cfg: DictConfig, program: str) -> None:
-    """Refuse in one line a ``trainer.limit_train_batches`` of 0 for ``program``, a command
-    that trains: it trained no step and reported the untrained network's test as its result,
-    with exit status 0."""
-    limit = trainer_cfg.get("limit_train_batches")
-    if checks.is_number(limit) and limit == 0:
-        raise checks.invalid(
-            "trainer.limit_train_batches",
-            limit,
-            f"a share above 0 (<= 1.0) or a number of batches >= 1, or null (all): "
-            f"{program} at 0 trains no step",
         )
 
 
