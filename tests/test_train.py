@@ -344,6 +344,58 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
+    ("stop", "val_steps"),
+    [(["trainer.max_epochs=3"], [6, 9]), (["trainer.max_steps=7"], [6, 7])],
+    ids=["epochs", "steps"],
+)
+def test_a_run_validating_every_second_epoch_validates_its_last_step(
+    stop: list[str], val_steps: list[int], tmp_path: Path, data_dir: Path
+) -> None:
+    """With ``check_val_every_n_epoch=2`` a run ending in an odd epoch (the third of 3, or at
+    step 7 of 3-batch epochs) stopped after it without a validation: the final weights had no
+    ``val/acc`` and ``last.ckpt`` held step 6 (red team). Its last step is validated now."""
+    epochs = [
+        "trainer.check_val_every_n_epoch=2",
+        "trainer.val_check_interval=1.0",
+        "+trainer.limit_train_batches=3",
+        *stop,
+    ]
+    metrics = train_tiny(tmp_path, data_dir, *epochs)
+    assert metrics["steps"] == val_steps[-1]
+    assert [step for step, _ in read_scalars(tmp_path)["val/acc"]] == val_steps
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == val_steps[-1]
+
+
+@pytest.mark.parametrize(
+    ("setting", "stop", "valid"),
+    [
+        ("+trainer.min_steps=9", "trainer.max_steps=8", "at most 8"),
+        ("+trainer.min_epochs=3", "trainer.max_epochs=2", "at most 2"),
+    ],
+)
+def test_least_training_beyond_the_stop_is_one_line_before_the_run(
+    setting: str, stop: str, valid: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Lightning stops at ``max_steps`` or ``max_epochs`` whatever ``min_steps`` and
+    ``min_epochs`` ask, but skipped the last validation for them: the final weights had no
+    ``val/acc`` and no checkpoint (red team). Refused before anything is made."""
+    run_dir = tmp_path / "run"
+    said = refused_in_process(
+        "vitattn-train",
+        *TINY,
+        stop,
+        setting,
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+        creates=run_dir,
+    )
+    name, value = setting.lstrip("+").split("=")
+    assert said.startswith(f"{name}={value} is not valid; choose {valid} ("), said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
     ("settings", "most"),
     [(["trainer.val_check_interval=100"], r"\d+"), (["+trainer.limit_train_batches=3"], "3")],
 )

@@ -165,6 +165,7 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
             f"trainer.default_root_dir={one_line(root)} is not taken: a run writes in its run "
             f"directory ({ROOT}); choose it with hydra.run.dir"
         )
+    check_least_training(trainer_cfg)
     overfit = trainer_cfg.get("overfit_batches")
     if checks.is_number(overfit) and overfit > 0:
         raise ConfigError(
@@ -172,6 +173,28 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
             "batches, and Lightning's overfitting sampler, put in its place, hands it single "
             "images; choose 0"
         )
+
+
+LEAST_TRAINING = {"min_steps": "max_steps", "min_epochs": "max_epochs"}
+"""Lightning's least training, each with the stop it must not pass."""
+
+
+def check_least_training(trainer_cfg: DictConfig) -> None:
+    """Refuse in one line a ``min_steps`` or ``min_epochs`` beyond the run's ``max_steps`` or
+    ``max_epochs``: Lightning stops there all the same but skipped the last validation for the
+    least training it was asked, so the final weights had no ``val/acc`` and no checkpoint
+    (red team)."""
+    for least, stop in LEAST_TRAINING.items():
+        low, high = trainer_cfg.get(least), trainer_cfg.get(stop)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (low, high)):
+            continue
+        if 0 < high < low:
+            raise checks.invalid(
+                f"trainer.{least}",
+                low,
+                f"at most {high} (trainer.{stop}: the run stops there, and Lightning would skip "
+                "its last validation for a least training beyond it), or null",
+            )
 
 
 def no_time(max_time: str) -> bool:

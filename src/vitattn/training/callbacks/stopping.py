@@ -21,6 +21,8 @@ class ValidateAtEnd(L.Callback):
     Lightning validates only at multiples of the interval, so the final weights would have no
     ``val/acc`` and no checkpoint. Asking the loop to stop after the last batch makes it run one
     more validation first (the same path early stopping takes), which also saves ``last.ckpt``.
+    With epoch-based validation (``check_val_every_n_epoch=k``) Lightning validates only in
+    every k-th epoch, so a run ending in another epoch is let validate that once.
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:
@@ -31,6 +33,8 @@ class ValidateAtEnd(L.Callback):
         last_batch_of_epoch = batch_idx + 1 >= trainer.num_training_batches
         if last_step or (last_epoch and last_batch_of_epoch):
             trainer.should_stop = True
+            if trainer.check_val_every_n_epoch is not None:
+                trainer.check_val_every_n_epoch = 1  # read as the loop decides to validate
 
 
 class NanGuard(L.Callback):
