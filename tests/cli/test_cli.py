@@ -796,3 +796,30 @@ def test_a_new_run_into_a_folder_holding_a_run_is_one_line_and_changes_nothing(
     assert said.startswith(f"hydra.run.dir={run} holds a run already"), said
     assert ("resume=true continues it" in said) == (program == "vitattn-train")
     assert tree_digest(run) == before
+
+
+def test_the_help_examples_of_vitattn_train_compare_an_approximation(tmp_path: Path) -> None:
+    """Each ``vitattn-train --help`` example that picks an attention builds one that approximates
+    at its settings: the first example was Linformer with ``k=64`` on the 64 tokens of the
+    default model, exact by construction, the comparison the docs call one with nothing to
+    compare (user review)."""
+    import hydra
+    import yaml
+
+    from tests.support.presets import compose_config
+    from vitattn.attention import exact_by_construction
+    from vitattn.utils.config import CONFIG_DIR
+
+    template = yaml.safe_load((CONFIG_DIR / "hydra" / "help" / "train.yaml").read_text())
+    examples = [
+        line.split("#")[0].split()[1:]
+        for line in template["template"].splitlines()
+        if line.strip().startswith("vitattn-train ") and "attention=" in line
+    ]
+    assert examples
+    for words in examples:
+        overrides = [word for word in words if "=" in word and not word.startswith("-")]
+        overrides = [o.split("=")[0] + "=" + o.split("=")[1].split(",")[0] for o in overrides]
+        cfg = compose_config("train", overrides, tmp_path)
+        net = hydra.utils.instantiate(cfg.model)
+        assert exact_by_construction(net) is None, words
