@@ -53,6 +53,15 @@ def test_fit_prediction_and_crossover() -> None:
     assert crossover(rows, "linear", 64, "softmax") == 128
 
 
+def test_a_prediction_grows_at_most_as_n_squared() -> None:
+    """No mechanism here does more than quadratic work or memory in the tokens: two small noisy
+    probes (one call each, dispatch-bound, on a loaded machine) once read as an exponent of 6.6
+    predicted 11,265 s for Nystrom at 256 tokens and skipped it (user review). The exponent a
+    prediction takes is at most 2."""
+    assert predict([(16, 1e-4), (32, 1e-2)], 256) == pytest.approx(1e-2 * 8**2)
+    assert predict([(16, 1.0), (32, 8.0)], 64) == pytest.approx(32.0)
+
+
 def timed(attention: str, n: int, q25: float, median: float, q75: float) -> Row:
     return Row(attention, n, 64, fwd_bwd_ms=median, fwd_bwd_q25_ms=q25, fwd_bwd_q75_ms=q75)
 

@@ -173,13 +173,19 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
             row.floor_bound = floor.bound
 
 
+LARGEST_EXPONENT = 2.0
+"""The steepest growth a prediction assumes: no mechanism here does more than quadratic work
+or memory in the tokens, and a steeper slope between two small sizes is their noise."""
+
+
 def predict(history: list[tuple[int, float]], seq_len: int) -> float | None:
-    """Power-law extrapolation to ``seq_len`` through the two largest smaller sizes measured."""
+    """Power-law extrapolation to ``seq_len`` through the two largest smaller sizes measured,
+    with an exponent from 0 to :data:`LARGEST_EXPONENT`."""
     points = sorted({n: v for n, v in history if n < seq_len and v and v > 0}.items())
     if len(points) < 2:
         return None
     (n1, v1), (n2, v2) = points[-2], points[-1]
-    slope = max(0.0, math.log(v2 / v1) / math.log(n2 / n1))
+    slope = min(LARGEST_EXPONENT, max(0.0, math.log(v2 / v1) / math.log(n2 / n1)))
     return v2 * (seq_len / n2) ** slope
 
 
