@@ -54,6 +54,20 @@ def test_a_storage_that_is_no_file_or_in_memory_is_not_read(tmp_path: Path) -> N
     assert not (tmp_path / "absent.db").exists()
 
 
+def test_a_study_in_a_directory_with_a_hash_is_read_and_nothing_made_beside(
+    tmp_path: Path,
+) -> None:
+    """The study was opened as the sqlite URI ``file:{path}?mode=ro`` without quoting the path:
+    in ``<tmp>/run#2/optuna.db`` sqlite read ``#2/optuna.db?mode=ro`` as the URI's fragment,
+    opened ``<tmp>/run`` read-write-create, made that empty file outside the sweep directory,
+    and refused the valid study as "a database without an Optuna study" (a fresh search into
+    ``hydra.sweep.dir="<tmp>/run#2"`` failed each trial so: each job checks the study)."""
+    sweep = tmp_path / "run#2"
+    studies.made_study(sweep)
+    check_storage_file(f"sqlite:///{sweep}/optuna.db")  # a study Optuna made: passes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run#2"]
+
+
 def test_a_study_another_process_holds_locked_is_in_use_not_refused_as_no_study(
     tmp_path: Path,
 ) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from vitattn.errors import ConfigError
 from vitattn.runs.files import UnreadableFileError, one_line, open_regular
@@ -106,7 +107,7 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
         problem = super_journal_problem(journal) if mode == "rw" else None
     if problem is None:
         try:
-            database = sqlite3.connect(f"file:{path}?mode={mode}", uri=True)
+            database = sqlite3.connect(sqlite_uri(path, mode), uri=True)
             try:
                 problem = database_problem(database, bounds)
             finally:
@@ -127,6 +128,13 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
             f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
             "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
         )
+
+
+def sqlite_uri(path: Path, mode: str) -> str:
+    """The sqlite URI that opens the file ``path`` in ``mode`` (``ro``, ``rw``), its path quoted:
+    unquoted, sqlite reads a ``#`` of the path as the URI's fragment and a ``?`` as its query,
+    and opens (or makes) another file."""
+    return f"file:{quote(str(path))}?mode={mode}"
 
 
 JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
