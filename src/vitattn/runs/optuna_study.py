@@ -34,6 +34,7 @@ from urllib.parse import quote
 from vitattn.errors import ConfigError
 from vitattn.runs.files import UnreadableFileError, one_line, open_regular
 from vitattn.runs.optuna_space import SPACE_SETTING, describe
+from vitattn.utils.checks import invalid
 from vitattn.utils.config import cut_apart
 
 SQLITE = "sqlite:///"
@@ -82,11 +83,44 @@ TEXT_COLUMNS = {
 """Optuna's columns of names and JSON, which Optuna parses as it loads a study."""
 
 
-def storage_file(storage: str | None) -> Path | None:
-    """The file of a sqlite storage URL (``None`` for another storage, or one in memory)."""
+def sqlite_database(storage: str | None) -> str | None:
+    """The database of a sqlite storage URL as SQLAlchemy, and so Optuna, reads it
+    (``make_url(storage).database``: a ``?`` starts the URL's query, ``%xx`` is decoded);
+    ``None`` for another storage, one in memory, or a URL SQLAlchemy cannot read."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     if not storage or not storage.startswith(SQLITE):
         return None
-    return Path(storage.removeprefix(SQLITE))
+    try:
+        return make_url(storage).database or None
+    except ArgumentError:
+        return None
+
+
+def storage_file(storage: str | None) -> Path | None:
+    """The file Optuna opens for a sqlite storage URL (:func:`sqlite_database`; ``None`` for
+    another storage, or one in memory)."""
+    database = sqlite_database(storage)
+    return None if database is None else Path(database)
+
+
+def check_storage_text(storage: str | None) -> None:
+    """Refuse in one line a sqlite storage URL whose text after ``sqlite:///`` is not the file
+    SQLAlchemy opens (a sweep directory with a ``?`` or a ``%xx`` in
+    ``sqlite:///${hydra.sweep.dir}/optuna.db`` puts the study outside it, where no check of the
+    sweep directory looks); nothing is opened."""
+    if not storage or not storage.startswith(SQLITE):
+        return
+    database = sqlite_database(storage)
+    if database != (storage.removeprefix(SQLITE) or None):
+        raise invalid(
+            "hydra.sweeper.storage",
+            one_line(storage)[:MAX_SHOWN],
+            "a sqlite URL whose file path holds no '?' or '%' (SQLAlchemy reads ?... as the "
+            f"URL's query and decodes %xx: this one opens {one_line(database)[:MAX_SHOWN]}), "
+            "e.g. a hydra.sweep.dir without them",
+        )
 
 
 def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) -> None:

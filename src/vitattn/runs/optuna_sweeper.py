@@ -57,6 +57,7 @@ from vitattn.runs.optuna_study import (
     MAX_SHOWN,
     STUDY_BOUNDS,
     check_storage_file,
+    check_storage_text,
     check_stored_trials,
     storage_file,
     storage_named,
@@ -147,6 +148,7 @@ def storage_url(given: Any) -> str | None:
     from omegaconf import OmegaConf
 
     if given is None or isinstance(given, str):
+        check_storage_text(given)
         return given
     shown = OmegaConf.to_container(given, resolve=False) if OmegaConf.is_config(given) else given
     raise ConfigError(

@@ -1,0 +1,124 @@
+"""vitattn's Optuna search (:class:`vitattn.runs.optuna_sweeper.Search`) in this process, with a
+launcher of its own that trains nothing: each "job" returns its metrics at once, or fails.
+Through the console, with training: ``tests/test_optuna_search.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from vitattn.errors import ConfigError
+from vitattn.runs.optuna_sweeper import RESULTS_FILE, Search, SearchSettings
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPACE = {
+    "optimizer.lr": "tag(log, interval(1e-4, 3e-3))",
+    "optimizer.weight_decay": "interval(0.0, 0.1)",
+    "attention.k": "choice(4, 8, 16, 32, 64)",
+}
+RANDOM = {"_target_": "optuna.samplers.RandomSampler", "seed": 1234}
+"""``hydra.sweeper.sampler`` of a random search, seeded."""
+
+
+class Launcher:
+    """Hydra's launcher as the search calls it; ``result(params, job_index)`` is the job's
+    metrics, or an exception for a job that failed. ``launched``: each job's parameters."""
+
+    def __init__(self, sweep: Path, result: Callable[[dict[str, str], int], Any]) -> None:
+        self.sweep, self.result = sweep, result
+        self.launched: list[dict[str, str]] = []
+
+    def launch(self, overrides: list[list[str]], initial_job_idx: int) -> list[JobReturn]:
+        jobs = []
+        for index, job_overrides in enumerate(overrides, start=initial_job_idx):
+            params = dict(o.split("=", 1) for o in job_overrides if not o.startswith("++"))
+            self.launched.append(params)
+            job = JobReturn(overrides=job_overrides)
+            output = {"hydra": {"runtime": {"output_dir": str(self.sweep / str(index))}}}
+            job.hydra_cfg = OmegaConf.create(output)
+            value = self.result(params, index)
+            job.status = JobStatus.FAILED if isinstance(value, Exception) else JobStatus.COMPLETED
+            job._return_value = value
+            jobs.append(job)
+        return jobs
+
+
+def search(
+    sweep: Path,
+    launcher: Launcher,
+    n_trials: int,
+    sampler_node: Mapping[str, Any] = RANDOM,
+    params: Mapping[str, str] = SPACE,
+    **changed: Any,
+) -> list:
+    """Run the search of ``hydra.sweeper.sampler=sampler_node`` (built as Hydra builds it) into
+    ``sweep``, with the presets' storage and ``changed`` settings; its failed jobs."""
+    from hydra.utils import instantiate
+
+    given = {
+        "sampler": instantiate(dict(sampler_node)),
+        "direction": "maximize",
+        "directions": None,
+        "storage": f"sqlite:///{sweep}/optuna.db",
+        "study_name": "vitattn",
+        "n_trials": n_trials,
+        "n_jobs": 1,
+        "params": dict(params),
+        "pruner": None,
+    }
+    config = OmegaConf.create(
+        {
+            "optimized_metric": "val/acc_best",
+            "hydra": {
+                "sweep": {"dir": str(sweep)},
+                "sweeper": {"sampler": dict(sampler_node)},
+                "overrides": {"hydra": [], "task": []},
+            },
+        }
+    )
+    return Search(SearchSettings(**{**given, **changed}), config, launcher).run([])
+
+
+def accuracy(params: dict[str, str], index: int) -> dict[str, float]:
+    """A job's metrics: its ``attention.k`` as its accuracy."""
+    return {"val/acc_best": 0.01 * int(params.get("attention.k", "1"))}
+
+
+def test_a_search_writes_its_results_where_it_said(tmp_path: Path) -> None:
+    """Control: the launcher here drives a plain search to its study and results file."""
+    sweep = tmp_path / "plain"
+    launcher = Launcher(sweep, accuracy)
+    assert search(sweep, launcher, 2) == []
+    assert len(launcher.launched) == 2
+    assert (sweep / RESULTS_FILE).is_file() and (sweep / "optuna.db").is_file()
+
+
+@pytest.mark.parametrize(("name", "opened"), [("run?1", "run"), ("run%41", "runA")])
+def test_a_sweep_directory_whose_storage_url_opens_another_file_is_one_line(
+    name: str, opened: str, tmp_path: Path
+) -> None:
+    """The presets' storage is ``sqlite:///${hydra.sweep.dir}/optuna.db``, a URL built from a
+    path without quoting: SQLAlchemy reads ``?`` as the start of the query and decodes ``%xx``,
+    so the sweep ``<tmp>/run?1`` stored its study in the file ``<tmp>/run`` (``<tmp>/run%41``
+    in ``<tmp>/runA/optuna.db``), outside the sweep directory, while each check of the study
+    file named ``<tmp>/run?1/optuna.db``: a file planted there was opened unchecked. Refused
+    in one line before anything is made."""
+    sweep, beside = tmp_path / name, tmp_path / "runA"
+    beside.mkdir()  # where %41 leads
+    with pytest.raises(ConfigError) as refused:
+        search(sweep, Launcher(sweep, accuracy), 1)
+    assert str(refused.value) == (
+        f"hydra.sweeper.storage='sqlite:///{sweep}/optuna.db' is not valid; choose a sqlite URL "
+        "whose file path holds no '?' or '%' (SQLAlchemy reads ?... as the URL's query and "
+        f"decodes %xx: this one opens {tmp_path / opened}{'' if '?' in name else '/optuna.db'}"
+        "), e.g. a hydra.sweep.dir without them"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runA"]
+    assert list(beside.iterdir()) == []
