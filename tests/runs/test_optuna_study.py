@@ -132,6 +132,36 @@ def test_a_stored_trial_optuna_would_not_write_is_named() -> None:
     assert "datetime_complete" in trial_problem(running, SPACE, 1)
 
 
+@pytest.mark.parametrize(
+    ("planted", "said"),
+    [
+        ({"constraints": "oops"}, "holds constraints ['o', 'o', 'p', 's'], which are not all"),
+        ({"constraints": 5}, "holds constraints Optuna cannot read ('int' object is not"),
+        ({"constraints:memory": "high"}, "holds constraints ['high'], which are not all"),
+        ({"constraints": [float("nan")]}, "holds constraints [nan], which are not all"),
+        ({"constraints": [0.0, True]}, "holds constraints [0.0, True], which are not all"),
+    ],
+)
+def test_a_stored_trial_whose_constraints_are_no_finite_numbers_is_named(
+    planted: dict, said: str
+) -> None:
+    """Optuna 5 reads a trial's constraints (``FrozenTrial.constraints``: its system attributes
+    ``constraints``, a list, and ``constraints:<name>``) only in ``best_trial``,
+    ``best_trials`` and TPE's split: a planted ``"oops"`` passed the checks and the search
+    failed in a ``TypeError`` once every trial had run."""
+
+    def with_attrs(system_attrs: dict) -> optuna.trial.FrozenTrial:
+        lr = {"optimizer.lr": 1e-3}
+        distributions = {"optimizer.lr": LR}
+        return create_trial(
+            params=lr, distributions=distributions, value=0.5, system_attrs=system_attrs
+        )
+
+    feasible = {"constraints": [0.0, -1.5], "constraints:memory": 2.0}
+    assert trial_problem(with_attrs(feasible), SPACE, 1) is None
+    assert trial_problem(with_attrs(planted), SPACE, 1).startswith(said)
+
+
 def test_a_study_whose_trials_optuna_cannot_load_is_one_line() -> None:
     class Unreadable:
         study_name = "planted"

@@ -13,6 +13,7 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
+from tests.support.studies import edit, made_study
 from vitattn.errors import ConfigError
 from vitattn.runs.optuna_sweeper import RESULTS_FILE, Search, SearchSettings
 
@@ -122,3 +123,28 @@ def test_a_sweep_directory_whose_storage_url_opens_another_file_is_one_line(
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runA"]
     assert list(beside.iterdir()) == []
+
+
+def test_a_study_trial_whose_constraints_optuna_cannot_read_is_refused_before_any_trial(
+    tmp_path: Path,
+) -> None:
+    """A planted ``"constraints": "oops"`` passed ``check_stored_trials``; the search then ran
+    every trial and only at the end failed (``TypeError: '>' not supported between instances
+    of 'str' and 'float'`` in ``best_trial``), with no ``optimization_results.yaml``, and each
+    re-run failed the same way. Refused in one line before the first job."""
+    sweep = tmp_path / "planted"
+    path = made_study(sweep, trials=3)
+    edit(
+        path,
+        """insert into trial_system_attributes(trial_id, key, value_json)
+        select trial_id, 'constraints', '"oops"' from trials where number = 2""",
+    )
+    launcher = Launcher(sweep, lambda params, index: {"val/acc_best": 0.05})  # planted: best
+    with pytest.raises(ConfigError) as refused:
+        search(sweep, launcher, 5)
+    assert str(refused.value) == (
+        f"study vitattn in {path} (hydra.sweeper.storage): trial 2 holds constraints ['o', 'o', "
+        "'p', 's'], which are not all finite numbers; the study is kept as it is: choose another "
+        "hydra.sweeper.study_name or hydra.sweep.dir"
+    )
+    assert launcher.launched == []

@@ -22,6 +22,7 @@ must be one Optuna itself makes (:func:`optuna_schema`), before Optuna writes a 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sqlite3
 import tempfile
@@ -34,7 +35,7 @@ from urllib.parse import quote
 from vitattn.errors import ConfigError
 from vitattn.runs.files import UnreadableFileError, one_line, open_regular
 from vitattn.runs.optuna_space import SPACE_SETTING, describe
-from vitattn.utils.checks import invalid
+from vitattn.utils.checks import invalid, is_number
 from vitattn.utils.config import cut_apart
 
 SQLITE = "sqlite:///"
@@ -391,7 +392,29 @@ def trial_problem(trial: Any, distributions: Mapping[str, Any], objectives: int)
     reported = trial.intermediate_values.values()
     if not all(isinstance(v, float | int) and not isinstance(v, bool) for v in reported):
         return "holds a reported value that is not a number"  # the pruner would fail on it
+    return constraints_problem(trial)
+
+
+def constraints_problem(trial: Any) -> str | None:
+    """Why a stored trial's constraints are not finite numbers, or ``None``: Optuna compares
+    each with 0 in ``best_trial``, ``best_trials`` and TPE's split, after every trial ran."""
+    try:
+        constraints = stored_constraints(trial)
+    except UNREADABLE as error:
+        return f"holds constraints Optuna cannot read ({one_line(error)[:MAX_SHOWN]})"
+    if not all(is_number(c) and math.isfinite(c) for c in constraints):
+        shown = one_line(constraints)[:MAX_SHOWN]
+        return f"holds constraints {shown}, which are not all finite numbers"
     return None
+
+
+def stored_constraints(trial: Any) -> list[Any]:
+    """A stored trial's constraint values as Optuna reads them: ``FrozenTrial.constraints``
+    (Optuna 5: the system attribute ``constraints``, a list, and ``constraints:<name>``), or
+    the list ``constraints`` (Optuna 4, whose trials have no such property)."""
+    if hasattr(type(trial), "constraints"):
+        return list(trial.constraints.values())
+    return list(trial.system_attrs.get("constraints") or [])
 
 
 def shown(distribution: Any) -> str:
