@@ -152,6 +152,55 @@ def test_a_pruner_is_refused_where_no_trial_could_report_to_it() -> None:
             check_pruner(given, directions, config)
 
 
+@pytest.mark.parametrize(
+    ("monitor", "direction", "objective", "valid"),
+    [
+        ("val/acc", "minimize", "val/loss", "lower (a loss: val/loss)"),
+        ("val/loss", "maximize", "val/acc_best", "higher (an accuracy: val/acc)"),
+        (None, "minimize", "val/loss", "lower (a loss: val/loss)"),  # the callback's own
+    ],
+)
+def test_a_pruner_judging_a_metric_better_the_other_way_than_the_study_is_refused(
+    monitor: str | None, direction: str, objective: str, valid: str
+) -> None:
+    """``OptunaPruning`` reports its ``monitor`` (``val/acc`` in the preset) whatever the
+    study's direction: with ``optimized_metric=val/loss hydra.sweeper.direction=minimize`` and
+    ``MedianPruner``, a 3-trial run pruned its best trial (val/acc 0.142, val/loss 2.289) and
+    kept the worst, and the pruned trial's stored value was a val/acc in a study of val/loss."""
+    from omegaconf import OmegaConf
+
+    settings = SearchSettings(
+        sampler=None,
+        direction=direction,
+        directions=None,
+        storage="sqlite:///optuna.db",
+        study_name="vitattn",
+        n_trials=5,
+        n_jobs=1,
+        params=None,
+        pruner=optuna.pruners.MedianPruner(),
+    )
+    callback = {"_target_": "vitattn.training.callbacks.OptunaPruning"}
+    config = OmegaConf.create(
+        {
+            "optimized_metric": objective,
+            "callbacks": {"pruning": {**callback, **({"monitor": monitor} if monitor else {})}},
+        }
+    )
+    with pytest.raises(ConfigError) as refused:
+        check_pruner(settings, [direction], config)
+    assert str(refused.value) == (
+        f"callbacks.pruning.monitor='{monitor or 'val/acc'}' is not valid; choose a metric that "
+        f"is better {valid} for hydra.sweeper.direction={direction}: the pruner judges each "
+        "report in the study's direction"
+    )
+    agreeing = {"maximize": "val/acc", "minimize": "val/loss"}[direction]
+    config.callbacks.pruning.monitor = agreeing
+    assert check_pruner(settings, [direction], config) is settings.pruner
+    config.callbacks.pruning.monitor = "val/fidelity"  # no direction of its own: the user's
+    assert check_pruner(settings, [direction], config) is settings.pruner
+
+
 def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_traceback() -> None:
     """A study file whose waiting trial keeps ``fixed_params`` as text ended the search in
     ``TypeError: 'str' object is not a mapping``; it is refused and marked failed as a trial

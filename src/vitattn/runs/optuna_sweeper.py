@@ -77,6 +77,8 @@ SWEEP_ATTR = "sweep_dir"
 trial left running is settled only by a search of that directory, whose lock rules out a live
 process there; one of another directory on a shared storage may be running."""
 DIRECTIONS = ("maximize", "minimize")
+BETTER = {"maximize": "higher (an accuracy: val/acc)", "minimize": "lower (a loss: val/loss)"}
+"""What a metric of each direction is, as a refusal says it."""
 
 
 @dataclass(frozen=True)
@@ -212,14 +214,37 @@ def check_pruner(settings: SearchSettings, directions: Sequence[str], config: An
             "for several directions"
         )
     callbacks = OmegaConf.select(config, "callbacks", default=None) or {}
-    targets = [str(c.get("_target_", "")) for c in callbacks.values() if hasattr(c, "get")]
-    if not any(target.endswith(".OptunaPruning") for target in targets):
+    reporting = {
+        str(key): node
+        for key, node in callbacks.items()
+        if hasattr(node, "get") and str(node.get("_target_", "")).endswith(".OptunaPruning")
+    }
+    if not reporting:
         raise ConfigError(
             "hydra.sweeper.pruner needs the callback that reports val/acc to each trial: add "
             "callbacks.optuna_pruning with _target_: vitattn.training.callbacks.OptunaPruning "
             "(as configs/hparams_search/optuna.yaml does)"
         )
+    for key, node in reporting.items():
+        check_pruning_monitor(f"callbacks.{key}.monitor", node, directions[0])
     return pruner
+
+
+def check_pruning_monitor(setting: str, node: Any, direction: str) -> None:
+    """Refuse in one line an ``OptunaPruning`` callback (its config ``node``) whose ``monitor``
+    is better the other way than the study's ``direction`` (``val/acc`` in a study that
+    minimizes ``val/loss``): the pruner, judging its reports in the study's direction, would
+    prune the best trials and keep the worst."""
+    monitor = str(node.get("monitor", metric_names.PRUNING_MONITORED))
+    better = metric_names.better_direction(monitor)
+    if better is None or better == direction:
+        return
+    raise checks.invalid(
+        setting,
+        monitor,
+        f"a metric that is better {BETTER[direction]} for hydra.sweeper.direction={direction}: "
+        "the pruner judges each report in the study's direction",
+    )
 
 
 def open_study(

@@ -80,6 +80,9 @@ LIGHTNING_LOGGED: dict[str, tuple[str, ...]] = {
 """Lightning's callbacks whose logged names are known: the learning rate's, one name for each of
 the module's parameter groups (``decay`` and ``no_decay``), under the schedule's name
 (``train/lr``) or ``lr-<optimizer>`` without one; none for the others."""
+PRUNING_MONITORED = "val/acc"
+"""What :class:`~vitattn.training.callbacks.OptunaPruning` reports to a trial unless its
+``monitor`` says otherwise."""
 CHECKPOINT_MONITORED = ("epoch", "step")
 """What a ``ModelCheckpoint`` may monitor beyond the logged figures (``monitor=step mode=max``
 keeps the latest checkpoints)."""
@@ -148,6 +151,16 @@ def written_by_vitattn(name: str) -> bool:
     another search trial may hold it where this one did not (a deeper network's
     ``val/fidelity/layer_1``, ``train/compile_seconds`` of a run that compiled)."""
     return matches(name, EVERY_NAME)
+
+
+def better_direction(name: str) -> str | None:
+    """The direction an Optuna study takes to better ``name``, where its last part says:
+    ``maximize`` for an accuracy (``val/acc``, ``val/acc_best``), ``minimize`` for a loss
+    (``val/loss``); ``None`` for any other figure."""
+    last = name.rsplit("/", 1)[-1]
+    if last.startswith("acc"):
+        return "maximize"
+    return "minimize" if last.startswith("loss") else None
 
 
 def layer_of(name: str, names: Iterable[str]) -> int | None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import lightning as L
 
+from vitattn.utils import metric_names
+
 log = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ class OptunaPruning(L.Callback):
     pruner prunes (none: never); does nothing in a job that is not a trial of a search whose
     study it reaches (a storage, one objective)."""
 
-    def __init__(self, monitor: str = "val/acc") -> None:
+    def __init__(self, monitor: str = metric_names.PRUNING_MONITORED) -> None:
         self.monitor = monitor
         self.trial: Any = None
         self.pruned_at: int | None = None
