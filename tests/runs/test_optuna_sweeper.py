@@ -148,3 +148,26 @@ def test_a_study_trial_whose_constraints_optuna_cannot_read_is_refused_before_an
         "hydra.sweeper.study_name or hydra.sweep.dir"
     )
     assert launcher.launched == []
+
+
+def test_a_stored_search_without_a_study_name_is_one_line_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    """``hydra.sweeper.study_name`` is ``None`` unless a config sets it (``OptunaSearchConf``).
+    Optuna then named each new study ``no-name-<uuid>``, so the same command run again into the
+    sweep directory made a second study instead of continuing the first: it ran all of
+    ``n_trials`` again, numbered its jobs from 0 again, and each job's ``job_trial``
+    (``optuna.load_study(study_name=None)``) failed with "Could not determine the study name".
+    In memory, where nothing is continued, no name is needed."""
+    sweep = tmp_path / "unnamed"
+    launcher = Launcher(sweep, accuracy)
+    with pytest.raises(ConfigError) as refused:
+        search(sweep, launcher, 2, study_name=None)
+    assert str(refused.value) == (
+        "hydra.sweeper.study_name=None is not valid; choose a name for the study in "
+        "hydra.sweeper.storage (the presets': vitattn, vitattn_pareto), or "
+        "hydra.sweeper.storage=null (in memory, nothing to continue)"
+    )
+    assert launcher.launched == [] and not sweep.exists()
+    assert search(sweep, launcher, 2, study_name=None, storage=None) == []
+    assert len(launcher.launched) == 2

@@ -34,6 +34,8 @@ class OptunaSearchConf:
     """A list of directions, one per metric of ``optimized_metric`` (wins over direction)."""
     storage: Any = None
     study_name: str | None = None
+    """The study's name in ``storage``, which a storage needs (null is refused there: Optuna
+    would name each new study anew, and the search could not be continued)."""
     n_trials: int = 20
     """Finished trials (complete or pruned) the study holds once the search ends."""
     n_jobs: int = 1

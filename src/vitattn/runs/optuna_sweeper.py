@@ -522,6 +522,7 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     its setting; nothing is opened or written."""
     params = [f"{key}={value}" for key, value in (settings.params or {}).items()]
     storage_url(settings.storage)
+    check_study_name(settings)
     distributions, fixed = parse_space([*params, *arguments])
     if not distributions:
         raise ConfigError(f"{SPACE_SETTING} is empty: give the search a space to search")
@@ -533,6 +534,21 @@ def plan_search(settings: SearchSettings, config: Any, arguments: Sequence[str])
     check_sampler_size(sampler, settings.n_trials)
     pruner = check_pruner(settings, directions, config)
     return Plan(distributions, fixed, directions, objectives, sampler, grid_size, pruner)
+
+
+def check_study_name(settings: SearchSettings) -> None:
+    """Refuse in one line a search with a storage and no study name: Optuna names each new
+    study ``no-name-<uuid>``, so the same command run again would make a second study rather
+    than continue the first, and each job, loading the study by no name from a storage of two,
+    would fail."""
+    name = settings.study_name
+    if settings.storage and not (isinstance(name, str) and name):
+        raise checks.invalid(
+            "hydra.sweeper.study_name",
+            name,
+            "a name for the study in hydra.sweeper.storage (the presets': vitattn, "
+            "vitattn_pareto), or hydra.sweeper.storage=null (in memory, nothing to continue)",
+        )
 
 
 GP_MAX_TRIALS = 1_000
