@@ -171,3 +171,24 @@ def test_a_stored_search_without_a_study_name_is_one_line_before_anything_is_mad
     assert launcher.launched == [] and not sweep.exists()
     assert search(sweep, launcher, 2, study_name=None, storage=None) == []
     assert len(launcher.launched) == 2
+
+
+GRID = {"attention.k": "choice(4, 8, 16, 32)"}
+GRID_SAMPLER = {"_target_": "optuna.samplers.GridSampler", "_partial_": True, "seed": 1234}
+"""``hydra.sweeper.sampler`` of ``hydra/sweeper/sampler=grid`` (a partial: the search gives it
+the grid), seeded as the presets seed it."""
+
+
+def test_a_grid_search_continued_runs_each_point_of_the_grid_once(tmp_path: Path) -> None:
+    """``GridSampler``'s seed shuffles the grid, and each trial records its point as an index
+    into the shuffled grid (``grid_id``). The continuation seeded the sampler anew (from the
+    seed and the trials stored, as for a random sampler), so the same index meant another
+    point: a grid of 6 run for 2 trials (16, 8) and continued to 6 ran 4, 8, 32, 128, k=8
+    twice and never 64."""
+    sweep = tmp_path / "grid"
+    grid = {"attention.k": "choice(4, 8, 16, 32, 64, 128)"}
+    first, continued = Launcher(sweep, accuracy), Launcher(sweep, accuracy)
+    search(sweep, first, 2, GRID_SAMPLER, grid)
+    search(sweep, continued, 6, GRID_SAMPLER, grid)
+    points = [int(p["attention.k"]) for p in [*first.launched, *continued.launched]]
+    assert sorted(points) == [4, 8, 16, 32, 64, 128]

@@ -15,7 +15,7 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 * jobs are numbered on from the study's trials, so no job directory is written again;
 * a sampler with a seed is seeded again from that seed and the number of trials stored (Optuna
   does not store its random state: built afresh from its seed, it would draw the first trials'
-  points again);
+  points again), but a grid's, whose seed orders the grid its trials record places in;
 * a trial left running by a killed process of this sweep directory is marked failed (the sweep
   directory's lock rules out a live one), and its directory is kept as it is; one a search of
   another directory started (its ``sweep_dir`` attribute), on a storage both share, or one
@@ -166,13 +166,17 @@ def continued_sampler(
     trials but not the sampler's random state, so the sampler ``hydra.sweeper.sampler`` builds
     from its ``seed`` would draw the points of the first trials again. With a seed and trials
     stored, it is built again from a seed derived from both (the same continuation draws the
-    same points); a fresh search, or one without a seed, keeps ``sampler`` as it is."""
+    same points); a fresh search, or one without a seed, keeps ``sampler`` as it is, and so
+    does a grid search: ``GridSampler``'s seed shuffles the grid, whose points the study's
+    trials record by their index in it (``grid_id``), and it draws only points no trial
+    visited."""
+    import optuna
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     node = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
     seed = node.get("seed") if OmegaConf.is_dict(node) else None
-    if stored == 0 or seed is None:
+    if stored == 0 or seed is None or isinstance(sampler, optuna.samplers.GridSampler):
         return sampler
     derived = derived_seed(seed, stored)
     log.info("sampler seeded with %d: seed %s and %d trials stored", derived, seed, stored)
