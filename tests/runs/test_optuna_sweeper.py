@@ -4,6 +4,7 @@ Through the console, with training: ``tests/test_optuna_search.py``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,48 @@ def test_a_grid_search_continued_runs_each_point_of_the_grid_once(tmp_path: Path
     search(sweep, continued, 6, GRID_SAMPLER, grid)
     points = [int(p["attention.k"]) for p in [*first.launched, *continued.launched]]
     assert sorted(points) == [4, 8, 16, 32, 64, 128]
+
+
+class Cut(BaseException):
+    """A kill of the search's process as its job runs: the trial is left running."""
+
+
+@pytest.mark.parametrize(
+    ("first_trials", "end", "again"),
+    [
+        (4, RuntimeError("failed"), ["8"]),  # the job failed; the rest of the grid ran
+        (3, RuntimeError("failed"), ["8", "32"]),  # and the grid's last point is still to go
+        (4, Cut(), ["8", "16", "32"]),  # killed: the continuation marks the trial failed
+    ],
+)
+def test_a_grid_search_continued_after_a_failed_trial_runs_the_failed_point(
+    first_trials: int, end: BaseException, again: list[str], tmp_path: Path
+) -> None:
+    """A grid of 4 whose trial 1 (k=8) failed, or was cut off by a kill, continued to 4: Optuna
+    5's ``GridSampler`` counts a failed trial's point as visited, so the continuation warned
+    "`GridSampler` is re-evaluating a configuration because the grid has been exhausted" and
+    ran a point that already had its result (k=32), and k=8 was never evaluated."""
+    sweep = tmp_path / "grid"
+
+    def failing(params: dict[str, str], index: int) -> Any:
+        if index != 1:
+            return accuracy(params, index)
+        if isinstance(end, Exception):
+            return end
+        raise end
+
+    first = Launcher(sweep, failing)
+    with pytest.raises(Cut) if isinstance(end, Cut) else contextlib.nullcontext():
+        search(sweep, first, first_trials, GRID_SAMPLER, GRID)
+    launched = ["4", "8", "16", "32"][: first_trials if isinstance(end, Exception) else 2]
+    assert [p["attention.k"] for p in first.launched] == launched
+
+    continued = Launcher(sweep, accuracy)
+    assert search(sweep, continued, 4, GRID_SAMPLER, GRID) == []
+    assert [p["attention.k"] for p in continued.launched][:1] == ["8"]  # the failed point first
+    assert sorted(p["attention.k"] for p in continued.launched) == sorted(again)
+    study = optuna.load_study(study_name="vitattn", storage=f"sqlite:///{sweep}/optuna.db")
+    complete = [t.params["attention.k"] for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(complete) == [4, 8, 16, 32]
+    (retried,) = (t for t in study.trials if t.params["attention.k"] == 8 and t.values)
+    assert retried.system_attrs["failed_trial"] == 1

@@ -12,6 +12,7 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 (``sqlite:///<sweep>/optuna.db`` unless ``hydra.sweeper.storage`` says otherwise):
 
 * ``n_trials`` counts the study's finished trials (complete or pruned): a re-run runs the rest;
+  a grid search runs the points of its failed trials first (:func:`retry_failed_grid_points`);
 * jobs are numbered on from the study's trials, so no job directory is written again;
 * a sampler with a seed is seeded again from that seed and the number of trials stored (Optuna
   does not store its random state: built afresh from its seed, it would draw the first trials'
@@ -39,7 +40,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -351,19 +352,21 @@ def settle_stored_trials(
     trials: Sequence[Any],
     sweep_dir: Path,
     own_storage: bool = False,
-) -> None:
+) -> set[int]:
     """Mark failed the trials (of ``trials``, the study's as read) a killed process of
     ``sweep_dir`` (absolute) left running (:func:`settle_running`; ``own_storage``: the study
     is a file inside it), and the waiting trials whose values do not belong to the space (each
     refused in one line: never launched); a trial running for another directory is left as it
-    is."""
+    is. The numbers of the trials marked failed as cut off."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
+    cut_off = set()
     for trial in (t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         if trial.state == TrialState.RUNNING:
-            settle_running(storage, trial, trial_id, sweep_dir, own_storage)
+            if settle_running(storage, trial, trial_id, sweep_dir, own_storage):
+                cut_off.add(trial.number)
             continue
         fixed = trial.system_attrs.get("fixed_params", {})
         if isinstance(fixed, Mapping):
@@ -378,25 +381,88 @@ def settle_stored_trials(
                 study.study_name,
                 one_line(why)[:MAX_SHOWN],
             )
+    return cut_off
 
 
 def settle_running(
     storage: Any, trial: Any, trial_id: int, sweep_dir: Path, own_storage: bool
-) -> None:
+) -> bool:
     """Mark failed a running ``trial`` this sweep directory started (cut off: the directory's
     lock rules out a live process in it), or one that records no directory (a study of a
     vitattn before 2026-11-30) in a storage of this directory's own (``own_storage``: its
     sqlite file inside it); leave any other running (a process on a shared storage may still
-    tell its end)."""
+    tell its end); whether it was marked failed."""
     from optuna.trial import TrialState
 
     started_in = trial.user_attrs.get(SWEEP_ATTR)
     if started_in == str(sweep_dir) or (started_in is None and own_storage):
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
-        return
+        return True
     where = one_line(started_in)[:MAX_SHOWN] if isinstance(started_in, str) else "no directory"
     log.info("trial %d is running for another search (%s): left as it is", trial.number, where)
+    return False
+
+
+def retry_failed_grid_points(
+    study: Any,
+    trials: Sequence[Any],
+    cut_off: Collection[int],
+    distributions: Mapping[str, Any],
+    to_go: int,
+) -> list[int]:
+    """Hold for the next asks (``WAITING``, as Optuna's ``RetryFailedTrialCallback`` holds a
+    failed trial) the grid point of each failed trial of ``trials`` (the study's as read; those
+    of ``cut_off`` were running, and are failed since) that no other trial holds (complete,
+    pruned, running or waiting), each point once and at most ``to_go``: Optuna's
+    ``GridSampler`` counts a failed trial's point as visited, so a grid search continued after
+    a failed trial ran a point again that had its result, and never the failed one. The
+    retried trial keeps the failed one's ``grid_id`` (the sampler's own record of the point).
+    The numbers of the failed trials retried."""
+    from optuna.trial import TrialState, create_trial
+
+    grid = grid_of(distributions)
+    failed = [t for t in trials if t.state == TrialState.FAIL or t.number in cut_off]
+    held = {point_of(t) for t in trials if t.state != TrialState.FAIL and t.number not in cut_off}
+    retried = []
+    for trial in failed:
+        if len(retried) == to_go or point_of(trial) in held or not of_grid(trial, grid):
+            continue
+        held.add(point_of(trial))
+        attrs = {key: trial.system_attrs[key] for key in ("grid_id", "search_space")}
+        attrs["failed_trial"] = trial.system_attrs.get("failed_trial", trial.number)
+        study.add_trial(
+            create_trial(
+                state=TrialState.WAITING,
+                params=dict(trial.params),
+                distributions={name: distributions[name] for name in trial.params},
+                system_attrs=attrs,
+            )
+        )
+        retried.append(trial.number)
+    if retried:
+        log.info("the grid points of failed trials %s run again first", retried)
+    return retried
+
+
+def point_of(trial: Any) -> tuple[tuple[str, str], ...]:
+    """The values ``trial`` holds (a waiting trial's ``fixed_params`` too), as comparable text:
+    a study's file may hold values of any kind."""
+    fixed = trial.system_attrs.get("fixed_params")
+    values = {**(fixed if isinstance(fixed, Mapping) else {}), **trial.params}
+    return tuple(sorted((str(name), repr(value)) for name, value in values.items()))
+
+
+def of_grid(trial: Any, grid: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether ``trial`` holds a point ``GridSampler`` drew from ``grid`` (its ``grid_id`` and
+    ``search_space`` system attributes, that space ``grid``), with a value for each setting."""
+    attrs = trial.system_attrs
+    return (
+        "grid_id" in attrs
+        and attrs.get("search_space") == grid
+        and set(trial.params) == set(grid)
+        and all(value in grid[name] for name, value in trial.params.items())
+    )
 
 
 def storage_inside(url: str | None, sweep_dir: Path) -> bool:
@@ -706,7 +772,7 @@ class Search:
         check_fitted_trials(study, self.settings.storage, plan.sampler, trials, n_trials)
         unnamed = unnamed_metrics(study, objectives, self.settings.storage)
         own_storage = storage_inside(self.settings.storage, here)
-        settle_stored_trials(study, storage, distributions, trials, here, own_storage)
+        cut_off = settle_stored_trials(study, storage, distributions, trials, here, own_storage)
         study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
         done, job_index = finished(trials), len(trials)  # settling fails none that finished
         log.info(
@@ -717,6 +783,9 @@ class Search:
         )  # fmt: skip
         to_go, failures = max(0, n_trials - done), []
         url = self.settings.storage
+        if plan.grid_size is not None:
+            with going_on_with(url):
+                retry_failed_grid_points(study, trials, cut_off, distributions, to_go)
         while to_go > 0:
             with going_on_with(url):
                 trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
