@@ -41,6 +41,13 @@ def test_fast_dev_run(tmp_path: Path, data_dir: Path) -> None:
     assert "fast_dev_run" in output
     assert "Tip:" not in output  # Lightning's adverts for optional cloud packages are dropped
     assert "Trainer(" in output or "GPU available" in output  # its other messages are not
+    # It ends with the run's line, and keeps nothing but Hydra's record and log (user review:
+    # no line at the end, and attention/maps.npz written)
+    last = output.strip().splitlines()[-1]
+    assert re.search(r"attention=softmax: best val/acc n/a, test/acc \d+\.\d\d%, ", last), last
+    assert "fast_dev_run: nothing kept" in last
+    kept = {path.relative_to(tmp_path).parts[0] for path in tmp_path.rglob("*")}
+    assert kept == {".hydra", ".vitattn.lock", "train.log"}, kept
 
 
 @pytest.mark.slow

@@ -74,6 +74,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         write_metrics(RunDir(output_dir).metrics_file, metrics)
         log_results(trainer.loggers, metrics, trainer.global_step)
         log.info("%s", fitting.result_line(metrics, output_dir))
+    elif trainer.is_global_zero:  # a fast_dev_run
+        log.info("%s", fitting.result_line(metrics, output_dir, kept=False))
     return metrics
 
 

@@ -275,8 +275,9 @@ def test_report(trainer: L.Trainer) -> dict[str, Any]:
     return dict(report.report) if report is not None else {}
 
 
-def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
-    """The one line a finished run ends with: attention, best and test accuracy, time, where."""
+def result_line(metrics: dict[str, Any], output_dir: Path, kept: bool = True) -> str:
+    """The one line a finished run ends with: attention, best and test accuracy, time, where
+    (or, for a ``fast_dev_run``, that ``kept`` nothing)."""
 
     def percent(key: str) -> str:
         value = metrics.get(key)
@@ -285,5 +286,5 @@ def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
     return (
         f"attention={metrics.get('attention')}: best val/acc {percent('val/acc_best')}, "
         f"test/acc {percent('test/acc')}, {float(metrics.get('seconds') or 0):.0f} s; "
-        f"{output_dir}"
+        + (f"{output_dir}" if kept else "fast_dev_run: nothing kept")
     )

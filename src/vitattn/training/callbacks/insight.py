@@ -201,7 +201,7 @@ class AttentionInsight(L.Callback):
         figures = self.inspect(trainer, pl_module)
         for name, value in figures["scalars"].items():
             pl_module.log(name, value, on_step=False, on_epoch=True, rank_zero_only=True)
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and not trainer.fast_dev_run:
             self.publish(trainer, figures)
         self.seconds += time.perf_counter() - started
         log.debug("attention insight took %.3f s", time.perf_counter() - started)
