@@ -46,7 +46,7 @@ BAD_INPUTS = [
     ),
     (["training.model=vit_huge"], r"training.model=vit_huge is not a known model; choose one"),
     (["numerics.stress_scale=0"], r"numerics.stress_scale=0.0 is not valid; choose a positive"),
-    (["typo=1"], r"Key 'typo' not in 'CheckSettings'"),
+    (["typo=1"], r"^typo=1 sets typo, which is not a setting; choose among: attentions, "),
     (
         ["+kernels.variants.fast.attention=performer", "+kernels.variants.fast.k=3"],
         r"kernels.variants.fast.k is not a setting of configs/attention/performer.yaml",
@@ -123,7 +123,8 @@ def test_bad_input_is_one_line_before_the_run(
         (
             ['training.overrides=["model.depthh=2"]'],
             r"^training\.overrides=\[model\.depthh=2\] \(with model=vit attention=\w+ \(and every "
-            r"other attention trained\)\): Could not override 'model\.depthh'; ",
+            r"other attention trained\)\): model\.depthh is not a setting of .*VisionTransformer; "
+            r"did you mean model\.depth\? ",
         ),
         (
             ['training.overrides=["model.depth=0"]'],  # the trial build's: every row failed
@@ -181,7 +182,7 @@ def test_overrides_some_attentions_take_are_their_rows_to_report(tmp_path: Path)
     chosen = ["device=cpu", "attentions=[efficient,linformer]", *overrides]
     check_command(compose_config("check", chosen, tmp_path / "run"))
     message = r"^training\.overrides=\[attention\.impl=torch\] \(with model=vit "
-    message += r"attention=linformer\): Could not override 'attention\.impl'"
+    message += r"attention=linformer\): attention\.impl is not a setting of .*LinformerAttention; "
     assert_one_line_refusal(
         "check",
         ["device=cpu", "attentions=[linformer]", *overrides],

@@ -121,6 +121,41 @@ def test_an_addition_nothing_reads_is_one_line(
     assert_one_line_refusal(config_name, overrides, validate, message, tmp_path / "run")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["seeed=3"],
+            rf"^seeed=3 sets seeed, which is not a setting; did you mean seed\? choose among: "
+            rf"{TRAIN_KEYS}, .*, seed, ",
+        ),
+        (
+            ["model.depht=2"],
+            r"^model\.depht is not a setting of vitattn\.models\.vit\.VisionTransformer; did you "
+            r"mean model\.depth\? choose among: .*, depth, ",
+        ),
+        (
+            ["-m", "attention=softmax,linear", "attention.landmarks=8"],
+            r"^attention\.landmarks is not a setting of vitattn\.attention\.softmax\."
+            r"SoftmaxAttention; choose among: dropout, head_dim, heads, impl, ",
+        ),
+        (  # named as typed, not one job's modell.depth=1
+            ["-m", "attention=softmax,linear", "modell.depth=1,2"],
+            rf"^modell\.depth=1,2 sets modell\.depth, which is not a setting; did you mean "
+            rf"model\? choose among: {TRAIN_KEYS}, ",
+        ),
+    ],
+)
+def test_a_key_that_is_not_there_set_without_a_plus_is_told_as_its_addition_would_be(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """Hydra's own line ("Could not override 'seeed'; To append to your config use +seeed=3")
+    suggested the addition that is then refused: the line names the key and what is valid."""
+    from vitattn.train import validate
+
+    assert_one_line_refusal("train", overrides, validate, message, tmp_path / "run")
+
+
 def test_a_sweep_is_refused_before_its_jobs_run(tmp_path: Path) -> None:
     assert_one_line_refusal(
         "train", ["-m", "seed=1,2", "+sead=1"], None, r"^\+sead=1 adds sead, ", tmp_path / "run"

@@ -185,19 +185,25 @@ def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
 
 def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> str:
     """The line refusing ``override``, which adds ``key`` under the node ``there`` of ``before``
-    (the config without the additions): its keys, by their full names, and a close one first."""
+    (the config without the additions): its keys, by their full names, and a close one first.
+    An ``override`` without ``+`` (``seeed=3``, which Hydra refused, suggesting ``+seeed=3``)
+    is told it sets a key that is not a setting."""
     parent = node_at(before, there)
     prefix = "".join(f"{part}." for part in there)
     shown_override = cut_apart(one_line(override), MAX_SHOWN)
     shown_key = cut_apart(one_line(key), MAX_SHOWN)
+    adds = override.startswith("+")
     if not isinstance(parent, DictConfig):
         what = "null" if parent._is_none() else "a value"
         return (
-            f"{shown_override} adds {shown_key} under {prefix[:-1]}, which is {what}, not a "
+            f"{shown_override} {'adds' if adds else 'sets'} {shown_key} under {prefix[:-1]}, "
+            f"which is {what}, not a "
             "node of settings: nothing reads keys there"
         )
     valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
     names = [name[len(prefix) :] for name in valid]
     hint = did_you_mean(key.split(".")[len(there)], names, prefix)
     where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
+    if not adds:
+        return f"{shown_override} sets {shown_key}, which is not a setting; {hint}{where}"
     return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"

@@ -11,7 +11,9 @@ and exit status 1, with nothing created:
   config is composed as the app will compose it, sweeps value by value;
 * whatever the app's own ``validate`` hook rejects on the composed config;
 * an addition (``+key=value``, ``++key=value``) of a key nothing reads (``+seeed=3``: Hydra's
-  own hint for ``seeed=3``), with the keys that are there (:mod:`vitattn.cli.additions`).
+  own hint for ``seeed=3``), with the keys that are there (:mod:`vitattn.cli.additions`);
+  and a key that is not there set without ``+`` (``seeed=3``, ``model.depht=2``), told as its
+  addition would be, where Hydra's line suggested that addition (:func:`added_instead`).
 """
 
 from __future__ import annotations
@@ -660,17 +662,23 @@ def check_composition(
             looked_up[tuple(overrides)] = composed(overrides)
         return looked_up[tuple(overrides)]
 
-    given = overrides_of(arguments)  # as the command line gives them, one for each job's
-    for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):
-        typed = given if len(given) == len(overrides) else overrides
+    def check_job(overrides: list[str], typed: Sequence[str], first: bool) -> None:
+        """The checks of one job's ``overrides`` (``typed``: as the command line gives them)."""
         try:
             cfg = composed(overrides)
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
             line = crossing(overrides, composed_once, typed=typed)  # key=value through one
+            as_added = added_instead(error, overrides)
+            if line is None and as_added is not None:  # the addition's checks name the key
+                check_job(as_added, typed, first=False)
             raise ConfigError(line or composition_message(error)) from error
         except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
-            added = [cut_apart(one_line(text), MAX_SHOWN) for text in overrides if text[:1] == "+"]
+            added = [
+                cut_apart(one_line(typed[at]), MAX_SHOWN)
+                for at, text in enumerate(overrides)
+                if text[:1] == "+"
+            ]
             raise ConfigError(
                 f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
                 f"({composition_message(error)}): no key can be added under a setting that is null"
@@ -688,10 +696,36 @@ def check_composition(
             check_additions(cfg, overrides, composed_once, typed)  # an unread key says more
             raise
         check_additions(cfg, overrides, composed_once, typed)
-        if index == 0:
+        if first:
             check_search(cfg)
             if multirun(arguments):
                 check_launcher(cfg)
+
+    given = overrides_of(arguments)  # as the command line gives them, one for each job's
+    for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):
+        typed = given if len(given) == len(overrides) else overrides
+        check_job(overrides, typed, first=index == 0)
+
+
+def added_instead(error: BaseException, overrides: Sequence[str]) -> list[str] | None:
+    """``overrides`` with the one Hydra refused for setting a key the config does not have
+    (``seeed=3``: "Could not override 'seeed'. To append to your config use +seeed=3") made the
+    addition Hydra suggests, whose checks (:func:`check_additions`, the app's own of a target's
+    settings) then name the key and what is valid; ``None`` where ``error`` is another refusal.
+    """
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if not isinstance(error, ConfigCompositionException):
+        return None
+    if not isinstance(error.__cause__, ConfigAttributeError | ConfigKeyError):
+        return None
+    for at, text in enumerate(overrides):
+        override = parsed(text)
+        plain = not (override.is_add() or override.is_force_add() or override.is_delete())
+        if plain and str(error).startswith(f"Could not override '{override.key_or_group}'."):
+            return [*overrides[:at], f"+{text}", *overrides[at + 1 :]]
+    return None
 
 
 def composition_message(error: BaseException) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from vitattn.cli.additions import did_you_mean
 from vitattn.cli.overrides import key_of
 from vitattn.errors import ConfigError
 from vitattn.runs.files import read_json, whole_number
@@ -246,9 +247,11 @@ def check_types(
         hints, names, variadic = checks.signature_of(target)
         for key, value in settings.items():
             if key not in names and not variadic:
-                valid = ", ".join(sorted(names - {"args", "kwargs"}))
+                valid = sorted(names - {"args", "kwargs"})
+                hint = did_you_mean(key, valid, f"{path}.")
                 raise ConfigError(
-                    f"{path}.{key} is not a setting of {target_name}; choose among: {valid}"
+                    f"{path}.{key} is not a setting of {target_name}; {hint}choose among: "
+                    f"{', '.join(valid)}"
                 )
             if key in hints:
                 checks.of_type(f"{path}.{key}", value, hints[key])
