@@ -342,6 +342,23 @@ def test_a_sweep_summarized_in_place_gains_its_seed_runs_or_one_warning(
     assert blocked.warnings[0] in report(blocked).splitlines()
 
 
+def test_a_resumed_run_is_the_same_setting_as_one_trained_straight_through(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """A resume records ``resume=true`` and ``ckpt_path=...`` in the run's overrides: they say
+    how it was continued, not what it trained, so its seeds are one setting (they were two, one
+    labelled ``resume=true, ckpt_path=...``, the other ``resume=(unset), ckpt_path=(unset)``)."""
+    sweep = tmp_path / "sweep"
+    for seed in (1, 2):
+        make_run(sweep / f"seed={seed}", ["attention=softmax", f"seed={seed}"], maps=False)
+    checkpoint = sweep / "seed=3" / "checkpoints" / "last.ckpt"
+    resumed = ["attention=softmax", "seed=3", "resume=true", f"ckpt_path={checkpoint}"]
+    make_run(sweep / "seed=3", resumed, maps=False)
+    summary = summarize([sweep])
+    assert [(s.label, len(s.completed)) for s in summary.settings] == [("sweep", 3)]
+    assert "resume" not in (sweep / "summary.md").read_text()
+
+
 def test_a_cost_unknown_for_a_run_is_left_out_with_its_own_n(
     tmp_path: Path, make_run: Callable[..., Path]
 ) -> None:

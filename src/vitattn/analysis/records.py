@@ -14,7 +14,9 @@ from ``metrics.json``, without curves, and one warning line names the file (:fun
 a refused ``attention/maps.npz`` leaves out the maps alone.
 
 Runs are labelled by the overrides that differ between the runs shown (``attention=linear``),
-never by those they share; runs that differ only by ``seed`` share a label, hence a line.
+never by those they share; runs that differ only by ``seed`` share a label, hence a line, and so
+do a run resumed and one trained straight through (``resume`` and ``ckpt_path`` say how a run was
+continued, not what it trained).
 """
 
 from __future__ import annotations
@@ -63,6 +65,15 @@ SUMMARY_COLUMNS = (
 
 
 SEED_KEY = "seed"
+
+CONTINUATION_KEYS = ("resume", "ckpt_path")
+"""Overrides that say how a run was continued, not what it trained: a resume records them in
+its ``.hydra/overrides.yaml`` (``resume=true``, ``ckpt_path=<run>/checkpoints/last.ckpt``), and
+a run resumed is the same setting as one trained straight through."""
+
+NOT_SETTINGS = (SEED_KEY, *CONTINUATION_KEYS)
+"""Overrides a label leaves out: the seed (runs that differ by it are one setting's seeds) and
+:data:`CONTINUATION_KEYS`."""
 
 CURVE_TAGS = TAGS
 """The curves a summary reads of each run, each thinned to at most
@@ -227,7 +238,8 @@ def relative_name(run: Run, root: Path) -> str:
 
 def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     """Name each run by the overrides whose values differ between ``runs`` other than
-    ``seed`` (``attention=linear, model.depth=2``). Runs that differ only by seed share a label
+    :data:`NOT_SETTINGS`, ``seed`` and how a run was continued (``resume``, ``ckpt_path``):
+    ``attention=linear, model.depth=2``. Runs that differ only by seed share a label
     (the name of their common folder), hence a line; if nothing differs at all, each run is
     named by its directory (relative to ``root``, default :func:`common_root`). Decimals a
     program wrote in full (an Optuna search's) are shown to four digits where no two settings
@@ -235,7 +247,7 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     if not runs:
         return
     root = root if root is not None else common_root([run.path for run in runs])
-    keys = list(dict.fromkeys(k for run in runs for k in run.settings if k != SEED_KEY))
+    keys = list(dict.fromkeys(k for run in runs for k in run.settings if k not in NOT_SETTINGS))
     values = [{key: run.setting(key) for key in keys} for run in runs]
     differing = [key for key in keys if len({v[key] for v in values}) > 1]
     if differing:
