@@ -405,8 +405,11 @@ def test_the_lora_table_shows_a_malformed_run_as_failed(
     (sweep / "rank=8" / ".hydra" / "overrides.yaml").write_text("- [lora.rank=8\n")
     (sweep / "rank=16").mkdir()  # a rank that is not a number: left out, no traceback
     (sweep / "rank=16" / "metrics.json").write_text('{"lora/rank": "x", "test/acc": 0.5}')
-    assert main([str(sweep)]) == 0
-    shown = capsys.readouterr().out
+    with pytest.raises(SystemExit) as ended:  # no run completed: no table, one line
+        main([str(sweep)])
+    assert ended.value.code == 1
+    shown = capsys.readouterr().err
+    assert shown.splitlines()[-1].startswith("lora_table.py: error: no completed ")
     for name, file, problem in [
         ("rank=4", "metrics.json", "holds a list where a mapping belongs"),
         ("rank=8", ".hydra/overrides.yaml", "is not valid YAML"),

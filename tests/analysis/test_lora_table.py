@@ -154,3 +154,33 @@ def test_a_file_where_the_table_is_written_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"lora_table.py: error: {root / 'lora_table.md'} is ")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("runs", ["none", "failed only"])
+def test_no_completed_run_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], runs: str
+) -> None:
+    """It printed "no completed vitattn-finetune runs found", wrote ``lora_table.md`` and a
+    ``lora_table.csv`` of its header alone into the folder, and exited 0."""
+    from vitattn.analysis.lora import main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    if runs == "failed only":
+        (folder / "0").mkdir()
+        (folder / "0" / "metrics.json").write_text('{"status": "failed", "error": "boom"}')
+    before = sorted(folder.rglob("*"))
+    with pytest.raises(SystemExit) as ended:
+        main([str(folder)])
+    assert ended.value.code == 1
+    said = capsys.readouterr()
+    assert said.out == ""
+    *notes, last = said.err.splitlines()
+    assert last.startswith(
+        f"lora_table.py: error: no completed vitattn-finetune runs (a metrics.json with "
+        f"lora/rank, data/shift and test/acc) under {folder}"
+    )
+    assert notes == (["Failed: 0 (rank=None, shift=None): boom"] if runs == "failed only" else [])
+    assert sorted(folder.rglob("*")) == before
+    with pytest.raises(ValueError, match="no completed vitattn-finetune runs"):
+        to_markdown([], [])

@@ -8,13 +8,16 @@ row with the base model's accuracy on each shifted set before fine-tuning. Sever
 cell (seeds) are averaged; the CSV keeps one row per (rank, shift) with the spread.
 
 ``python scripts/lora_table.py outputs/finetune/multiruns/<stamp>`` prints the Markdown table and
-writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--out``).
+writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--out``); where no run
+completed, it writes nothing and ends in one line (the failed runs' lines before it), exit
+status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -169,10 +172,25 @@ def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+class NoFinetuneRunsError(VitattnError):
+    """No completed ``vitattn-finetune`` run to make a table of: nothing is written. ``failed``:
+    the lines of the runs that failed among those found (:func:`failure_notes`)."""
+
+    def __init__(self, directories: Sequence[str | Path], failed: Sequence[str] = ()) -> None:
+        shown = one_line(", ".join(str(d) for d in directories))
+        why = f"; {len(failed)} failed" if failed else ""
+        super().__init__(
+            f"no completed vitattn-finetune runs (a metrics.json with lora/rank, data/shift and "
+            f"test/acc) under {shown}{why}"
+        )
+        self.failed = list(failed)
+
+
 def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()) -> str:
-    """The table: ranks down, shifts across, test accuracy in percent; base row first."""
+    """The table: ranks down, shifts across, test accuracy in percent; base row first. Without
+    rows there is no table: :class:`ValueError`."""
     if not rows:
-        return "\n".join(["no completed vitattn-finetune runs found", *failure_notes(runs)]) + "\n"
+        raise ValueError("no completed vitattn-finetune runs: no table to make")
     shifts = _shift_order({row["shift"] for row in rows})
     by_cell = {(row["rank"], row["shift"]): row for row in rows}
     ranks = sorted({row["rank"] for row in rows})
@@ -229,9 +247,12 @@ def write_table(
     directories: Sequence[str | Path], out: str | Path | None = None
 ) -> tuple[str, Path, Path]:
     """Read the runs, write ``lora_table.md`` and ``lora_table.csv``; return the Markdown and
-    both paths. ``out`` defaults to the first directory."""
+    both paths. ``out`` defaults to the first directory. Where no run completed, nothing is
+    written: :class:`NoFinetuneRunsError`."""
     runs = find_runs(directories)
     rows = lora_table(runs)
+    if not rows:
+        raise NoFinetuneRunsError(directories, failure_notes(runs))
     markdown = to_markdown(rows, runs)
     out_dir = Path(out) if out is not None else Path(directories[0])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -258,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         markdown, md_path, csv_path = write_table(args.directories, args.out)
+    except NoFinetuneRunsError as error:  # the failed runs' lines, then the one that ends it
+        for line in error.failed:
+            print(line, file=sys.stderr)
+        parser.exit(1, f"lora_table.py: error: {error}\n")
     except FileNotFoundError as error:
         parser.error(str(error))
     except (OSError, ValueError, VitattnError) as error:  # a folder where a file is written...
