@@ -121,6 +121,11 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
         f"vitattn-train resume=true {given}"
     )
     assert checkpoint_step(run_dir) == step
+    # Lightning's "`weights_only` was not set, defaulting to `False`." came just before the line
+    # saying the checkpoint was saved: the callback now says what it saves
+    log = (run_dir / "train.log").read_text()
+    assert f"{signal_name}: stopping after step {step}; saved " in log
+    assert "weights_only" not in log and "weights_only" not in stopped.stderr
     metrics = metrics_of(run_dir)
     assert metrics["status"] == "interrupted" and metrics["signal"] == signal_name
     assert metrics["steps"] == step
