@@ -93,6 +93,30 @@ def test_every_command_that_takes_a_checkpoint_refuses_a_payload(
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("contents", "said"),
+    [
+        (
+            b'{"status": "completed", "test/acc": 0.5}\n',  # a run's metrics.json
+            "is not a torch checkpoint (not a zip archive, as torch.save writes one); pass a "
+            ".ckpt saved by vitattn-train",
+        ),
+        (b"", "is empty, not a torch checkpoint; pass a .ckpt saved by vitattn-train"),
+    ],
+)
+def test_a_file_that_is_no_torch_checkpoint_is_told_so_in_one_line(
+    contents: bytes, said: str, tmp_path: Path
+) -> None:
+    """It was "not a readable checkpoint (RuntimeError: mmap can only be used with files saved
+    with `torch.save(_use_new_zipfile_serialization=True), please torch.save your checkpoint
+    ...)": torch's advice to save the file again, beside the point for a file that is none."""
+    path = tmp_path / "metrics.json"
+    path.write_bytes(contents)
+    with pytest.raises(ConfigError) as raised:
+        read_checkpoint(path)
+    assert str(raised.value) == f"{path} {said}"
+
+
 def test_a_checkpoint_of_an_earlier_version_with_omegaconf_settings_still_loads(
     tmp_path: Path,
 ) -> None:

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from vitattn.errors import ConfigError, VitattnError
 from vitattn.runs.checkpoint_values import check_values, shown_bytes
-from vitattn.runs.files import one_line
+from vitattn.runs.files import one_line, open_regular
 from vitattn.runs.training_state import check_training_state
 from vitattn.runs.trust import check_data_settings, check_stored_config, module_targets
 from vitattn.utils.config import flatten
@@ -221,8 +221,32 @@ def check_contents(checkpoint: Any, path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
+ZIP_MAGIC = b"PK\x03\x04"
+"""How a file begins that ``torch.save`` wrote: a zip archive's first local header."""
+
+
+def file_start(path: Path) -> bytes | None:
+    """The first bytes of the file at ``path`` (as many as :data:`ZIP_MAGIC`), or ``None`` where
+    it cannot be read as a regular file."""
+    try:
+        with open_regular(path, follow_links=True, max_bytes=None) as handle:
+            return handle.read(len(ZIP_MAGIC))
+    except (OSError, VitattnError):
+        return None
+
+
 def unreadable_reason(path: Path, error: BaseException) -> str:
-    """One line: the file is not a whole checkpoint (cut short, not a torch file)."""
+    """One line: the file is not a whole checkpoint: not a torch file at all (an empty file,
+    ``metrics.json``: torch's own words then advise saving it again, which is beside the point),
+    or one cut short."""
+    start = file_start(path)
+    if start == b"":
+        return f"{path} is empty, not a torch checkpoint; pass a .ckpt saved by vitattn-train"
+    if start is not None and start != ZIP_MAGIC:
+        return (
+            f"{path} is not a torch checkpoint (not a zip archive, as torch.save writes one); "
+            "pass a .ckpt saved by vitattn-train"
+        )
     reason = next(iter(str(error).splitlines()), "")[:200]
     return (
         f"{path} is not a readable checkpoint ({type(error).__name__}: {reason}); it may be cut "
