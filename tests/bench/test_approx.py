@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.support.presets import compose_config
+from tests.support.written import assert_the_closing_line_names_every_file
 from vitattn.attention import ATTENTIONS
 from vitattn.bench.app import benchmark
 from vitattn.bench.approx import approximation_errors, random_qkv
@@ -58,7 +60,7 @@ def test_a_refused_budget_value_is_named_as_given_in_its_row() -> None:
 
 @pytest.mark.slow
 def test_approx_mode_on_random_inputs_and_a_checkpoint(
-    tiny_checkpoint: Path, tmp_path: Path, data_dir: Path
+    tiny_checkpoint: Path, tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     names = [n for n in ("linear", "performer") if n in ATTENTIONS]
     overrides = [
@@ -74,7 +76,10 @@ def test_approx_mode_on_random_inputs_and_a_checkpoint(
         "batch_size=1",
         "heads=2",
     ]
-    benchmark(compose_config("bench", overrides, tmp_path))
+    with caplog.at_level(logging.INFO, logger="vitattn.bench"):
+        benchmark(compose_config("bench", overrides, tmp_path))
+    # its last line names every file it wrote (approx.md was left out)
+    assert_the_closing_line_names_every_file(caplog.text, tmp_path)
     with (tmp_path / "approx.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {r["source"] for r in rows} == {"random", "checkpoint"}

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.in_process import run_before_the_app
 from tests.support.runners import run_cli
+from tests.support.written import assert_the_closing_line_names_every_file
 
 # A grid small enough for a test: two attentions, two sizes, one quick repeat.
 SMALL = ["attentions=[softmax,linear]", "seq_lens=[32,64]", "head_dims=[16]", "batch_size=2"]
@@ -55,6 +56,7 @@ def test_cli_writes_every_file(tmp_path: Path, data_dir: Path) -> None:
     floor = content["environment"]["floor_device"]
     assert floor["measured"] and floor["peak_tflops"] > 0 and floor["bandwidth_gb_s"] > 0
     assert "% of floor" in result.stdout and "ops fwd+bwd" in result.stdout
+    assert_the_closing_line_names_every_file(result.stdout + result.stderr, run_dir)
 
 
 BENCH = ["vitattn-bench"]

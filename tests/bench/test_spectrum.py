@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.support.runners import run_cli
+from tests.support.written import assert_the_closing_line_names_every_file
 from vitattn.bench.spectrum import cumulative_energy, head_spectra, rank_at_energy, singular_values
 
 
@@ -44,7 +45,7 @@ def test_spectrum_mode_on_a_checkpoint(
     tiny_checkpoint: Path, tmp_path: Path, data_dir: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    run_cli(
+    result = run_cli(
         "vitattn-bench",
         "mode=spectrum",
         f"ckpt_path={tiny_checkpoint}",
@@ -60,3 +61,5 @@ def test_spectrum_mode_on_a_checkpoint(
     energies = [float(r["cumulative_energy"]) for r in values if r["head"] == "0"]
     assert energies == sorted(energies) and energies[-1] == pytest.approx(1.0)
     assert (run_dir / "spectrum.png").read_bytes()[:4] == b"\x89PNG"
+    # its last line names every file it wrote (spectrum.md and results.json were left out)
+    assert_the_closing_line_names_every_file(result.stdout + result.stderr, run_dir)

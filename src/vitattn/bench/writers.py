@@ -54,7 +54,11 @@ def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -
     plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
     floor = run.environment.get("floor_device")
     show(output_dir, "results.md", scaling_text(run.rows, run.scaling, run.sweep.reference, floor))
-    log.info("wrote results.csv, results.json, scaling.csv and figures to %s", output_dir)
+    log.info(
+        "wrote results.csv, results.json, results.md, scaling.csv, time_vs_seq_len.png and "
+        "memory_vs_seq_len.png to %s",
+        output_dir,
+    )
     return {"results": rows, "scaling": run.scaling}
 
 
@@ -177,7 +181,9 @@ def write_approx(run: ApproxRun, output_dir: Path, settings: dict[str, Any]) -> 
             f"\n\nOutput error next to the published packages' (mean +- std)\n\n{table(packages)}"
         )
     show(output_dir, "approx.md", text)
-    log.info("wrote approx.csv, results.json and approx_<attention>.png to %s", output_dir)
+    log.info(
+        "wrote approx.csv, results.json, approx.md and approx_<attention>.png to %s", output_dir
+    )
     return {"results": rows}
 
 
@@ -234,7 +240,11 @@ def write_spectrum(
         for s in summary
     ]
     show(output_dir, "spectrum.md", table(shown))
-    log.info("wrote spectrum.csv, spectrum_summary.csv and spectrum.png to %s", output_dir)
+    log.info(
+        "wrote spectrum.csv, spectrum_summary.csv, results.json, spectrum.md and spectrum.png "
+        "to %s",
+        output_dir,
+    )
     return {"results": summary}
 
 
