@@ -359,6 +359,20 @@ def test_a_resumed_run_is_the_same_setting_as_one_trained_straight_through(
     assert "resume" not in (sweep / "summary.md").read_text()
 
 
+def test_checkpoints_a_run_started_from_elsewhere_are_its_settings(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """A ``ckpt_path`` outside the run (what a fine-tune started from) is what it trained: two
+    bases are two settings, not two seeds of one."""
+    sweep = tmp_path / "sweep"
+    for base in ("a", "b"):
+        overrides = ["attention=softmax", f"ckpt_path={tmp_path}/{base}/checkpoints/last.ckpt"]
+        make_run(sweep / base, overrides, maps=False)
+    summary = summarize([sweep])
+    labels = sorted(s.label for s in summary.settings)
+    assert len(labels) == 2 and all(label.startswith("ckpt_path=") for label in labels), labels
+
+
 def test_a_cost_unknown_for_a_run_is_left_out_with_its_own_n(
     tmp_path: Path, make_run: Callable[..., Path]
 ) -> None:

@@ -15,8 +15,8 @@ a refused ``attention/maps.npz`` leaves out the maps alone.
 
 Runs are labelled by the overrides that differ between the runs shown (``attention=linear``),
 never by those they share; runs that differ only by ``seed`` share a label, hence a line, and so
-do a run resumed and one trained straight through (``resume`` and ``ckpt_path`` say how a run was
-continued, not what it trained).
+do a run resumed and one trained straight through (``resume`` and the ``ckpt_path`` of its own
+``last.ckpt`` say how a run was continued, not what it trained).
 """
 
 from __future__ import annotations
@@ -66,14 +66,13 @@ SUMMARY_COLUMNS = (
 
 SEED_KEY = "seed"
 
-CONTINUATION_KEYS = ("resume", "ckpt_path")
-"""Overrides that say how a run was continued, not what it trained: a resume records them in
-its ``.hydra/overrides.yaml`` (``resume=true``, ``ckpt_path=<run>/checkpoints/last.ckpt``), and
-a run resumed is the same setting as one trained straight through."""
+RESUME_KEY = "resume"
+CHECKPOINT_KEY = "ckpt_path"
 
-NOT_SETTINGS = (SEED_KEY, *CONTINUATION_KEYS)
+NOT_SETTINGS = (SEED_KEY, RESUME_KEY)
 """Overrides a label leaves out: the seed (runs that differ by it are one setting's seeds) and
-:data:`CONTINUATION_KEYS`."""
+``resume``, which a resume records in the run's ``.hydra/overrides.yaml`` beside the
+``ckpt_path`` it continues from (:meth:`Run.setting_of_what_it_trained`)."""
 
 CURVE_TAGS = TAGS
 """The curves a summary reads of each run, each thinned to at most
@@ -165,6 +164,18 @@ class Run:
                 pairs[key] = value
         return pairs
 
+    def setting_of_what_it_trained(self, key: str) -> str | None:
+        """:meth:`setting`, but ``None`` for a ``ckpt_path`` inside the run's own folder: a
+        resume's (``<run>/checkpoints/last.ckpt``) says how the run was continued, not what it
+        trained, so a run resumed is the same setting as one trained straight through. A
+        ``ckpt_path`` elsewhere (what a fine-tune or an evaluation started from) is a setting."""
+        value = self.setting(key)
+        if key == CHECKPOINT_KEY and value is not None:
+            own = self.path.absolute()
+            if own == Path(value).absolute() or own in Path(value).absolute().parents:
+                return None
+        return value
+
     def setting(self, key: str) -> str | None:
         """``key``'s value in this run: its override, else the config group's choice or the
         config's value (so that a run that left ``key`` at its default still compares)."""
@@ -238,7 +249,7 @@ def relative_name(run: Run, root: Path) -> str:
 
 def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     """Name each run by the overrides whose values differ between ``runs`` other than
-    :data:`NOT_SETTINGS`, ``seed`` and how a run was continued (``resume``, ``ckpt_path``):
+    :data:`NOT_SETTINGS` and a resume's own checkpoint (:meth:`Run.setting_of_what_it_trained`):
     ``attention=linear, model.depth=2``. Runs that differ only by seed share a label
     (the name of their common folder), hence a line; if nothing differs at all, each run is
     named by its directory (relative to ``root``, default :func:`common_root`). Decimals a
@@ -248,7 +259,7 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
         return
     root = root if root is not None else common_root([run.path for run in runs])
     keys = list(dict.fromkeys(k for run in runs for k in run.settings if k not in NOT_SETTINGS))
-    values = [{key: run.setting(key) for key in keys} for run in runs]
+    values = [{key: run.setting_of_what_it_trained(key) for key in keys} for run in runs]
     differing = [key for key in keys if len({v[key] for v in values}) > 1]
     if differing:
         labels = [label_of(value, differing, lambda text: text) for value in values]
