@@ -139,7 +139,7 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
     word), a ``default_root_dir`` other than the run directory (some of the run's files went
     there) and ``overfit_batches`` (Lightning's sampler of single images under the data
     module's batches ended the run in a shape error; so did the ``debug=overfit`` preset, now
-    gone)."""
+    gone), and a least training beyond the stop (:func:`check_least_training`)."""
     interval = trainer_cfg.get("val_check_interval")
     if isinstance(interval, int) and not isinstance(interval, bool) and interval < 1:
         raise checks.invalid(
