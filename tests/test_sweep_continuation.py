@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,6 +25,7 @@ from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
 from vitattn.runs.continuation import (
     ATTEMPTS,
+    kept_not_reused,
     planned_jobs,
     set_aside,
 )
@@ -330,6 +332,44 @@ def test_seeds_added_to_a_finished_sweep_run_only_the_new_jobs(
     assert records["attention=linear"]["test_acc_diff_sizes"] == "3"
     assert (sweep / "attention=linear (3 seeds)").is_dir()  # TensorBoard's seed means, redone
     assert not (sweep / "attention=linear (2 seeds)").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_that_names_its_jobs_anew_says_its_completed_jobs_are_kept_not_reused(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A sweep of one seed given a second names every job anew (its folder is named by the
+    settings it varies), so none of its completed jobs is reused: the re-run says so in one line
+    before it trains, and leaves them as they were. A re-run that reuses its jobs says nothing
+    of it, and a link among the folders is not counted."""
+    sweep = tmp_path / "sweep"
+
+    def command(seeds: str) -> list[str]:
+        settings = [*TINY, *steps(1, 1), "test=false", f"hydra.sweep.dir={sweep}"]
+        return ["-m", "attention=softmax,linear", f"seed={seeds}", *settings]
+
+    first = run_in_process("vitattn-train", *command("1"), data_dir=data_dir)
+    assert "not reused" not in first.stderr
+    kept = {name: tree_digest(sweep / name) for name in ("attention=linear", "attention=softmax")}
+
+    anew = run_in_process("vitattn-train", *command("1,2"), data_dir=data_dir)
+
+    assert (
+        f"vitattn-train: hydra.sweep.dir={sweep} holds 2 completed jobs (attention=linear, "
+        "attention=softmax) and none of the 4 this sweep runs: they are kept, not reused; "
+    ) in anew.stderr
+    assert {name: tree_digest(sweep / name) for name in kept} == kept
+    assert state(sweep / "attention=linear,seed=2") == "completed"
+    again = run_in_process("vitattn-train", *command("1,2"), data_dir=data_dir)
+    assert "not reused" not in again.stderr
+
+    planned = ["attention=softmax,linear", "seed=1,2"]
+    copied, linked = tmp_path / "copied", tmp_path / "linked"
+    shutil.copytree(sweep / "attention=linear", copied / "attention=linear")
+    assert "holds 1 completed job (attention=linear)" in str(kept_not_reused(planned, copied))
+    linked.mkdir()
+    (linked / "attention=linear").symlink_to(sweep / "attention=linear")
+    assert kept_not_reused(planned, linked) is None
 
 
 @pytest.mark.slow

@@ -42,7 +42,11 @@ from vitattn.cli.overrides import (
 )
 from vitattn.cli.validation import check_launcher, check_task_name
 from vitattn.errors import ConfigError, VitattnError, fail
-from vitattn.runs.continuation import check_continuation, set_failed_jobs_aside
+from vitattn.runs.continuation import (
+    check_continuation,
+    kept_not_reused,
+    set_failed_jobs_aside,
+)
 from vitattn.runs.disk import FULL, short_of_space, space_left
 from vitattn.runs.files import one_line
 from vitattn.runs.layout import HOLDER, RunDir, check_run_files
@@ -143,6 +147,9 @@ def console_main(
         # directory's holder, and one that was killed has left its lock's file
         check_run_dir_is_new(arguments, continues_runs)
         if continuing:
+            not_reused = kept_not_reused(overrides_of(named), sweep_dir)
+            if not_reused is not None:
+                print(f"{program}: {not_reused}", file=sys.stderr)
             for attempt in set_failed_jobs_aside(overrides_of(named), sweep_dir):
                 print(f"{program}: a failed attempt is kept in {attempt}", file=sys.stderr)
     except VitattnError as error:

@@ -22,6 +22,7 @@ would give that job now; one that differs is refused in one line (:func:`check_c
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Sequence
@@ -201,6 +202,47 @@ def check_continuation(
                 f"settings: {difference}; re-run it with the command that made it, or give a "
                 "new hydra.sweep.dir"
             )
+
+
+MOST_ENTRIES_LOOKED_AT = 10_000
+"""The most entries of a sweep directory :func:`kept_not_reused` looks at (one planted with
+millions of folders is not walked)."""
+
+SHOWN_JOBS = 3
+"""The most job names a line about a sweep's folders shows."""
+
+
+def kept_not_reused(overrides: Sequence[str], sweep_dir: Path) -> str | None:
+    """Where none of the jobs a re-run with ``overrides`` plans exists in ``sweep_dir`` but the
+    sweep holds completed jobs, a line saying that those are kept and not reused; else ``None``.
+
+    A job is known by its folder, named by the settings its sweep varies: the same jobs swept
+    again with one more varied setting (a sweep of one seed given more seeds) are all named
+    anew and trained again. Reads only: a folder that is a link, or whose files cannot be read,
+    is not counted."""
+    if not sweep_dir.is_dir():
+        return None
+    jobs = planned_jobs(overrides, sweep_dir)
+    if any(job.directory.exists() or job.directory.is_symlink() for job in jobs):
+        return None
+    completed: list[str] = []
+    with os.scandir(sweep_dir) as entries:
+        for entry in itertools.islice(entries, MOST_ENTRIES_LOOKED_AT):
+            if entry.name == ATTEMPTS or not entry.is_dir(follow_symlinks=False):
+                continue
+            if RunDir(Path(entry.path)).state() is RunState.COMPLETED:
+                completed.append(entry.name)
+    if not completed:
+        return None
+    shown = sorted(completed)[:SHOWN_JOBS]
+    names = ", ".join(cut_apart(one_line(name), SHOWN_VALUE) for name in shown)
+    more = f" and {len(completed) - len(shown)} more" if len(completed) > len(shown) else ""
+    held = f"{len(completed)} completed job{'s' if len(completed) > 1 else ''}"
+    return (
+        f"hydra.sweep.dir={one_line(sweep_dir)} holds {held} ({names}{more}) and none of the "
+        f"{len(jobs)} this sweep runs: they are kept, not reused; a job's folder is named by the "
+        "settings its sweep varies, so varying one more (a second seed) names every job anew"
+    )
 
 
 def check_job_files(run_dir: Path) -> None:
