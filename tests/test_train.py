@@ -137,6 +137,21 @@ def test_a_command_whose_result_is_its_test_refuses_to_test_nothing(
 
 
 @pytest.mark.slow
+def test_an_evaluation_of_a_share_of_test_batches_that_takes_none_is_one_line(
+    short_run: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_test_batches=0.0001`` ended vitattn-eval in Lightning's
+    ``MisconfigurationException``: one line naming the least share, the run directory undone."""
+    out = tmp_path / "out"
+    ckpt = short_run / "checkpoints" / "last.ckpt"
+    command = [f"ckpt_path={ckpt}", "+trainer.limit_test_batches=0.0001", f"hydra.run.dir={out}"]
+    result = run_in_process("vitattn-eval", *command, data_dir=data_dir, check=False)
+    said = refusal_message("vitattn-eval", result, creates=out)
+    assert said.startswith("trainer.limit_test_batches=0.0001 is not valid; choose a share "), said
+    assert "one of the test split's" in said
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", ["0", "0.0"])
 @pytest.mark.parametrize("program", ["vitattn-train", "vitattn-finetune"])
 def test_a_command_that_trains_refuses_to_train_nothing(
@@ -475,12 +490,13 @@ def test_a_refusal_after_the_fit_keeps_the_run_and_records_it(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("split", ["train", "val", "test"])
 def test_a_share_of_batches_that_takes_none_is_one_line(
     split: str, tmp_path: Path, data_dir: Path
 ) -> None:
     """``+trainer.limit_train_batches=0.0001`` failed in Lightning as the fit started, the run
-    begun (red team): now one line, once the data is read, naming the least share."""
+    begun (red team), and ``limit_test_batches=0.0001`` once the fit had ended: now one line,
+    once the data is read, naming the least share."""
     out = tmp_path / "out"
     command = ["debug=smoke", f"+trainer.limit_{split}_batches=0.0001", f"hydra.run.dir={out}"]
     result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)

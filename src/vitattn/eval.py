@@ -30,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import existing_checkpoint, load_classifier
     from vitattn.runs.task import write_metrics
-    from vitattn.training.fitting import instantiate_trainer, test_report
+    from vitattn.training.fitting import check_batch_shares, instantiate_trainer, test_report
     from vitattn.training.lightning_output import tidy_lightning_output
 
     tidy_lightning_output()
@@ -39,6 +39,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     module.check_data(datamodule, checkpoint=str(cfg.ckpt_path))
     datamodule.prepare_data()
     datamodule.setup("test")
+    check_batch_shares(cfg.trainer, datamodule, ("test",))
 
     trainer = instantiate_trainer(cfg)
     trainer.test(module, datamodule=datamodule, verbose=False)

@@ -47,7 +47,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Everything that can reject the configuration or the data runs before anything is written.
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: L.LightningModule = hydra.utils.instantiate(cfg.module)
-    fitting.prepare_for_fit(module, datamodule, cfg.trainer)
+    fitting.prepare_for_fit(module, datamodule, cfg.trainer, tests=cfg.get("test", True))
     continue_interrupted_job(cfg)  # an interrupted job of a re-run sweep: from its last.ckpt
     trainer = fitting.instantiate_trainer(cfg, resume_step=resumed_step(cfg, module))
 

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -44,29 +45,31 @@ def seed_and_precision(cfg: Any) -> None:
         torch.set_float32_matmul_precision(cfg.matmul_precision)
 
 
-def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any) -> None:
+def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool = True) -> None:
     """Refuse in one line data that ``module``'s network cannot read, then read the data
     (downloading it where it is missing) and split it, and refuse a validation interval the
     split's epoch cannot hold (:func:`check_validation_interval`) and a share of batches that
-    takes none (:func:`check_batch_shares`)."""
+    takes none (:func:`check_batch_shares`; of the test split too where the command
+    ``tests``)."""
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
     check_validation_interval(trainer_cfg, datamodule)
-    check_batch_shares(trainer_cfg, datamodule)
+    check_batch_shares(
+        trainer_cfg, datamodule, ("train", "val", "test") if tests else ("train", "val")
+    )
 
 
-def check_batch_shares(trainer_cfg: Any, datamodule: Any) -> None:
+def check_batch_shares(trainer_cfg: Any, datamodule: Any, splits: Sequence[str]) -> None:
     """Refuse in one line, once the data is read and before anything is written, a share
-    ``trainer.limit_train_batches`` or ``limit_val_batches`` (0 < share < 1) that takes no
-    batch of the split (``0.0001`` of 71 batches: Lightning failed as the fit started, with the
-    run begun; red team)."""
-    loaders = {"train": datamodule.train_dataloader, "val": datamodule.val_dataloader}
-    for split, loader in loaders.items():
+    ``trainer.limit_<split>_batches`` (0 < share < 1) of one of ``splits`` that takes no batch
+    of it (``0.0001`` of 71 batches: Lightning failed as the fit started, with the run begun,
+    or, for the test, once the fit had ended; red team)."""
+    for split in splits:
         share = trainer_cfg.get(f"limit_{split}_batches")
         if not isinstance(share, float) or not 0 < share < 1:
             continue
-        batches = len(loader())
+        batches = len(getattr(datamodule, f"{split}_dataloader")())
         if int(share * batches) < 1:
             raise checks.invalid(
                 f"trainer.limit_{split}_batches",
