@@ -15,14 +15,17 @@ from omegaconf import OmegaConf
 
 from tests.support.compiling import compile_stood_down
 from tests.support.runners import run_cli
+from tests.support.written import assert_the_closing_line_names_every_file
 from vitattn.bench.settings import IMPLEMENTATIONS, TrainSettings
 from vitattn.bench.train_speed import (
     StepClock,
+    TrainRun,
     TrainSpeed,
     measure_train_speed,
     ratios,
     time_loop,
 )
+from vitattn.bench.writers import write_train
 from vitattn.errors import ConfigError
 from vitattn.models.module import ViTClassifier
 from vitattn.utils.config import CONFIG_DIR, PROJECT_ROOT
@@ -233,6 +236,25 @@ def test_a_model_error_is_not_taken_for_a_compile_failure(monkeypatch) -> None:
     assert module.net._compiled_forward.compiled is True
 
 
+def test_a_row_without_a_measurement_shows_dashes_and_its_status(tmp_path: Path, caplog) -> None:
+    """A row that measured nothing read as ``0.0 img/s``, and a compiled row that ran eager did
+    not say so."""
+    unmeasured = speed("timm", False, 0.0)
+    unmeasured.images_per_sec = unmeasured.spread = unmeasured.step_ms = None
+    unmeasured.status = "no measurement"
+    measured = speed("vitattn", False, 100.0)
+    run = TrainRun(results=[measured, unmeasured], ratios={}, environment={})
+    caplog.set_level("INFO")
+
+    write_train(run, tmp_path)
+
+    mine, theirs = (tmp_path / "train_speed.md").read_text().splitlines()
+    assert "100.0 img/s" in mine and mine.endswith("GFLOP/image")
+    assert "       - img/s  (spread -)         - ms/step" in theirs, theirs
+    assert theirs.endswith("  (no measurement)") and "0.0" not in theirs
+    assert_the_closing_line_names_every_file(caplog.text, tmp_path)
+
+
 @pytest.mark.slow
 def test_bench_mode_train_writes_its_files(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli(
@@ -267,6 +289,7 @@ def test_bench_mode_train_writes_its_files(tmp_path: Path, data_dir: Path) -> No
     assert rows[2]["params"] == rows[0]["params"]  # the plain loop trains our network
     assert (tmp_path / "train_speed.csv").is_file()
     assert (tmp_path / "train_speed.md").read_text().count("img/s") == 7
+    assert_the_closing_line_names_every_file(result.stdout + result.stderr, tmp_path)
 
 
 @pytest.mark.skipif(

@@ -17,7 +17,7 @@ from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_ti
 from vitattn.bench.scaling import ScalingRun
 from vitattn.bench.scaling_table import Row
 from vitattn.bench.spectrum import HeadSpectrum
-from vitattn.bench.train_speed import TrainRun
+from vitattn.bench.train_speed import TrainRun, TrainSpeed
 from vitattn.runs.files import write_text
 from vitattn.runs.results import markdown_table, mebibytes, number, write_csv, write_json
 
@@ -257,15 +257,26 @@ def write_train(run: TrainRun, output_dir: Path) -> dict[str, Any]:
         output_dir / "train_speed.json",
         {"environment": run.environment, "results": rows, "ratios": run.ratios},
     )
-    lines = [
-        f"{r.implementation:>13}  {'compiled' if r.compile else 'eager':<8}  {r.attention:<22} "
-        f"{r.params:>9} params  "
-        f"{(r.images_per_sec or 0):8.1f} img/s  (spread {(r.spread or 0):.0%})  "
-        f"{(r.step_ms or 0):8.1f} ms/step  {number(r.gflop_per_image)} GFLOP/image"
-        + ("" if r.mfu is None else f"  MFU {r.mfu:.1%}")
-        + ("" if r.compile_seconds is None else f"  compile {r.compile_seconds:.1f} s")
-        for r in run.results
-    ]
+    lines = [train_line(r) for r in run.results]
     lines += [f"{name}: {value:.2f}x" for name, value in run.ratios.items()]
     show(output_dir, "train_speed.md", "\n".join(lines))
+    log.info("wrote train_speed.csv, train_speed.json and train_speed.md to %s", output_dir)
     return {"results": rows, "ratios": run.ratios}
+
+
+def train_line(r: TrainSpeed) -> str:
+    """One implementation's line of ``train_speed.md``: a figure not measured is a dash, and a
+    status other than ``ok`` (no measurement, compiled that ran eager) ends the line."""
+
+    def measured(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    return (
+        f"{r.implementation:>13}  {'compiled' if r.compile else 'eager':<8}  {r.attention:<22} "
+        f"{r.params:>9} params  "
+        f"{measured(r.images_per_sec, '8.1f'):>8} img/s  (spread {measured(r.spread, '.0%')})  "
+        f"{measured(r.step_ms, '8.1f'):>8} ms/step  {number(r.gflop_per_image)} GFLOP/image"
+        + ("" if r.mfu is None else f"  MFU {r.mfu:.1%}")
+        + ("" if r.compile_seconds is None else f"  compile {r.compile_seconds:.1f} s")
+        + ("" if r.status == "ok" else f"  ({r.status})")
+    )
