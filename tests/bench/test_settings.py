@@ -58,7 +58,7 @@ BAD_INPUTS = [
     ),
     (
         ["attentions=[linformer]", "+knobs.linformer.k=300", "seq_lens=[64,256]"],
-        r"^knobs.linformer.k=300 is larger than the 64 tokens of this model; choose 1 <= "
+        r"^knobs.linformer.k=300 is larger than the 64 tokens it attends over; choose 1 <= "
         r"knobs.linformer.k <= 64 .*\(refused at every size: seq_lens=\[64, 256\]",
     ),
     (["mode=spectrum"], r"ckpt_path is required for mode=spectrum"),
@@ -76,7 +76,7 @@ BAD_INPUTS = [
     ),
     (
         ["mode=approx", "attentions=[linformer]", "approx.budgets.linformer.values=[300]"],
-        r"^approx.budgets.linformer.values: k=300 is larger than the 256 tokens of this model; "
+        r"^approx.budgets.linformer.values: k=300 is larger than the 256 tokens it attends over; "
         r"choose 1 <= k <= 256 .*\(refused at each of",
     ),
     (

@@ -112,7 +112,7 @@ class BigBirdAttention(AttentionKernel):
         if block is None:
             block = min(16, max(1, self.seq_len // 16))
         self.block = knobs.integer(
-            "block", block, 1, self.seq_len, f" (the {self.seq_len} tokens of this model)"
+            "block", block, 1, self.seq_len, f" (the {self.seq_len} tokens it attends over)"
         )
         self.window_blocks = knobs.integer("window_blocks", window_blocks, 1)
         if self.window_blocks % 2 == 0:

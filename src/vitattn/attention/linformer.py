@@ -46,7 +46,7 @@ class LinformerAttention(AttentionKernel):
             k = max(1, self.seq_len // 8)
         elif knobs.integer("k", k) > self.seq_len:
             raise ConfigError(
-                f"attention.k={k} is larger than the {self.seq_len} tokens of this model; "
+                f"attention.k={k} is larger than the {self.seq_len} tokens it attends over; "
                 f"choose 1 <= attention.k <= {self.seq_len} (or null for seq_len // 8)"
             )
         self.k = int(k)

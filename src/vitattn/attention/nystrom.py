@@ -98,8 +98,8 @@ class NystromAttention(AttentionKernel):
         landmarks = knobs.integer("landmarks", landmarks)
         if landmarks > self.seq_len:
             raise ConfigError(
-                f"attention.landmarks={landmarks} is more than the {self.seq_len} tokens of this "
-                f"model; choose 1 <= attention.landmarks <= {self.seq_len}"
+                f"attention.landmarks={landmarks} is more than the {self.seq_len} tokens it "
+                f"attends over; choose 1 <= attention.landmarks <= {self.seq_len}"
             )
         self.landmarks = landmarks
         self.pinv = knobs.one_of("pinv", pinv, PINV_METHODS)

@@ -90,7 +90,7 @@ class SparseAttention(AttentionKernel):
         self.pattern = knobs.one_of("pattern", pattern, PATTERNS)
         if stride is None:
             stride = math.isqrt(self.seq_len)
-        hint = f" (the {self.seq_len} tokens of this model), or null for sqrt(seq_len)"
+        hint = f" (the {self.seq_len} tokens it attends over), or null for sqrt(seq_len)"
         self.stride = knobs.integer("stride", stride, 1, self.seq_len, hint)
         if summary is None:
             summary = max(1, self.stride // 8)
