@@ -336,12 +336,13 @@ def test_a_batch_larger_than_the_training_images_is_a_problem_naming_the_checks_
     pytest.importorskip("timm")
     run_dir = tmp_path / "check"
     overrides = ["device=cpu", "sections=[training,reference]", "attentions=[softmax]"]
-    run_in_process(
+    result = run_in_process(
         "vitattn-check",
         *overrides,
         "training.batch_size=100000",
         f"hydra.run.dir={run_dir}",
         data_dir=data_dir,
+        check=False,
     )
     report = json.loads((run_dir / "check.json").read_text())
     said = "unsupported: training.batch_size=100000 is larger than the"
@@ -350,6 +351,10 @@ def test_a_batch_larger_than_the_training_images_is_a_problem_naming_the_checks_
     assert report["reference"]["status"].startswith(said), report["reference"]
     assert [p.split(": ", 1)[0] for p in report["problems"]] == ["training", "reference"]
     assert all(said in p for p in report["problems"]), report["problems"]
+    # it exited 0 with every row failed: now 1, the problems counted in the last line
+    assert result.returncode == 1, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"vitattn-check: 2 problems, listed first in {run_dir / 'check.md'}"
 
 
 def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Path) -> None:
@@ -369,6 +374,7 @@ def test_a_compiled_row_that_ran_eager_is_a_problem(tmp_path: Path, data_dir: Pa
     assert (compiled["compiled"], compiled["status"]) == (True, ran_eager)
     assert report["problems"] == [f"training: linear: {ran_eager}"]
     assert ran_eager in result.stdout + result.stderr
+    assert result.returncode == 1
 
 
 def test_float32_products_are_as_vitattn_train_makes_them_and_said(

@@ -14,6 +14,7 @@ writes.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,7 +73,22 @@ def check(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="check")
 def _hydra_main(cfg: DictConfig) -> None:
-    run_task(PROGRAM, check, cfg)
+    found = run_task(PROGRAM, check, cfg)["problems"]
+    if found and not multirun():
+        # as a test runner does: a script or a job that runs the check can stop on its status
+        where = Path(cfg.paths.output_dir) / "check.md"
+        count = f"{len(found)} problem{'s' if len(found) > 1 else ''}"
+        print(f"{PROGRAM}: {count}, listed first in {where}", file=sys.stderr)
+        sys.exit(1)
+
+
+def multirun() -> bool:
+    """Whether this is a job of a sweep (``-m``), whose status its sweep records: the other
+    jobs run on whatever one found."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def check_command(cfg: DictConfig) -> None:
