@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
@@ -15,6 +17,7 @@ from tests.support.probes import SaveFinalWeights, SaveLoggedNames
 from tests.support.runners import refusal_message, refused, run_cli, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
+from vitattn.training.instantiators import check_nodes
 
 SHORT_RUN = [*TINY, *steps(60, 25)]
 
@@ -149,6 +152,43 @@ def test_an_evaluation_of_a_share_of_test_batches_that_takes_none_is_one_line(
     said = refusal_message("vitattn-eval", result, creates=out)
     assert said.startswith("trainer.limit_test_batches=0.0001 is not valid; choose a share "), said
     assert "one of the test split's" in said
+
+
+def outside_any_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as one started by hand on one machine: no cluster's variables."""
+    clusters = ("SLURM_", "LSB_", "JSM_", "TORCHELASTIC_", "OMPI_", "PMI_")
+    for key in list(os.environ):
+        if key.startswith(clusters) or key == "MASTER_ADDR":
+            monkeypatch.delenv(key)
+
+
+@pytest.mark.slow
+def test_more_nodes_than_any_cluster_starts_is_one_line_not_a_wait(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_dir: Path
+) -> None:
+    """``trainer.num_nodes=2`` on one machine waited for a second node for Lightning's 30
+    minutes (red team): one line before anything is written."""
+    outside_any_cluster(monkeypatch)
+    out = tmp_path / "out"
+    command = [*TINY, "+trainer.num_nodes=2", f"hydra.run.dir={out}"]
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    said = refusal_message("vitattn-train", result, creates=out)
+    assert said.startswith("trainer.num_nodes=2, but nothing starts this run on the other 1 "), said
+
+
+@pytest.mark.parametrize(
+    "started_by", [{"MASTER_ADDR": "10.0.0.1"}, {"TORCHELASTIC_RUN_ID": "run"}, {}]
+)
+def test_more_nodes_are_taken_where_something_starts_them(
+    started_by: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes started by hand on each node (``MASTER_ADDR``) or by torchrun are left to
+    Lightning; one node is never refused."""
+    outside_any_cluster(monkeypatch)
+    for key, value in started_by.items():
+        monkeypatch.setenv(key, value)
+    nodes = 2 if started_by else 1
+    check_nodes(OmegaConf.create({"num_nodes": nodes}))
 
 
 @pytest.mark.slow

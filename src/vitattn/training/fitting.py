@@ -27,7 +27,7 @@ from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
-from vitattn.training.instantiators import instantiate_list, instantiate_loggers
+from vitattn.training.instantiators import check_nodes, instantiate_list, instantiate_loggers
 from vitattn.utils import checks
 from vitattn.utils.hydra_grammar import for_the_shell
 
@@ -109,7 +109,9 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
 
 def instantiate_trainer(cfg: Any, resume_step: int | None = None) -> L.Trainer:
     """The configured trainer with the run's callbacks and loggers; a run resuming from a
-    checkpoint of ``resume_step`` gets loggers that drop what a killed run logged after it."""
+    checkpoint of ``resume_step`` gets loggers that drop what a killed run logged after it.
+    A ``trainer.num_nodes`` that no cluster starts is refused first (:func:`check_nodes`)."""
+    check_nodes(cfg.trainer)
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)

@@ -126,6 +126,34 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
         )
 
 
+def check_nodes(trainer_cfg: DictConfig) -> None:
+    """Refuse in one line a ``trainer.num_nodes`` above 1 where nothing starts the run on the
+    other nodes: no cluster Lightning detects (torchrun, SLURM's srun, LSF, MPI: the order of its
+    ``AcceleratorConnector``) and no ``MASTER_ADDR`` of processes started by hand on each node.
+    Lightning then waits for the other nodes until its process group's timeout, 30 minutes
+    (red team). Checked in the process that trains, not as a sweep is submitted: a SLURM
+    sweep's jobs run in the cluster its submitting process is not in."""
+    from lightning.fabric.plugins.environments import (
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    nodes = trainer_cfg.get("num_nodes", 1)
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 1:
+        return
+    clusters = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)
+    if "MASTER_ADDR" in os.environ or any(cluster.detect() for cluster in clusters):
+        return
+    raise ConfigError(
+        f"trainer.num_nodes={nodes}, but nothing starts this run on the other {nodes - 1} "
+        "(no torchrun, srun, LSF or MPI here, and MASTER_ADDR is unset): it would wait for them "
+        "for 30 minutes; start it on each node (srun, torchrun, or hydra/launcher=slurm with "
+        "hydra.launcher.nodes), or set trainer.num_nodes=1"
+    )
+
+
 ROOT = "${paths.output_dir}"
 """``trainer.default_root_dir`` as every trainer config sets it: the run directory."""
 
