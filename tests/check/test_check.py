@@ -277,6 +277,22 @@ def test_the_kernels_time_the_variants_of_the_attentions_checked_only(tmp_path: 
     assert [row.attention for row in run.rows] == ["softmax", "linear"]
 
 
+def test_the_kernels_time_each_variant_right_after_its_mechanism(tmp_path: Path) -> None:
+    """Issue 42: compiled rows next to eager ones, as ``vitattn-bench`` puts them (and the
+    docs' ``impl=autograd`` rows "next to their default"). The check put every variant after the
+    last mechanism: ``linear_compiled`` rows under ``performer_autograd``'s, far from ``linear``'s
+    in check.md and check.json."""
+    from vitattn.check.kernels import run_kernels
+
+    overrides = ["device=cpu", "attentions=[linear,performer]", "kernels.compiled=[linear]"]
+    overrides += ["kernels.seq_lens=[32]", "kernels.repeats=1"]
+    settings = load_settings(compose_config("check", overrides, tmp_path))
+    run = run_kernels(settings)
+    expected = ["softmax", "linear", "linear_compiled", "performer", "performer_autograd"]
+    assert [row.attention for row in run.rows] == expected
+    assert [entry["attention"] for entry in run.summary] == expected
+
+
 LINEAR_EAGER_AND_COMPILED = (
     "vitattn-check",
     "device=cpu",
