@@ -50,12 +50,21 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
     """Section 4: the timings (softmax first, so every other attention has its reference)."""
     assert settings.attentions is not None
     kernels, device = settings.kernels, settings.torch_device
-    # a variant (another setting of a mechanism, or the mechanism compiled) of those checked
-    variants = [
-        v for v, spec in kernels.variants.items() if spec["attention"] in settings.attentions
+    # each mechanism checked, then its variants (another setting of it, or it compiled) right
+    # after its own rows, as vitattn-bench puts a compiled row beside its eager one
+    checked = settings.attentions
+    attentions = [
+        name
+        for attention in [REFERENCE, *(a for a in checked if a != REFERENCE)]
+        for name in (
+            attention,
+            *(
+                v
+                for v, spec in kernels.variants.items()
+                if spec["attention"] == attention and attention in checked
+            ),
+        )
     ]
-    chosen = [*settings.attentions, *variants]
-    attentions = [REFERENCE, *(a for a in chosen if a != REFERENCE)]
     sweep = Sweep(
         attentions=attentions,
         seq_lens=kernels.seq_lens,
