@@ -279,6 +279,25 @@ def test_each_row_has_its_floor_its_share_and_its_operators() -> None:
         assert row.fwd_bwd_least_bytes == 8 * 1 * 2 * 32 * 8 * 4  # q, k, v, out and gradients
 
 
+def test_the_forward_floor_says_what_bounds_it_too() -> None:
+    """``floor_bound`` is the forward+backward's; results.csv had no bound for ``fwd_floor_ms``,
+    which a forward can be bound by the other term of: a backward doubles the bytes and more
+    than doubles the FLOPs (vitattn-check's dry run: bigbird at n = 64, its forward
+    memory-bound, the row's bound ``compute``). Softmax here does 8 FLOPs a byte forward and
+    about 14 with its backward: at 10 FLOP/s per byte/s the forward is memory-bound."""
+    from vitattn.bench.devices import DeviceSpec
+
+    runner = Runner(small_sweep(attentions=["softmax"], seq_lens=[32]))
+    runner.spec = DeviceSpec("test", {"float32": 1e10}, bandwidth=1e9)
+    (row,) = runner.run()
+    assert row.ok and row.fwd_gflop is not None and row.fwd_least_bytes is not None
+    memory_ms = 1e3 * row.fwd_least_bytes / 1e9
+    assert memory_ms > 1e3 * row.fwd_gflop * 1e9 / 1e10  # the forward: memory-bound
+    assert row.fwd_floor_ms == pytest.approx(memory_ms)
+    assert row.floor_bound == "compute"  # the forward+backward's
+    assert row.fwd_floor_bound == "memory"
+
+
 def test_a_call_the_counter_cannot_count_takes_its_formula(monkeypatch) -> None:
     """Where ``torch.utils.flop_counter`` fails (FlexAttention's operator, say), the floor comes
     from the mechanism's formula, and says so."""
