@@ -169,8 +169,7 @@ def add_floor(row: Row, work: Workload, spec: DeviceSpec) -> None:
         prefix = "fwd_bwd" if training else "fwd"
         setattr(row, f"{prefix}_floor_ms", floor.ms)
         setattr(row, f"{prefix}_least_bytes", least)
-        if training:
-            row.floor_bound = floor.bound
+        setattr(row, "floor_bound" if training else "fwd_floor_bound", floor.bound)
 
 
 LARGEST_EXPONENT = 2.0

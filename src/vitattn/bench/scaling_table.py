@@ -40,6 +40,7 @@ class Row:
     fwd_floor_pct: float | None = None  # floor / measured median, percent
     fwd_bwd_floor_pct: float | None = None
     floor_bound: str | None = None  # compute or memory (forward+backward)
+    fwd_floor_bound: str | None = None  # compute or memory (the forward's own)
     fwd_gflop: float | None = None  # of the forward alone
     flops_source: str | None = None  # counted (torch.utils.flop_counter) or formula
     fwd_least_bytes: int | None = None
