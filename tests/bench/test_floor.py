@@ -180,3 +180,17 @@ def test_the_dispatch_counter_counts_each_operator() -> None:
     # Forward: mul, sum. Backward: ones_like (the scalar's gradient), expand (sum's), mul
     # (mul's), detach (the leaf's gradient stored).
     assert count_dispatches(lambda: (x * 2).sum().backward()) == 6
+
+
+def test_a_float64_floor_on_a_listed_gpu_is_not_taken_at_its_float32_rate(monkeypatch) -> None:
+    """``dtype=float64`` (a setting the bench takes) on a listed GPU took the fp32 figure, as a
+    dtype without one does: a T4's 8.1 TFLOP/s, where its float64 units do about 1/32 of that
+    (an L4's 1/64). Every float64 floor there was some 30-60x too low and its share as far off;
+    a dtype the datasheet has no figure for, whose rate the fp32 one does not bound closely, is
+    to be measured (or given its own figure)."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(devices, "measured", lambda device, name, dtype: DeviceSpec(
+        name, {"float64": 0.25e12, "float32": 8.1e12}, 0.32e12, "measured", measured=True
+    ))  # fmt: skip
+    spec = device_spec(torch.device("cuda"), torch.float64)
+    assert spec.peak(torch.float64) < 8.1e12 / 4
