@@ -12,6 +12,7 @@ from vitattn.bench.devices import DeviceSpec, device_spec, from_datasheet
 from vitattn.bench.floor import (
     FORWARD_FLOPS,
     count_dispatches,
+    floor_line,
     floor_of,
     formula_flops,
     least_bytes,
@@ -104,33 +105,40 @@ def test_each_formula_agrees_with_the_flop_counter(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cuda_name", "sheet", "fp32", "bf16", "fp16", "tb_per_s"),
+    ("cuda_name", "sheet", "fp32", "tf32", "bf16", "fp16", "tb_per_s"),
     [
-        ("NVIDIA H200", "NVIDIA H200 SXM", 67.0, 989.5, 989.5, 4.8),
-        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 60.0, 835.5, 835.5, 4.8),
-        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 67.0, 989.5, 989.5, 3.35),
-        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 51.0, 756.5, 756.5, 2.0),
-        ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 60.0, 835.5, 835.5, 3.9),
-        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 19.5, 312.0, 312.0, 2.039),
-        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 19.5, 312.0, 312.0, 1.555),
-        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 19.5, 312.0, 312.0, 1.935),
-        ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB", 19.5, 312.0, 312.0, 1.555),
-        ("NVIDIA A10", "NVIDIA A10", 31.2, 125.0, 125.0, 0.6),
-        ("NVIDIA L40S", "NVIDIA L40S", 91.6, 362.05, 362.05, 0.864),
-        ("NVIDIA L4", "NVIDIA L4", 30.3, 121.0, 121.0, 0.3),
-        # No bf16 path on Volta or Turing: no bf16 figure, fp16 on the tensor cores.
-        ("Tesla V100-SXM2-16GB", "NVIDIA V100 SXM2", 15.7, None, 125.0, 0.9),
-        ("Tesla V100-PCIE-32GB", "NVIDIA V100 PCIe", 14.0, None, 112.0, 0.9),
-        ("Tesla T4", "NVIDIA T4", 8.1, None, 65.0, 0.32),
+        ("NVIDIA H200", "NVIDIA H200 SXM", 67.0, 494.5, 989.5, 989.5, 4.8),
+        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 60.0, 417.5, 835.5, 835.5, 4.8),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 67.0, 494.5, 989.5, 989.5, 3.35),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 51.0, 378.0, 756.5, 756.5, 2.0),
+        ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 60.0, 417.5, 835.5, 835.5, 3.9),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 19.5, 156.0, 312.0, 312.0, 2.039),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 19.5, 156.0, 312.0, 312.0, 1.555),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 19.5, 156.0, 312.0, 312.0, 1.935),
+        ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB", 19.5, 156.0, 312.0, 312.0, 1.555),
+        ("NVIDIA A10", "NVIDIA A10", 31.2, 62.5, 125.0, 125.0, 0.6),
+        ("NVIDIA L40S", "NVIDIA L40S", 91.6, 183.0, 362.05, 362.05, 0.864),
+        ("NVIDIA L4", "NVIDIA L4", 30.3, 60.0, 121.0, 121.0, 0.3),
+        # No bf16 or TF32 path on Volta or Turing: fp16 on the tensor cores.
+        ("Tesla V100-SXM2-16GB", "NVIDIA V100 SXM2", 15.7, None, None, 125.0, 0.9),
+        ("Tesla V100-PCIE-32GB", "NVIDIA V100 PCIe", 14.0, None, None, 112.0, 0.9),
+        ("Tesla T4", "NVIDIA T4", 8.1, None, None, 65.0, 0.32),
     ],
 )
 def test_the_datasheet_of_a_gpu_by_the_name_cuda_gives(
-    cuda_name: str, sheet: str, fp32: float, bf16: float | None, fp16: float, tb_per_s: float
+    cuda_name: str,
+    sheet: str,
+    fp32: float,
+    tf32: float | None,
+    bf16: float | None,
+    fp16: float,
+    tb_per_s: float,
 ) -> None:
     spec = from_datasheet(cuda_name)
     assert spec is not None and spec.name == sheet and not spec.measured
     tera = {dtype: flops / 1e12 for dtype, flops in spec.peak_flops.items()}
     expected = {"float32": fp32, "float16": fp16} | ({} if bf16 is None else {"bfloat16": bf16})
+    expected |= {} if tf32 is None else {"tensorfloat32": tf32}
     assert tera == pytest.approx(expected)
     assert spec.bandwidth == pytest.approx(tb_per_s * 1e12)
     assert "datasheet" in spec.source and "https://" in spec.source
@@ -194,3 +202,45 @@ def test_a_float64_floor_on_a_listed_gpu_is_not_taken_at_its_float32_rate(monkey
     ))  # fmt: skip
     spec = device_spec(torch.device("cuda"), torch.float64)
     assert spec.peak(torch.float64) < 8.1e12 / 4
+
+
+@pytest.mark.parametrize(
+    ("precision", "rate", "tflops"),
+    [
+        ("high", "tensorfloat32", 494.5),
+        ("medium", "tensorfloat32", 494.5),
+        ("highest", "float32", 67.0),
+    ],
+)
+def test_a_float32_floor_on_a_tf32_gpu_is_taken_at_the_rate_its_products_run(
+    precision: str, rate: str, tflops: float, monkeypatch
+) -> None:
+    """vitattn-bench and vitattn-check set ``matmul_precision: high`` by default, so on an Ampere
+    or later GPU float32 products run on the tensor cores as TF32 (H100 SXM: 494.5 TFLOP/s
+    dense); the floor took the CUDA cores' 67, a compute floor about 7x too high (red team). At
+    ``highest`` the CUDA cores' rate it is; the line over the table says which."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    chosen = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(precision)
+        spec = device_spec(torch.device("cuda"), torch.float32)
+        assert spec.rate(torch.float32) == rate
+        assert spec.peak(torch.float32) == pytest.approx(tflops * 1e12)
+        line = floor_line(spec.summary(torch.float32))
+    finally:
+        torch.set_float32_matmul_precision(chosen)
+    products = "float32 as tensorfloat32" if rate == "tensorfloat32" else "float32"
+    assert f"FLOPs / {tflops:.4g} TFLOP/s ({products}) " in line, line
+    assert spec.rate(torch.bfloat16) == "bfloat16"  # the other dtypes keep their own
+
+
+def test_a_part_without_tf32_takes_its_fp32_rate_at_any_precision() -> None:
+    """A T4 (Turing) has no TF32 path: its float32 floor is the CUDA cores' rate."""
+    t4 = from_datasheet("Tesla T4")
+    assert t4 is not None
+    chosen = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert (t4.rate(torch.float32), t4.peak(torch.float32)) == ("float32", 8.1e12)
+    finally:
+        torch.set_float32_matmul_precision(chosen)

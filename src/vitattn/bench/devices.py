@@ -8,8 +8,10 @@ dtype, the bandwidth as the best of a few copies of a tensor far larger than any
 once, written once). Measured figures say so (``source``), and they
 are what this process reaches with its threads, not what the part could reach alone.
 
-fp32 is the CUDA cores' fp32 rate (PyTorch multiplies fp32 matrices without TF32 unless told);
-a dtype a part has no tensor-core path for (bf16 on a T4 or a V100) takes its fp32 figure.
+fp32 is the CUDA cores' fp32 rate, or the tensor cores' TF32 rate where the part has one and
+PyTorch multiplies fp32 matrices as TF32 (``matmul_precision`` high or medium, vitattn's default:
+:meth:`DeviceSpec.rate`); a dtype a part has no tensor-core path for (bf16 on a T4 or a V100)
+takes its fp32 figure.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from vitattn.utils.datasheets import datasheet
 
 TERA = 1e12
 
+TF32 = "tensorfloat32"
+"""The datasheet column of the tensor cores' TF32 rate."""
+
+
+def tf32_products() -> bool:
+    """Whether PyTorch multiplies float32 matrices as TF32 (or bf16) now:
+    ``torch.set_float32_matmul_precision`` high or medium."""
+    return torch.get_float32_matmul_precision() in ("high", "medium")
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -38,16 +49,26 @@ class DeviceSpec:
     source: str = ""
     measured: bool = False
 
-    def peak(self, dtype: torch.dtype) -> float:
-        """Peak FLOP/s in ``dtype``: its own figure, else the fp32 one."""
+    def rate(self, dtype: torch.dtype) -> str:
+        """The figure ``dtype``'s products run at: float32's is TF32's (``tensorfloat32``) where
+        the part has one and PyTorch multiplies float32 as TF32 now (``matmul_precision`` high or
+        medium); another dtype's is its own, else the fp32 one."""
         name = str(dtype).removeprefix("torch.")
-        return self.peak_flops.get(name, self.peak_flops["float32"])
+        if name == "float32" and TF32 in self.peak_flops and tf32_products():
+            return TF32
+        return name if name in self.peak_flops else "float32"
+
+    def peak(self, dtype: torch.dtype) -> float:
+        """Peak FLOP/s of ``dtype``'s products (:meth:`rate`)."""
+        return self.peak_flops[self.rate(dtype)]
 
     def summary(self, dtype: torch.dtype) -> dict[str, Any]:
-        """The figures that apply to ``dtype``, as results files carry them."""
+        """The figures that apply to ``dtype``, as results files carry them (``rate``: the
+        figure its products run at, :meth:`rate`)."""
         return {
             "name": self.name,
             "dtype": str(dtype).removeprefix("torch."),
+            "rate": self.rate(dtype),
             "peak_tflops": self.peak(dtype) / TERA,
             "bandwidth_gb_s": self.bandwidth / 1e9,
             "source": self.source,

@@ -103,8 +103,10 @@ def floor_line(figures: dict[str, Any] | None) -> str:
     """The device figures the floors are taken against, as a line before a table."""
     if not figures:
         return ""
+    rate = figures.get("rate", figures["dtype"])
+    products = figures["dtype"] if rate == figures["dtype"] else f"{figures['dtype']} as {rate}"
     return (
-        f"Floor: the larger of FLOPs / {figures['peak_tflops']:.4g} TFLOP/s ({figures['dtype']}) "
+        f"Floor: the larger of FLOPs / {figures['peak_tflops']:.4g} TFLOP/s ({products}) "
         f"and least bytes / {figures['bandwidth_gb_s']:.4g} GB/s, {figures['name']}: "
         f"{figures['source']} (docs/bench.md); % of floor = floor / median time.\n\n"
     )

@@ -4,11 +4,13 @@ Both the floor of a benchmarked call (``vitattn.bench.devices``) and MFU in trai
 (``vitattn.models.flops``) read these figures: dense peak TFLOP/s per dtype (without the 2:4
 sparsity the datasheets also quote, which no attention here uses) and the memory bandwidth.
 
-``float32`` is the CUDA cores' fp32 rate (PyTorch multiplies fp32 matrices without TF32 unless
-told); ``bfloat16`` and ``float16`` are the tensor cores' dense rates. A dtype a part has no
-tensor-core path for is absent from its figures (bf16 on a T4 or a V100): MFU then has no peak to
-compare with, and a floor takes the fp32 figure. Nothing here imports torch or the rest of
-vitattn.
+``float32`` is the CUDA cores' fp32 rate (PyTorch multiplies fp32 matrices so unless told
+otherwise); ``tensorfloat32`` the tensor cores' dense TF32 rate (Ampere and later), at which fp32
+products run once ``torch.set_float32_matmul_precision("high")`` (or ``"medium"``) allows it, as
+vitattn's commands do by default (``matmul_precision``); ``bfloat16`` and ``float16`` are the
+tensor cores' dense rates. A dtype a part has no tensor-core path for is absent from its figures
+(bf16 and TF32 on a T4 or a V100): MFU then has no peak to compare with, and a floor takes the
+fp32 figure. Nothing here imports torch or the rest of vitattn.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ def _sheet(
     *,
     bf16: float | None,
     fp16: float | None,
+    tf32: float | None = None,
 ) -> Datasheet:
     tflops = {"float32": fp32}
+    tflops |= {} if tf32 is None else {"tensorfloat32": tf32}
     tflops |= {} if bf16 is None else {"bfloat16": bf16}
     tflops |= {} if fp16 is None else {"float16": fp16}
     return Datasheet(name, parts, tflops, tb_per_s, source)
@@ -85,14 +89,43 @@ V100_SHEET = (
 )
 
 DATASHEETS: tuple[Datasheet, ...] = (
-    # The first match wins, so the more specific names come first. TFLOP/s fp32, bf16, fp16
-    # dense; TB/s.
-    _sheet("NVIDIA H200 NVL", ("H200", "NVL"), 60.0, 4.8, H200_SHEET, bf16=835.5, fp16=835.5),
-    _sheet("NVIDIA H200 SXM", ("H200",), 67.0, 4.8, H200_SHEET, bf16=989.5, fp16=989.5),
-    _sheet("NVIDIA H100 NVL", ("H100", "NVL"), 60.0, 3.9, H100_SHEET, bf16=835.5, fp16=835.5),
-    _sheet("NVIDIA H100 PCIe", ("H100", "PCIE"), 51.0, 2.0, H100_SHEET, bf16=756.5, fp16=756.5),
+    # The first match wins, so the more specific names come first. TFLOP/s fp32, bf16, fp16 and
+    # TF32 dense (a datasheet's TF32 figure "with sparsity" halved); TB/s.
+    _sheet(
+        "NVIDIA H200 NVL",
+        ("H200", "NVL"),
+        60.0,
+        4.8,
+        H200_SHEET,
+        bf16=835.5,
+        fp16=835.5,
+        tf32=417.5,
+    ),
+    _sheet("NVIDIA H200 SXM", ("H200",), 67.0, 4.8, H200_SHEET, bf16=989.5, fp16=989.5, tf32=494.5),
+    _sheet(
+        "NVIDIA H100 NVL",
+        ("H100", "NVL"),
+        60.0,
+        3.9,
+        H100_SHEET,
+        bf16=835.5,
+        fp16=835.5,
+        tf32=417.5,
+    ),
+    _sheet(
+        "NVIDIA H100 PCIe",
+        ("H100", "PCIE"),
+        51.0,
+        2.0,
+        H100_SHEET,
+        bf16=756.5,
+        fp16=756.5,
+        tf32=378.0,
+    ),
     # The SXM part calls itself "NVIDIA H100 80GB HBM3".
-    _sheet("NVIDIA H100 SXM", ("H100",), 67.0, 3.35, H100_SHEET, bf16=989.5, fp16=989.5),
+    _sheet(
+        "NVIDIA H100 SXM", ("H100",), 67.0, 3.35, H100_SHEET, bf16=989.5, fp16=989.5, tf32=494.5
+    ),
     _sheet(
         "NVIDIA A100 80GB PCIe",
         ("A100", "80GB", "PCIE"),
@@ -101,14 +134,24 @@ DATASHEETS: tuple[Datasheet, ...] = (
         A100_SHEET,
         bf16=312.0,
         fp16=312.0,
+        tf32=156.0,
     ),
     _sheet(
-        "NVIDIA A100 80GB SXM", ("A100", "80GB"), 19.5, 2.039, A100_SHEET, bf16=312.0, fp16=312.0
+        "NVIDIA A100 80GB SXM",
+        ("A100", "80GB"),
+        19.5,
+        2.039,
+        A100_SHEET,
+        bf16=312.0,
+        fp16=312.0,
+        tf32=156.0,
     ),
-    _sheet("NVIDIA A100 40GB", ("A100",), 19.5, 1.555, A100_SHEET, bf16=312.0, fp16=312.0),
-    _sheet("NVIDIA A10", ("A10",), 31.2, 0.6, A10_SHEET, bf16=125.0, fp16=125.0),
-    _sheet("NVIDIA L40S", ("L40S",), 91.6, 0.864, L40S_SHEET, bf16=362.05, fp16=362.05),
-    _sheet("NVIDIA L4", ("L4",), 30.3, 0.3, L4_SHEET, bf16=121.0, fp16=121.0),
+    _sheet(
+        "NVIDIA A100 40GB", ("A100",), 19.5, 1.555, A100_SHEET, bf16=312.0, fp16=312.0, tf32=156.0
+    ),
+    _sheet("NVIDIA A10", ("A10",), 31.2, 0.6, A10_SHEET, bf16=125.0, fp16=125.0, tf32=62.5),
+    _sheet("NVIDIA L40S", ("L40S",), 91.6, 0.864, L40S_SHEET, bf16=362.05, fp16=362.05, tf32=183.0),
+    _sheet("NVIDIA L4", ("L4",), 30.3, 0.3, L4_SHEET, bf16=121.0, fp16=121.0, tf32=60.0),
     _sheet("NVIDIA V100 PCIe", ("V100", "PCIE"), 14.0, 0.9, V100_SHEET, bf16=None, fp16=112.0),
     _sheet("NVIDIA V100 SXM2", ("V100", "SXM2"), 15.7, 0.9, V100_SHEET, bf16=None, fp16=125.0),
     _sheet("NVIDIA T4", ("T4",), 8.1, 0.32, T4_SHEET, bf16=None, fp16=65.0),
