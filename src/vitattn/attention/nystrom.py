@@ -134,7 +134,8 @@ class NystromAttention(AttentionKernel):
             kernel_1 = (queries @ key_landmarks.transpose(-2, -1)).softmax(dim=-1)  # (n, m)
             kernel_2 = (query_landmarks @ key_landmarks.transpose(-2, -1)).softmax(dim=-1)
             kernel_3 = (query_landmarks @ keys.transpose(-2, -1)).softmax(dim=-1)  # (m, n)
-            out = (kernel_1 @ self.pseudoinverse(kernel_2)) @ (kernel_3 @ values)
+            # right to left: m x m by m x d before n x m by that (2 m^2 d, not 2 n m^2 FLOPs)
+            out = kernel_1 @ (self.pseudoinverse(kernel_2) @ (kernel_3 @ values))
             if self.conv is not None:
                 out = out + self.conv(values)
         return out.to(v.dtype)

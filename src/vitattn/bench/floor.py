@@ -144,8 +144,8 @@ def _nystrom(kernel: Kernel, n: int, d: int) -> float:
     m, iters = kernel.landmarks, kernel.pinv_iters
     kernels = 2.0 * n * m * d * 2 + 2.0 * m * m * d  # Q K~^T, Q~ K^T, Q~ K~^T
     pinv = 4 * 2.0 * m**3 * iters  # Newton-Schulz: four m x m products per iteration
-    # kernel_3 V, then (kernel_1 pinv) first: an n x m by m x m product, then by (that) m x d
-    return kernels + pinv + 2.0 * m * n * d + 2.0 * n * m * m + 2.0 * n * m * d
+    # kernel_3 V, the pseudoinverse by that (m x m by m x d), kernel_1 by the result
+    return kernels + pinv + 2.0 * m * n * d + 2.0 * m * m * d + 2.0 * n * m * d
 
 
 def _pairs(keys_per_query: float, n: int, d: int) -> float:
