@@ -12,11 +12,13 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.support.in_process import refused_in_process, run_in_process
-from tests.support.presets import TINY, plug, steps
+from tests.support.presets import QUIET_CPU, TINY, plug, steps
 from tests.support.probes import SaveFinalWeights, SaveLoggedNames
 from tests.support.runners import refusal_message, refused, run_cli, train_tiny
 from vitattn.analysis.events import read_scalars
 from vitattn.attention import ATTENTIONS
+from vitattn.errors import ConfigError
+from vitattn.training.fitting import check_least_steps
 from vitattn.training.instantiators import check_nodes
 
 SHORT_RUN = [*TINY, *steps(60, 25)]
@@ -137,6 +139,53 @@ def test_a_command_whose_result_is_its_test_refuses_to_test_nothing(
     command = [f"ckpt_path={ckpt}", "+trainer.limit_test_batches=0", f"hydra.run.dir={out}"]
     said = refused_in_process(program, *command, data_dir=data_dir, creates=out)
     assert said.startswith("trainer.limit_test_batches=0 is not valid; choose a share above 0 ")
+
+
+@pytest.mark.slow
+def test_a_least_training_beyond_the_epochs_steps_is_one_line(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``trainer.min_steps=30`` where ``max_epochs=1`` holds 17 steps (batches of 256 of the
+    subset) stopped after 17 steps all the same, but with no validation, no checkpoint and
+    ``best val/acc n/a`` (red team): one line, once the data is read, naming the steps."""
+    out = tmp_path / "out"
+    epoch = ["data.batch_size=256", "trainer.max_steps=-1", "trainer.max_epochs=1"]
+    command = [*QUIET_CPU, *epoch, "+trainer.min_steps=30", f"hydra.run.dir={out}"]
+    result = run_in_process("vitattn-train", *command, data_dir=data_dir, check=False)
+    said = refusal_message("vitattn-train", result, creates=out)
+    assert said.startswith(
+        "trainer.min_steps=30 is not valid; choose at most 17 (the steps of "
+        "trainer.max_epochs=1 epochs of 17: "
+    ), said
+
+
+@pytest.mark.parametrize(
+    ("settings", "most"),
+    [
+        ({"max_epochs": 2}, 20),
+        ({"max_epochs": 2, "accumulate_grad_batches": 3}, 8),  # 4 steps an epoch: 3, 3, 3, 1
+        ({"max_epochs": 1, "limit_train_batches": 4}, 4),
+        ({"max_epochs": 2, "max_steps": 5}, None),  # max_steps ends the run: checked before
+    ],
+)
+def test_the_least_steps_are_bounded_by_the_optimizer_steps_of_the_epochs(
+    settings: dict[str, int], most: int | None
+) -> None:
+    """An epoch of 10 batches: the least steps a run can be given are its epochs' optimizer
+    steps, counting a last accumulation an epoch ends early."""
+
+    class TenBatches:
+        def train_dataloader(self) -> list[int]:
+            return list(range(10))
+
+    trainer_cfg = OmegaConf.create({"max_steps": -1, **settings})
+    if most is None:
+        check_least_steps(OmegaConf.merge(trainer_cfg, {"min_steps": 1000}), TenBatches())
+        return
+    check_least_steps(OmegaConf.merge(trainer_cfg, {"min_steps": most}), TenBatches())
+    said = f"^trainer.min_steps={most + 1} is not valid; choose at most {most} "
+    with pytest.raises(ConfigError, match=said):
+        check_least_steps(OmegaConf.merge(trainer_cfg, {"min_steps": most + 1}), TenBatches())
 
 
 @pytest.mark.slow

@@ -48,9 +48,9 @@ def seed_and_precision(cfg: Any) -> None:
 def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool = True) -> None:
     """Refuse in one line data that ``module``'s network cannot read, then read the data
     (downloading it where it is missing) and split it, and refuse a validation interval the
-    split's epoch cannot hold (:func:`check_validation_interval`) and a share of batches that
-    takes none (:func:`check_batch_shares`; of the test split too where the command
-    ``tests``)."""
+    split's epoch cannot hold (:func:`check_validation_interval`), a share of batches that
+    takes none (:func:`check_batch_shares`; of the test split too where the command ``tests``)
+    and a least training beyond the epochs' steps (:func:`check_least_steps`)."""
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -58,6 +58,7 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
     check_batch_shares(
         trainer_cfg, datamodule, ("train", "val", "test") if tests else ("train", "val")
     )
+    check_least_steps(trainer_cfg, datamodule)
 
 
 def check_batch_shares(trainer_cfg: Any, datamodule: Any, splits: Sequence[str]) -> None:
@@ -91,12 +92,7 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
         return
     if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
         return  # no validation
-    batches = len(datamodule.train_dataloader())
-    limit = trainer_cfg.get("limit_train_batches")
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        batches = min(batches, limit)
-    elif isinstance(limit, float):
-        batches = int(batches * limit)
+    batches = epoch_batches(trainer_cfg, datamodule)
     if interval > batches:
         raise checks.invalid(
             "trainer.val_check_interval",
@@ -104,6 +100,44 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
             f"at most {batches} (an epoch's training batches: trainer.check_val_every_n_epoch="
             f"{every} counts it within each epoch), a fraction of an epoch (1.0: its end), or "
             "trainer.check_val_every_n_epoch=null (it counts steps across epochs)",
+        )
+
+
+def epoch_batches(trainer_cfg: Any, datamodule: Any) -> int:
+    """The training batches of an epoch, with ``trainer.limit_train_batches``, in one process
+    (each of a DDP run's processes takes its share of them)."""
+    batches = len(datamodule.train_dataloader())
+    limit = trainer_cfg.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    return batches
+
+
+def check_least_steps(trainer_cfg: Any, datamodule: Any) -> None:
+    """Refuse in one line, once the data is read and before anything is written, a
+    ``trainer.min_steps`` beyond the optimizer steps of ``trainer.max_epochs`` epochs where they
+    end the run (``max_steps=-1``): Lightning stopped there all the same but skipped every
+    validation for the least training it was asked, so the run kept no checkpoint and tested
+    the weights in memory (red team). The steps are counted in one process, an upper bound of
+    a DDP run's."""
+    least, epochs = trainer_cfg.get("min_steps"), trainer_cfg.get("max_epochs")
+    max_steps = trainer_cfg.get("max_steps", -1)
+    numbers = (least, epochs, max_steps)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in numbers):
+        return
+    if max_steps != -1 or epochs < 1 or least < 1:
+        return  # max_steps, where it is set, was checked against min_steps before the data
+    accumulate = trainer_cfg.get("accumulate_grad_batches") or 1
+    per_epoch = -(-epoch_batches(trainer_cfg, datamodule) // accumulate)
+    if least > epochs * per_epoch:
+        raise checks.invalid(
+            "trainer.min_steps",
+            least,
+            f"at most {epochs * per_epoch} (the steps of trainer.max_epochs={epochs} epochs of "
+            f"{per_epoch}: the run stops there, and Lightning would skip its validations for a "
+            "least training beyond it), or null",
         )
 
 
