@@ -236,6 +236,20 @@ def test_a_model_error_is_not_taken_for_a_compile_failure(monkeypatch) -> None:
     assert module.net._compiled_forward.compiled is True
 
 
+def test_a_row_that_did_not_run_as_asked_enters_no_ratio() -> None:
+    """timm's compiled row that ran eager gave ``vitattn compiled/timm compiled``, a compiled
+    speed over an eager one; each ratio is of rows that ran as they were asked."""
+    timm_compiled = speed("timm", True, 60.0)
+    timm_compiled.status = "ran eager: torch.compile compiled no graph of the network"
+    results = [
+        speed("vitattn", False, 100.0),
+        speed("vitattn", True, 150.0),
+        speed("timm", False, 50.0),
+        timm_compiled,
+    ]
+    assert ratios(results) == {"vitattn/timm": 2.0, "vitattn compiled/vitattn": 1.5}
+
+
 def test_a_row_without_a_measurement_shows_dashes_and_its_status(tmp_path: Path, caplog) -> None:
     """A row that measured nothing read as ``0.0 img/s``, and a compiled row that ran eager did
     not say so."""
