@@ -7,6 +7,7 @@ those marked ``slow`` train for real.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from scipy import stats
 from tests.support.presets import FEW_STEPS
 from tests.support.runners import run_cli, run_sweep
 from tests.support.tables import markdown_tables, read_csv
+from vitattn.analysis import figures
 from vitattn.analysis.curves import band_note, mean_curve, metric_figure
 from vitattn.analysis.records import Run, describe, label_runs, load_run
 from vitattn.analysis.seed_runs import band_tags
@@ -356,3 +358,41 @@ def test_a_label_that_matplotlib_would_read_as_mathematics_is_drawn_as_written(
     summary = summarize([sweep])
     names = {path.name for path in summary.files}
     assert {"val_acc_vs_step.png", "attention_maps.png", "frontier.png"} <= names
+
+
+def test_the_curves_average_the_runs_the_table_counts(
+    tmp_path: Path, make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``val_acc_vs_step.png`` draws each setting over the runs its row of the settings table
+    counts: a failed seed (its curve cut at step 99) and a job folder copied within the sweep (a
+    seed already counted) are left out of the mean and its band, as they are of the table and
+    of TensorBoard's seed run, rather than cutting the line short and narrowing the band."""
+    sweep = tmp_path / "sweep"
+    for seed, curve in enumerate(SEED_CURVES["softmax"][:2], start=1):
+        make_run(sweep / f"seed={seed}", ["attention=softmax", f"seed={seed}"], val_acc=curve)
+    make_run(
+        sweep / "seed=3",
+        ["attention=softmax", "seed=3"],
+        val_acc=[(99, 0.2)],
+        metrics={"status": "failed", "test/acc": None},
+    )
+    shutil.copytree(sweep / "seed=1", sweep / "seed=1_copy")
+    drawn: dict[str, list[Run]] = {}
+
+    def plot_metric(runs: list[Run], tag: str, *args: object, **kwargs: object) -> bool:
+        drawn[tag] = list(runs)
+        return False
+
+    monkeypatch.setattr(figures, "plot_metric", plot_metric)
+    summary = summarize([sweep], tmp_path / "out")
+    (setting,) = summary.settings
+    assert len(setting.completed) == 2  # the table's n: the failed run and the copy left out
+    figure = metric_figure(drawn["val/acc"], "val/acc", "validation accuracy")
+    assert figure is not None
+    (line,) = figure.axes[0].get_lines()
+    assert list(line.get_xdata()) == [99, 199, 299]  # not cut at the failed run's last step
+    expected = np.mean([[v for _, v in curve] for curve in SEED_CURVES["softmax"][:2]], axis=0)
+    np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-6)
+    legend = figure.legends[0].get_texts()[0].get_text()
+    assert legend.endswith("(mean of 2)"), legend
+    plt.close(figure)
