@@ -48,9 +48,10 @@ def _plot_figures(
 ) -> list[Path]:
     written = []
     shared = describe(runs)
+    counted = curve_runs(runs, settings)
     for tag, ylabel, name, markers in CURVES:
         title = ylabel[0].upper() + ylabel[1:] + (f" \N{EM DASH} {shared}" if shared else "")
-        if plot_metric(runs, tag, ylabel, out / name, title, markers):
+        if plot_metric(counted, tag, ylabel, out / name, title, markers):
             written.append(out / name)
     title = "Accuracy against cost" + (f" \N{EM DASH} {shared}" if shared else "")
     if plot_frontier(settings, out / "frontier.png", title):
@@ -62,3 +63,16 @@ def _plot_figures(
     if plot_attention_maps(entries, out / "attention_maps.png", maps_title):
         written.append(out / "attention_maps.png")
     return written
+
+
+def curve_runs(runs: Sequence[Run], settings: Sequence[Setting]) -> list[Run]:
+    """The runs the curves average, in the order of ``runs``: of each setting, those its row of
+    the settings table counts (completed, each seed once), as TensorBoard's seed runs do; a
+    setting with none completed keeps all its runs, so that how they ended still shows. A failed
+    seed cut its setting's line at its last step, and a copied job folder narrowed its band."""
+    keep: set[int] = set()
+    for setting in settings:
+        members = setting.completed or setting.runs
+        keep.update(id(member.run) for member in members)
+    grouped = {id(member.run) for setting in settings for member in setting.runs}
+    return [run for run in runs if id(run) in keep or id(run) not in grouped]
