@@ -139,3 +139,26 @@ def test_a_single_comparison_is_not_corrected(tmp_path: Path) -> None:
     assert record["verdict"] == "worse"  # p 0.039 < 0.05: one comparison, nothing to correct
     first = (sweep / "summary.md").read_text().splitlines()[0]
     assert first == "Against attention=softmax, on test/acc: 1 comparison (no correction needed)."
+
+
+@pytest.mark.parametrize(
+    "linear",
+    [(0.5 + 1 / 1024, 0.25 + 1 / 1024), (0.5 + 1 / 1024, 0.5 + 1 / 1024)],
+    ids=["paired", "Welch"],
+)
+def test_seeds_that_moved_by_the_same_image_are_no_verdict(
+    tmp_path: Path, linear: tuple[float, ...]
+) -> None:
+    """Two seeds of linear, each one test image above softmax's (paired), or two settings whose
+    seeds each scored alike (Welch's, the seeds not shared): a spread observed to be 0 over two
+    seeds, which accuracies counted in whole images give often, is no evidence that the spread is
+    0. It was taken as certain, p = 0, and the summary called linear **better** at any correction
+    with an interval of zero width; scipy's t-test, dividing by that spread, says the same."""
+    softmax = (0.5, 0.25) if linear[0] != linear[1] else (0.5, 0.5, 0.5)
+    sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": softmax, "linear": linear})
+    summarize([sweep])
+    record = settings(sweep)["attention=linear"]
+    assert record["test_acc_diff_delta"] != "" and float(record["test_acc_diff_delta"]) > 0
+    assert record["verdict"] == "no detectable difference"
+    line = (sweep / "summary.md").read_text().splitlines()[2]
+    assert "**no detectable difference**; the seeds' figures do not vary" in line
