@@ -142,18 +142,23 @@ def test_a_single_comparison_is_not_corrected(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "linear",
-    [(0.5 + 1 / 1024, 0.25 + 1 / 1024), (0.5 + 1 / 1024, 0.5 + 1 / 1024)],
-    ids=["paired", "Welch"],
+    ("linear", "test"),
+    [
+        ((0.5 + 1 / 1024, 0.25 + 1 / 1024), "sign test over 2 seeds), p = 0.5"),
+        ((0.5 + 1 / 1024, 0.5 + 1 / 1024), "Mann-Whitney U, 2 and 3 runs), p = 0.2"),
+    ],
+    ids=["paired", "two samples"],
 )
-def test_seeds_that_moved_by_the_same_image_are_no_verdict(
-    tmp_path: Path, linear: tuple[float, ...]
+def test_seeds_that_moved_by_the_same_image_are_tested_without_dividing_by_no_spread(
+    tmp_path: Path, linear: tuple[float, ...], test: str
 ) -> None:
     """Two seeds of linear, each one test image above softmax's (paired), or two settings whose
-    seeds each scored alike (Welch's, the seeds not shared): a spread observed to be 0 over two
-    seeds, which accuracies counted in whole images give often, is no evidence that the spread is
-    0. It was taken as certain, p = 0, and the summary called linear **better** at any correction
-    with an interval of zero width; scipy's t-test, dividing by that spread, says the same."""
+    seeds each scored alike (two samples, the seeds not shared): a spread observed to be 0,
+    which accuracies counted in whole images give often, is no evidence that the spread is 0.
+    It was taken as certain, p = 0, and the summary called linear **better** at any correction
+    with an interval of zero width; scipy's t-test, dividing by that spread, says the same. The
+    exact tests that do not divide by it say how likely the agreement is by chance: two seeds
+    that agree, p = 0.5 (the sign test); 2 and 3 runs apart, p = 0.2 (Mann-Whitney's U)."""
     softmax = (0.5, 0.25) if linear[0] != linear[1] else (0.5, 0.5, 0.5)
     sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": softmax, "linear": linear})
     summarize([sweep])
@@ -161,4 +166,20 @@ def test_seeds_that_moved_by_the_same_image_are_no_verdict(
     assert record["test_acc_diff_delta"] != "" and float(record["test_acc_diff_delta"]) > 0
     assert record["verdict"] == "no detectable difference"
     line = (sweep / "summary.md").read_text().splitlines()[2]
+    assert test in line, line
     assert "**no detectable difference**; the seeds' figures do not vary" in line
+
+
+def test_six_seeds_that_each_moved_by_the_same_image_are_better_by_the_sign_test(
+    tmp_path: Path,
+) -> None:
+    """Six seeds each one image better agree by chance with p = 2 / 2^6 = 0.031: a verdict,
+    where the t-test divided by a spread of 0."""
+    softmax = tuple(0.25 + seed / 64 for seed in range(6))
+    linear = tuple(accuracy + 1 / 1024 for accuracy in softmax)
+    sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": softmax, "linear": linear})
+    summarize([sweep])
+    record = settings(sweep)["attention=linear"]
+    assert (record["verdict"], record["test_acc_diff_test"]) == ("better", "sign test")
+    assert float(record["test_acc_diff_p"]) == pytest.approx(2 / 2**6)
+    assert stats.binomtest(6, 6).pvalue == pytest.approx(2 / 2**6)

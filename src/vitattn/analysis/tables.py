@@ -14,7 +14,7 @@ from vitattn.analysis.comparison import COMPARED, Comparison
 from vitattn.analysis.grouping import FIGURES, Setting
 from vitattn.analysis.power import MOST_SEEDS
 from vitattn.analysis.records import SUMMARY_COLUMNS
-from vitattn.analysis.uncertainty import NO_DIFFERENCE, PAIRED, Difference, Estimate
+from vitattn.analysis.uncertainty import NO_DIFFERENCE, PAIRS, Difference, Estimate
 from vitattn.runs.files import write_text
 from vitattn.runs.results import markdown_table, write_csv
 
@@ -188,9 +188,9 @@ def verdict_sentence(comparison: Comparison) -> str:
     if difference is None:
         return comparison.verdict
     over = (
-        f"paired t over {difference.n_a} seeds"
-        if difference.test == PAIRED
-        else f"Welch, {difference.n_a} and {difference.n_b} runs"
+        f"{difference.test} over {difference.n_a} seeds"
+        if difference.test in PAIRS
+        else f"{difference.test}, {difference.n_a} and {difference.n_b} runs"
     )
     text = f"{format_difference(difference)} ({over})"
     if difference.p is not None:

@@ -44,13 +44,20 @@ class Estimate:
 
 PAIRED = "paired t"
 WELCH = "Welch"
+SIGN = "sign test"
+"""Paired seeds whose differences are all the same, not zero: the t-test's spread is 0."""
+MANN_WHITNEY = "Mann-Whitney U"
+"""Two samples each without spread (the seeds of each setting scored alike), means apart."""
+PAIRS = (PAIRED, SIGN)
 
 
 @dataclass(frozen=True)
 class Difference:
     """``mean(a) - mean(b)`` with its ``confidence`` interval, degrees of freedom and two-sided
     p-value from ``test``: :data:`PAIRED` (Student's t over the per-seed differences, ``n_a ==
-    n_b`` pairs) or :data:`WELCH` (two samples, unequal variances). ``spread`` is the standard
+    n_b`` pairs) or :data:`WELCH` (two samples, unequal variances), and where the spread they
+    divide by is 0 but the difference is not, the exact tests that do not divide by it:
+    :data:`SIGN` (pairs) or :data:`MANN_WHITNEY` (two samples). ``spread`` is the standard
     deviation the test divides by: of the per-seed differences (paired), or the root mean square
     of the two samples' (Welch); what a power calculation needs."""
 
@@ -67,7 +74,7 @@ class Difference:
     @property
     def sizes(self) -> str:
         """``3`` (pairs) or ``3/2`` (the two samples' sizes)."""
-        return str(self.n_a) if self.test == PAIRED else f"{self.n_a}/{self.n_b}"
+        return str(self.n_a) if self.test in PAIRS else f"{self.n_a}/{self.n_b}"
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
@@ -140,7 +147,10 @@ def welch_difference(
         return Difference(delta, None, None, None, **sizes)
     spread = math.sqrt((statistics.variance(x) + statistics.variance(y)) / 2)
     if max(x) == min(x) and max(y) == min(y):  # no spread: the difference is what it is
-        return Difference(delta, delta, delta, None, **sizes, p=_exact_p(delta), spread=0.0)
+        if delta == 0:
+            return Difference(delta, delta, delta, None, **sizes, p=1.0, spread=0.0)
+        p = float(stats.mannwhitneyu(x, y, method="exact").pvalue)
+        return Difference(delta, delta, delta, None, MANN_WHITNEY, len(x), len(y), p, 0.0)
     result = stats.ttest_ind(x, y, equal_var=False)
     return _tested(delta, result, confidence, spread, WELCH, len(x), len(y))
 
@@ -156,8 +166,11 @@ def paired_difference(
     differences = [x - y for x, y in pairs]
     delta, n = statistics.mean(differences), len(pairs)
     spread = statistics.stdev(differences)
-    if spread == 0:  # every seed moved by the same amount: the difference is what it is
-        return Difference(delta, delta, delta, n - 1, PAIRED, n, n, _exact_p(delta), 0.0)
+    if spread == 0 and delta == 0:  # no seed moved: there is no difference
+        return Difference(delta, delta, delta, n - 1, PAIRED, n, n, 1.0, 0.0)
+    if spread == 0:  # every seed moved by the same amount: how often n seeds agree by chance
+        p = float(stats.binomtest(n if delta > 0 else 0, n).pvalue)
+        return Difference(delta, delta, delta, None, SIGN, n, n, p, 0.0)
     return _tested(delta, stats.ttest_rel(a, b), confidence, spread, PAIRED, n, n)
 
 
@@ -183,11 +196,6 @@ def seed_difference(
     if len(x) >= 2 and x.keys() == y.keys():
         return paired_difference([(float(x[s]), float(y[s])) for s in x], confidence)  # type: ignore[arg-type]
     return welch_difference(list(x.values()), list(y.values()), confidence)
-
-
-def _exact_p(delta: float) -> float:
-    """The p-value of a difference without spread: certain if it is not zero."""
-    return 0.0 if delta != 0 else 1.0
 
 
 def verdict(
