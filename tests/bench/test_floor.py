@@ -4,6 +4,8 @@ names CUDA gives, the formulas against ``torch.utils.flop_counter``, the dispatc
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -11,6 +13,8 @@ from vitattn.bench import devices
 from vitattn.bench.devices import DeviceSpec, device_spec, from_datasheet
 from vitattn.bench.floor import (
     FORWARD_FLOPS,
+    DispatchCounter,
+    GeneratedKernelCounter,
     count_dispatches,
     floor_line,
     floor_of,
@@ -256,3 +260,28 @@ def test_nystroms_formula_is_the_products_in_the_order_the_code_takes_them(n: in
     counted = count_gflop(lambda: kernel(q, k, v))
     assert counted is not None
     assert counted * 1e9 == pytest.approx(formula_flops("nystrom", kernel, q.shape, False))
+
+
+@pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None,
+    reason="torch.compile's CPU backend needs a C compiler, and there is none here",
+)
+def test_a_compiled_call_counts_the_kernels_inductor_generated_for_it() -> None:
+    """A compiled call's count left out every kernel Inductor generated (its fused element-wise
+    work, a C++ function on a CPU, a Triton launch on a GPU) and counted only the library calls
+    and views left in it: a compiled chain of three element-wise operators read 0 (red team).
+    It reads its one generated kernel, and with the backward the backward's too."""
+    x = torch.randn(64, 64)
+    fused = torch.compile(lambda t: (t * 2).relu().exp(), fullgraph=True, dynamic=False)
+    fused(x)  # compiled here, not while counted
+    assert count_dispatches(lambda: (x * 2).relu().exp()) == 3  # eager: mul, relu, exp
+    with DispatchCounter() as operators, GeneratedKernelCounter() as generated:
+        fused(x)
+    assert (operators.count, generated.count) == (0, 1), generated.names
+    assert count_dispatches(lambda: fused(x)) == 1
+    y = torch.randn(64, 64, requires_grad=True)
+    fused(y).sum().backward()
+    with GeneratedKernelCounter() as generated:
+        fused(y).sum().backward()
+    assert generated.count == 2, generated.names  # the forward's kernel and the backward's
+    assert all(name.startswith("cpp_fused_") for name in generated.names), generated.names

@@ -20,13 +20,16 @@ moved over the device's memory bandwidth (:mod:`vitattn.bench.devices`):
 
 The share of the floor is ``floor_ms / measured_ms`` in percent (100%: at the device's limit).
 :func:`count_dispatches` counts the operators a call dispatches (a dispatch mode: every aten
-operator that reaches a kernel, views included, forward and backward); compiled code counts as
-the operators its compiled artifact calls, not those it fused.
+operator that reaches a kernel, views included, forward and backward) and, for compiled code, the
+kernels Inductor generated that it runs (:class:`GeneratedKernelCounter`), which no dispatch mode
+sees.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -240,8 +243,72 @@ class DispatchCounter(PassThroughMode):
         return self.count - self.views
 
 
+GENERATED = ("cpp_", "triton_")
+"""How Inductor names the kernels it generates in a compiled call's wrapper module: C++ on a CPU
+(``cpp_fused_mul_relu_0``), Triton on a GPU (``triton_poi_fused_...``)."""
+
+
+class GeneratedKernelCounter:
+    """Counts, while active, the kernels Inductor generated that compiled code runs: each call
+    that a wrapper module Inductor wrote (a file in its cache folder) makes of one of its own
+    kernels, a C++ function on a CPU or a Triton kernel's ``run`` on a GPU. The library calls the
+    wrapper makes (``extern_kernels.mm``) reach the dispatcher and :class:`DispatchCounter`.
+
+    Python's profiler hook, on every thread where Python allows it (3.12's
+    ``threading.setprofile_all_threads``: a GPU tensor's backward runs on autograd's device
+    thread); before 3.12, on this thread, where a CPU tensor's backward runs. A C++ wrapper
+    (Inductor's ``cpp_wrapper``, off by default) calls its kernels unseen."""
+
+    def __init__(self) -> None:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        self.folder = cache_dir()
+        self.names: Counter[str] = Counter()
+
+    @property
+    def count(self) -> int:
+        return sum(self.names.values())
+
+    def _generated(self, frame: Any, target: Any) -> str | None:
+        """The name under which ``frame``'s module, if Inductor wrote it, holds ``target`` as
+        one of its kernels."""
+        if frame is None or not frame.f_code.co_filename.startswith(self.folder):
+            return None
+        for name, value in frame.f_globals.items():
+            if value is target and name.startswith(GENERATED):
+                return name
+        return None
+
+    def hook(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":  # a C++ kernel, called from the wrapper
+            name = self._generated(frame, arg)
+        elif event == "call" and frame.f_code.co_name == "run":  # a Triton kernel's launcher
+            name = self._generated(frame.f_back, frame.f_locals.get("self"))
+        else:
+            return
+        if name is not None:
+            self.names[name] += 1
+
+    def __enter__(self) -> GeneratedKernelCounter:
+        self._set(self.hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._set(None)
+
+    @staticmethod
+    def _set(hook: Any) -> None:
+        every_thread = getattr(threading, "setprofile_all_threads", None)
+        if every_thread is not None:
+            every_thread(hook)
+        else:
+            sys.setprofile(hook)
+            threading.setprofile(hook)
+
+
 def count_dispatches(call: Callable[[], Any]) -> int:
-    """How many operators ``call()`` dispatches (forward, and backward if it runs one)."""
-    with DispatchCounter() as counter:
+    """How many operators ``call()`` dispatches (forward, and backward if it runs one), and
+    how many kernels Inductor generated it runs where it is compiled."""
+    with DispatchCounter() as counter, GeneratedKernelCounter() as generated:
         call()
-    return counter.count
+    return counter.count + generated.count
