@@ -696,13 +696,11 @@ def check_composition(
         if line is not None:
             raise ConfigError(line)
         check_task_name(cfg)
-        try:
-            if validate is not None:
-                validate(cfg)
-        except ConfigError:
-            check_additions(cfg, overrides, composed_once, typed)  # an unread key says more
-            raise
+        # an unread key says more than the app's refusal, and is known before the app's checks
+        # import what the config's targets need (Lightning, seconds on a small machine)
         check_additions(cfg, overrides, composed_once, typed)
+        if validate is not None:
+            validate(cfg)
         if first:
             check_search(cfg)
             if multirun(arguments):
