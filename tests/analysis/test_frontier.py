@@ -98,3 +98,43 @@ def test_the_figure_joins_and_names_only_the_frontier(
         assert sorted(bold) == sorted(front)
     assert "names in bold: Pareto frontier" in figure.get_suptitle()
     plt.close(figure)
+
+
+def test_each_cost_has_its_interval_drawn_within_the_frame(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """The frontier called a setting faster than another with no interval on speed, where the
+    two overlap widely over two seeds (red team): each cost's 95% interval is a bar through its
+    point; one that reaches below 0 (a t interval of two runs) runs to the frame, so the points
+    keep their room."""
+    speeds = {"softmax": (0.5, (2000.0, 2600.0)), "linear": (0.6, (1000.0, 4000.0))}
+    sweep = tmp_path / "sweep"
+    for attention, (accuracy, by_seed) in speeds.items():
+        for seed, speed in enumerate(by_seed, start=1):
+            make_run(
+                sweep / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                maps=False,
+                metrics={"test/acc": accuracy + seed / 100, "train/images_per_sec": speed},
+            )
+    settings = {s.label: s for s in summary_of(read_runs([sweep])).settings}
+    figure = frontier_figure(list(settings.values()))
+    assert figure is not None
+    (axes,) = figure.axes
+    low, high = axes.get_xlim()
+    bars = {
+        round(float(segment[0][1]), 6): (float(segment[0][0]), float(segment[1][0]))
+        for collection in axes.collections
+        if type(collection).__name__ == "LineCollection"
+        for segment in collection.get_segments()
+        if segment[0][1] == segment[1][1]  # horizontal: a cost's bar
+    }
+    assert len(bars) == len(settings) == 2
+    for label, setting in settings.items():
+        cost, accuracy = setting.estimates["images_per_sec"], setting.estimates["test_acc"]
+        left, right = bars[round(accuracy.mean, 6)]
+        assert (left, right) == pytest.approx((max(cost.low, low), min(cost.high, high))), label
+    assert settings["attention=linear"].estimates["images_per_sec"].low < 0  # t over 2 runs
+    assert bars[round(settings["attention=linear"].estimates["test_acc"].mean, 6)][0] == low
+    assert "95% interval on each axis" in figure.get_suptitle()
+    plt.close(figure)

@@ -38,6 +38,10 @@ MARKER_AREA = (40.0, 600.0)
 """Smallest and largest marker area (points squared) for the least and most peak memory."""
 
 
+PANEL_WIDTH = 6.0
+"""Inches of figure per panel."""
+
+
 def accuracy_of(setting: Setting) -> tuple[str, Estimate | None]:
     """The accuracy a setting is placed at: test/acc, else best val/acc."""
     for key, name in (("test_acc", "test accuracy"), ("best_val_acc", "best validation accuracy")):
@@ -110,11 +114,11 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
 
     panels = []
     for key, xlabel, more in PANELS:
-        placed: list[tuple[Setting, float, Estimate]] = []
+        placed: list[tuple[Setting, Estimate, Estimate]] = []
         for setting in settings:
             cost, (_, accuracy) = setting.estimates.get(key), accuracy_of(setting)
             if cost is not None and accuracy is not None and cost.mean > 0:
-                placed.append((setting, cost.mean, accuracy))
+                placed.append((setting, cost, accuracy))
         if placed:
             panels.append((key, xlabel, more, placed))
     if not panels:
@@ -127,7 +131,11 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
         s.label: (e.mean if (e := s.estimates.get("peak_memory_gb")) else None) for s in settings
     }
     figure, axes_list = plt.subplots(
-        1, len(panels), figsize=(6.0 * len(panels), 5.0), layout="constrained", squeeze=False
+        1,
+        len(panels),
+        figsize=(PANEL_WIDTH * len(panels), 5.0),
+        layout="constrained",
+        squeeze=False,
     )
     for axes, (_, xlabel, more, placed) in zip(axes_list[0], panels, strict=True):
         _draw_panel(axes, xlabel, more, placed, color_of, names, memory)
@@ -138,8 +146,11 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
     )
     points = f"points: {key_name}; " if key_name else ""
     caption = (
-        f"{points}mean with 95% interval; dashed line, names in bold: Pareto frontier; {size_note}"
+        f"{points}mean with 95% interval on each axis (a bar to the frame runs past it); "
+        f"dashed line, names in bold: Pareto frontier; {size_note}"
     )
+    # about 14 characters of 10-point text to the inch: a longer line ran off both edges
+    caption = textwrap.fill(caption, int(14 * PANEL_WIDTH * len(panels)))
     figure.suptitle((title + "\n" if title else "") + caption, fontsize=10)
     return figure
 
@@ -148,23 +159,23 @@ def _draw_panel(
     axes: Any,
     xlabel: str,
     more_is_better: bool,
-    placed: Sequence[tuple[Setting, float, Estimate]],
+    placed: Sequence[tuple[Setting, Estimate, Estimate]],
     color_of: dict[str, str],
     names: dict[str, str],
     memory: dict[str, float | None],
 ) -> None:
-    points = [(x, accuracy.mean) for _, x, accuracy in placed]
+    points = [(cost.mean, accuracy.mean) for _, cost, accuracy in placed]
     front = pareto_front(points, more_is_better)
     areas = marker_areas([memory[s.label] for s, _, _ in placed])
     # neighbours along x take turns above and below their point, so their labels don't collide
-    rank = {id(p): i for i, p in enumerate(sorted(placed, key=lambda p: p[1]))}
+    rank = {id(p): i for i, p in enumerate(sorted(placed, key=lambda p: p[1].mean))}
     for index, (entry, area) in enumerate(zip(placed, areas, strict=True)):
-        setting, x, accuracy = entry
+        setting, cost, accuracy = entry
         n = f" (n={accuracy.n})" if accuracy.n > 1 else " (1 run)"
-        _draw_point(axes, x, accuracy, area, color_of[setting.label])
+        _draw_point(axes, cost, accuracy, area, color_of[setting.label])
         axes.annotate(
             _short(names[setting.label]) + n,
-            (x, accuracy.mean),
+            (cost.mean, accuracy.mean),
             xytext=(7, 5) if rank[id(entry)] % 2 == 0 else (7, -13),
             textcoords="offset points",
             fontsize=8,
@@ -183,24 +194,42 @@ def _draw_panel(
     if min(xs) > 0 and max(xs) / min(xs) > 20:
         axes.set_xscale("log")
     _pad(axes, xs)
+    _draw_cost_bars(axes, placed, color_of)
     on_front = ", ".join(_short(names[placed[i][0].label]) for i in front)
     axes.set_xlabel(xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}", FRONT_WIDTH))
     axes.grid(alpha=0.3)
 
 
-def _draw_point(axes: Any, x: float, accuracy: Estimate, area: float, color: str) -> None:
-    """A setting's marker at its mean accuracy, with its interval as an error bar."""
+def _draw_point(axes: Any, cost: Estimate, accuracy: Estimate, area: float, color: str) -> None:
+    """A setting's marker at its mean cost and accuracy, with the accuracy's interval as an
+    error bar (the cost's is drawn once the axes' limits are set: :func:`_draw_cost_bars`)."""
+    x, y = cost.mean, accuracy.mean
     if accuracy.low is not None and accuracy.high is not None:
         axes.errorbar(
             x,
-            accuracy.mean,
-            yerr=[[accuracy.mean - accuracy.low], [accuracy.high - accuracy.mean]],
+            y,
+            yerr=[[y - accuracy.low], [accuracy.high - y]],
             color=color,
             capsize=3,
             linewidth=1.2,
             zorder=2,
         )
-    axes.scatter(x, accuracy.mean, s=area, color=color, alpha=0.75, edgecolor="black", zorder=3)
+    axes.scatter(x, y, s=area, color=color, alpha=0.75, edgecolor="black", zorder=3)
+
+
+def _draw_cost_bars(
+    axes: Any, placed: Sequence[tuple[Setting, Estimate, Estimate]], color_of: dict[str, str]
+) -> None:
+    """Each cost's interval as a horizontal bar through its point, drawn within the limits the
+    points set: a bar that reaches past them (a t interval of two runs can reach below 0, which
+    a log axis does not hold) runs to the frame, so the points keep their room."""
+    low, high = axes.get_xlim()
+    for setting, cost, accuracy in placed:
+        if cost.low is None or cost.high is None:
+            continue
+        left, right = max(cost.low, low), min(cost.high, high)
+        axes.hlines(accuracy.mean, left, right, color=color_of[setting.label], linewidth=1.2)
+    axes.set_xlim(low, high)
 
 
 def _pad(axes: Any, xs: Sequence[float]) -> None:
