@@ -262,6 +262,7 @@ def test_nystroms_formula_is_the_products_in_the_order_the_code_takes_them(n: in
     assert counted * 1e9 == pytest.approx(formula_flops("nystrom", kernel, q.shape, False))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("cc") is None and shutil.which("gcc") is None,
     reason="torch.compile's CPU backend needs a C compiler, and there is none here",

@@ -277,6 +277,7 @@ def test_the_kernels_time_the_variants_of_the_attentions_checked_only(tmp_path: 
     assert [row.attention for row in run.rows] == ["softmax", "linear"]
 
 
+@pytest.mark.slow
 def test_the_kernels_time_each_variant_right_after_its_mechanism(tmp_path: Path) -> None:
     """Issue 42: compiled rows next to eager ones, as ``vitattn-bench`` puts them (and the
     docs' ``impl=autograd`` rows "next to their default"). The check put every variant after the
