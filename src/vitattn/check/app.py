@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitattn.check.settings import NOT_OURS, CheckSettings, Section, load_settings
 from vitattn.cli.console import console_main
 from vitattn.runs.task import run_task
-from vitattn.utils.config import CONFIG_DIR
+from vitattn.utils.config import CONFIG_DIR, sweep_job
 
 PROGRAM = "vitattn-check"
 log = logging.getLogger(__name__)
@@ -74,21 +74,13 @@ def check(cfg: DictConfig) -> dict[str, Any]:
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="check")
 def _hydra_main(cfg: DictConfig) -> None:
     found = run_task(PROGRAM, check, cfg)["problems"]
-    if found and not multirun():
+    if found and not sweep_job():
         # as a test runner does: a script or a job that runs the check can stop on its status
+        # (a sweep's job does not: its sweep records it, the other jobs run)
         where = Path(cfg.paths.output_dir) / "check.md"
         count = f"{len(found)} problem{'s' if len(found) > 1 else ''}"
         print(f"{PROGRAM}: {count}, listed first in {where}", file=sys.stderr)
         sys.exit(1)
-
-
-def multirun() -> bool:
-    """Whether this is a job of a sweep (``-m``), whose status its sweep records: the other
-    jobs run on whatever one found."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def check_command(cfg: DictConfig) -> None:

@@ -43,7 +43,7 @@ from vitattn.runs.files import (
     refuse_link,
 )
 from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, check_run_files
-from vitattn.utils.config import cut_apart, job_directory_name
+from vitattn.utils.config import cut_apart, job_directory_name, sweep_job
 
 ATTEMPTS = ATTEMPTS_DIR
 
@@ -93,13 +93,11 @@ def continue_interrupted_job(cfg: Any) -> None:
     """Point ``cfg.ckpt_path`` at ``last.ckpt`` when ``cfg`` is an interrupted job of a re-run
     sweep, so that it resumes as ``resume=true`` would resume it."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
     from omegaconf import open_dict
 
     if not HydraConfig.initialized() or cfg.get("ckpt_path"):
         return
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    checkpoint = checkpoint_to_resume(Path(HydraConfig.get().runtime.output_dir), multirun)
+    checkpoint = checkpoint_to_resume(Path(HydraConfig.get().runtime.output_dir), sweep_job())
     if checkpoint is not None:
         with open_dict(cfg):
             cfg.ckpt_path = str(checkpoint)

@@ -42,6 +42,7 @@ from vitattn.runs.layout import ATTEMPTS_FILE, HOLDER, HYDRA_DIR, LOCK, METRICS,
 from vitattn.runs.lock import RunDirectoryInUseError, hold_run_directory, release_run_directory
 from vitattn.runs.process import FileBefore, RunDirectoryBefore, free_reserve, this_process
 from vitattn.runs.results import write_json
+from vitattn.utils.config import sweep_job
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -241,12 +242,11 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
     ends on that line.
     """
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     quiet_full_disk_in_threads()
     job_dir = None
     if HydraConfig.initialized():
-        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        multirun = sweep_job()
         kept = kept_metrics(Path(HydraConfig.get().runtime.output_dir), multirun)
         if kept is not None:  # a re-run sweep's job that completed before: its files stay
             log.info("%s completed before: kept", HydraConfig.get().runtime.output_dir)
@@ -264,7 +264,7 @@ def run_task(program: str, task: Callable[[DictConfig], T], cfg: DictConfig) -> 
         return task(cfg)
     except Exception as raised:
         error = own_refusal(raised) or full_disk(raised)
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        if sweep_job():
             output_dir = Path(HydraConfig.get().runtime.output_dir)
             record_failure(output_dir / METRICS, error or raised)
             line = str(error) if error is not None else unexpected(raised, log_traceback(raised))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vitattn.utils.config import CONFIG_DIR, chosen_option, group_options
+from vitattn.utils.config import CONFIG_DIR, chosen_option, group_options, sweep_job
 
 if TYPE_CHECKING:
     from torch import nn
@@ -134,9 +134,8 @@ def this_sweep() -> Sweep:
     """The sweep the running Hydra job belongs to (:func:`sweep_of` its overrides); an empty
     :class:`Sweep` for a single run, or a task called outside a Hydra app."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if not sweep_job():
         return Sweep()
     return sweep_of(sweep_overrides(HydraConfig.get()))
 

@@ -184,6 +184,15 @@ OmegaConf.register_new_resolver("vitattn_run_dir", run_directory_name, replace=T
 OmegaConf.register_new_resolver("vitattn_gpu_precision", gpu_precision, replace=True)
 
 
+def sweep_job() -> bool:
+    """Whether this process runs a job of a Hydra multirun (``-m``): ``False`` for a single run
+    and outside a Hydra app."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def chosen_option(cfg: DictConfig, group: str) -> str | None:
     """The option chosen for ``group`` (e.g. ``attention`` -> ``softmax``), if known: from the
     running Hydra app, or from a config composed with ``return_hydra_config=True``."""
