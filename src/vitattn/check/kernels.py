@@ -53,18 +53,13 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
     # each mechanism checked, then its variants (another setting of it, or it compiled) right
     # after its own rows, as vitattn-bench puts a compiled row beside its eager one
     checked = settings.attentions
-    attentions = [
-        name
-        for attention in [REFERENCE, *(a for a in checked if a != REFERENCE)]
-        for name in (
-            attention,
-            *(
-                v
-                for v, spec in kernels.variants.items()
-                if spec["attention"] == attention and attention in checked
-            ),
-        )
-    ]
+    attentions: list[str] = []
+    for attention in [REFERENCE, *(a for a in checked if a != REFERENCE)]:
+        attentions.append(attention)
+        if attention in checked:
+            attentions += [
+                v for v, spec in kernels.variants.items() if spec["attention"] == attention
+            ]
     sweep = Sweep(
         attentions=attentions,
         seq_lens=kernels.seq_lens,
