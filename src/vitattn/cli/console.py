@@ -45,6 +45,7 @@ from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import (
     check_continuation,
     kept_not_reused,
+    planned_jobs,
     set_failed_jobs_aside,
 )
 from vitattn.runs.disk import FULL, short_of_space, space_left
@@ -135,8 +136,9 @@ def console_main(
     continuing = continuing and source.extra_dirs is not None  # else a config tree of the user's
     try:
         remember_run_directory(explicit_run_dir(arguments))  # a file there it cannot read: a line
+        jobs = planned_jobs(overrides_of(named), sweep_dir) if continuing else []
         if continuing:
-            check_continuation(config_name, overrides_of(named), sweep_dir, source.extra_dirs or ())
+            check_continuation(config_name, jobs, sweep_dir, source.extra_dirs or ())
         for setting, directory in [
             ("hydra.run.dir", explicit_run_dir(arguments)),
             ("hydra.sweep.dir", sweep_dir),
@@ -147,10 +149,10 @@ def console_main(
         # directory's holder, and one that was killed has left its lock's file
         check_run_dir_is_new(arguments, continues_runs)
         if continuing:
-            not_reused = kept_not_reused(overrides_of(named), sweep_dir)
+            not_reused = kept_not_reused(jobs, sweep_dir)
             if not_reused is not None:
                 print(f"{program}: {not_reused}", file=sys.stderr)
-            for attempt in set_failed_jobs_aside(overrides_of(named), sweep_dir):
+            for attempt in set_failed_jobs_aside(jobs, sweep_dir):
                 print(f"{program}: a failed attempt is kept in {attempt}", file=sys.stderr)
     except VitattnError as error:
         fail(program, error)

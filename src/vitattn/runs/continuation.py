@@ -42,7 +42,14 @@ from vitattn.runs.files import (
     read_yaml,
     refuse_link,
 )
-from vitattn.runs.layout import ATTEMPTS_DIR, HYDRA_DIR, RunDir, RunState, check_run_files
+from vitattn.runs.layout import (
+    ATTEMPTS_DIR,
+    HYDRA_DIR,
+    RunDir,
+    RunState,
+    check_run_files,
+    planted_entries,
+)
 from vitattn.utils.config import cut_apart, job_directory_name, sweep_job
 
 ATTEMPTS = ATTEMPTS_DIR
@@ -169,9 +176,9 @@ def first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
 
 
 def check_continuation(
-    config_name: str, overrides: Sequence[str], sweep_dir: Path, extra_dirs: Sequence[Path] = ()
+    config_name: str, jobs: Sequence[PlannedJob], sweep_dir: Path, extra_dirs: Sequence[Path] = ()
 ) -> None:
-    """Refuse in one line a re-run whose ``overrides`` (the command line's; ``extra_dirs``, its
+    """Refuse in one line a re-run whose ``jobs`` (:func:`planned_jobs`; ``extra_dirs``, its
     ``--config-dir``) would give an existing job of ``sweep_dir`` other settings than it ran
     with. Reads only."""
     from hydra import compose
@@ -180,7 +187,6 @@ def check_continuation(
 
     if not sweep_dir.is_dir():
         return
-    jobs = planned_jobs(overrides, sweep_dir)
     for job in jobs:
         check_job_files(job.directory)
     existing = [job for job in jobs if stored_config(job.directory) is not None]
@@ -210,23 +216,26 @@ SHOWN_JOBS = 3
 """The most job names a line about a sweep's folders shows."""
 
 
-def kept_not_reused(overrides: Sequence[str], sweep_dir: Path) -> str | None:
-    """Where none of the jobs a re-run with ``overrides`` plans exists in ``sweep_dir`` but the
-    sweep holds completed jobs, a line saying that those are kept and not reused; else ``None``.
+def kept_not_reused(jobs: Sequence[PlannedJob], sweep_dir: Path) -> str | None:
+    """Where none of the ``jobs`` a re-run plans (:func:`planned_jobs`) exists in ``sweep_dir``
+    but the sweep holds completed jobs, a line saying that those are kept and not reused; else
+    ``None``.
 
     A job is known by its folder, named by the settings its sweep varies: the same jobs swept
     again with one more varied setting (a sweep of one seed given more seeds) are all named
-    anew and trained again. Reads only: a folder that is a link, or whose files cannot be read,
-    is not counted."""
+    anew and trained again. Reads only: a folder that is a link, holds one (a hard link too:
+    :func:`planted_entries`, as a summary leaves such a run out), or whose files cannot be read,
+    is not counted; so a folder of hard links to one large file is not read thousands of times."""
     if not sweep_dir.is_dir():
         return None
-    jobs = planned_jobs(overrides, sweep_dir)
     if any(job.directory.exists() or job.directory.is_symlink() for job in jobs):
         return None
     completed: list[str] = []
     with os.scandir(sweep_dir) as entries:
         for entry in itertools.islice(entries, MOST_ENTRIES_LOOKED_AT):
             if entry.name == ATTEMPTS or not entry.is_dir(follow_symlinks=False):
+                continue
+            if planted_entries(Path(entry.path)):
                 continue
             if RunDir(Path(entry.path)).state() is RunState.COMPLETED:
                 completed.append(entry.name)
@@ -276,12 +285,11 @@ def check_job_files(run_dir: Path) -> None:
         read_checkpoint(run.last_checkpoint)
 
 
-def set_failed_jobs_aside(overrides: Sequence[str], sweep_dir: Path) -> list[Path]:
-    """Move the directories of the sweep's failed and cut jobs aside (:func:`set_aside`), so
-    that they run again; where they went."""
+def set_failed_jobs_aside(jobs: Sequence[PlannedJob], sweep_dir: Path) -> list[Path]:
+    """Move the directories of the sweep's failed and cut ``jobs`` (:func:`planned_jobs`)
+    aside (:func:`set_aside`), so that they run again; where they went."""
     if not sweep_dir.is_dir():
         return []
-    jobs = planned_jobs(overrides, sweep_dir)
     failed = [job.directory for job in jobs if RunDir(job.directory).state() in SET_ASIDE]
     return [set_aside(directory, sweep_dir) for directory in failed]
 
