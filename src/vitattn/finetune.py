@@ -241,13 +241,14 @@ def validate(cfg: DictConfig) -> None:
         check_buildable_with_torch,
     )
 
-    require_peft()
+    require_peft(only_installed=True)
     check_run_settings(cfg)
     lora_settings(cfg)
     # there, holding no code, building what vitattn builds: the data settings left to it
     path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-finetune")
     with open_dict(cfg):
         cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
+    require_peft()  # imported: an installed PEFT that fails to import is refused here
     first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)

@@ -130,9 +130,11 @@ def validate(cfg: DictConfig) -> None:
     """Everything ``vitattn-train`` checks before its run directory exists: the run's own
     settings (``seed``, ``test``, ...), the settings' types, each object built once (first those
     torch alone builds that the command line sets a value in: a mistake typed there is named
-    before Lightning is imported), and what a resume may do."""
+    before Lightning is imported), and what a resume may do (the file it continues from read
+    first, for the same reason)."""
     from vitattn.cli.validation import (
         check_resume,
+        check_resume_file,
         check_run_settings,
         check_types,
         given_groups,
@@ -145,6 +147,7 @@ def validate(cfg: DictConfig) -> None:
     )
 
     check_run_settings(cfg)
+    check_resume_file(cfg)
     first = built_with_torch_alone(given_groups(cfg))
     check_types(cfg, groups=first)
     check_buildable_with_torch(cfg, first)

@@ -416,6 +416,39 @@ def test_a_mistake_in_what_torch_alone_builds_is_refused_before_lightning_is_imp
     )
 
 
+@pytest.mark.slow
+def test_a_file_that_is_no_checkpoint_is_refused_before_lightning_or_peft_is_imported(
+    tmp_path: Path,
+) -> None:
+    """``vitattn-eval``, ``vitattn-finetune`` and a resume read the checkpoint they are given
+    before they build anything: a file that is none is one line before Lightning (or PEFT and
+    its transformers) is imported, seconds sooner; each command in one process, which must not
+    have imported either by the end."""
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    commands = {
+        "eval": ("vitattn.eval", [f"ckpt_path={junk}"]),
+        "finetune": ("vitattn.finetune", [f"ckpt_path={junk}"]),
+        "train": ("vitattn.train", [f"ckpt_path={junk}"]),
+    }
+    expected = f"{junk} is not a torch checkpoint (not a zip archive, as torch.save writes one)"
+    for config_name, (module, overrides) in commands.items():
+        script = (
+            "import sys; from vitattn.cli.console import check_composition\n"
+            f"from {module} import validate; from vitattn.errors import ConfigError\n"
+            f"try: check_composition({config_name!r}, {overrides!r}, validate)\n"
+            "except ConfigError as error: print(error)\n"
+            "else: print('accepted')\n"
+            "print(sorted({'lightning', 'peft'} & set(sys.modules)))"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+        )
+        said, imported = result.stdout.splitlines()[-2:]
+        assert said.startswith(expected), (config_name, result.stdout + result.stderr[-2000:])
+        assert imported == "[]", (config_name, imported)
+
+
 @pytest.mark.parametrize("command_line", list(REFUSED_BEFORE_LIGHTNING))
 def test_a_mistake_refused_before_lightning_reads_as_after_it(
     command_line: str, tmp_path: Path

@@ -279,17 +279,36 @@ def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
     return None
 
 
+def resume_path(cfg: DictConfig) -> str | None:
+    """The ``ckpt_path`` a run continues from, or ``None``; a value that names no file is one
+    line."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path is not None and not (isinstance(ckpt_path, str) and ckpt_path.strip()):
+        raise checks.invalid("ckpt_path", ckpt_path, "a checkpoint file (.ckpt), or null")
+    return ckpt_path
+
+
+def check_resume_file(cfg: DictConfig) -> None:
+    """Refuse in one line a ``ckpt_path`` to continue from that is no checkpoint vitattn reads
+    (:func:`vitattn.runs.checkpoints.stored_network`: bounded, holding no code), before any
+    object is built: such a file is refused before Lightning is imported, the most of a
+    refusal's time; :func:`check_resume` then checks it against the settings."""
+    from vitattn.runs.checkpoints import stored_network
+
+    ckpt_path = resume_path(cfg)
+    if ckpt_path is not None:
+        stored_network(ckpt_path)
+
+
 def check_resume(cfg: DictConfig) -> None:
     """A ``ckpt_path`` to continue from must be a checkpoint of the configured network, whose
     training state is what the configured optimizer and scheduler write, and its run must have
     steps left to train; refuse in one line otherwise, touching nothing."""
     from vitattn.runs.checkpoints import check_checkpoint_matches
 
-    ckpt_path = cfg.get("ckpt_path")
+    ckpt_path = resume_path(cfg)
     if ckpt_path is None:
         return
-    if not (isinstance(ckpt_path, str) and ckpt_path.strip()):
-        raise checks.invalid("ckpt_path", ckpt_path, "a checkpoint file (.ckpt), or null")
     scheduler = cfg.get("scheduler")
     training = {
         "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning import LightningDataModule
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.data.settings import DataSettings
@@ -35,8 +34,12 @@ def saved_data_settings(ckpt_path: str | Path | None) -> dict[str, Any]:
     checkpoint written by something other than a Lightning Trainer with our data module)."""
     if ckpt_path in (None, ""):
         return {}
-    saved = read_checkpoint(ckpt_path).get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY) or {}
-    return dict(saved)
+    checkpoint = read_checkpoint(ckpt_path)
+    # after the read: a checkpoint it refuses is refused before Lightning is imported, which
+    # takes most of the time of such a refusal
+    from lightning import LightningDataModule
+
+    return dict(checkpoint.get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY) or {})
 
 
 def as_trained(

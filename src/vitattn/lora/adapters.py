@@ -99,10 +99,19 @@ class LoRASettings:
         }
 
 
-def require_peft() -> None:
-    """Fail in one line, naming the extra to install, where PEFT cannot be imported."""
+def require_peft(*, only_installed: bool = False) -> None:
+    """Fail in one line, naming the extra to install, where PEFT cannot be imported; with
+    ``only_installed``, where it is not installed (found without importing it and the
+    transformers it imports, which takes seconds: a command checks that first and imports it
+    after its cheaper checks)."""
+    import importlib.util
+
     try:
-        import peft  # noqa: F401
+        if only_installed:
+            if importlib.util.find_spec("peft") is None:
+                raise ModuleNotFoundError("No module named 'peft'", name="peft")
+        else:
+            import peft  # noqa: F401
     except ImportError as error:
         raise MissingDependencyError(
             f"LoRA adapters need the peft package, which cannot be imported ({error}); "

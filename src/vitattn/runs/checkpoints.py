@@ -264,17 +264,12 @@ def unsafe_reason(path: Path, error: BaseException) -> str:
     )
 
 
-def check_checkpoint_matches(
-    ckpt_path: str, network: Any, training: Mapping[str, Any] | None = None
-) -> None:
-    """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
-    configured ``module.hparams.net``), or whose weights do not have its shapes. With
-    ``training`` (the configured ``optimizer`` and ``scheduler``, the latter ``None`` for a
-    constant rate), the training state a resume restores is checked against what they write
-    (:func:`vitattn.runs.training_state.check_training_state`)."""
+def stored_network(ckpt_path: str) -> tuple[dict[str, Any], Any]:
+    """The checkpoint a run continues from (:func:`read_checkpoint`) and the network config it
+    stores; a file that is none, or holds none, is one line (:class:`ConfigError`)."""
     try:
         checkpoint = read_checkpoint(ckpt_path)
-        stored = checkpoint["hyper_parameters"]["net"]
+        return checkpoint, checkpoint["hyper_parameters"]["net"]
     except VitattnError:  # a file that carries code, or configs vitattn does not build
         raise
     except FileNotFoundError as error:
@@ -283,6 +278,17 @@ def check_checkpoint_matches(
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({type(error).__name__})"
         ) from error
+
+
+def check_checkpoint_matches(
+    ckpt_path: str, network: Any, training: Mapping[str, Any] | None = None
+) -> None:
+    """Refuse, in one line, a checkpoint whose network config differs from ``network`` (the
+    configured ``module.hparams.net``), or whose weights do not have its shapes. With
+    ``training`` (the configured ``optimizer`` and ``scheduler``, the latter ``None`` for a
+    constant rate), the training state a resume restores is checked against what they write
+    (:func:`vitattn.runs.training_state.check_training_state`)."""
+    checkpoint, stored = stored_network(ckpt_path)
     configured = network_settings(network)
     try:
         stored = network_settings(stored)
