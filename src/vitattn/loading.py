@@ -28,11 +28,13 @@ def existing_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
 def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     """:func:`existing_checkpoint`, also refused in one line when it holds code or configs
     vitattn does not build (read as :func:`~vitattn.runs.checkpoints.read_checkpoint` reads
-    it): the check of a command before its run directory exists."""
-    from vitattn.runs.checkpoints import read_checkpoint
+    it) or weights its network has not
+    (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`): the check of a command
+    before its run directory exists, and before it imports Lightning."""
+    from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
 
     path = existing_checkpoint(ckpt_path, program)
-    read_checkpoint(path)
+    check_weights_fit_their_network(read_checkpoint(path), path)
     return path
 
 
