@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests.support.in_process import refused_in_process, run_in_process
-from tests.support.runners import refusal_message, run_cli
+from tests.support.runners import checked_in_a_fresh_process, refusal_message, run_cli
 from tests.support.trees import copy_run, tree_digest
 
 pytestmark = pytest.mark.slow
@@ -318,27 +318,13 @@ def test_a_weight_no_layer_has_is_refused_before_lightning_or_peft_is_imported(
     """``vitattn-eval`` and ``vitattn-finetune`` check a checkpoint's weights against the
     network its config builds (on the meta device) before they build anything: one line before
     Lightning (or PEFT) is imported, seconds sooner; each command in one process of its own."""
-    import subprocess
-    import sys
-
     checkpoint = run / "checkpoints" / "last.ckpt"
     edit(checkpoint, lambda stored: stored["state_dict"].update({"net.junk": torch.zeros(3)}))
     expected = f"{checkpoint}: state_dict holds net.junk, which no weight of the network"
     for command in ("eval", "finetune"):
-        script = (
-            "import sys; from vitattn.cli.console import check_composition\n"
-            f"from vitattn.{command} import validate; from vitattn.errors import ConfigError\n"
-            f"try: check_composition({command!r}, ['ckpt_path={checkpoint}'], validate)\n"
-            "except ConfigError as error: print(error)\n"
-            "else: print('accepted')\n"
-            "print(sorted({'lightning', 'peft'} & set(sys.modules)))"
-        )
-        result = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-        )
-        said, imported = result.stdout.splitlines()[-2:]
-        assert said.startswith(expected), (command, result.stdout + result.stderr[-2000:])
-        assert imported == "[]", (command, imported)
+        said, imported = checked_in_a_fresh_process(command, [f"ckpt_path={checkpoint}"])
+        assert said.startswith(expected), (command, said)
+        assert imported == [], (command, imported)
 
 
 def test_a_file_larger_than_what_its_tensors_take_is_not_read_in(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
 from tests.support.presets import TINY, compose_config
+from tests.support.runners import checked_in_a_fresh_process
 from vitattn.cli.console import check_composition
 from vitattn.cli.validation import check_types, finished_run, given_first, target_nodes
 from vitattn.errors import ConfigError, own_refusal
@@ -426,27 +427,11 @@ def test_a_file_that_is_no_checkpoint_is_refused_before_lightning_or_peft_is_imp
     have imported either by the end."""
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
-    commands = {
-        "eval": ("vitattn.eval", [f"ckpt_path={junk}"]),
-        "finetune": ("vitattn.finetune", [f"ckpt_path={junk}"]),
-        "train": ("vitattn.train", [f"ckpt_path={junk}"]),
-    }
     expected = f"{junk} is not a torch checkpoint (not a zip archive, as torch.save writes one)"
-    for config_name, (module, overrides) in commands.items():
-        script = (
-            "import sys; from vitattn.cli.console import check_composition\n"
-            f"from {module} import validate; from vitattn.errors import ConfigError\n"
-            f"try: check_composition({config_name!r}, {overrides!r}, validate)\n"
-            "except ConfigError as error: print(error)\n"
-            "else: print('accepted')\n"
-            "print(sorted({'lightning', 'peft'} & set(sys.modules)))"
-        )
-        result = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-        )
-        said, imported = result.stdout.splitlines()[-2:]
-        assert said.startswith(expected), (config_name, result.stdout + result.stderr[-2000:])
-        assert imported == "[]", (config_name, imported)
+    for command in ("eval", "finetune", "train"):
+        said, imported = checked_in_a_fresh_process(command, [f"ckpt_path={junk}"])
+        assert said.startswith(expected), (command, said)
+        assert imported == [], (command, imported)
 
 
 @pytest.mark.parametrize("command_line", list(REFUSED_BEFORE_LIGHTNING))

@@ -6,6 +6,7 @@ The console scripts run in the test's own process are :mod:`tests.support.in_pro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -156,3 +157,27 @@ def assert_one_line_refusal(
         check_composition(config_name, [*overrides, f"hydra.run.dir={run_dir}"], validate)
     assert "\n" not in str(raised.value)
     assert not run_dir.exists()
+
+
+def checked_in_a_fresh_process(
+    command: str, overrides: list[str], modules: tuple[str, ...] = ("lightning", "peft")
+) -> tuple[str, list[str]]:
+    """``vitattn-<command>``'s checks before its run (:func:`vitattn.cli.console.check_composition`
+    with ``vitattn.<command>.validate``) on ``overrides``, in a Python process of their own: the
+    line they refuse with (``accepted`` where none), and which of ``modules`` that process had
+    imported by then."""
+    script = (
+        "import json, sys; from vitattn.cli.console import check_composition\n"
+        f"from vitattn.{command} import validate; from vitattn.errors import ConfigError\n"
+        f"try: check_composition({command!r}, {overrides!r}, validate)\n"
+        "except ConfigError as error: print(error)\n"
+        "else: print('accepted')\n"
+        f"print(json.dumps(sorted(set({modules!r}) & set(sys.modules))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    lines = result.stdout.splitlines()
+    if len(lines) < 2:
+        pytest.fail(f"the checks of vitattn-{command} ended early:\n{result.stderr[-3000:]}")
+    return lines[-2], json.loads(lines[-1])
