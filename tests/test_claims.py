@@ -23,3 +23,15 @@ def test_every_test_the_claims_page_names_exists() -> None:
             assert not test or f"def {test}(" in source, f"{current}::{test} does not exist"
             checked += 1
     assert checked > 40
+
+
+def test_the_readme_caption_of_the_hparams_screenshot_names_the_sweep_it_shows() -> None:
+    """The README's caption of ``docs/figures/tensorboard_hparams.png`` counts the attentions
+    of the sweep ``docs/runs.md`` says it shows (it said two of three)."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    runs = (PROJECT_ROOT / "docs" / "runs.md").read_text()
+    (caption,) = re.findall(r"!\[([^\]]*)\]\(docs/figures/tensorboard_hparams\.png\)", readme)
+    shown = re.search(r"as it opens after `vitattn-train -m attention=([\w,]+)\s", runs)
+    assert shown is not None
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+    assert f"{words[len(shown.group(1).split(','))]}-attention" in caption, caption

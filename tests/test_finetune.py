@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -253,3 +254,26 @@ def test_merge_false_writes_no_merged_checkpoint(
     assert metrics["merged_ckpt_path"] is None and "test/acc_merged" not in metrics
     assert not (tmp_path / "checkpoints" / "merged.ckpt").exists()
     assert isinstance(load_classifier(tmp_path / "checkpoints" / "last.ckpt"), LoRAClassifier)
+
+
+def test_the_start_line_counts_the_parameters_of_the_network_it_trains(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The line a fine-tune starts with counts the trainable parameters out of those it trains,
+    the adapters' included, as Lightning's summary below it does (it said "6474 of 21098", the
+    network's count without the adapters; at rank 64, more trainable than the total named)."""
+    from vitattn.finetune import log_start
+
+    figures = {  # embed 32, depth 2, rank 8, as reviewed
+        "lora/rank": 8,
+        "data/shift": "rotate",
+        "params": 21098,
+        "params/trainable": 6144 + 330,
+        "params/lora": 6144,
+    }
+    with caplog.at_level(logging.INFO, logger="vitattn.finetune"):
+        log_start(figures, Path("/tmp/run"))
+    (line,) = [r.getMessage() for r in caplog.records if "trainable" in r.getMessage()]
+    assert "6474 of 27242 parameters trainable (6144 in adapters added to the network's 21098)" in (
+        line
+    )

@@ -171,15 +171,17 @@ def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> Any:
 
 
 def log_start(figures: dict[str, Any], output_dir: Path) -> None:
-    """The line a fine-tune starts with: rank, shift, parameters trainable, where."""
+    """The line a fine-tune starts with: rank, shift, parameters trainable of those it trains
+    (the network's and its adapters'), where."""
     log.info(
-        "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters), "
-        "run directory %s",
+        "lora.rank=%d on data.shift=%s: %d of %d parameters trainable (%d in adapters added to "
+        "the network's %d), run directory %s",
         figures["lora/rank"],
         figures["data/shift"],
         figures["params/trainable"],
-        figures["params"],
+        figures["params"] + figures["params/lora"],
         figures["params/lora"],
+        figures["params"],
         output_dir,
     )
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 
+from tests.analysis.conftest import write_run
 from vitattn.analysis.maps import MAPS_FILE, AttentionMaps, load_maps, maps_figure
 from vitattn.analysis.records import label_runs, load_run, map_labels
 from vitattn.analysis.summary import summarize
@@ -151,3 +153,20 @@ def test_a_rollout_larger_than_a_map_is_left_out_before_it_is_converted(
     with caplog.at_level(logging.WARNING):
         assert load_maps(run) is None
     assert "is larger than 256 a side" in caplog.text
+
+
+def test_the_colour_bar_says_each_map_is_scaled_to_its_own_maximum(tmp_path: Path) -> None:
+    """Each map is divided by its maximum as it is kept, so attention spread evenly over the 64
+    patches (rollout 1/64 each) is drawn at the bar's top everywhere: the bar says so, instead
+    of reading as the rollout's value (review of the views)."""
+    from vitattn.training.callbacks.insight import to_grid
+
+    uniform = torch.full((1, 64), 1 / 64)
+    assert float(to_grid(uniform, offset=0, size=32).min()) == pytest.approx(1.0)
+    maps = load_maps(write_run(tmp_path / "attention=linear", ["attention=linear"]))
+    assert maps is not None
+    figure = maps_figure([("attention=linear", maps)], "Attention rollout")
+    (bar,) = [axes for axes in figure.axes if not axes.images and axes.get_ylabel()]
+    label = bar.get_ylabel()
+    plt.close(figure)
+    assert label == "rollout / map's max"

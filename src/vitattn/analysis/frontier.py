@@ -185,10 +185,10 @@ def _draw_panel(
         axes.plot(
             [points[i][0] for i in front],
             [points[i][1] for i in front],
-            color="grey",
+            color="black",
             linestyle="--",
-            linewidth=1,
-            zorder=1,
+            linewidth=1.2,
+            zorder=2.5,  # over the intervals' bars (2), which would hide it, under the markers
         )
     xs = [x for x, _ in points]
     if min(xs) > 0 and max(xs) / min(xs) > 20:

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 MAPS_FILE = Path("attention") / "maps.npz"
 """Where a run directory keeps its attention maps."""
 COLORMAP = "inferno"
+SCALE_LABEL = "rollout / map's max"
+"""The colour bar's label, short enough for the bar of one row: each map is divided by its
+maximum as it is kept (:func:`vitattn.training.callbacks.insight.to_grid`), so a map's
+brightest patch is 1 however spread its attention is (rollout 1/64 on each of 64 patches is
+drawn at 1 everywhere)."""
 OVERLAY_ALPHA = (0.15, 0.65)
 """Opacity of the heat map where the rollout is 0 and where it is 1: where a run does not look,
 the image shows through almost as it is."""
@@ -169,9 +174,7 @@ def maps_figure(
             bar_height / height,
         )
     )
-    figure.colorbar(
-        ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP), cax=bar, label="attention rollout"
-    )
+    figure.colorbar(ScalarMappable(Normalize(0.0, 1.0), cmap=COLORMAP), cax=bar, label=SCALE_LABEL)
     if title:
         figure.suptitle(title)
     return figure
