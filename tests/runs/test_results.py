@@ -58,3 +58,17 @@ def test_markdown_rows_stay_one_line_and_align() -> None:
 def test_number_formats_or_dashes() -> None:
     assert number(0.123456) == "0.123"
     assert number(None) == number(math.nan) == "-"
+
+
+def test_a_header_read_from_a_run_is_escaped_as_a_cell_is() -> None:
+    """A header holding ``|`` or a line break (``scripts/lora_table.py`` heads a column with a
+    run's shift, ``rot|ate`` in a red team's edited ``metrics.json``) keeps the table's columns:
+    the header row has as many as the separator and the rows."""
+    table = markdown_table([{"a": 1, "b": 2}], {"a": "rotate", "b": "rot|ate\nnext"})
+    header, separator, row = table.splitlines()
+    assert header.startswith("| rotate | rot\\|ate next")
+
+    def columns(line: str) -> int:
+        return line.replace("\\|", "").count("|")
+
+    assert columns(header) == columns(separator) == columns(row) == 3

@@ -96,9 +96,10 @@ def markdown_table(
     terminal, each column to at most :data:`MAX_PADDED` characters (a longer cell, or header,
     is written whole and not padded to: the table's size grows with its text, not with its rows
     times its longest cell or header). Values are shown as given (format them first); a ``|``
-    inside a cell is escaped and line breaks are folded, so every row stays one line. Columns
-    in ``align_right`` are right aligned (``---:``)."""
-    headers = list(columns.values())
+    inside a cell or a header (a header can be read from a run: a LoRA table's shift) is
+    escaped and line breaks are folded, so every row stays one line. Columns in
+    ``align_right`` are right aligned (``---:``)."""
+    headers = [_cell_text(header) for header in columns.values()]
     cells = [[_cell_text(row.get(key, "")) for key in columns] for row in rows]
     widths = [
         min(max([len(h)] + [len(c[i]) for c in cells]), MAX_PADDED) for i, h in enumerate(headers)
