@@ -402,3 +402,38 @@ def test_a_lora_checkpoints_weights_are_bounded_by_their_network(
     said = rf"{re.escape(str(checkpoint))}: its weights claim 1,07\d,\d{{3}},\d{{3}} bytes, more "
     assert re.match(said + r"than 2 times the [\d,]+ of the network", message), message
     assert tree_digest(run.parent) == before
+
+
+MONITORED = "ModelCheckpoint{'monitor': 'val/acc'"
+"""The start of the state key of the ``ModelCheckpoint`` that keeps the best ``val/acc``."""
+
+
+def monitored_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The callback state of the ``ModelCheckpoint`` monitoring ``val/acc`` in ``checkpoint``."""
+    (state,) = [s for k, s in checkpoint["callbacks"].items() if k.startswith(MONITORED)]
+    return state
+
+
+def text_scores(checkpoint: dict[str, Any]) -> None:
+    """The monitored ``ModelCheckpoint``'s scores as text."""
+    state = monitored_state(checkpoint)
+    state["best_k_models"] = {path: "abc" for path in state["best_k_models"]}
+    state["kth_value"] = state["best_model_score"] = "abc"
+
+
+def test_a_resume_refuses_a_model_checkpoint_score_of_text_before_it_trains(
+    run: Path, data_dir: Path
+) -> None:
+    """A ``ModelCheckpoint``'s state is typed as Lightning writes it: its scores (here
+    ``best_k_models`` of ``{path: 'abc'}``, ``kth_value`` and ``best_model_score`` of ``'abc'``)
+    are numbers or tensors of one, so a resume refuses text there in one line naming the key,
+    before it trains (Lightning would compare the text at the first validation) and with the
+    run unchanged."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(checkpoint, text_scores)
+    before = tree_digest(run)
+    command = ["resume=true", f"hydra.run.dir={run}", "trainer.max_steps=12"]
+    message = refused_in_process("vitattn-train", *command, data_dir=data_dir)
+    assert message.startswith(f"{checkpoint}: "), message
+    assert "best_k_models" in message or "kth_value" in message, message
+    assert tree_digest(run) == before

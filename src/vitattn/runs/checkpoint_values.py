@@ -23,18 +23,23 @@ so each refusal is one line naming the file and the key:
   ``target_modules`` is a list of layer names (never a regular expression from a file);
 * Lightning's progress counters (``loops``, ``global_step``, ``epoch``) are counts within
   :data:`MAX_COUNT`, and the state of vitattn's own callbacks and data module has the types and
-  sizes they write.
+  sizes they write;
+* the state of each Lightning ``ModelCheckpoint`` has the types it writes: its scores numbers
+  (or tensors of one number), never NaN, its paths strings, at most :data:`MAX_TOP_K` of them
+  in ``best_k_models`` (a score of text trained to the first validation, then failed there).
 
 Each container of the checkpoint is visited once (shared references included).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from vitattn.errors import ConfigError
+from vitattn.runs.files import one_line
 from vitattn.utils.sizes import MAX_LORA_RANK, bounded, check_network_sizes
 
 MAX_COUNT = 10**12
@@ -54,6 +59,19 @@ together: vitattn-train's hold a few generator states (5 KB each) and scalar sco
 OPTIMIZER_STATE_FACTOR = 4
 """The most bytes the optimizer's state may claim, in multiples of the weights': Adam keeps two
 moments of each weight and a step count."""
+
+
+MAX_TOP_K = 10_000
+"""The most checkpoints a ``ModelCheckpoint``'s state may list in ``best_k_models``."""
+
+MAX_PATH_TEXT = 4096
+"""The longest path a ``ModelCheckpoint``'s state may hold (Linux's ``PATH_MAX``)."""
+
+MODEL_CHECKPOINT_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
+"""The paths a ``ModelCheckpoint`` writes into its state (strings, empty for none)."""
+
+MODEL_CHECKPOINT_SCORES = ("kth_value", "best_model_score", "current_score")
+"""The scores a ``ModelCheckpoint`` writes into its state (``None`` before there is one)."""
 
 
 class CheckpointValueError(ConfigError):
@@ -241,6 +259,9 @@ def check_own_state(checkpoint: dict[str, Any], source: str) -> None:
             raise CheckpointValueError(f"{source}: {key}.cuda is not a list of generator states")
         for index, state in enumerate(cuda):
             generator_state(source, f"{key}.cuda[{index}]", state)
+    for name, state in callbacks.items() if isinstance(callbacks, dict) else ():
+        if name == "ModelCheckpoint" or str(name).startswith("ModelCheckpoint{"):
+            check_model_checkpoint_state(state, f"callbacks.{one_line(name)}", source)
     data = checkpoint.get("CIFAR10DataModule")
     if isinstance(data, dict):
         if data.get("augment_generator") is not None:
@@ -249,6 +270,73 @@ def check_own_state(checkpoint: dict[str, Any], source: str) -> None:
             )
         if "batches_done_in_epoch" in data:
             count(source, "CIFAR10DataModule.batches_done_in_epoch", data["batches_done_in_epoch"])
+
+
+def is_score(value: Any) -> bool:
+    """Whether ``value`` is a score as Lightning's ``ModelCheckpoint`` keeps one: a real number
+    or a tensor of one, not NaN (``inf`` is its ``kth_value`` before any checkpoint is kept)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        real = value.dtype != torch.bool and not value.is_complex()
+        return real and value.numel() == 1 and not bool(torch.isnan(value).any())
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not (isinstance(value, float) and math.isnan(value))
+
+
+def check_score(source: str, key: str, value: Any) -> None:
+    """Refuse a ``ModelCheckpoint`` score (``key``) that is not ``None`` or :func:`is_score`."""
+    if value is not None and not is_score(value):
+        raise CheckpointValueError(
+            f"{source}: {key} is {type(value).__name__} {str(value)[:60]!r}, not a score (a "
+            "number, or a tensor of one, as ModelCheckpoint writes it); nothing was loaded"
+        )
+
+
+def check_path_text(source: str, key: str, value: Any, optional: bool = False) -> None:
+    """Refuse a ``ModelCheckpoint`` path (``key``) that is no string of at most
+    :data:`MAX_PATH_TEXT` characters (``None`` allowed where ``optional``)."""
+    if optional and value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_PATH_TEXT:
+        raise CheckpointValueError(
+            f"{source}: {key} is {type(value).__name__} {str(value)[:60]!r}, not a path (a "
+            f"string of at most {MAX_PATH_TEXT} characters, as ModelCheckpoint writes it); "
+            "nothing was loaded"
+        )
+
+
+def check_model_checkpoint_state(state: Any, key: str, source: str) -> None:
+    """A Lightning ``ModelCheckpoint``'s state (at ``key``) of the types it writes: the keys
+    its ``load_state_dict`` requires, scores (:func:`check_score`), paths (:func:`check_path_text`),
+    and ``best_k_models`` a mapping of at most :data:`MAX_TOP_K` paths to scores."""
+    if not isinstance(state, Mapping) or not {"best_model_path", "best_model_score"} <= set(state):
+        raise CheckpointValueError(
+            f"{source}: {key} is not a ModelCheckpoint's state (a mapping with best_model_path "
+            "and best_model_score); nothing was loaded"
+        )
+    for name in MODEL_CHECKPOINT_SCORES:
+        check_score(source, f"{key}.{name}", state.get(name))
+    for name in MODEL_CHECKPOINT_PATHS:
+        if name in state:
+            check_path_text(source, f"{key}.{name}", state[name])
+    check_path_text(source, f"{key}.dirpath", state.get("dirpath"), optional=True)
+    monitor = state.get("monitor")
+    if monitor is not None and not (isinstance(monitor, str) and len(monitor) <= MAX_PATH_TEXT):
+        raise CheckpointValueError(
+            f"{source}: {key}.monitor is {type(monitor).__name__}, not a metric's name or None; "
+            "nothing was loaded"
+        )
+    best = state.get("best_k_models", {})
+    if not isinstance(best, Mapping) or len(best) > MAX_TOP_K:
+        raise CheckpointValueError(
+            f"{source}: {key}.best_k_models is not a mapping of at most {MAX_TOP_K} checkpoint "
+            "paths to scores; nothing was loaded"
+        )
+    for path, score in best.items():
+        check_path_text(source, f"{key}.best_k_models", path)
+        check_score(source, f"{key}.best_k_models[{path[:200]!r}]", score)
 
 
 def generator_state(source: str, key: str, state: Any) -> None:
