@@ -239,7 +239,9 @@ def planted_gigabyte(path: Path, key: str) -> None:
 
     def plant(checkpoint: dict[str, Any]) -> None:
         where = checkpoint["state_dict"] if key.startswith("net.") else checkpoint
-        where[key] = torch.zeros(1 << 30, dtype=torch.uint8)
+        # a weight of a network's dtype: one of another is refused for its dtype first
+        dtype = torch.float32 if key.startswith("net.") else torch.uint8
+        where[key] = torch.zeros((1 << 30) // dtype.itemsize, dtype=dtype)
 
     edit(path, plant)
     subprocess.run(["fallocate", "--dig-holes", str(path)], check=True)
@@ -391,7 +393,7 @@ def test_a_lora_checkpoints_weights_are_bounded_by_their_network(
     def plant(content: dict[str, Any]) -> None:
         huge_rank(content)
         content["hyper_parameters"]["lora"]["rank"] = 2
-        content["state_dict"]["net.junk"] = torch.zeros(1 << 30, dtype=torch.uint8)
+        content["state_dict"]["net.junk"] = torch.zeros(1 << 28, dtype=torch.float32)
 
     edit(checkpoint, plant)
     subprocess.run(["fallocate", "--dig-holes", str(checkpoint)], check=True)
@@ -437,3 +439,25 @@ def test_a_resume_refuses_a_model_checkpoint_score_of_text_before_it_trains(
     assert message.startswith(f"{checkpoint}: "), message
     assert "best_k_models" in message or "kth_value" in message, message
     assert tree_digest(run) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool, torch.complex64])
+def test_weights_of_a_dtype_no_network_has_are_named(
+    run: Path, tmp_path: Path, dtype: torch.dtype, data_dir: Path
+) -> None:
+    """A network's weights are floating point (but for an attention's int64 index table): every
+    weight of a checkpoint cast to ``int8``, ``bool`` or ``complex64`` is refused in one line
+    naming ``state_dict.<weight>`` and its dtype (not blamed on the optimizer's state, which is
+    as written; a complex weight is not evaluated with its imaginary parts dropped)."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(
+        checkpoint,
+        lambda c: c.update(state_dict={k: v.to(dtype) for k, v in c["state_dict"].items()}),
+    )
+    out = tmp_path / "out"
+    message = refused_in_process(
+        "vitattn-eval", "trainer=cpu", f"ckpt_path={checkpoint}", f"hydra.run.dir={out}",
+        creates=out, data_dir=data_dir,
+    )  # fmt: skip
+    assert message.startswith(f"{checkpoint}: state_dict."), message
+    assert str(dtype).removeprefix("torch.") in message, message

@@ -140,6 +140,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
             tensors.append(value)
             size = shown_bytes([value])
             if key.startswith("state_dict."):
+                check_weight_dtype(value, key, source)
                 shapes.add(tuple(value.shape))
                 claimed["weights"] += size
             elif key.startswith("optimizer_states."):
@@ -173,6 +174,22 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
                 )
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
+
+
+def check_weight_dtype(tensor: Any, key: str, source: str) -> None:
+    """Refuse a weight (``key``, under ``state_dict``) of a dtype no vitattn network holds: a
+    network's parameters and buffers are floating point, but for the ``int64`` index tables an
+    attention keeps (BigBird's ``key_blocks``). An integer, boolean or complex weight would be
+    cast into a float parameter as it loads (a complex one dropping its imaginary part)."""
+    import torch
+
+    if tensor.is_floating_point() or tensor.dtype == torch.int64:
+        return
+    raise CheckpointValueError(
+        f"{source}: {one_line(key)} is a {str(tensor.dtype).removeprefix('torch.')} tensor; a "
+        "network's weights are floating point (float32, float16, bfloat16, float64), or int64 "
+        "where an attention keeps an index table; nothing was loaded"
+    )
 
 
 def shown_bytes(tensors: Iterable[Any]) -> int:
