@@ -461,3 +461,26 @@ def test_weights_of_a_dtype_no_network_has_are_named(
     )  # fmt: skip
     assert message.startswith(f"{checkpoint}: state_dict."), message
     assert str(dtype).removeprefix("torch.") in message, message
+
+
+NETWORK_SETTINGS = {"heads": 3, "pool": "bogus", "dropout": "x", "attention": None}
+"""Stored network settings that do not build (3 heads of a width of 32, no attention)."""
+
+
+@pytest.mark.parametrize("key", sorted(NETWORK_SETTINGS))
+def test_a_stored_network_setting_that_does_not_build_is_named(
+    run: Path, tmp_path: Path, key: str, data_dir: Path
+) -> None:
+    """A stored network that does not build (``hyper_parameters.net.pool='bogus'``, 3 heads of
+    a width of 32, a dropout of text, no attention) is refused in one line that names the
+    setting and why, not only the class Hydra failed to build."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(checkpoint, lambda c: c["hyper_parameters"]["net"].__setitem__(key, NETWORK_SETTINGS[key]))
+    out = tmp_path / "out"
+    result = run_in_process(
+        "vitattn-eval", "trainer=cpu", f"ckpt_path={checkpoint}", f"hydra.run.dir={out}",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    message = refusal_message("vitattn-eval", result, creates=out)
+    assert message.startswith(f"{checkpoint}: hyper_parameters.net"), message
+    assert re.search(rf"\b{key}\b", message.removeprefix(str(checkpoint))), message

@@ -45,7 +45,7 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     import io
 
     from vitattn.models.module import ViTClassifier
-    from vitattn.runs.checkpoints import read_checkpoint_bytes
+    from vitattn.runs.checkpoints import build_failure, read_checkpoint_bytes
 
     path = existing_checkpoint(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.
@@ -59,11 +59,10 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     except VitattnError:
         raise
     except Exception as error:
-        # The first line only: a state_dict mismatch lists every key on the following ones.
-        reason = next(iter(str(error).splitlines()), "")
+        # The innermost cause, on one line: Hydra's first line names only the target, and a
+        # state_dict mismatch lists every key.
         raise ConfigError(
-            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint "
-            f"({type(error).__name__}: {reason})"
+            f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({build_failure(error)})"
         ) from error
 
 

@@ -162,6 +162,7 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
     settings = checkpoint.get("hyper_parameters")
     if isinstance(settings, Mapping):
         if isinstance(settings.get("net"), Mapping):
+            check_attention_config(settings["net"], source)
             check_network_sizes(settings["net"], f"{source}: hyper_parameters.net")
             classes, net_classes = settings.get("num_classes"), settings["net"].get("num_classes")
             if "num_classes" in settings and net_classes is not None and classes != net_classes:
@@ -190,6 +191,21 @@ def check_weight_dtype(tensor: Any, key: str, source: str) -> None:
         "network's weights are floating point (float32, float16, bfloat16, float64), or int64 "
         "where an attention keeps an index table; nothing was loaded"
     )
+
+
+def check_attention_config(net: Mapping[str, Any], source: str) -> None:
+    """A stored network's ``attention`` is a config of one (a mapping naming its ``_target_``),
+    as vitattn writes it: anything else fails in the network's constructor with a message that
+    does not name it."""
+    attention = net.get("attention")
+    if "attention" in net and not (isinstance(attention, Mapping) and "_target_" in attention):
+        simple = attention is None or isinstance(attention, str | int | float)
+        held = repr(attention)[:80] if simple else f"a {type(attention).__name__}"
+        raise CheckpointValueError(
+            f"{source}: hyper_parameters.net.attention={held} is not an "
+            "attention's config (a mapping with its _target_, as configs/attention/ writes "
+            "it); nothing was loaded"
+        )
 
 
 def shown_bytes(tensors: Iterable[Any]) -> int:

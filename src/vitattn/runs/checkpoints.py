@@ -143,7 +143,7 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
         network = network_settings(settings["net"])
     except Exception:  # no network config: Lightning's load says so
         return
-    net = meta_network(network)
+    net = meta_network(network, f"{path}: hyper_parameters.net")
     if net is None:
         return
     if "lora" not in settings:
@@ -330,17 +330,41 @@ def network_settings(network: Any) -> dict[str, Any]:
     return settings
 
 
-def meta_network(network: dict[str, Any]) -> Any:
+def meta_network(network: dict[str, Any], where: str | None = None) -> Any:
     """The network ``network`` configures, built on the meta device (no memory); ``None`` if it
-    does not build there."""
+    does not build there. With ``where`` (``<file>: hyper_parameters.net``), a setting the
+    network's own checks refuse is one line naming it and why (:func:`build_failure`)."""
     import hydra
     import torch
 
     try:
         with torch.device("meta"):
             return hydra.utils.instantiate(network)
-    except Exception:
+    except Exception as error:
+        cause = root_cause(error)
+        if where is not None and isinstance(cause, VitattnError):
+            raise ConfigError(
+                f"{where} does not build a network ({build_failure(error)}); nothing was loaded"
+            ) from None
         return None
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost cause of ``error`` (Hydra wraps what a target raised in its own
+    ``InstantiationException``, whose first line names only the target)."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
+
+
+def build_failure(error: BaseException) -> str:
+    """Why building from a stored config failed, on one line, escaped and cut: the innermost
+    cause's type and message (``ConfigError: model.pool='bogus' is not valid; ...``)."""
+    cause = root_cause(error)
+    text = one_line(" ".join(str(cause).split()))
+    return f"{type(cause).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
 
 
 def check_weight_shapes(weights: Any, net: Any, source: str) -> None:
