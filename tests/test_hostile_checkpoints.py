@@ -13,6 +13,7 @@ ended by pytest-timeout, and the refusal's own line says which check refused."""
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -484,3 +485,51 @@ def test_a_stored_network_setting_that_does_not_build_is_named(
     message = refusal_message("vitattn-eval", result, creates=out)
     assert message.startswith(f"{checkpoint}: hyper_parameters.net"), message
     assert re.search(rf"\b{key}\b", message.removeprefix(str(checkpoint))), message
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory: pytest.TempPathFactory, tiny_run: Path, data_dir: Path) -> Path:
+    """A tiny fine-tune of the tiny run: its ``last.ckpt`` holds LoRA adapters."""
+    out = tmp_path_factory.mktemp("lora") / "run"
+    base = tiny_run / "checkpoints" / "last.ckpt"
+    run_in_process(
+        "vitattn-finetune", "trainer=cpu", f"ckpt_path={base}", "data.batch_size=64",
+        "trainer.max_steps=2", "trainer.val_check_interval=2", "logger=csv", "lora.merge=false",
+        f"hydra.run.dir={out}", data_dir=data_dir,
+    )  # fmt: skip
+    return out
+
+
+LORA_SETTINGS = {
+    "alpha": ("x", r"hyper_parameters\.lora\.alpha='x' is not valid"),
+    "dropout": (5.0, r"hyper_parameters\.lora\.dropout=5\.0 is not valid"),
+    "train_head": ("yes", r"hyper_parameters\.lora\.train_head='yes' is not valid"),
+    "target_modules": (["nosuchlayer"], r"hyper_parameters\.lora\.target_modules: 'nosuchlayer'"),
+    "planted\x1b[2J": (1, r"hyper_parameters\.lora\.planted\\x1b\[2J is not a setting"),
+}
+
+
+@pytest.mark.parametrize("program", ["vitattn-eval", "vitattn-bench"])
+@pytest.mark.parametrize("key", sorted(LORA_SETTINGS))
+def test_a_lora_checkpoints_settings_are_refused_naming_the_checkpoint(
+    lora_run: Path, tmp_path: Path, program: str, key: str, data_dir: Path
+) -> None:
+    """A LoRA checkpoint whose ``hyper_parameters.lora`` holds a wrong value (an alpha of text,
+    a dropout of 5, a flag of text, a layer the network has not, a key of its own holding a
+    terminal escape) is refused by ``vitattn-eval`` and ``vitattn-bench``, which have no
+    ``lora`` setting, in one line naming the checkpoint and ``hyper_parameters.lora.<key>``,
+    escaped."""
+    checkpoint = tmp_path / "lora.ckpt"
+    shutil.copy(lora_run / "checkpoints" / "last.ckpt", checkpoint)
+    value, named = LORA_SETTINGS[key]
+    edit(checkpoint, lambda c: c["hyper_parameters"]["lora"].__setitem__(key, value))
+    out = tmp_path / "out"
+    args = ["trainer=cpu"] if program == "vitattn-eval" else ["mode=approx"]
+    result = run_in_process(
+        program, *args, f"ckpt_path={checkpoint}", f"hydra.run.dir={out}",
+        data_dir=data_dir, check=False,
+    )  # fmt: skip
+    message = refusal_message(program, result, creates=out)
+    assert "\x1b" not in message, repr(message)
+    assert message.startswith(f"{checkpoint}: "), message
+    assert re.search(named, message), message

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from vitattn.errors import ConfigError, MissingDependencyError
+from vitattn.runs.files import one_line
 from vitattn.utils import checks
 from vitattn.utils.sizes import MAX_LORA_RANK
 
@@ -56,36 +57,41 @@ class LoRASettings:
     train_head: bool = True
 
     @classmethod
-    def from_mapping(cls, settings: Mapping[str, Any] | None) -> LoRASettings:
-        """Build from a config mapping, rejecting unknown keys and invalid values."""
+    def from_mapping(cls, settings: Mapping[str, Any] | None, prefix: str = "lora") -> LoRASettings:
+        """Build from a config mapping, rejecting unknown keys and invalid values; a refusal
+        names each setting as ``<prefix>.<key>`` (``hyper_parameters.lora`` for a checkpoint's),
+        escaped."""
         settings = dict(settings or {})
         settings.pop("merge", None)  # acted on by vitattn-finetune, not by the adapters
         known = list(cls.__dataclass_fields__)
         unknown = sorted(set(settings) - set(known))
         if unknown:
             raise ConfigError(
-                f"lora.{unknown[0]} is not a setting; choose among lora.{', lora.'.join(known)}"
-                ", lora.merge"
+                f"{prefix}.{one_line(unknown[0])[:80]} is not a setting; choose among "
+                f"{prefix}.{f', {prefix}.'.join(known)}, {prefix}.merge"
             )
         if isinstance(settings.get("target_modules"), Sequence) and not isinstance(
             settings["target_modules"], str
         ):
             settings["target_modules"] = [str(t) for t in settings["target_modules"]]
         result = cls(**settings)
-        result.validate()
+        result.validate(prefix)
         return result
 
-    def validate(self) -> None:
-        checks.of_type("lora.rank", self.rank, int)  # not 2.0, which checks.integer would take
+    def validate(self, prefix: str = "lora") -> None:
+        """Refuse in one line a setting out of its type or range, named ``<prefix>.<key>``."""
+        rank = f"{prefix}.rank"
+        checks.of_type(rank, self.rank, int)  # not 2.0, which checks.integer would take
         checks.integer(
-            "lora.rank", self.rank, 0, MAX_LORA_RANK, hint=" (0 = full fine-tuning)"
+            rank, self.rank, 0, MAX_LORA_RANK, hint=" (0 = full fine-tuning)"
         )  # 10**12 allocated 128 TB in the run (red team): a checkpoint's rank is so bounded
-        checks.positive("lora.alpha", self.alpha)
-        checks.fraction("lora.dropout", self.dropout)
-        checks.flag("lora.train_head", self.train_head)
+        checks.positive(f"{prefix}.alpha", self.alpha)
+        checks.fraction(f"{prefix}.dropout", self.dropout)
+        checks.flag(f"{prefix}.train_head", self.train_head)
         if not self.target_modules:
             raise ConfigError(
-                f"lora.target_modules is empty; name layers such as [{', '.join(DEFAULT_TARGETS)}]"
+                f"{prefix}.target_modules is empty; name layers such as "
+                f"[{', '.join(DEFAULT_TARGETS)}]"
             )
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,11 +136,13 @@ def layer_choices(net: nn.Module) -> list[str]:
     return list(dict.fromkeys(short))
 
 
-def resolve_targets(net: nn.Module, targets: Sequence[str] | str) -> list[str]:
+def resolve_targets(
+    net: nn.Module, targets: Sequence[str] | str, prefix: str = "lora"
+) -> list[str]:
     """The full names of the layers ``targets`` selects (PEFT's matching rules).
 
-    Raises :class:`ConfigError` naming ``lora.target_modules`` and the valid names when an entry
-    matches no adaptable layer.
+    Raises :class:`ConfigError` naming ``<prefix>.target_modules`` and the valid names when an
+    entry matches no adaptable layer.
     """
     layers = list(adaptable_layers(net))
     choices = ", ".join(layer_choices(net))
@@ -157,10 +165,27 @@ def resolve_targets(net: nn.Module, targets: Sequence[str] | str) -> list[str]:
         hits = [name for name in layers if name == target or name.endswith(f".{target}")]
         if not hits:
             raise ConfigError(
-                f"lora.target_modules: {target!r} matches no layer; choose among: {choices}"
+                f"{prefix}.target_modules: {target[:80]!r} matches no layer; choose among: "
+                f"{choices}"
             )
         matched += [name for name in hits if name not in matched]
     return [name for name in layers if name in matched]  # model order
+
+
+def check_stored_settings(settings: Any, net: nn.Module, source: str) -> None:
+    """Refuse in one line (:class:`ConfigError`) the LoRA settings a checkpoint stores
+    (``hyper_parameters.lora`` of the file ``source``) that :class:`LoRASettings` refuses, or
+    whose ``target_modules`` select no layer of ``net`` (its base network, on the meta device):
+    the line names the file and ``hyper_parameters.lora.<key>``, which no command line sets."""
+    prefix = "hyper_parameters.lora"
+    try:
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"{prefix} is a {type(settings).__name__}, not a mapping")
+        stored = LoRASettings.from_mapping(settings, prefix)
+        if stored.rank > 0:
+            resolve_targets(net, stored.target_modules, prefix)
+    except (ConfigError, TypeError) as error:
+        raise ConfigError(f"{source}: {one_line(error)}; nothing was loaded") from None
 
 
 def apply_lora(net: nn.Module, settings: LoRASettings) -> nn.Module:

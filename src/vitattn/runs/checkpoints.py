@@ -149,6 +149,9 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
     if "lora" not in settings:
         check_weight_shapes(checkpoint.get("state_dict"), net, str(path))
         return
+    from vitattn.lora.adapters import check_stored_settings
+
+    check_stored_settings(settings["lora"], net, str(path))
     base = shown_bytes(net.state_dict().values())
     weights = checkpoint.get("state_dict")
     held = shown_bytes(
