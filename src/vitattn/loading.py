@@ -34,8 +34,30 @@ def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
 
     path = existing_checkpoint(ckpt_path, program)
-    check_weights_fit_their_network(read_checkpoint(path), path)
+    checkpoint = read_checkpoint(path)
+    check_adapters(checkpoint, path, check_weights_fit_their_network(checkpoint, path))
     return path
+
+
+def check_adapters(checkpoint: dict[str, Any], path: Path, net: Any = None) -> None:
+    """Refuse in one line a checkpoint of ``vitattn-finetune`` whose stored LoRA settings
+    :class:`~vitattn.lora.adapters.LoRASettings` refuses, or whose ``target_modules`` select no
+    layer of its base network (``net``, built on the meta device where not given), naming the
+    file and ``hyper_parameters.lora.<key>`` (:func:`~vitattn.lora.adapters.check_stored_settings`).
+    A checkpoint without adapters, or whose network does not build there, passes."""
+    from vitattn.lora.adapters import check_stored_settings
+    from vitattn.runs.checkpoints import meta_network, network_settings
+
+    if not holds_adapters(checkpoint):
+        return
+    settings = checkpoint["hyper_parameters"]
+    if net is None:
+        try:
+            net = meta_network(network_settings(settings["net"]))
+        except Exception:  # no network config: Lightning's load says so
+            return
+    if net is not None:
+        check_stored_settings(settings["lora"], net, str(path))
 
 
 def load_classifier(ckpt_path: str | Path) -> Any:
@@ -50,6 +72,7 @@ def load_classifier(ckpt_path: str | Path) -> Any:
     path = existing_checkpoint(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.
     data, checkpoint = read_checkpoint_bytes(path)
+    check_adapters(checkpoint, path)
     try:
         if holds_adapters(checkpoint):
             from vitattn.lora.module import LoRAClassifier

@@ -187,7 +187,7 @@ def check_weight_dtype(tensor: Any, key: str, source: str) -> None:
     if tensor.is_floating_point() or tensor.dtype == torch.int64:
         return
     raise CheckpointValueError(
-        f"{source}: {one_line(key)} is a {str(tensor.dtype).removeprefix('torch.')} tensor; a "
+        f"{source}: {one_line(key)} is a tensor of {str(tensor.dtype).removeprefix('torch.')}; a "
         "network's weights are floating point (float32, float16, bfloat16, float64), or int64 "
         "where an attention keeps an index table; nothing was loaded"
     )

@@ -130,28 +130,27 @@ def read_checkpoint_bytes(path: str | Path) -> tuple[bytes, dict[str, Any]]:
     return data, check_contents(checkpoint, path)
 
 
-def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> None:
+def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> Any:
     """The weights of ``checkpoint`` are those of the network its config builds (on the meta
     device), none more: a tensor of gigabytes among them is refused before a command reads the
     file in. A checkpoint with LoRA adapters (whose weights its base network lacks) holds at
-    most :data:`LORA_WEIGHTS_FACTOR` times that network's bytes; one whose network does not
-    build on the meta device is left to Lightning's strict load."""
+    most :data:`LORA_WEIGHTS_FACTOR` times that network's bytes (its adapters' settings are
+    checked against that network by :func:`vitattn.loading.check_adapters`, a room above); one
+    whose network does not build on the meta device is left to Lightning's strict load. The
+    network built, or ``None``."""
     settings = checkpoint.get("hyper_parameters")
     if not isinstance(settings, Mapping):
-        return
+        return None
     try:
         network = network_settings(settings["net"])
     except Exception:  # no network config: Lightning's load says so
-        return
+        return None
     net = meta_network(network, f"{path}: hyper_parameters.net")
     if net is None:
-        return
+        return None
     if "lora" not in settings:
         check_weight_shapes(checkpoint.get("state_dict"), net, str(path))
-        return
-    from vitattn.lora.adapters import check_stored_settings
-
-    check_stored_settings(settings["lora"], net, str(path))
+        return net
     base = shown_bytes(net.state_dict().values())
     weights = checkpoint.get("state_dict")
     held = shown_bytes(
@@ -163,6 +162,7 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> N
             f"the {base:,} of the network its config builds (its adapters add a fraction); "
             "nothing was loaded"
         )
+    return net
 
 
 LORA_WEIGHTS_FACTOR = 2
