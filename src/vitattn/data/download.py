@@ -144,8 +144,8 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     verified (:func:`verify_archive`), unpacked there, and the folder is moved into place whole;
     a cut or failed download leaves nothing behind, so a retry starts clean. An archive already
     in ``data_dir`` (put there by hand) is used if it verifies, and moved aside as
-    ``<name>.corrupt`` if it does not. The download fails once the server has sent nothing for
-    ``timeout`` seconds.
+    ``<name>.corrupt`` (or ``<name>.corrupt.1`` ..., never over a file) if it does not. The
+    download fails once the server has sent nothing for ``timeout`` seconds.
 
     Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
     data directory): a file lock lets one download while the others wait, and the lock file is
@@ -256,15 +256,50 @@ def write_new(path: Path, source: IO[bytes], size: int) -> None:
 
 
 def usable_local_archive(path: Path, md5: str | None) -> Path | None:
-    """``path`` if an archive there verifies; one that does not is renamed ``<name>.corrupt``
-    (and said so in the log) so that it is neither used nor in the way."""
+    """``path`` if an archive there verifies; one that does not is moved aside
+    (:func:`move_aside`, and said so in the log) so that it is neither used nor in the way."""
     if not path.is_file():
         return None
     try:
         verify_archive(path, md5)
     except DataError as error:
-        aside = path.with_name(path.name + ".corrupt")
-        os.replace(path, aside)
-        log.warning("%s; moved it aside to %s and downloading afresh", error, aside)
+        aside = move_aside(path)
+        if aside is None:
+            log.warning(
+                "%s; left it there (%s.corrupt to .corrupt.%d are all taken) and downloading "
+                "afresh",
+                error,
+                path.name,
+                MAX_ASIDE,
+            )
+        else:
+            log.warning("%s; moved it aside to %s and downloading afresh", error, aside)
         return None
     return path
+
+
+MAX_ASIDE = 99
+"""The most numbered names (``<name>.corrupt.1`` ...) an archive that does not verify is tried
+under before it is left where it is."""
+
+
+def move_aside(path: Path) -> Path | None:
+    """Rename ``path`` to the first of ``<name>.corrupt``, ``<name>.corrupt.1`` ...
+    ``<name>.corrupt.<MAX_ASIDE>`` that nothing holds, never over a file: a hard link, which
+    fails where the name is taken, then the old name removed (on a file system without hard
+    links, a rename to a name found free). The new name, or ``None`` where all are taken and
+    ``path`` is left as it was."""
+    for number in range(MAX_ASIDE + 1):
+        aside = path.with_name(f"{path.name}.corrupt" + (f".{number}" if number else ""))
+        try:
+            os.link(path, aside, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here; the data directory's lock is held
+            if os.path.lexists(aside):
+                continue
+            os.rename(path, aside)
+            return aside
+        path.unlink()
+        return aside
+    return None

@@ -1,0 +1,85 @@
+"""A CIFAR-10 data folder and its download edited as an attacker (or an accident) would: each
+is refused in one line naming what is wrong, and nothing the user has is changed."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule
+
+
+@contextmanager
+def counted_server(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """Serve ``folder`` on loopback for the block: the archive's URL and the paths requested."""
+    requests: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def send_head(self) -> Any:
+            requests.append(f"{self.command} {self.path}")
+            return super().send_head()
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def served_archive(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``cifar-10-python.tar.gz`` made from the real subset."""
+    import tarfile
+
+    folder = tmp_path_factory.mktemp("served")
+    with tarfile.open(folder / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(data_dir / FOLDER, arcname=FOLDER)
+    return folder
+
+
+def test_a_users_older_corrupt_archive_is_not_written_over(
+    served_archive: Path, tmp_path: Path
+) -> None:
+    """A data directory holds a cut ``cifar-10-python.tar.gz`` and, from an earlier attempt, the
+    user's ``cifar-10-python.tar.gz.corrupt``: the cut archive is moved aside to a name that is
+    free, and the user's file keeps its bytes."""
+    target = tmp_path / "data"
+    target.mkdir()
+    (target / "cifar-10-python.tar.gz").write_bytes(b"a download cut short")
+    older = target / "cifar-10-python.tar.gz.corrupt"
+    older.write_bytes(b"the user's own file, kept for a bug report")
+    with counted_server(served_archive) as (url, _):
+        dm = CIFAR10DataModule(target, url=url)
+        dm.prepare_data()
+    assert older.read_bytes() == b"the user's own file, kept for a bug report"
+    assert (target / "cifar-10-python.tar.gz.corrupt.1").read_bytes() == b"a download cut short"
+
+
+def test_an_archive_is_left_where_it_is_when_every_name_aside_is_taken(tmp_path: Path) -> None:
+    """Where ``<name>.corrupt`` and all its numbered names are the user's files, the archive
+    that does not verify stays where it is and none of them changes."""
+    from vitattn.data.download import MAX_ASIDE, move_aside
+
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(b"cut")
+    taken = [tmp_path / f"{archive.name}.corrupt"]
+    taken += [tmp_path / f"{archive.name}.corrupt.{n}" for n in range(1, MAX_ASIDE + 1)]
+    for number, path in enumerate(taken):
+        path.write_text(str(number))
+    assert move_aside(archive) is None
+    assert archive.read_bytes() == b"cut"
+    assert [path.read_text() for path in taken] == [str(n) for n in range(len(taken))]
