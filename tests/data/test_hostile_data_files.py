@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule
+from vitattn.errors import DataError
 
 
 @contextmanager
@@ -83,3 +84,25 @@ def test_an_archive_is_left_where_it_is_when_every_name_aside_is_taken(tmp_path:
     assert move_aside(archive) is None
     assert archive.read_bytes() == b"cut"
     assert [path.read_text() for path in taken] == [str(n) for n in range(len(taken))]
+
+
+@pytest.mark.parametrize("kind", ["a regular file", "a dangling link"])
+def test_a_batch_folder_that_is_no_folder_is_named_before_any_download(
+    kind: str, served_archive: Path, tmp_path: Path
+) -> None:
+    """``<data_dir>/cifar-10-batches-py`` that is a regular file (or a link to nothing) is
+    refused in one line naming it as no folder, before anything is downloaded."""
+    target = tmp_path / "data"
+    target.mkdir()
+    blocker = target / FOLDER
+    if kind == "a regular file":
+        blocker.write_text("mine")
+    else:
+        blocker.symlink_to(tmp_path / "nowhere")
+    with counted_server(served_archive) as (url, requests), pytest.raises(DataError) as refused:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    message = str(refused.value)
+    assert str(blocker) in message and "\n" not in message, message
+    assert "NotADirectoryError" not in message and "downloading" not in message, message
+    assert requests == [], requests
+    assert blocker.is_symlink() or blocker.read_text() == "mine"

@@ -34,6 +34,7 @@ from vitattn.data.download import (
     MAX_MEMBER_BYTES,
     TEST_FILES,
     TRAIN_FILES,
+    check_folder_place,
     download_cifar10,
 )
 from vitattn.data.settings import DataSettings
@@ -240,6 +241,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         return (1 if self.settings.grayscale else 3, 32, 32)
 
     def prepare_data(self) -> None:
+        check_folder_place(self.data_dir)
         if self.folder.is_dir():
             return
         if not self.settings.download:
@@ -252,6 +254,7 @@ class CIFAR10DataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
+        check_folder_place(self.data_dir)
         if not self.folder.is_dir():
             raise DataError(f"data.data_dir={self.data_dir} holds no {FOLDER}/ (run prepare_data)")
         images, labels = read_split(self.folder, TRAIN_FILES)

@@ -137,6 +137,20 @@ def verify_archive(path: Path, md5: str | None) -> None:
         raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
 
 
+def check_folder_place(data_dir: Path) -> None:
+    """Refuse in one line (:class:`DataError`) a ``data_dir/FOLDER`` that is no folder (a file,
+    a link to nothing; or ``data_dir`` itself no folder), named before anything is downloaded:
+    unpacked, the folder could not be put in its place."""
+    from vitattn.runs.files import folder_problem
+
+    problem = folder_problem(data_dir / FOLDER)
+    if problem is not None:
+        raise DataError(
+            f"{problem}, so data.data_dir={data_dir} cannot hold the folder {FOLDER}/; move it "
+            f"away, or put the official 'CIFAR-10 python version' folder {FOLDER}/ in its place"
+        )
+
+
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
     """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
 
