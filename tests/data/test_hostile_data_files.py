@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import http.server
+import pickle
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule
@@ -106,3 +108,15 @@ def test_a_batch_folder_that_is_no_folder_is_named_before_any_download(
     assert "NotADirectoryError" not in message and "downloading" not in message, message
     assert requests == [], requests
     assert blocker.is_symlink() or blocker.read_text() == "mine"
+
+
+def test_labels_that_are_not_integers_are_refused(tmp_path: Path) -> None:
+    """A batch file's labels are accepted only in the type the format gives them, integers:
+    floats (``[1.7, 2.9]``) are refused in one line naming the file, not cast to classes."""
+    from vitattn.data.cifar10 import read_batch_file
+
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps({"data": np.zeros((2, 3072), np.uint8), "labels": [1.7, 2.9]}))
+    refused = r"data_batch_1 is truncated or not a CIFAR-10 batch file .*not integers"
+    with pytest.raises(DataError, match=refused):
+        read_batch_file(path)

@@ -126,8 +126,8 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     a regular file of at most :data:`MAX_MEMBER_BYTES`, whose pickle names no memo index past
     :data:`MAX_MEMO_INDEX`, read by :class:`BatchUnpickler` (a file that asks for more than
     arrays is refused unread) and holding a ``uint8`` array of 3,072 columns, of no more bytes
-    than the file (no view of strides 0), with one label in 0..9 for each row; anything else is
-    one line (:class:`DataError`)."""
+    than the file (no view of strides 0), with one integer label in 0..9 for each row (a float
+    is not cast); anything else is one line (:class:`DataError`)."""
     if not path.exists():  # a FIFO or a folder there is named by read_bounded
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
@@ -142,11 +142,14 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         labels = entry.get("labels", entry.get("fine_labels"))
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != data.shape[0]:
             raise ValueError(f"data of shape {data.shape} with {len(labels)} labels")
-        labels = np.asarray(labels, dtype=np.int64)
+        labels = np.asarray(labels)
         if labels.shape != (data.shape[0],):
             raise ValueError(f"labels of shape {labels.shape}")
+        if labels.size and labels.dtype.kind not in "iu":
+            raise ValueError(f"labels of {labels.dtype}, not integers")
         if labels.size and (labels.min() < 0 or labels.max() >= len(CLASSES)):
             raise ValueError("labels outside 0..9")
+        labels = labels.astype(np.int64)
         images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
     except Exception as error:  # unpickling garbage can raise almost anything
         raise DataError(
