@@ -54,6 +54,11 @@ def served_archive(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return folder
 
 
+def empty_batch() -> bytes:
+    """A batch file's pickle whose data is an empty array of 3,072 columns."""
+    return pickle.dumps({"data": np.zeros((0, 3072), np.uint8), "labels": []})
+
+
 def test_a_users_older_corrupt_archive_is_not_written_over(
     served_archive: Path, tmp_path: Path
 ) -> None:
@@ -120,3 +125,18 @@ def test_labels_that_are_not_integers_are_refused(tmp_path: Path) -> None:
     refused = r"data_batch_1 is truncated or not a CIFAR-10 batch file .*not integers"
     with pytest.raises(DataError, match=refused):
         read_batch_file(path)
+
+
+def test_batch_files_of_no_images_are_named_not_the_validation_fraction(tmp_path: Path) -> None:
+    """Batch files that each hold an empty array of 3,072 columns are refused in one line naming
+    the first of them as holding no images, not the validation fraction the user never set."""
+    folder = tmp_path / FOLDER
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        (folder / name).write_bytes(empty_batch())
+    with pytest.raises(DataError) as refused:
+        CIFAR10DataModule(tmp_path).setup("fit")
+    message = str(refused.value)
+    assert "val_fraction" not in message and "\n" not in message, message
+    assert message.startswith(f"{folder / 'data_batch_1'} is "), message
+    assert "no images" in message, message

@@ -125,9 +125,10 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """Read one official batch file into ``(images uint8 (n, 3, 32, 32), labels int64 (n,))``:
     a regular file of at most :data:`MAX_MEMBER_BYTES`, whose pickle names no memo index past
     :data:`MAX_MEMO_INDEX`, read by :class:`BatchUnpickler` (a file that asks for more than
-    arrays is refused unread) and holding a ``uint8`` array of 3,072 columns, of no more bytes
-    than the file (no view of strides 0), with one integer label in 0..9 for each row (a float
-    is not cast); anything else is one line (:class:`DataError`)."""
+    arrays is refused unread) and holding a ``uint8`` array of 3,072 columns and at least one
+    row (an image), of no more bytes than the file (no view of strides 0), with one integer
+    label in 0..9 for each row (a float is not cast); anything else is one line
+    (:class:`DataError`)."""
     if not path.exists():  # a FIFO or a folder there is named by read_bounded
         raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
     try:
@@ -142,6 +143,8 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         labels = entry.get("labels", entry.get("fine_labels"))
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != data.shape[0]:
             raise ValueError(f"data of shape {data.shape} with {len(labels)} labels")
+        if not data.shape[0]:
+            raise ValueError("it holds no images")
         labels = np.asarray(labels)
         if labels.shape != (data.shape[0],):
             raise ValueError(f"labels of shape {labels.shape}")
