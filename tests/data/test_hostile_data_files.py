@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import http.server
 import pickle
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.in_process import run_in_process
+from tests.support.runners import refusal_message
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule
 from vitattn.errors import DataError
 
@@ -139,4 +142,38 @@ def test_batch_files_of_no_images_are_named_not_the_validation_fraction(tmp_path
     message = str(refused.value)
     assert "val_fraction" not in message and "\n" not in message, message
     assert message.startswith(f"{folder / 'data_batch_1'} is "), message
+    assert "no images" in message, message
+
+
+EMPTY_TEST_COMMANDS = {
+    "vitattn-eval": ("vitattn-eval", "trainer=cpu"),
+    "vitattn-bench mode=approx": ("vitattn-bench", "mode=approx", "approx.images=2"),
+    "vitattn-bench mode=spectrum": ("vitattn-bench", "mode=spectrum"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(EMPTY_TEST_COMMANDS))
+def test_a_test_batch_of_no_images_is_one_line_naming_it(
+    command: str, tiny_run: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """A data folder whose ``test_batch`` holds an empty array of 3,072 columns (the training
+    files as they are): ``vitattn-eval`` and ``vitattn-bench mode=approx`` or ``mode=spectrum``
+    refuse in one line naming ``test_batch``, before their run directory is made."""
+    program, *args = EMPTY_TEST_COMMANDS[command]
+    hostile = tmp_path / "data"
+    shutil.copytree(data_dir / FOLDER, hostile / FOLDER)
+    (hostile / FOLDER).chmod(0o755)
+    test_batch = hostile / FOLDER / "test_batch"
+    test_batch.chmod(0o644)
+    test_batch.write_bytes(empty_batch())
+    out = tmp_path / "out"
+    checkpoint = tiny_run / "checkpoints" / "last.ckpt"
+    result = run_in_process(
+        program, *args, f"ckpt_path={checkpoint}", f"hydra.run.dir={out}",
+        data_dir=hostile, check=False,
+    )  # fmt: skip
+    assert "unexpected" not in result.stderr, result.stderr[-600:]
+    message = refusal_message(program, result, creates=out)
+    assert message.startswith(f"{test_batch} is "), message
     assert "no images" in message, message
