@@ -145,6 +145,54 @@ def test_batch_files_of_no_images_are_named_not_the_validation_fraction(tmp_path
     assert "no images" in message, message
 
 
+@pytest.mark.parametrize("announced", [True, False], ids=["announced", "unannounced"])
+def test_a_mirror_that_sends_a_gigabyte_is_cut_off_at_what_an_archive_can_hold(
+    announced: bool, tmp_path: Path
+) -> None:
+    """A mirror (``data.url`` not the official one) that answers with 1 GiB of zeros, its length
+    announced or not (a server that never ends), is refused in one line once the download holds
+    more than a CIFAR-10 archive can (:data:`MAX_DOWNLOAD_BYTES`), and nothing of it is kept."""
+    from vitattn.data.download import MAX_DOWNLOAD_BYTES
+
+    total = 1 << 30
+    sent = [0]
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            self.send_response(200)
+            if announced:
+                self.send_header("Content-Length", str(total))
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            self.do_HEAD()
+            chunk = bytes(1 << 20)
+            try:
+                while sent[0] < total:
+                    self.wfile.write(chunk)
+                    sent[0] += len(chunk)
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+    target = tmp_path / "data"
+    try:
+        with pytest.raises(DataError) as refused:
+            CIFAR10DataModule(target, url=url).prepare_data()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent[0] < MAX_DOWNLOAD_BYTES + (64 << 20), f"{sent[0]:,} bytes were taken"
+    assert f"{MAX_DOWNLOAD_BYTES:,} bytes" in str(refused.value), refused.value
+    assert "\n" not in str(refused.value)
+    assert list(target.iterdir()) == []
+
+
 EMPTY_TEST_COMMANDS = {
     "vitattn-eval": ("vitattn-eval", "trainer=cpu"),
     "vitattn-bench mode=approx": ("vitattn-bench", "mode=approx", "approx.images=2"),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,21 +48,13 @@ MAX_ARCHIVE_BYTES = len(ARCHIVE_FILES) * MAX_MEMBER_BYTES + MAX_MEMBERS * 4096
 """The most bytes an archive may inflate to: its files at their bound and a few blocks of
 headers each. A header tarfile reads whole (a PAX or GNU long-name record claiming gigabytes)
 is refused before it is read."""
+MAX_DOWNLOAD_BYTES = MAX_ARCHIVE_BYTES + MAX_ARCHIVE_BYTES // 8192 + 4096
+"""The most bytes a download may take: gzip of :data:`MAX_ARCHIVE_BYTES` at its least
+compressed (deflate's stored blocks, 5 bytes of header for each 65,535) and its own header and
+trailer. A server that sends more (or never ends) is cut off there."""
 CHUNK = 1 << 20
 SHOWN = 200
 """The most characters of a member's name a refusal shows."""
-
-
-@contextlib.contextmanager
-def socket_timeout(seconds: float) -> Iterator[None]:
-    """Sockets opened inside wait at most ``seconds`` for a connection or for data. torchvision's
-    download opens its URL without a timeout, so a network that drops packets would hang it."""
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
 
 
 def describe(member: tarfile.TarInfo) -> str:
@@ -154,19 +145,18 @@ def check_folder_place(data_dir: Path) -> None:
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
     """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
 
-    The archive is downloaded (torchvision's utility) into a staging folder inside ``data_dir``,
-    verified (:func:`verify_archive`), unpacked there, and the folder is moved into place whole;
-    a cut or failed download leaves nothing behind, so a retry starts clean. An archive already
-    in ``data_dir`` (put there by hand) is used if it verifies, and moved aside as
-    ``<name>.corrupt`` (or ``<name>.corrupt.1`` ..., never over a file) if it does not. The
-    download fails once the server has sent nothing for ``timeout`` seconds.
+    The archive is downloaded (:func:`download_bounded`) into a staging folder inside
+    ``data_dir``, verified (:func:`verify_archive`), unpacked there, and the folder is moved into
+    place whole; a cut, failed or oversized download leaves nothing behind, so a retry starts
+    clean. An archive already in ``data_dir`` (put there by hand) is used if it verifies, and
+    moved aside as ``<name>.corrupt`` (or ``<name>.corrupt.1`` ..., never over a file) if it
+    does not. The download fails once the server has sent nothing for ``timeout`` seconds.
 
     Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
     data directory): a file lock lets one download while the others wait, and the lock file is
     removed afterwards.
     """
     from filelock import FileLock
-    from torchvision.datasets.utils import download_url
 
     md5 = ARCHIVE_MD5 if url == URL else None
     lock_path = data_dir / f".{FOLDER}.lock"
@@ -179,8 +169,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
                 archive = usable_local_archive(data_dir / ARCHIVE, md5)
                 if archive is None:
                     archive = Path(staging) / ARCHIVE
-                    with socket_timeout(timeout):
-                        download_url(url, staging, ARCHIVE, md5=None)
+                    download_bounded(url, archive, timeout)
                     verify_archive(archive, md5)
                 unpack_archive(archive, Path(staging))
                 os.replace(Path(staging) / FOLDER, data_dir / FOLDER)
@@ -198,6 +187,28 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     finally:
         with contextlib.suppress(OSError):
             lock_path.unlink()
+
+
+def download_bounded(url: str, path: Path, timeout: float) -> None:
+    """Download ``url`` into a new file at ``path`` (:func:`urllib.request.urlopen`, which
+    follows redirects), at most :data:`MAX_DOWNLOAD_BYTES` of it: a larger length announced is
+    refused before a byte is read, and a download that goes past the bound is stopped there, in
+    one line (:class:`DataError`); the caller removes what was written. The download fails once
+    the server has sent nothing for ``timeout`` seconds."""
+    import urllib.request
+
+    from torchvision.datasets.utils import USER_AGENT
+
+    log.info("downloading %s to %s", url, path)
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    too_big = f"more than the {MAX_DOWNLOAD_BYTES:,} bytes a CIFAR-10 archive can take"
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        length = getattr(response, "length", None)  # a file:// URL's response has none
+        if length is not None and length > MAX_DOWNLOAD_BYTES:
+            raise DataError(f"the server announces {length:,} bytes, {too_big}")
+        write_new(path, response, MAX_DOWNLOAD_BYTES + 1)
+    if path.stat().st_size > MAX_DOWNLOAD_BYTES:
+        raise DataError(f"the server sent {too_big}; stopped there")
 
 
 def unpack_archive(archive: Path, target: Path) -> None:
