@@ -513,7 +513,33 @@ def test_callback_state_never_deletes_outside_the_run(site: Site, data_dir: Path
     output = result.stdout + result.stderr
     warnings = [line for line in output.splitlines() if "were dropped" in line]
     assert len(warnings) == 1, output[-3000:]
-    assert "nothing outside the run is read or deleted" in warnings[0]
+    assert "nothing but the run's checkpoints is read or deleted" in warnings[0]
+    assert json.loads((site.run / "metrics.json").read_text())["steps"] == 12
+
+
+def test_callback_state_never_deletes_a_users_file_in_the_runs_checkpoints(
+    site: Site, data_dir: Path
+) -> None:
+    """The user keeps ``notes.txt`` in the run's ``checkpoints/``; the checkpoint's
+    ``ModelCheckpoint`` states name it as their worst top-k model with a score any new one
+    beats: the resume trains to its end and ``notes.txt`` is as it was (red team: Lightning
+    deleted it, a path inside ``checkpoints/`` being all that was asked of it)."""
+    folder = site.run / "checkpoints"
+    notes = folder / "notes.txt"
+    notes.write_text("my notes")
+
+    def name_notes(checkpoint: dict[str, Any]) -> None:
+        for state in checkpoint["callbacks"].values():
+            if "best_k_models" not in state:
+                continue
+            state["dirpath"] = str(folder)
+            state["best_k_models"] = {str(notes): torch.tensor(0.0)}
+            state["kth_best_model_path"] = state["best_model_path"] = str(notes)
+            state["kth_value"] = state["best_model_score"] = torch.tensor(0.0)
+
+    site.edit_checkpoint(name_notes)
+    result = run_in_process("vitattn-train", *resume(site), data_dir=data_dir)
+    assert notes.read_text() == "my notes", result.stderr[-2000:]
     assert json.loads((site.run / "metrics.json").read_text())["steps"] == 12
 
 

@@ -295,6 +295,35 @@ def test_the_checkpoint_plugin_deletes_only_files_in_its_own_folders(tmp_path: P
     assert not (folder / "a.ckpt").exists()
 
 
+def test_a_users_file_beside_the_checkpoints_is_neither_kept_in_the_state_nor_deleted(
+    tmp_path: Path,
+) -> None:
+    """Only a ``.ckpt`` directly in the run's ``checkpoints/`` is a checkpoint of the run: a
+    state naming the user's ``notes.txt`` there, or a file in a folder of theirs inside it, has
+    those paths dropped, and the plugin deletes neither (red team: a resume's first better
+    checkpoint deleted ``notes.txt``, which the state named as its worst top-k model)."""
+    folder = tmp_path / "run" / "checkpoints"
+    plugin = AtomicCheckpointIO()
+    plugin.save_checkpoint({"global_step": 1}, folder / "a.ckpt")
+    notes, nested = folder / "notes.txt", folder / "mine" / "kept.ckpt"
+    nested.parent.mkdir()
+    notes.write_text("my notes")
+    nested.write_text("mine")
+    checkpoint = model_checkpoint_state(
+        folder,
+        best_model_path=str(notes),
+        best_k_models={str(notes): 0.0, str(nested): 0.0, str(folder / "a.ckpt"): 0.5},
+    )
+    assert sorted(confine_callback_state(checkpoint, folder)) == sorted([str(notes), str(nested)])
+    (state,) = checkpoint["callbacks"].values()
+    assert list(state["best_k_models"]) == [str(folder / "a.ckpt")]
+    plugin.remove_checkpoint(str(notes))
+    plugin.remove_checkpoint(str(nested))
+    assert notes.read_text() == "my notes" and nested.read_text() == "mine"
+    plugin.remove_checkpoint(str(folder / "a.ckpt"))
+    assert not (folder / "a.ckpt").exists()
+
+
 def test_the_checkpoint_plugin_checks_what_lightning_loads(tmp_path: Path) -> None:
     path = tmp_path / "run" / "checkpoints" / "last.ckpt"
     path.parent.mkdir(parents=True)

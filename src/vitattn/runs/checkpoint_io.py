@@ -96,8 +96,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         """Lightning's read of a checkpoint (a resume, a test), checked as vitattn reads one
         (:func:`vitattn.runs.checkpoints.check_contents`), and with every path in its callbacks'
-        state that lies outside the checkpoint's own folder dropped, with one warning line, before
-        Lightning sees it: a checkpoint never makes Lightning delete a file outside its run."""
+        state that is no checkpoint file in the checkpoint's own folder dropped
+        (:func:`~vitattn.runs.trust.confine_callback_state`), with one warning line, before
+        Lightning sees it: a checkpoint never makes Lightning delete a file outside its run, or
+        a user's own file in it."""
         from vitattn.runs.checkpoints import check_contents
         from vitattn.runs.trust import confine_callback_state
 
@@ -111,8 +113,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         dropped = confine_callback_state(checkpoint, folder)
         if dropped:
             log.warning(
-                "%s: its callback state names %d path(s) outside %s (%s); they were dropped, "
-                "and nothing outside the run is read or deleted",
+                "%s: its callback state names %d path(s) that are no checkpoint file (.ckpt) in "
+                "%s (%s); they were dropped, and nothing but the run's checkpoints is read or "
+                "deleted",
                 path,
                 len(dropped),
                 folder,
@@ -121,12 +124,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
     def remove_checkpoint(self, path: Any) -> None:
-        """Delete a checkpoint file Lightning replaced, only in a folder this plugin wrote or read
-        checkpoints in (after resolving ``..`` and links), and never a folder."""
-        from vitattn.runs.trust import within
+        """Delete a checkpoint file Lightning replaced, only a ``.ckpt`` directly in a folder
+        this plugin wrote or read checkpoints in (after resolving ``..`` and links:
+        :func:`~vitattn.runs.trust.checkpoint_of`), and never a folder."""
+        from vitattn.runs.trust import checkpoint_of
 
         target = Path(path)
-        if not any(within(target, folder) for folder in self.folders) or target.is_dir():
+        if not any(checkpoint_of(target, folder) for folder in self.folders) or target.is_dir():
             log.warning("%s was not deleted: it is not a checkpoint file of this run", target)
             return
         remove_file(target)

@@ -336,10 +336,23 @@ def within(path: Any, folder: Path) -> bool:
         return False
 
 
+def checkpoint_of(path: Any, folder: Path) -> bool:
+    """Whether ``path`` (a path from a file) names a checkpoint file of the run whose
+    ``checkpoints/`` is ``folder``: a ``.ckpt`` directly in it (:func:`within`, and its parent
+    that folder), as vitattn's ``ModelCheckpoint`` writes them. A user's own file kept beside
+    them (``notes.txt``) or in a folder of its own is none: a checkpoint naming it never has
+    Lightning delete it."""
+    if not within(path, folder):
+        return False
+    written = Path(os.path.normpath(os.path.abspath(str(path))))
+    return written.suffix == ".ckpt" and written.parent.resolve() == folder.resolve()
+
+
 def confine_callback_state(checkpoint: dict[str, Any], folder: Path) -> list[str]:
-    """Drop from the callbacks' state in ``checkpoint`` every checkpoint path outside
-    ``folder`` (the run's ``checkpoints/``), so that Lightning never deletes or reads a file
-    outside the run because a checkpoint says so; the paths dropped."""
+    """Drop from the callbacks' state in ``checkpoint`` every path that is no checkpoint file
+    of the run in ``folder`` (its ``checkpoints/``: :func:`checkpoint_of`), so that Lightning
+    never deletes or reads a file outside the run, or one of the user's in it, because a
+    checkpoint says so; the paths dropped."""
     dropped: list[str] = []
     states = checkpoint.get("callbacks")
     if not isinstance(states, dict):
@@ -349,12 +362,12 @@ def confine_callback_state(checkpoint: dict[str, Any], folder: Path) -> list[str
             continue
         for key in CHECKPOINT_PATH_KEYS:
             path = state.get(key)
-            if isinstance(path, str) and path and not within(path, folder):
+            if isinstance(path, str) and path and not checkpoint_of(path, folder):
                 dropped.append(path)
                 state[key] = ""
         best = state.get("best_k_models")
         if isinstance(best, dict):
-            outside = [path for path in best if not within(path, folder)]
+            outside = [path for path in best if not checkpoint_of(path, folder)]
             dropped += [str(path) for path in outside]
             state["best_k_models"] = {k: v for k, v in best.items() if k not in outside}
     return sorted(set(dropped))
