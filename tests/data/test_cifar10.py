@@ -351,13 +351,20 @@ def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
         CIFAR10DataModule(tmp_path, download=False).prepare_data()
 
 
-def test_download_unpacks_the_archive(served: Path, tmp_path: Path) -> None:
-    """The real download path (torchvision's utility), served from loopback."""
-    with archive_url(served) as url:
+def test_download_unpacks_the_archive(
+    served: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real download path (``download_bounded``), served from loopback: it says how much has
+    come at each tenth of the length the server announced, the last line the whole."""
+    size = (served / "cifar-10-python.tar.gz").stat().st_size
+    with archive_url(served) as url, caplog.at_level(logging.INFO, "vitattn.data.download"):
         dm = CIFAR10DataModule(tmp_path / "downloaded", url=url)
         dm.prepare_data()
         dm.setup("test")
     assert len(dm.test_set) == 1017
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("downloaded")]
+    assert 5 <= len(progress) <= 10, progress
+    assert progress[-1] == f"downloaded {size / 1e6:.1f} MB of {size / 1e6:,.1f} MB (100%)"
 
 
 @pytest.fixture(scope="module")

@@ -206,7 +206,7 @@ def download_bounded(url: str, path: Path, timeout: float) -> None:
         length = getattr(response, "length", None)  # a file:// URL's response has none
         if length is not None and length > MAX_DOWNLOAD_BYTES:
             raise DataError(f"the server announces {length:,} bytes, {too_big}")
-        write_new(path, response, MAX_DOWNLOAD_BYTES + 1)
+        write_new(path, ProgressReader(response, length), MAX_DOWNLOAD_BYTES + 1)
     if path.stat().st_size > MAX_DOWNLOAD_BYTES:
         raise DataError(f"the server sent {too_big}; stopped there")
 
@@ -267,6 +267,35 @@ class BoundedReader:
         data = self.source.read(size)
         self.taken += len(data)
         return data
+
+
+class ProgressReader:
+    """The ``read`` of a download (``source``, ``total`` bytes where the server said) that logs
+    how much has come at each tenth of it and at its end (each :data:`PROGRESS_STEP` bytes where
+    the total is not known): a download of minutes says it is going, as torchvision's progress
+    bar did."""
+
+    def __init__(self, source: IO[bytes], total: int | None) -> None:
+        self.source, self.total, self.taken = source, total, 0
+        self.step = max(total // 10, 1) if total else PROGRESS_STEP
+        self.next = self.step
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
+        self.taken += len(data)
+        if data and (self.taken >= self.next or self.taken == self.total):
+            self.next = (self.taken // self.step + 1) * self.step
+            of = (
+                f" of {self.total / 1e6:,.1f} MB ({self.taken / self.total:.0%})"
+                if self.total
+                else ""
+            )
+            log.info("downloaded %.1f MB%s", self.taken / 1e6, of)
+        return data
+
+
+PROGRESS_STEP = 16 << 20
+"""Bytes between two progress lines of a download whose length the server does not say."""
 
 
 def write_new(path: Path, source: IO[bytes], size: int) -> None:
