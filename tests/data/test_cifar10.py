@@ -241,17 +241,6 @@ def test_no_data_and_no_network_names_the_directory(tmp_path: Path) -> None:
     assert "VITATTN_DATA_DIR" in message and "\n" not in message
 
 
-@pytest.fixture(scope="module")
-def served(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding ``cifar-10-python.tar.gz`` made from the real subset, to serve."""
-    import tarfile
-
-    folder = tmp_path_factory.mktemp("served")
-    with tarfile.open(folder / "cifar-10-python.tar.gz", "w:gz") as archive:
-        archive.add(data_dir / FOLDER, arcname=FOLDER)
-    return folder
-
-
 @contextlib.contextmanager
 def archive_url(
     folder: Path, handler: type[http.server.BaseHTTPRequestHandler] | None = None

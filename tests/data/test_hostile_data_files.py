@@ -46,25 +46,12 @@ def counted_server(folder: Path) -> Iterator[tuple[str, list[str]]]:
         server.server_close()
 
 
-@pytest.fixture(scope="module")
-def served_archive(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding ``cifar-10-python.tar.gz`` made from the real subset."""
-    import tarfile
-
-    folder = tmp_path_factory.mktemp("served")
-    with tarfile.open(folder / "cifar-10-python.tar.gz", "w:gz") as archive:
-        archive.add(data_dir / FOLDER, arcname=FOLDER)
-    return folder
-
-
 def empty_batch() -> bytes:
     """A batch file's pickle whose data is an empty array of 3,072 columns."""
     return pickle.dumps({"data": np.zeros((0, 3072), np.uint8), "labels": []})
 
 
-def test_a_users_older_corrupt_archive_is_not_written_over(
-    served_archive: Path, tmp_path: Path
-) -> None:
+def test_a_users_older_corrupt_archive_is_not_written_over(served: Path, tmp_path: Path) -> None:
     """A data directory holds a cut ``cifar-10-python.tar.gz`` and, from an earlier attempt, the
     user's ``cifar-10-python.tar.gz.corrupt``: the cut archive is moved aside to a name that is
     free, and the user's file keeps its bytes."""
@@ -73,7 +60,7 @@ def test_a_users_older_corrupt_archive_is_not_written_over(
     (target / "cifar-10-python.tar.gz").write_bytes(b"a download cut short")
     older = target / "cifar-10-python.tar.gz.corrupt"
     older.write_bytes(b"the user's own file, kept for a bug report")
-    with counted_server(served_archive) as (url, _):
+    with counted_server(served) as (url, _):
         dm = CIFAR10DataModule(target, url=url)
         dm.prepare_data()
     assert older.read_bytes() == b"the user's own file, kept for a bug report"
@@ -98,7 +85,7 @@ def test_an_archive_is_left_where_it_is_when_every_name_aside_is_taken(tmp_path:
 
 @pytest.mark.parametrize("kind", ["a regular file", "a dangling link"])
 def test_a_batch_folder_that_is_no_folder_is_named_before_any_download(
-    kind: str, served_archive: Path, tmp_path: Path
+    kind: str, served: Path, tmp_path: Path
 ) -> None:
     """``<data_dir>/cifar-10-batches-py`` that is a regular file (or a link to nothing) is
     refused in one line naming it as no folder, before anything is downloaded."""
@@ -109,7 +96,7 @@ def test_a_batch_folder_that_is_no_folder_is_named_before_any_download(
         blocker.write_text("mine")
     else:
         blocker.symlink_to(tmp_path / "nowhere")
-    with counted_server(served_archive) as (url, requests), pytest.raises(DataError) as refused:
+    with counted_server(served) as (url, requests), pytest.raises(DataError) as refused:
         CIFAR10DataModule(target, url=url).prepare_data()
     message = str(refused.value)
     assert str(blocker) in message and "\n" not in message, message
