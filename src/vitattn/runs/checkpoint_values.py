@@ -67,9 +67,6 @@ MAX_TOP_K = 10_000
 MAX_PATH_TEXT = 4096
 """The longest path a ``ModelCheckpoint``'s state may hold (Linux's ``PATH_MAX``)."""
 
-MODEL_CHECKPOINT_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
-"""The paths a ``ModelCheckpoint`` writes into its state (strings, empty for none)."""
-
 MODEL_CHECKPOINT_SCORES = ("kth_value", "best_model_score", "current_score")
 """The scores a ``ModelCheckpoint`` writes into its state (``None`` before there is one)."""
 
@@ -344,6 +341,8 @@ def check_model_checkpoint_state(state: Any, key: str, source: str) -> None:
     """A Lightning ``ModelCheckpoint``'s state (at ``key``) of the types it writes: the keys
     its ``load_state_dict`` requires, scores (:func:`check_score`), paths (:func:`check_path_text`),
     and ``best_k_models`` a mapping of at most :data:`MAX_TOP_K` paths to scores."""
+    from vitattn.runs.trust import CHECKPOINT_PATH_KEYS
+
     if not isinstance(state, Mapping) or not {"best_model_path", "best_model_score"} <= set(state):
         raise CheckpointValueError(
             f"{source}: {key} is not a ModelCheckpoint's state (a mapping with best_model_path "
@@ -351,7 +350,7 @@ def check_model_checkpoint_state(state: Any, key: str, source: str) -> None:
         )
     for name in MODEL_CHECKPOINT_SCORES:
         check_score(source, f"{key}.{name}", state.get(name))
-    for name in MODEL_CHECKPOINT_PATHS:
+    for name in CHECKPOINT_PATH_KEYS:
         if name in state:
             check_path_text(source, f"{key}.{name}", state[name])
     check_path_text(source, f"{key}.dirpath", state.get("dirpath"), optional=True)
