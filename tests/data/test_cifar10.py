@@ -21,6 +21,7 @@ import torch
 
 from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule, read_batch_file
+from vitattn.data.download import LOCK
 from vitattn.errors import ConfigError, DataError
 
 
@@ -366,8 +367,12 @@ def cut(served: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def leftovers(data_dir: Path) -> list[str]:
-    """Everything in ``data_dir`` but the unpacked folder: archives, staging, lock files."""
-    return sorted(p.name for p in data_dir.iterdir() if p.name != FOLDER)
+    """Everything in ``data_dir`` but the unpacked folder and the empty lock file a download
+    leaves (filelock keeps it): archives, staging, anything in the lock."""
+    lock = data_dir / LOCK
+    if lock.exists():
+        assert lock.is_file() and not lock.is_symlink() and lock.stat().st_size == 0
+    return sorted(p.name for p in data_dir.iterdir() if p.name not in (FOLDER, LOCK))
 
 
 def test_a_cut_download_keeps_nothing_and_the_retry_succeeds(
@@ -380,7 +385,7 @@ def test_a_cut_download_keeps_nothing_and_the_retry_succeeds(
     message = str(info.value)
     assert f"the download from {url} is unusable" in message and "\n" not in message
     assert "cifar-10-python.tar.gz is not a complete .tar.gz" in message
-    assert leftovers(target) == []  # no partial archive, no staging folder, no lock file
+    assert leftovers(target) == []  # no partial archive, no staging folder
     with archive_url(served) as url:
         retry = CIFAR10DataModule(target, url=url)
         retry.prepare_data()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import pickle
 import shutil
 import threading
@@ -19,6 +20,7 @@ import pytest
 from tests.support.in_process import run_in_process
 from tests.support.runners import refusal_message
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule
+from vitattn.data.download import LOCK
 from vitattn.errors import DataError
 
 
@@ -105,6 +107,82 @@ def test_a_batch_folder_that_is_no_folder_is_named_before_any_download(
     assert blocker.is_symlink() or blocker.read_text() == "mine"
 
 
+LOCK_KINDS = ("a link to the user's file", "the user's file", "a folder", "a FIFO")
+
+
+def plant_lock(lock: Path, kind: str, victim: Path) -> None:
+    """``lock`` made as ``kind``; ``victim`` (outside the data directory) is the user's file."""
+    if kind == "a link to the user's file":
+        lock.symlink_to(victim)
+    elif kind == "the user's file":
+        lock.write_bytes(victim.read_bytes())
+    elif kind == "a folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+
+
+@pytest.mark.parametrize("kind", LOCK_KINDS)
+def test_a_lock_file_that_is_not_the_empty_one_a_download_leaves_is_named_and_kept(
+    kind: str, served: Path, tmp_path: Path
+) -> None:
+    """The download's lock, ``.cifar-10-batches-py.lock``, that is a link to a file outside,
+    a file of the user's, a folder or a FIFO: one line naming it, before any request, and it
+    (and what a link points to) is left as it was. The lock had been removed after every
+    download, the user's file with it."""
+    target = tmp_path / "data"
+    target.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's notes")
+    lock = target / LOCK
+    plant_lock(lock, kind, victim)
+    with counted_server(served) as (url, requests), pytest.raises(DataError) as refused:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    message = str(refused.value)
+    assert message.startswith(f"{lock} is "), message
+    assert "not the empty lock file" in message and "\n" not in message, message
+    assert requests == [], requests
+    assert victim.read_text() == "the user's notes"
+    assert os.path.lexists(lock) and sorted(os.listdir(target)) == [LOCK]
+    if kind == "the user's file":
+        assert lock.read_text() == "the user's notes"
+
+
+def test_the_empty_lock_file_stays_after_a_download_and_is_used_again(
+    served: Path, tmp_path: Path
+) -> None:
+    """A download leaves its lock file, empty, where filelock keeps it; a second download into
+    the same directory (the folder removed) takes the same file."""
+    target = tmp_path / "data"
+    for _ in range(2):
+        with counted_server(served) as (url, requests):
+            CIFAR10DataModule(target, url=url).prepare_data()
+        assert requests == ["GET /cifar-10-python.tar.gz"], requests
+        assert sorted(os.listdir(target)) == sorted([LOCK, FOLDER])
+        assert (target / LOCK).stat().st_size == 0
+        shutil.rmtree(target / FOLDER)
+
+
+@pytest.mark.slow
+def test_a_planted_lock_link_is_refused_by_the_console_script(served: Path, tmp_path: Path) -> None:
+    """Through ``vitattn-train`` with a data directory to download into, whose lock is a link
+    to a file outside: one line naming the lock, no request, the file as it was."""
+    target = tmp_path / "data"
+    target.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's notes")
+    (target / LOCK).symlink_to(victim)
+    with counted_server(served) as (url, requests):
+        result = run_in_process(
+            "vitattn-train", "trainer=cpu", "trainer.max_steps=1", f"data.url={url}",
+            f"hydra.run.dir={tmp_path / 'run'}", data_dir=target, check=False,
+        )  # fmt: skip
+    message = refusal_message("vitattn-train", result)
+    assert message.startswith(f"{target / LOCK} is a symbolic link, not the empty lock"), message
+    assert requests == [], requests
+    assert victim.read_text() == "the user's notes" and (target / LOCK).is_symlink()
+
+
 def test_labels_that_are_not_integers_are_refused(tmp_path: Path) -> None:
     """A batch file's labels are accepted only in the type the format gives them, integers:
     floats (``[1.7, 2.9]``) are refused in one line naming the file, not cast to classes."""
@@ -177,7 +255,7 @@ def test_a_mirror_that_sends_a_gigabyte_is_cut_off_at_what_an_archive_can_hold(
     assert sent[0] < MAX_DOWNLOAD_BYTES + (64 << 20), f"{sent[0]:,} bytes were taken"
     assert f"{MAX_DOWNLOAD_BYTES:,} bytes" in str(refused.value), refused.value
     assert "\n" not in str(refused.value)
-    assert list(target.iterdir()) == []
+    assert os.listdir(target) == [LOCK] and (target / LOCK).stat().st_size == 0  # no archive
 
 
 EMPTY_TEST_COMMANDS = {

@@ -36,6 +36,10 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
 ARCHIVE = "cifar-10-python.tar.gz"
+LOCK = f".{FOLDER}.lock"
+"""The file a download locks (``filelock``), left in the data directory empty afterwards: a lock
+file removed on release lets a process that waits on it and a newcomer hold two different files
+at once (filelock keeps it for that reason)."""
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, "batches.meta", "readme.html")
 """The files the official archive holds in :data:`FOLDER`; the batch files must all be there."""
@@ -142,6 +146,37 @@ def check_folder_place(data_dir: Path) -> None:
         )
 
 
+def check_lock_place(data_dir: Path) -> None:
+    """Refuse in one line (:class:`DataError`), before anything is downloaded, a :data:`LOCK` in
+    ``data_dir`` that is not the empty regular file a download leaves there: the lock writes
+    nothing, but its holder empties it, and a link there (refused by filelock's ``O_NOFOLLOW``)
+    would otherwise end the download as an ``OSError``."""
+    import stat
+
+    from vitattn.runs.files import not_regular, one_line
+
+    lock = data_dir / LOCK
+    try:
+        mode, size = (status := lock.lstat()).st_mode, status.st_size
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # data_dir itself: check_folder_place names it
+    if stat.S_ISLNK(mode):
+        problem = "a symbolic link"
+    elif not stat.S_ISREG(mode):
+        problem = not_regular(mode)
+    elif size:
+        problem = f"a file of {size} bytes"
+    else:
+        return
+    raise DataError(
+        f"{one_line(lock)} is {problem}, not the empty lock file a download of {FOLDER}/ leaves "
+        f"in data.data_dir={data_dir}; move it away, or put the official 'CIFAR-10 python "
+        f"version' folder {FOLDER}/ in {data_dir}"
+    )
+
+
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
     """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
 
@@ -153,13 +188,14 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     does not. The download fails once the server has sent nothing for ``timeout`` seconds.
 
     Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
-    data directory): a file lock lets one download while the others wait, and the lock file is
-    removed afterwards.
+    data directory): a file lock (:data:`LOCK`, checked by :func:`check_lock_place`) lets one
+    download while the others wait; it stays, empty, afterwards.
     """
     from filelock import FileLock
 
     md5 = ARCHIVE_MD5 if url == URL else None
-    lock_path = data_dir / f".{FOLDER}.lock"
+    lock_path = data_dir / LOCK
+    check_lock_place(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_path):
@@ -184,9 +220,6 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
             f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
             f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
         ) from error
-    finally:
-        with contextlib.suppress(OSError):
-            lock_path.unlink()
 
 
 def download_bounded(url: str, path: Path, timeout: float) -> None:
