@@ -93,7 +93,9 @@ def test_lora_table_averages_seeds(tmp_path: Path) -> None:
     [
         ({"test/acc": [0.1, 0.2]}, '"test/acc" is [0.1, 0.2], not a finite number'),
         ({"params": {"a": 1}}, '"params" is {"a": 1}, not a finite number'),
-        ({"lora/rank": float("inf")}, None),  # a rank that is no integer: the run is left out
+        ({"lora/rank": float("inf")}, '"lora/rank" is Infinity, not a finite number'),
+        # a rank that is no whole number: the run is left out, with a line (it was rank 1)
+        ({"lora/rank": 1.7}, "Left out: 4: its lora/rank (1.7) is not a whole number"),
     ],
 )
 def test_a_value_not_as_written_leaves_its_run_out_not_the_table(
@@ -107,8 +109,18 @@ def test_a_value_not_as_written_leaves_its_run_out_not_the_table(
     runs = find_runs([root])
     markdown = to_markdown(lora_table(runs), runs)
     assert len(lora_table(runs)) == 8 and "| 1 " in markdown  # the other cells stand
-    if failed is not None:
-        assert "Failed: 4 " in markdown and failed in markdown
+    assert failed in markdown
+    if "Left out" not in failed:
+        assert "Failed: 4 " in markdown
+
+
+def test_a_whole_rank_written_as_a_float_is_that_rank(tmp_path: Path) -> None:
+    """``"lora/rank": 8.0`` is rank 8: its run joins rank 8's cell (two runs there)."""
+    root = fake_multirun(tmp_path / "multirun")
+    path = root / "4" / "metrics.json"  # rank 1 of rotate, moved to rank 8 as a float
+    path.write_text(json.dumps({**json.loads(path.read_text()), "lora/rank": 8.0}))
+    rows = lora_table(find_runs([root]))
+    assert [r["runs"] for r in rows if r["rank"] == 8 and r["shift"] == "rotate"] == [2]
 
 
 def test_a_base_checkpoint_path_is_shown_escaped_and_short(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from vitattn.analysis.lora import FinetuneRun
 from vitattn.analysis.records import Run
-from vitattn.runs.layout import RunDir, RunState, find_runs, run_state
+from vitattn.runs.layout import RunDir, RunState, find_runs, finite_number, run_state
 
 
 def make_run(
@@ -129,3 +129,13 @@ def test_a_run_state_reads_as_its_value_everywhere() -> None:
     assert f"{state:>12}" == " interrupted"
     assert json.dumps({"status": state}) == '{"status": "interrupted"}'
     assert RunState("completed") is RunState.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [(1e40, True), (-1e40, True), (10**40, True), (1.0000001e40, False), (10**40 + 10**25, False)],
+)
+def test_a_metric_at_the_bound_the_message_names_is_within_it(value: float, fits: bool) -> None:
+    """The refusal says "between -10^40 and 10^40": a ``metrics.json`` value written ``1e40`` is
+    within it (the float 1e40 is a little above the integer 10**40, and had been refused)."""
+    assert finite_number(value) is fits

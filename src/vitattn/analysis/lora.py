@@ -74,11 +74,23 @@ class FinetuneRun:
         return None
 
     @property
+    def rank_as_written(self) -> Any:
+        """``lora/rank`` of ``metrics.json``, else the ``lora.rank=`` override, as written."""
+        return self._setting("lora/rank", "lora.rank")
+
+    @property
     def rank(self) -> int | None:
-        value = self._setting("lora/rank", "lora.rank")
+        """The run's LoRA rank, a whole number; ``None`` where it has none, or one that is not
+        a whole number (``4.5``, infinity: not a rank vitattn wrote; the run is left out, with
+        a line, :func:`left_out_notes`)."""
+        value = self.rank_as_written
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, float):
+            return int(value) if value.is_integer() else None
         try:
             return int(value) if value is not None else None
-        except (TypeError, ValueError, OverflowError):  # not a rank vitattn wrote: left out
+        except (TypeError, ValueError, OverflowError):
             return None
 
     @property
@@ -230,7 +242,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
         notes.append(f"Base checkpoint: `{bounded(str(base_ckpts[0]))}`.")  # text from a file
     elif len(base_ckpts) > 1:
         notes.append(f"Note: the runs fine-tuned {len(base_ckpts)} different base checkpoints.")
-    return "\n".join(lines + notes + failure_notes(runs)) + "\n"
+    return "\n".join(lines + notes + failure_notes(runs) + left_out_notes(runs)) + "\n"
 
 
 def failure_notes(runs: Sequence[FinetuneRun]) -> list[str]:
@@ -240,6 +252,16 @@ def failure_notes(runs: Sequence[FinetuneRun]) -> list[str]:
         f"Failed: {one_line(run.path.name)} (rank={run.rank}, shift={run.shift}): "
         f"{one_line(run.metrics.get('error', 'no error recorded'))}"
         for run in failed
+    ]
+
+
+def left_out_notes(runs: Sequence[FinetuneRun]) -> list[str]:
+    """A line per completed run left out of the table for a rank that is not a whole number."""
+    return [
+        f"Left out: {one_line(run.path.name)}: its lora/rank "
+        f"({bounded(one_line(run.rank_as_written))}) is not a whole number"
+        for run in runs
+        if run.completed and run.rank is None and run.rank_as_written is not None
     ]
 
 

@@ -138,11 +138,12 @@ of :data:`METRICS_ARRAYS` finite numbers in lists and mappings, and every other 
 number, or null."""
 METRICS_FLAGS = ("lora/train_head",)
 METRICS_ARRAYS = ("test/confusion_matrix", "test/acc_per_class")
-LARGEST_METRIC = 10**40
+LARGEST_METRIC = 1e40
 """The largest magnitude of a number in ``metrics.json``: above any that vitattn writes (a
 figure a run logs is a float32, at most 3.4e38: a diverging run's loss; the counts are far
 smaller), and far below where a summary's sums and figure axes overflow (a planted ``1e308``
-ended a sweep's summary in ``arange: cannot compute length``; red team)."""
+ended a sweep's summary in ``arange: cannot compute length``; red team). The float ``1e40``,
+as a file writes it: the integer ``10**40`` refused it, a little above."""
 
 
 def typed_metrics(metrics: Mapping[str, Any], path: Path) -> dict[str, Any]:
