@@ -94,6 +94,38 @@ class PauseAfterStep(L.Callback):
             time.sleep(self.seconds)
 
 
+WAIT_FOR = "TESTS_WAIT_FOR"
+"""The environment variable naming the file :class:`WaitAtStep` waits for; a process without it
+(a continuation with the same settings) does not wait."""
+MOST_WAITED = 300.0
+"""The most seconds :class:`WaitAtStep` waits for its file: a test that never gives it ends."""
+
+
+class WaitAtStep(L.Callback):
+    """At the end of training step ``step``, create the file ``reached`` and wait until the file
+    ``release`` (by default the one named by ``$TESTS_WAIT_FOR``) exists, at most
+    :data:`MOST_WAITED` seconds: a run held at a known point, by events and not by time, while
+    another process meets it. Without either it only marks ``reached``."""
+
+    def __init__(self, step: int, reached: str, release: str | None = None) -> None:
+        self.step = step
+        self.reached = Path(reached)
+        self.release = release
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step != self.step:
+            return
+        self.reached.touch()
+        release = self.release or os.environ.get(WAIT_FOR)
+        if not release:
+            return
+        import time
+
+        deadline = time.monotonic() + MOST_WAITED
+        while not Path(release).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 class CrashAtStep(L.Callback):
     """Raise an unexpected ``RuntimeError`` at global step ``step`` (a bug in the middle of a
     run)."""
