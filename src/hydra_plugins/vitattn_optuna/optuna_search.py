@@ -62,9 +62,11 @@ class OptunaSearch(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> None:
+        from vitattn.cli.console import hold_sweep_directory
         from vitattn.errors import FailedJob, VitattnError, fail
         from vitattn.runs.optuna_sweeper import Search
 
+        hold_sweep_directory(Path(str(self.config.hydra.sweep.dir)))
         try:
             failures = Search(self.settings, self.config, self.launcher).run(arguments)
         except VitattnError as error:

@@ -242,6 +242,21 @@ def hold(directory: Path, setting: str, program: str) -> None:
         raise ConfigError(f"{setting}={directory} cannot be written: {reason}; {advice}") from None
 
 
+def hold_sweep_directory(sweep_dir: Path) -> None:
+    """Hold ``sweep_dir`` for the whole sweep, whoever named it (the sweepers call this first):
+    the console holds a ``hydra.sweep.dir`` given on the command line, but a folder Hydra names
+    (no ``hydra.sweep.dir``, as the README's first sweep) was held by nothing, so its
+    continuation, run while the sweep still ran, set the running job aside as a cut one and
+    trained it again, or failed a search's live trial (red team). Refused in one line, as the
+    console refuses it."""
+    program = Path(sys.argv[0]).name
+    try:
+        hold(sweep_dir, "hydra.sweep.dir", program)
+    except VitattnError as error:
+        fail(program, error)
+        sys.exit(1)
+
+
 EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
 NUMBERED_JOB_DIR = (
     "${hydra.job.num}_${vitattn_job_dir:${hydra.job.override_dirname},${hydra.job.num}}"
