@@ -158,3 +158,44 @@ def test_a_search_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
     assert status == 0, err[-3000:]
     study = optuna.load_study(study_name="vitattn", storage=storage)
     assert [trial.state.name for trial in study.trials] == ["COMPLETE"]
+
+
+def test_two_searches_on_one_storage_name_each_trials_folder_by_its_trial_number(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Two searches of other sweep directories on one shared study (docs/runs.md: supported;
+    each leaves the other's running trial as it is). A trial's job directory is "named by its
+    number and values" and the study's ``run`` attribute names it; but a search numbers its
+    jobs on from the trials stored as it started, not by the trial Optuna gave it: search A's
+    trial 3 went to ``A/1_...``, while trial 1 (search B's) is ``B/1_...``, and A's
+    ``optimization_results.yaml`` lists both as ``run: 1_...`` with no sweep directory."""
+    import optuna
+
+    reached, release = tmp_path / "reached", tmp_path / "go"
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    settings = [
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweeper.storage={storage}",
+        *TINY,
+        *steps(6, 3),
+        "test=false",
+        *plug("wait", WaitAtStep, step=2, reached=reached),
+    ]
+    first = start([*settings, f"hydra.sweep.dir={tmp_path / 'A'}"], data_dir, release)
+    try:
+        wait_for(reached, first)  # A's trial 0 trains while B runs its two trials
+        run_cli("vitattn-train", *settings, f"hydra.sweep.dir={tmp_path / 'B'}", data_dir=data_dir)
+        status, err = let_go(first, release)
+    finally:
+        stop(first)
+    assert status == 0, err[-3000:]
+    trials = optuna.load_study(study_name="vitattn", storage=storage).trials
+    named = {
+        trial.number: (Path(trial.user_attrs["sweep_dir"]).name, trial.user_attrs["run"])
+        for trial in trials
+    }
+    assert sorted(named) == [0, 1, 2, 3]
+    for number, (sweep, run) in named.items():
+        assert (tmp_path / sweep / run).is_dir()
+        assert run.startswith(f"{number}_"), f"trial {number} ran in {sweep}/{run}"
