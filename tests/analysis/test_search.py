@@ -137,3 +137,19 @@ def test_a_pareto_figure_names_at_most_thirty_trials_in_short_labels(tmp_path: P
     assert len(labels) == 30 and all(len(label) <= 80 for label in labels)
     assert labels[0].startswith("0, vvv")
     plt.close(figure)
+
+
+def test_a_trial_of_another_sweep_directory_is_shown_there(tmp_path: Path) -> None:
+    """A trial another search ran on a shared storage: ``optimization_results.yaml`` names its
+    sweep directory beside its ``run``, and the summary shows the run there, not as a folder
+    of this sweep."""
+    trial = {
+        "trial": 1,
+        "run": "1_lr=0.002",
+        "values": [0.7],
+        "params": {"optimizer.lr": 0.002},
+        "sweep_dir": "/elsewhere/B",
+    }
+    search = read(tmp_path, results(best_trial=1, trials=[trial]))
+    assert [trial.run for trial in search.pareto] == ["/elsewhere/B/1_lr=0.002"]
+    assert "/elsewhere/B/1_lr=0.002" in search_markdown(search)

@@ -238,3 +238,38 @@ def test_a_grid_search_continued_after_a_failed_trial_runs_the_failed_point(
     assert sorted(complete) == [4, 8, 16, 32]
     (retried,) = (t for t in study.trials if t.params["attention.k"] == 8 and t.values)
     assert retried.system_attrs["failed_trial"] == 1
+
+
+def test_a_batch_whose_trials_another_search_split_numbers_each_job_by_its_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hydra's launchers number a batch from ``initial_job_idx`` one by one. Another search of
+    the same study (its own sweep directory, as on a shared storage) asks for trial 1 and
+    completes it between this search's two asks of a batch of ``n_jobs=2``: this search's
+    trials are 0 and 2, and each job is numbered by its trial (its directory ``2``, not
+    ``1``). ``optimization_results.yaml`` names the sweep directory of the other's trial."""
+    import yaml
+
+    sweep, other = tmp_path / "A", str(tmp_path / "B")
+    storage = f"sqlite:///{sweep}/optuna.db"
+    asked = optuna.Study.ask
+
+    def ask(study: optuna.Study, *args: Any, **kwargs: Any) -> Any:
+        trial = asked(study, *args, **kwargs)
+        if trial.number == 0:  # the other search asks between this one's two asks
+            theirs = optuna.load_study(study_name="vitattn", storage=storage)
+            between = asked(theirs)
+            between.set_user_attr("sweep_dir", other)
+            between.set_user_attr("run", "1_theirs")
+            theirs.tell(between, 0.99)
+        return trial
+
+    monkeypatch.setattr(optuna.Study, "ask", ask)
+    launcher = Launcher(sweep, accuracy)
+    assert search(sweep, launcher, 2, n_jobs=2) == []
+    study = optuna.load_study(study_name="vitattn", storage=storage)
+    runs = {t.number: t.user_attrs["run"] for t in study.trials}
+    assert runs == {0: "0", 1: "1_theirs", 2: "2"}
+    results = yaml.safe_load((sweep / RESULTS_FILE).read_text())
+    listed = {t["trial"]: (t["run"], t.get("sweep_dir")) for t in results["trials"]}
+    assert listed == {0: ("0", None), 1: ("1_theirs", other), 2: ("2", None)}

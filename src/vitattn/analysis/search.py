@@ -29,6 +29,7 @@ MAX_DRAWN = 1e300
 class Trial:
     number: int
     run: str
+    """Its job directory in the sweep; in another sweep directory, with that directory first."""
     values: tuple[float, ...]
     params: dict[str, Any]
 
@@ -66,7 +67,11 @@ def _trial(entry: Any, count: int, path: Path) -> Trial:
     if not all(_finite(v) for v in values):
         raise UnreadableFileError(path, f"trial {entry['trial']} holds values that are not numbers")
     params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
-    run = bounded(str(entry.get("run") or ""))
+    run = str(entry.get("run") or "")
+    elsewhere = entry.get("sweep_dir")  # a trial another sweep directory's search ran
+    if isinstance(elsewhere, str) and elsewhere:
+        run = f"{elsewhere}/{run}"
+    run = bounded(run)
     params = {bounded(str(key)): bounded(str(value)) for key, value in params.items()}
     return Trial(entry["trial"], run, tuple(map(float, values)), params)
 

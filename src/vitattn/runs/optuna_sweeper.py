@@ -13,7 +13,8 @@ The same command run again into the same ``hydra.sweep.dir`` continues the store
 
 * ``n_trials`` counts the study's finished trials (complete or pruned): a re-run runs the rest;
   a grid search runs the points of its failed trials first (:func:`retry_failed_grid_points`);
-* jobs are numbered on from the study's trials, so no job directory is written again;
+* each job is numbered by its trial (its directory ``<number>_<values>``), so no job directory
+  is written again, and two searches on one shared storage never name two trials alike;
 * a sampler with a seed is seeded again from that seed and the number of trials stored (Optuna
   does not store its random state: built afresh from its seed, it would draw the first trials'
   points again), but a grid's, whose seed orders the grid its trials record places in;
@@ -774,12 +775,11 @@ class Search:
         own_storage = storage_inside(self.settings.storage, here)
         cut_off = settle_stored_trials(study, storage, distributions, trials, here, own_storage)
         study.sampler = continued_sampler(self.config, plan.sampler, distributions, len(trials))
-        done, job_index = finished(trials), len(trials)  # settling fails none that finished
+        done = finished(trials)  # settling fails none that finished
         log.info(
-            "study %s (%s): %d of %d trials finished, %s, jobs numbered from %d",
+            "study %s (%s): %d of %d trials finished, %s, each job numbered by its trial",
             study.study_name, self.settings.storage or "in memory", done, n_trials,
             " and ".join(f"{d} {o}" for d, o in zip(directions, objectives, strict=True)),
-            job_index,
         )  # fmt: skip
         to_go, failures = max(0, n_trials - done), []
         url = self.settings.storage
@@ -795,8 +795,8 @@ class Search:
                 if unnamed:  # with the first trial asked for: a study that took none is as it was
                     name_metrics(study, objectives)
                     unnamed = False
-            jobs = self.launcher.launch(overrides, initial_job_idx=job_index)
-            job_index, to_go = job_index + len(jobs), to_go - len(jobs)
+            jobs = launch_by_number(self.launcher, trials, overrides)
+            to_go -= len(jobs)
             for trial, job in zip(trials, jobs, strict=True):
                 with going_on_with(url):
                     why = tell(study, trial, job, objectives, sweep_dir)
@@ -806,25 +806,57 @@ class Search:
                     if why is not None:
                         failures.append((job, f"trial {trial.number} failed: {why}"))
         with going_on_with(url):
-            write_results(study, sweep_dir / RESULTS_FILE, objectives)
+            write_results(study, sweep_dir / RESULTS_FILE, objectives, here)
         return failures
 
 
-def trial_record(trial: Any) -> dict[str, Any]:
+def launch_by_number(launcher: Any, trials: Sequence[Any], overrides: Sequence[Any]) -> list:
+    """Launch the jobs of ``trials`` (their ``overrides``), each numbered by its trial (its
+    ``hydra.job.num``, which starts its directory's name: ``3_attention.k=8,...``), and return
+    them in the order of ``trials``. Hydra's launchers (basic, joblib, submitit) number a batch
+    consecutively from ``initial_job_idx``; the trials asked for at once are consecutive unless
+    a search of another sweep directory on the same storage asked for one between them, so the
+    batch is launched in runs of consecutive numbers (one launch each, one after the other). A
+    search numbered its jobs by its own count until 2026-12-01: on a shared storage, trial 3
+    ran in ``1_...`` while trial 1 of the other search was ``1_...`` too (red team)."""
+    runs: list[list[int]] = []
+    for index, trial in enumerate(trials):
+        if runs and trials[runs[-1][-1]].number + 1 == trial.number:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    jobs: list = []
+    for run in runs:
+        batch = [overrides[index] for index in run]
+        jobs.extend(launcher.launch(batch, initial_job_idx=trials[run[0]].number))
+    return jobs
+
+
+def trial_record(trial: Any, sweep_dir: Path | None = None) -> dict[str, Any]:
     """A complete trial as ``optimization_results.yaml`` lists it; its ``run`` (a user
-    attribute the search sets, which the study file may hold as anything) only as text."""
-    run = trial.user_attrs.get("run")
-    return {
+    attribute the search sets, which the study file may hold as anything) only as text, and,
+    for a trial another sweep directory's search ran on a shared storage (its ``sweep_dir``
+    attribute is not ``sweep_dir``, this search's, absolute), that directory (``sweep_dir``):
+    its ``run`` is a folder there, not here."""
+    run, started_in = trial.user_attrs.get("run"), trial.user_attrs.get(SWEEP_ATTR)
+    record = {
         "trial": trial.number,
         "run": run[:MAX_SHOWN] if isinstance(run, str) else None,
         "values": [float(v) for v in trial.values],
         "params": dict(trial.params),
     }
+    if sweep_dir is not None and isinstance(started_in, str) and started_in != str(sweep_dir):
+        record["sweep_dir"] = started_in[:MAX_SHOWN]
+    return record
 
 
-def write_results(study: Any, path: Path, objectives: Sequence[str]) -> None:
+def write_results(
+    study: Any, path: Path, objectives: Sequence[str], sweep_dir: Path | None = None
+) -> None:
     """``optimization_results.yaml``: the best trial (one objective) or the Pareto trials
-    (``study.best_trials``), every complete trial's values, and how many trials ended how."""
+    (``study.best_trials``), every complete trial's values, and how many trials ended how; a
+    trial another search than that of ``sweep_dir`` (absolute) ran names its sweep directory
+    (:func:`trial_record`)."""
     import yaml
     from optuna.trial import TrialState
 
@@ -844,9 +876,9 @@ def write_results(study: Any, path: Path, objectives: Sequence[str]) -> None:
         log.info("Best parameters: %s", one_line(best.params)[:MAX_SHOWN])  # from the study file
         log.info("Best value: %s (trial %d)", best.value, best.number)
     elif complete:
-        results["solutions"] = [trial_record(t) for t in study.best_trials]
+        results["solutions"] = [trial_record(t, sweep_dir) for t in study.best_trials]
         log.info("Pareto trials: %s", [t.number for t in study.best_trials])
-    results["trials"] = [trial_record(t) for t in complete]
+    results["trials"] = [trial_record(t, sweep_dir) for t in complete]
     write_text(path, yaml.safe_dump(results, sort_keys=False))
 
 
