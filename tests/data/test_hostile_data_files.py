@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import logging
 import os
 import pickle
 import shutil
@@ -161,6 +162,44 @@ def test_the_empty_lock_file_stays_after_a_download_and_is_used_again(
         assert sorted(os.listdir(target)) == sorted([LOCK, FOLDER])
         assert (target / LOCK).stat().st_size == 0
         shutil.rmtree(target / FOLDER)
+
+
+def test_a_planted_staging_link_is_unlinked_and_what_it_points_at_kept(
+    served: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The next download removes, under the lock, the staging folders (``.unpacking-*``) a
+    killed download left (tests/data/test_concurrent_downloads.py), and never through a link:
+    ``.unpacking-evil``, a link to a folder outside holding the user's file, is unlinked and
+    the folder kept; a dead staging folder holding a link to another of the user's files is
+    removed, the link with it and the file kept. A file of that name is left as it is. Each
+    removal is one warning naming it."""
+    target = tmp_path / "data"
+    target.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("the user's notes")
+    (tmp_path / "other.txt").write_text("the user's other notes")
+    evil = target / ".unpacking-evil"
+    evil.symlink_to(outside, target_is_directory=True)
+    dead = target / ".unpacking-dead"
+    dead.mkdir()
+    (dead / "cifar-10-python.tar.gz").write_bytes(b"half an archive")
+    (dead / "inside").symlink_to(tmp_path / "other.txt")
+    (target / ".unpacking-note").write_text("a file, not a staging folder")
+    with counted_server(served) as (url, requests), caplog.at_level(logging.WARNING):
+        CIFAR10DataModule(target, url=url).prepare_data()
+    assert requests == ["GET /cifar-10-python.tar.gz"], requests
+    assert sorted(os.listdir(target)) == sorted([LOCK, FOLDER, ".unpacking-note"])
+    assert sorted(os.listdir(outside)) == ["victim.txt"]
+    assert (outside / "victim.txt").read_text() == "the user's notes"
+    assert (tmp_path / "other.txt").read_text() == "the user's other notes"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [w for w in warned if str(dead) in w] == [
+        f"removed {dead}, the staging folder of a download cut off while it held the lock"
+    ]
+    assert [w for w in warned if str(evil) in w] == [
+        f"removed {evil}, a link named as a download's staging folder (not followed)"
+    ]
 
 
 @pytest.mark.slow

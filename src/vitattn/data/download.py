@@ -40,6 +40,9 @@ LOCK = f".{FOLDER}.lock"
 """The file a download locks (``filelock``), left in the data directory empty afterwards: a lock
 file removed on release lets a process that waits on it and a newcomer hold two different files
 at once (filelock keeps it for that reason)."""
+STAGING = ".unpacking-"
+"""The prefix of a download's staging folder in the data directory, made and removed under the
+lock; one a killed download left is removed by the next (:func:`remove_dead_staging`)."""
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, "batches.meta", "readme.html")
 """The files the official archive holds in :data:`FOLDER`; the batch files must all be there."""
@@ -189,7 +192,8 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
 
     Safe to call from several processes at once (DDP ranks, parallel sweep jobs, two users of one
     data directory): a file lock (:data:`LOCK`, checked by :func:`check_lock_place`) lets one
-    download while the others wait; it stays, empty, afterwards.
+    download while the others wait; it stays, empty, afterwards. The lock's holder first removes
+    the staging folders a killed download left (:func:`remove_dead_staging`).
     """
     from filelock import FileLock
 
@@ -199,9 +203,10 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_path):
+            remove_dead_staging(data_dir)
             if (data_dir / FOLDER).is_dir():  # another process got it while this one waited
                 return
-            with tempfile.TemporaryDirectory(dir=data_dir, prefix=".unpacking-") as staging:
+            with tempfile.TemporaryDirectory(dir=data_dir, prefix=STAGING) as staging:
                 archive = usable_local_archive(data_dir / ARCHIVE, md5)
                 if archive is None:
                     archive = Path(staging) / ARCHIVE
@@ -220,6 +225,50 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
             f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
             f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
         ) from error
+
+
+def remove_dead_staging(data_dir: Path) -> list[Path]:
+    """Remove the staging folders (``.unpacking-*``) that downloads killed while they held the
+    lock left in ``data_dir`` (SIGKILL, the OOM killer: ``TemporaryDirectory`` is removed only
+    by a process that lives to do it), each named in one warning; called with the lock held,
+    and only the lock's holder makes one, so none is in use. Nothing is removed through a
+    link: one of that name that is a symbolic link is unlinked, never followed, and a folder is
+    removed by ``shutil.rmtree``, which on Linux (``rmtree.avoids_symlink_attacks``) removes a
+    link inside it, not what it points at; where it cannot promise that, the folder is left. A
+    name that is anything else (a file) is left as it is, and so is one that cannot be removed
+    (another user's, in a shared data directory): the download makes a folder of its own. What
+    was removed."""
+    import shutil
+    import stat
+
+    with os.scandir(data_dir) as entries:
+        leftovers = sorted(entry.name for entry in entries if entry.name.startswith(STAGING))
+    removed = []
+    for name in leftovers:
+        path = data_dir / name
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                path.unlink()
+            elif stat.S_ISDIR(mode) and shutil.rmtree.avoids_symlink_attacks:
+                shutil.rmtree(path)
+            else:
+                continue
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            log.warning("could not remove %s, left by a download cut off: %s", path, error)
+            continue
+        if stat.S_ISLNK(mode):
+            log.warning(
+                "removed %s, a link named as a download's staging folder (not followed)", path
+            )
+        else:
+            log.warning(
+                "removed %s, the staging folder of a download cut off while it held the lock", path
+            )
+        removed.append(path)
+    return removed
 
 
 def download_bounded(url: str, path: Path, timeout: float) -> None:
