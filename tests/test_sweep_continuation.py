@@ -28,6 +28,7 @@ from vitattn.runs.continuation import (
     kept_not_reused,
     planned_jobs,
     set_aside,
+    set_failed_jobs_aside,
 )
 from vitattn.runs.layout import RunDir
 from vitattn.utils.config import PROJECT_ROOT
@@ -187,6 +188,43 @@ def test_each_job_state_and_a_failed_attempt_is_kept_aside(tmp_path: Path) -> No
     (job / ".hydra").mkdir()
     (job / ".hydra" / "config.yaml").write_text("seed: 1\n")
     assert state(job) == "completed"  # its files agree
+
+
+def test_a_cut_job_whose_lock_a_live_process_holds_is_not_set_aside(tmp_path: Path) -> None:
+    """A cut job whose ``.vitattn.lock`` another live process holds (a cluster's job still
+    running after its sweep's process was stopped, which the sweep's lock does not rule out):
+    its continuation is refused in one line naming the job, and no job is moved; once that
+    process ends, the job is set aside."""
+    import sys
+
+    from vitattn.runs.continuation import PlannedJob
+    from vitattn.runs.layout import LOCK
+    from vitattn.runs.lock import RunDirectoryInUseError
+
+    sweep = tmp_path / "sweep"
+    jobs = [PlannedJob(sweep / f"seed={seed}", [f"seed={seed}"]) for seed in (1, 2)]
+    for job in jobs:
+        (job.directory / "checkpoints").mkdir(parents=True)
+        (job.directory / "train.log").write_text("started\n")
+        assert state(job.directory) == "cut"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, filelock; lock = filelock.FileLock(sys.argv[1]); "
+         "lock.acquire(); print('held', flush=True); sys.stdin.read()",
+         str(jobs[1].directory / LOCK)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunDirectoryInUseError) as refused:
+            set_failed_jobs_aside(jobs, sweep)
+        assert str(refused.value).startswith(f"{jobs[1].directory} is in use by ")
+        assert all(job.directory.is_dir() for job in jobs) and not (sweep / ATTEMPTS).exists()
+    finally:
+        holder.communicate("")
+    assert [path.parent.name for path in set_failed_jobs_aside(jobs, sweep)] == [
+        "seed=1",
+        "seed=2",
+    ]
 
 
 def completed_job(job: Path, metrics: Path | None = None) -> None:

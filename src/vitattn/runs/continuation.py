@@ -50,6 +50,7 @@ from vitattn.runs.layout import (
     check_run_files,
     planted_entries,
 )
+from vitattn.runs.lock import RunDirectoryInUseError, held_elsewhere, in_use_message
 from vitattn.utils.config import cut_apart, job_directory_name, sweep_job
 
 ATTEMPTS = ATTEMPTS_DIR
@@ -287,10 +288,15 @@ def check_job_files(run_dir: Path) -> None:
 
 def set_failed_jobs_aside(jobs: Sequence[PlannedJob], sweep_dir: Path) -> list[Path]:
     """Move the directories of the sweep's failed and cut ``jobs`` (:func:`planned_jobs`)
-    aside (:func:`set_aside`), so that they run again; where they went."""
+    aside (:func:`set_aside`), so that they run again; where they went. A job whose lock a live
+    process holds (one the sweep's own lock does not rule out: a cluster's job whose sweep
+    process was stopped) is refused in one line naming its holder, before any is moved."""
     if not sweep_dir.is_dir():
         return []
     failed = [job.directory for job in jobs if RunDir(job.directory).state() in SET_ASIDE]
+    for directory in failed:  # a job still running elsewhere (a SLURM job whose sweep was cut)
+        if held_elsewhere(directory):
+            raise RunDirectoryInUseError(in_use_message(directory))
     return [set_aside(directory, sweep_dir) for directory in failed]
 
 

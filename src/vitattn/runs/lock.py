@@ -169,6 +169,32 @@ def in_use_message(path: Path) -> str:
     )
 
 
+def held_elsewhere(run_dir: Path) -> bool:
+    """Whether another live process holds ``run_dir``'s lock now (tried, and given back at
+    once where free); a lock file that is missing or not a regular file is held by none."""
+    import stat
+
+    from filelock import FileLock, Timeout
+
+    path = run_dir.expanduser().absolute()
+    if path in this_process().held:
+        return False
+    try:
+        if not stat.S_ISREG(os.lstat(path / LOCK).st_mode):
+            return False
+    except OSError:
+        return False
+    lock = FileLock(str(path / LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    except OSError:  # replaced since by a link (O_NOFOLLOW) or a folder: no lock of a run
+        return False
+    lock.release()
+    return False
+
+
 def release_run_directory(run_dir: Path) -> None:
     """Give ``run_dir``'s lock back (a sweep's job when it ends); its files stay, unlocked."""
     this_process().release(run_dir.expanduser().absolute())
