@@ -14,10 +14,9 @@ import pytest
 
 from tests.support.faults import WAIT_FOR, WaitAtStep
 from tests.support.presets import TINY, plug, steps
-from tests.support.runners import BIN, last_line, run_cli
+from tests.support.runners import last_line, run_cli, start_cli
 from vitattn.runs.continuation import ATTEMPTS
 from vitattn.runs.layout import RunDir
-from vitattn.utils.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -28,21 +27,7 @@ MOST_WAITED = 300.0
 def start(command: list[str], data_dir: Path, release: Path) -> subprocess.Popen:
     """``vitattn-train command`` in a process group of its own; its :class:`WaitAtStep` waits
     for ``release``."""
-    return subprocess.Popen(
-        [str(BIN / "vitattn-train"), *command],
-        env={
-            **os.environ,
-            "VITATTN_DATA_DIR": str(data_dir),
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-            WAIT_FOR: str(release),
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    return start_cli("vitattn-train", *command, data_dir=data_dir, **{WAIT_FOR: str(release)})
 
 
 def wait_for(path: Path, process: subprocess.Popen) -> None:

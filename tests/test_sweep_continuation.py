@@ -19,7 +19,7 @@ import torch
 from tests.support.faults import PAUSE_SECONDS, PauseAfterStep
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
-from tests.support.runners import BIN, train_with
+from tests.support.runners import start_cli, train_with
 from tests.support.tables import markdown_tables, read_csv
 from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
@@ -31,7 +31,6 @@ from vitattn.runs.continuation import (
     set_failed_jobs_aside,
 )
 from vitattn.runs.layout import RunDir
-from vitattn.utils.config import PROJECT_ROOT
 
 
 def state(run_dir: Path) -> str:
@@ -54,23 +53,7 @@ def sweep_command(sweep: Path) -> list[str]:
 
 def start_training(command: list[str], data_dir: Path, **environment: str) -> subprocess.Popen:
     """``vitattn-train command`` in a process group of its own, ``environment`` added to ours."""
-    return subprocess.Popen(
-        [str(BIN / "vitattn-train"), *command],
-        env={
-            **os.environ,
-            "VITATTN_DATA_DIR": str(data_dir),
-            # the tests' package, and the vitattn of a PYTHONPATH given (a checkout's src)
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-            **PAUSED,
-            **environment,
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    return start_cli("vitattn-train", *command, data_dir=data_dir, **PAUSED, **environment)
 
 
 def wait_until(ready: Callable[[], bool], process: subprocess.Popen) -> None:

@@ -124,6 +124,27 @@ def refused(
     return refusal_message(program, result, creates)
 
 
+def start_cli(program: str, *args: str, data_dir: Path, **environment: str) -> subprocess.Popen:
+    """``program args`` started in a process group of its own (to be stopped whole), as
+    :func:`run_cli` runs it, ``environment`` added to ours; stdout dropped, stderr piped."""
+    return subprocess.Popen(
+        [str(BIN / program), *args],
+        env={
+            **os.environ,
+            "VITATTN_DATA_DIR": str(data_dir),
+            # the tests' package, and the vitattn of a PYTHONPATH given (a checkout's src)
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+            **environment,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def refusal_message(
     program: str, result: subprocess.CompletedProcess, creates: Path | None = None
 ) -> str:
