@@ -151,9 +151,9 @@ def check_folder_place(data_dir: Path) -> None:
 
 def check_lock_place(data_dir: Path) -> None:
     """Refuse in one line (:class:`DataError`), before anything is downloaded, a :data:`LOCK` in
-    ``data_dir`` that is not the empty regular file a download leaves there: the lock writes
-    nothing, but its holder empties it, and a link there (refused by filelock's ``O_NOFOLLOW``)
-    would otherwise end the download as an ``OSError``."""
+    ``data_dir`` that is not the empty regular file a download leaves there: filelock writes
+    nothing in it, but its releases up to 4.0 empty it, and a link there (refused by filelock's
+    ``O_NOFOLLOW``) would otherwise end the download as an ``OSError``."""
     import stat
 
     from vitattn.runs.files import not_regular, one_line
