@@ -30,8 +30,8 @@ def test_a_download_killed_while_it_holds_the_lock_leaves_no_staging_folder(
     starts clean". A download killed (SIGKILL, the OOM killer, a node's power) half-way keeps
     its staging folder, ``.unpacking-<random>/`` with the archive as far as it came (170 MB of
     the official one at most), hidden in the data directory; the next download, which takes the
-    lock once the kernel drops it, makes a folder of its own and leaves that one there for
-    ever: no process can be using it while the lock is held."""
+    lock once the kernel drops it, removes it (no process can be using it while the lock is
+    held), where until 2026-12-01 it made a folder of its own and left that one for ever."""
     half_sent, finish = threading.Event(), threading.Event()
     archive = served / "cifar-10-python.tar.gz"
 
