@@ -66,6 +66,18 @@ def the_sweep(log_dir: Path) -> Path:
     return sweep
 
 
+def continue_while_it_runs(
+    command: list[str], sweep: Path, first: subprocess.Popen, data_dir: Path
+) -> None:
+    """The same ``command`` into ``sweep`` (``hydra.sweep.dir``) while ``first`` runs there: it
+    is refused, its last line naming ``first`` as the sweep's holder."""
+    second = run_cli(
+        "vitattn-train", *command, f"hydra.sweep.dir={sweep}", data_dir=data_dir, check=False
+    )
+    assert second.returncode == 1, second.stderr[-2000:]
+    assert f"is in use by vitattn-train (PID {first.pid}, " in last_line(second)
+
+
 def test_a_sweep_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
     tmp_path: Path, data_dir: Path
 ) -> None:
@@ -85,15 +97,11 @@ def test_a_sweep_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
         job = sweep / "seed=1"
         inode = job.stat().st_ino
 
-        second = run_cli(
-            "vitattn-train", *command, f"hydra.sweep.dir={sweep}", data_dir=data_dir, check=False
-        )
+        continue_while_it_runs(command, sweep, first, data_dir)
 
         moved = sorted(str(p.relative_to(sweep)) for p in (sweep / ATTEMPTS).glob("*/*"))
         assert not moved, f"the continuation moved the running job aside: {moved}"
         assert job.stat().st_ino == inode
-        assert second.returncode == 1, second.stderr[-2000:]
-        assert f"is in use by vitattn-train (PID {first.pid}, " in last_line(second)
         status, err = let_go(first, release)
     finally:
         stop(first)
@@ -128,15 +136,11 @@ def test_a_search_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
         sweep = the_sweep(log_dir)
         storage = f"sqlite:///{sweep}/optuna.db"
 
-        second = run_cli(
-            "vitattn-train", *command, f"hydra.sweep.dir={sweep}", data_dir=data_dir, check=False
-        )
+        continue_while_it_runs(command, sweep, first, data_dir)
 
         study = optuna.load_study(study_name="vitattn", storage=storage)
         states = [trial.state.name for trial in study.trials]
         assert states == ["RUNNING"], f"the continuation changed the live search's study: {states}"
-        assert second.returncode == 1, second.stderr[-2000:]
-        assert f"is in use by vitattn-train (PID {first.pid}, " in last_line(second)
         status, err = let_go(first, release)
     finally:
         stop(first)

@@ -227,7 +227,7 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
         ) from error
 
 
-def remove_dead_staging(data_dir: Path) -> list[Path]:
+def remove_dead_staging(data_dir: Path) -> None:
     """Remove the staging folders (``.unpacking-*``) that downloads killed while they held the
     lock left in ``data_dir`` (SIGKILL, the OOM killer: ``TemporaryDirectory`` is removed only
     by a process that lives to do it), each named in one warning; called with the lock held,
@@ -236,22 +236,22 @@ def remove_dead_staging(data_dir: Path) -> list[Path]:
     removed by ``shutil.rmtree``, which on Linux (``rmtree.avoids_symlink_attacks``) removes a
     link inside it, not what it points at; where it cannot promise that, the folder is left. A
     name that is anything else (a file) is left as it is, and so is one that cannot be removed
-    (another user's, in a shared data directory): the download makes a folder of its own. What
-    was removed."""
+    (another user's, in a shared data directory): the download makes a folder of its own."""
     import shutil
     import stat
 
     with os.scandir(data_dir) as entries:
         leftovers = sorted(entry.name for entry in entries if entry.name.startswith(STAGING))
-    removed = []
     for name in leftovers:
         path = data_dir / name
         try:
             mode = os.lstat(path).st_mode
             if stat.S_ISLNK(mode):
                 path.unlink()
+                what = "a link named as a download's staging folder (not followed)"
             elif stat.S_ISDIR(mode) and shutil.rmtree.avoids_symlink_attacks:
                 shutil.rmtree(path)
+                what = "the staging folder of a download cut off while it held the lock"
             else:
                 continue
         except FileNotFoundError:
@@ -259,16 +259,7 @@ def remove_dead_staging(data_dir: Path) -> list[Path]:
         except OSError as error:
             log.warning("could not remove %s, left by a download cut off: %s", path, error)
             continue
-        if stat.S_ISLNK(mode):
-            log.warning(
-                "removed %s, a link named as a download's staging folder (not followed)", path
-            )
-        else:
-            log.warning(
-                "removed %s, the staging folder of a download cut off while it held the lock", path
-            )
-        removed.append(path)
-    return removed
+        log.warning("removed %s, %s", path, what)
 
 
 def download_bounded(url: str, path: Path, timeout: float) -> None:
