@@ -8,6 +8,11 @@ import json
 import logging
 import os
 import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ import torch
 
 from tests.support.trees import KEPT, tree_digest
 from vitattn.errors import ConfigError, TrainingError
+from vitattn.runs import files
 from vitattn.runs.checkpoint_io import AtomicCheckpointIO
 from vitattn.runs.continuation import ATTEMPTS, set_aside
 from vitattn.runs.disk import QuietOnFullDiskFileHandler, refused_log_file
@@ -126,6 +132,111 @@ def test_a_stale_temporary_of_a_killed_process_is_replaced(run: Path) -> None:
     write_json(run / "metrics.json", {"whole": True})
     assert json.loads((run / "metrics.json").read_text()) == {"whole": True}
     assert not (run / ".metrics.json.partial").exists()
+
+
+def test_two_writers_of_one_file_at_once_each_write_it_whole(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes writing one file at once (a sweep's summary and a summary script): the
+    second removed the first's temporary as a killed process's and wrote its own; the first
+    then renamed the second's, half written, over the file, or failed in
+    ``FileNotFoundError``. The second now waits for the first (the first's ``flock``)."""
+    target = run / "summary.csv"
+    first_begun, first_may_end, second_waits = (threading.Event() for _ in range(3))
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            with files.replacing(target, text=True) as handle:
+                handle.write("first, half")
+                handle.flush()
+                first_begun.set()
+                first_may_end.wait(30)
+                handle.write(" and whole\n")
+        except BaseException as error:
+            errors.append(error)
+
+    def second() -> None:
+        try:
+            write_text(target, "second, whole\n")
+        except BaseException as error:
+            errors.append(error)
+
+    sleep = time.sleep
+
+    def noting_the_wait(seconds: float) -> None:
+        second_waits.set()
+        sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", noting_the_wait)
+    writers = [threading.Thread(target=first), threading.Thread(target=second)]
+    writers[0].start()
+    assert first_begun.wait(30)
+    writers[1].start()
+    while writers[1].is_alive() and not second_waits.is_set():
+        sleep(0.01)
+    assert not target.exists()  # the second waits; it wrote nothing yet
+    first_may_end.set()
+    for writer in writers:
+        writer.join(30)
+    assert errors == []
+    assert target.read_text() == "second, whole\n"
+    assert [path.name for path in run.iterdir()] == ["summary.csv"]
+
+
+def test_a_writer_that_waits_too_long_is_one_line_and_changes_nothing(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = run / "summary.csv"
+    target.write_text("before\n")
+    monkeypatch.setattr(files, "WRITER_WAIT", 0.2)
+    with files.replacing(target, text=True) as handle:
+        handle.write("first, half")
+        with pytest.raises(files.FileBusyError) as raised:
+            write_text(target, "second\n")
+        said = assert_one_line(raised.value, files.partial_path(target))
+        assert said.endswith(
+            "waited 0.2 s for it and wrote nothing: run again when that process has ended"
+        )
+        assert target.read_text() == "before\n"
+    assert target.read_text() == "first, half"
+
+
+def test_a_writer_killed_mid_write_leaves_a_temporary_the_next_write_takes_over(
+    run: Path,
+) -> None:
+    """SIGKILL: the kernel drops the killed writer's ``flock``, so its temporary is a
+    leftover, emptied and written anew."""
+    target = run / "metrics.json"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from vitattn.runs.files import replacing\n"
+            "with replacing(Path(sys.argv[1]), text=True) as handle:\n"
+            "    handle.write('{\"half\": '); handle.flush(); print('begun', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(target),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == "begun\n"
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    assert files.partial_path(target).read_text() == '{"half": '
+    write_json(target, {"whole": True})
+    assert json.loads(target.read_text()) == {"whole": True}
+    assert not files.partial_path(target).exists()
+
+
+def test_a_hard_link_at_the_temporary_is_refused_and_its_file_kept(
+    run: Path, elsewhere: Path
+) -> None:
+    os.link(elsewhere / "kept.txt", files.partial_path(run / "out"))
+    with pytest.raises(UnsafeWriteError, match="a hard link"):
+        write_text(run / "out", "x")
+    assert (elsewhere / "kept.txt").read_bytes() == KEPT and not (run / "out").exists()
 
 
 def test_a_folder_at_the_temporary_is_refused(run: Path) -> None:

@@ -10,7 +10,9 @@ that is not what vitattn wrote. So, here and only here:
   target with ``os.replace`` (a link at the target is replaced, not written through)
   (:func:`replacing`, :func:`write_text`, :func:`write_bytes`, :func:`write_with`). A link, or
   anything but a regular file, at the temporary's name is refused in one line
-  (:class:`UnsafeWriteError`); a regular one is a killed process's leftover, removed;
+  (:class:`UnsafeWriteError`). The writer holds an ``flock`` on its temporary until it is
+  renamed, so a regular one no process holds is a killed process's leftover, written anew, and
+  one another process holds (two summaries of one sweep at once) is waited for, never removed;
 * a file that is **appended** to (the log) is opened with ``O_NOFOLLOW`` (:func:`open_for_append`);
 * the names Hydra and other libraries write *through* (the log file, ``.hydra/``, the lock) are
   checked before a command starts (:func:`vitattn.runs.layout.refuse_planted_links`);
@@ -25,10 +27,12 @@ that is not what vitattn wrote. So, here and only here:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +45,9 @@ CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 MAX_READ = 16 << 20
 """The largest run file read (``metrics.json``, ``.hydra/config.yaml``, ...): far more than any
 vitattn writes (``docs/runs.md`` gives the largest measured)."""
+WRITER_WAIT = 60.0
+"""Seconds a write waits for another process writing the same file (two summaries of one sweep
+at once) before it is refused."""
 MAX_DEPTH = 64
 """The deepest nesting of a YAML or JSON run file read (vitattn's configs nest a few levels)."""
 MAX_NODES = 100_000
@@ -54,6 +61,11 @@ class UnsafeWriteError(TrainingError):
     """A file vitattn writes is a symbolic link, or not a regular file: it is refused, and
     nothing is written through it. A :class:`TrainingError`: a run that meets one keeps its
     directory."""
+
+
+class FileBusyError(TrainingError):
+    """Another live process is writing the same file (it holds its temporary's ``flock``) and
+    went on longer than a write waits for it."""
 
 
 class UnreadableFileError(ConfigError):
@@ -198,21 +210,72 @@ def refuse_link(path: Path) -> None:
         raise unsafe(path)
 
 
-def create_new(path: Path) -> int:
-    """A descriptor of a new, empty file at ``path``, opened for writing with ``O_EXCL`` and
-    ``O_NOFOLLOW``. A regular file already there (left by a killed process) is removed first; a
-    link or anything else is refused (:class:`UnsafeWriteError`)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+def create_new(path: Path, wait: float | None = None) -> int:
+    """A descriptor of an empty regular file at ``path`` that this process alone writes until
+    it closes it: opened with ``O_NOFOLLOW`` and held with an ``flock``. A regular file already
+    there is a killed process's leftover (no one holds it: it is emptied and written anew) or
+    another live process writing the same file (it holds it: waited for, up to ``wait`` seconds,
+    :data:`WRITER_WAIT` if ``None``, then refused in one line, :class:`FileBusyError`). A
+    link or anything else there is refused (:class:`UnsafeWriteError`). Nothing is removed, so
+    two writers of one file never remove each other's temporary."""
+    seconds = WRITER_WAIT if wait is None else wait
+    deadline = time.monotonic() + seconds
+    while True:
+        descriptor = _open_temporary(path)
+        if descriptor is not None:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(descriptor)
+            else:
+                if _same_file(descriptor, path):  # not yet renamed over its target
+                    os.ftruncate(descriptor, 0)
+                    return descriptor
+                os.close(descriptor)
+                continue
+        if time.monotonic() > deadline:
+            raise FileBusyError(
+                f"{one_line(path)} is being written by another process: vitattn waited "
+                f"{seconds:g} s for it and wrote nothing: run again when that process has ended"
+            )
+        time.sleep(0.05)
+
+
+def _open_temporary(path: Path) -> int | None:
+    """A new file at ``path``, or the regular file there already (never through a link, never
+    waiting on a FIFO); ``None`` if it went away in between."""
+    flags = os.O_WRONLY | NOFOLLOW | CLOEXEC
     try:
-        return os.open(path, flags, 0o666)
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        if path.is_symlink() or not path.is_file():
-            raise unsafe(path) from None
-        path.unlink()
+        pass
     try:
-        return os.open(path, flags, 0o666)
-    except FileExistsError:  # planted again in between
+        if not stat.S_ISREG(path.lstat().st_mode):  # a device is never opened
+            raise unsafe(path)
+    except FileNotFoundError:
+        return None
+    try:
+        descriptor = os.open(path, flags | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link (ELOOP), a folder (EISDIR), a FIFO no one reads (ENXIO)
         raise unsafe(path) from None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:
+        os.close(descriptor)
+        raise unsafe(path)
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open at ``descriptor``."""
+    try:
+        status = path.lstat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (status.st_dev, status.st_ino) == (held.st_dev, held.st_ino)
 
 
 @contextlib.contextmanager
@@ -228,20 +291,19 @@ def replacing(
     if path.is_dir() and not path.is_symlink():
         raise unsafe(path)
     partial = partial_path(path)
-    descriptor = create_new(partial)
-    try:
-        mode = "w" if text else "wb"
-        options = {"encoding": "utf-8", "newline": newline} if text else {}
-        with os.fdopen(descriptor, mode, **options) as handle:
+    mode = "w" if text else "wb"
+    options = {"encoding": "utf-8", "newline": newline} if text else {}
+    with os.fdopen(create_new(partial), mode, **options) as handle:  # its flock held till closed
+        try:
             yield handle
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise
+            os.replace(partial, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            raise
 
 
 def write_text(path: Path, text: str) -> None:
