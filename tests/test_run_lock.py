@@ -138,3 +138,42 @@ def test_a_refused_run_put_back_keeps_the_file_its_lock_is_held_on(tmp_path: Pat
     finally:
         this_process().release_all()
         this_process.cache_clear()
+
+
+def test_a_refused_run_removes_the_directory_it_made_before_another_command_can_take_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run refused in its app removes the directory it made. It gave the directory's lock
+    back first: a second command could take the directory in between and begin writing there,
+    and the removal then deleted what it wrote. Now the lock is given back once the directory
+    is gone."""
+    import sys
+
+    from vitattn.runs import task
+    from vitattn.runs.lock import hold_run_directory
+    from vitattn.runs.process import this_process
+
+    run = tmp_path / "run"
+    second = (
+        "from pathlib import Path\nfrom vitattn.runs.lock import hold_run_directory\n"
+        f"run = Path({str(run)!r})\nrun.mkdir(exist_ok=True)\n"
+        "hold_run_directory(run, 'second')\n(run / 'theirs.txt').write_text('written')\n"
+    )
+    release = task.release_run_directory
+
+    def release_then_a_second_command_takes_it(path: Path) -> None:
+        release(path)
+        environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+        subprocess.run([sys.executable, "-c", second], env=environment, check=True)
+
+    monkeypatch.setattr(task, "release_run_directory", release_then_a_second_command_takes_it)
+    this_process.cache_clear()
+    try:
+        task.remember_run_directory(run)
+        run.mkdir()  # as Hydra makes it
+        hold_run_directory(run, "vitattn-train")
+        task.remove_unstarted_run(run)
+        assert (run / "theirs.txt").read_text() == "written"
+    finally:
+        this_process().release_all()
+        this_process.cache_clear()

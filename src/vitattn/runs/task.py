@@ -203,9 +203,9 @@ def remove_unstarted_run(output_dir: Path) -> None:
         return
     before = this_process().before
     if before is not None and before.path == output_dir.absolute():
-        if not before.existed:
-            release_run_directory(output_dir)
+        if not before.existed:  # removed while held: no other command can have taken it yet
             shutil.rmtree(output_dir, ignore_errors=True)
+            release_run_directory(output_dir)
             return
         _put_back(output_dir, before)
         return
