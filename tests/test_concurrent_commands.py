@@ -15,6 +15,7 @@ import pytest
 from tests.support.faults import WAIT_FOR, WaitAtStep
 from tests.support.presets import TINY, plug, steps
 from tests.support.runners import last_line, run_cli, start_cli
+from tests.support.tables import read_csv
 from vitattn.runs.continuation import ATTEMPTS
 from vitattn.runs.layout import RunDir
 
@@ -78,15 +79,30 @@ def continue_while_it_runs(
     assert f"is in use by vitattn-train (PID {first.pid}, " in last_line(second)
 
 
+def summarized_while_it_runs(sweep: Path, out: Path, capsys: pytest.CaptureFixture) -> None:
+    """``scripts/plot_curves.py <sweep>`` while its job ``seed=1`` trains (before its first
+    checkpoint): the job is shown running, not cut or interrupted, as its files alone would
+    say; reading it does not stop it."""
+    from vitattn.analysis.summary import main as plot_curves
+
+    capsys.readouterr()
+    assert plot_curves([str(sweep), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "still running: seed=1" in said and "not completed" not in said, said
+    assert "| seed=1  | 0 | 1 of 1 runs still running |" in said, said
+    assert [row["status"] for row in read_csv(out / "summary.csv")] == ["running"]
+
+
 def test_a_sweep_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
-    tmp_path: Path, data_dir: Path
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """A sweep started without ``hydra.sweep.dir`` (its folder named by Hydra, as the README's
     first sweep is) is continued, as docs/runs.md says, by the same command with
     ``hydra.sweep.dir=<that folder>``. Run while the first still trains its first job, the
     continuation took the sweep (nothing held it), moved the running job's folder to
     ``.attempts/`` as a cut job, trained it again beside the live one and exited 0; the first
-    then failed on its job's folder "replaced while this command wrote in it"."""
+    then failed on its job's folder "replaced while this command wrote in it". A summary made
+    meanwhile showed the live job as cut (:func:`summarized_while_it_runs`)."""
     log_dir, reached, release = tmp_path / "outputs", tmp_path / "reached", tmp_path / "go"
     wait = plug("wait", WaitAtStep, step=2, reached=reached)
     command = ["-m", "seed=1,2", *TINY, *steps(8, 4), *wait, f"paths.log_dir={log_dir}"]
@@ -102,6 +118,7 @@ def test_a_sweep_continued_while_it_runs_in_the_folder_hydra_named_is_refused(
         moved = sorted(str(p.relative_to(sweep)) for p in (sweep / ATTEMPTS).glob("*/*"))
         assert not moved, f"the continuation moved the running job aside: {moved}"
         assert job.stat().st_ino == inode
+        summarized_while_it_runs(sweep, tmp_path / "summary", capsys)
         status, err = let_go(first, release)
     finally:
         stop(first)

@@ -177,3 +177,35 @@ def test_a_refused_run_removes_the_directory_it_made_before_another_command_can_
     finally:
         this_process().release_all()
         this_process.cache_clear()
+
+
+def test_a_command_waits_out_a_summarys_look_at_its_lock(tmp_path: Path) -> None:
+    """A summary asks whether a run still runs by taking its lock for an instant
+    (:func:`vitattn.runs.lock.held_elsewhere`): a command starting in that instant waits for
+    it (``PROBE_WAIT``) and is not refused as if the directory were in use."""
+    import fcntl
+    import sys
+
+    from vitattn.runs.layout import LOCK
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK).touch()
+    command = (
+        "from pathlib import Path\nfrom vitattn.runs.lock import hold_run_directory\n"
+        f"print('taking', flush=True)\nhold_run_directory(Path({str(run)!r}), 'second')\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    with open(run / LOCK) as look:  # the summary's look: a shared flock of the lock file
+        fcntl.flock(look, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        second = subprocess.Popen(
+            [sys.executable, "-c", command],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert second.stdout is not None and second.stdout.readline() == "taking\n"
+        time.sleep(0.2)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err[-2000:]

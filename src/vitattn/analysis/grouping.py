@@ -94,13 +94,16 @@ class Setting:
 
     @property
     def notes(self) -> list[str]:
-        """What the table's reader must know: runs not completed, an exact-by-construction
-        mechanism."""
+        """What the table's reader must know: runs pruned, still running or not completed, an
+        exact-by-construction mechanism."""
         notes = []
         pruned = sum(member.row["status"] == "pruned" for member in self.runs)
-        unfinished = sum(not member.completed for member in self.runs) - pruned
+        running = sum(member.row["status"] == "running" for member in self.runs)
+        unfinished = sum(not member.completed for member in self.runs) - pruned - running
         if pruned:
             notes.append(f"{pruned} of {len(self.runs)} runs pruned by the search")
+        if running:
+            notes.append(f"{running} of {len(self.runs)} runs still running")
         if unfinished:
             notes.append(f"{unfinished} of {len(self.runs)} runs not completed")
         repeats = self.repeats

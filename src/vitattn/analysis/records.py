@@ -35,6 +35,7 @@ from vitattn.analysis.events import read_curves
 from vitattn.analysis.seed_runs import TAGS, Events
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
+from vitattn.runs.lock import held_elsewhere
 from vitattn.utils.config import MAX_LABEL, cut_apart
 from vitattn.utils.decimals import shown
 
@@ -75,6 +76,8 @@ NOT_SETTINGS = (SEED_KEY, RESUME_KEY)
 ``ckpt_path`` it continues from (:meth:`Run.setting_of_what_it_trained`)."""
 
 CURVE_TAGS = TAGS
+UNFINISHED = (RunState.INTERRUPTED, RunState.CUT)
+"""The states a run still training shows by its files alone."""
 """The curves a summary reads of each run, each thinned to at most
 :data:`vitattn.analysis.events.MAX_CURVE_POINTS` points: those its figures draw
 (:data:`vitattn.analysis.figures.CURVES`, a test checks) and the TensorBoard runs of its seed
@@ -95,6 +98,8 @@ class Run:
     """Its curves of :data:`CURVE_TAGS` as ``{tag: [(step, wall_time, value), ...]}``."""
     label: str = ""
     choices: dict[str, str] = field(default_factory=dict)
+    running: bool = False
+    """Whether a live process held its lock when it was read (:func:`load_run`)."""
 
     @property
     def scalars(self) -> dict[str, list[tuple[int, float]]]:
@@ -145,8 +150,10 @@ class Run:
 
     @property
     def state(self) -> RunState:
-        """The run's state (:func:`vitattn.runs.layout.run_state`)."""
-        return run_state(self.metrics, self.path)
+        """The run's state (:func:`vitattn.runs.layout.run_state`), or running where its files
+        say interrupted or cut and a live process held its lock when it was read."""
+        state = run_state(self.metrics, self.path)
+        return RunState.RUNNING if self.running and state in UNFINISHED else state
 
     @property
     def status(self) -> str:
@@ -212,7 +219,9 @@ def load_run(path: Path) -> Run:
     hydra = _optional(run.hydra_file, read_yaml, dict).get("hydra")
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
-    return Run(path, overrides, config, metrics, curves(path), choices=choices)
+    found = Run(path, overrides, config, metrics, curves(path), choices=choices)
+    found.running = found.state in UNFINISHED and held_elsewhere(path)
+    return found
 
 
 def curves(path: Path) -> Events:

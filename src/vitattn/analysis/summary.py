@@ -160,9 +160,12 @@ def report(summary: Summary) -> str:
     ]
     stopped = [member.row for member in summary.runs if not member.completed]
     pruned = [row["run"] for row in stopped if row["status"] == "pruned"]
-    failed = [row["run"] for row in stopped if row["status"] != "pruned"]
+    running = [row["run"] for row in stopped if row["status"] == "running"]
+    failed = [row["run"] for row in stopped if row["status"] not in ("pruned", "running")]
     if pruned:
         lines.append(f"pruned by the search: {', '.join(pruned)}")
+    if running:
+        lines.append(f"still running: {', '.join(running)}")
     if failed:
         lines.append(f"not completed: {', '.join(failed)}")
     return "\n".join(lines)

@@ -79,6 +79,10 @@ class RunState(str, enum.Enum):
     """Stopped early by an Optuna search's pruner: final, as a completed run is."""
     CUT = "cut"
     """Files, but no result and no checkpoint to resume from."""
+    RUNNING = "running"
+    """Interrupted or cut by its files, but a live process holds its lock now (training, or
+    being resumed): what a summary shows (:meth:`vitattn.analysis.records.Run.state`); the one
+    rule (:func:`run_state`) reads files alone."""
     NEW = "new"
 
 

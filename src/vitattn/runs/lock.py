@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
+    NOFOLLOW,
     UnreadableFileError,
     confine,
     one_line,
@@ -43,6 +45,10 @@ RESERVE_BYTES = 64 << 10
 ``metrics.json`` can still say how the run ended; removed when the run ends."""
 MAX_COMMAND = 4096
 """Characters of the command line a holder's record keeps."""
+PROBE_WAIT = 1.0
+"""Seconds a command waits for a run directory's lock before it is refused as in use: a summary
+asking whether a run is still running (:func:`held_elsewhere`) holds it, shared, for an instant,
+and a run starting then is not refused for it."""
 MAX_RECORD = 64 << 10
 """Bytes of a holder's record found in a directory that a command keeps, to put back when it
 ends (its own records are a few hundred); a larger file is refused before anything is written."""
@@ -82,7 +88,7 @@ def hold_run_directory(run_dir: Path, program: str) -> None:
             remove_made([], made)
             raise unsafe(path / name)
     lock_made = not (path / LOCK).exists()
-    lock = FileLock(str(path / LOCK), timeout=0)
+    lock = FileLock(str(path / LOCK), timeout=PROBE_WAIT)
     try:
         lock.acquire()
     except Timeout:
@@ -170,29 +176,32 @@ def in_use_message(path: Path) -> str:
 
 
 def held_elsewhere(run_dir: Path) -> bool:
-    """Whether another live process holds ``run_dir``'s lock now (tried, and given back at
-    once where free); a lock file that is missing or not a regular file is held by none."""
-    import stat
-
-    from filelock import FileLock, Timeout
+    """Whether another live process holds ``run_dir``'s lock now: a shared ``flock`` of its
+    lock file is tried, and given back at once where it is free. The file is opened to read
+    only, never through a link, never created or changed, so a summary of someone else's
+    sweep asks this too; a lock file that is missing or not a regular file is held by none."""
+    import fcntl
 
     path = run_dir.expanduser().absolute()
     if path in this_process().held:
         return False
+    flags = os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        if not stat.S_ISREG(os.lstat(path / LOCK).st_mode):
+        descriptor = os.open(path / LOCK, flags)
+    except OSError:  # none, a link (ELOOP), unreadable: no lock of a run
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return False
-    except OSError:
-        return False
-    lock = FileLock(str(path / LOCK), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    except OSError:  # replaced since by a link (O_NOFOLLOW) or a folder: no lock of a run
-        return False
-    lock.release()
-    return False
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # a filesystem without flock: none is held through it
+            return False
+        return False  # the shared lock goes with the descriptor
+    finally:
+        os.close(descriptor)
 
 
 def release_run_directory(run_dir: Path) -> None:
