@@ -76,12 +76,12 @@ NOT_SETTINGS = (SEED_KEY, RESUME_KEY)
 ``ckpt_path`` it continues from (:meth:`Run.setting_of_what_it_trained`)."""
 
 CURVE_TAGS = TAGS
-UNFINISHED = (RunState.INTERRUPTED, RunState.CUT)
-"""The states a run still training shows by its files alone."""
 """The curves a summary reads of each run, each thinned to at most
 :data:`vitattn.analysis.events.MAX_CURVE_POINTS` points: those its figures draw
 (:data:`vitattn.analysis.figures.CURVES`, a test checks) and the TensorBoard runs of its seed
 means hold (:data:`vitattn.analysis.seed_runs.TAGS`)."""
+UNFINISHED = (RunState.INTERRUPTED, RunState.CUT)
+"""The states a run still training shows by its files alone."""
 
 log = logging.getLogger(__name__)
 

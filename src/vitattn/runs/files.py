@@ -210,16 +210,15 @@ def refuse_link(path: Path) -> None:
         raise unsafe(path)
 
 
-def create_new(path: Path, wait: float | None = None) -> int:
+def create_new(path: Path) -> int:
     """A descriptor of an empty regular file at ``path`` that this process alone writes until
     it closes it: opened with ``O_NOFOLLOW`` and held with an ``flock``. A regular file already
     there is a killed process's leftover (no one holds it: it is emptied and written anew) or
-    another live process writing the same file (it holds it: waited for, up to ``wait`` seconds,
-    :data:`WRITER_WAIT` if ``None``, then refused in one line, :class:`FileBusyError`). A
+    another live process writing the same file (it holds it: waited for, up to
+    :data:`WRITER_WAIT` seconds, then refused in one line, :class:`FileBusyError`). A
     link or anything else there is refused (:class:`UnsafeWriteError`). Nothing is removed, so
     two writers of one file never remove each other's temporary."""
-    seconds = WRITER_WAIT if wait is None else wait
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + WRITER_WAIT
     while True:
         descriptor = _open_temporary(path)
         if descriptor is not None:
@@ -236,7 +235,7 @@ def create_new(path: Path, wait: float | None = None) -> int:
         if time.monotonic() > deadline:
             raise FileBusyError(
                 f"{one_line(path)} is being written by another process: vitattn waited "
-                f"{seconds:g} s for it and wrote nothing: run again when that process has ended"
+                f"{WRITER_WAIT:g} s for it and wrote nothing: run again when that process has ended"
             )
         time.sleep(0.05)
 

@@ -15,6 +15,7 @@ the last word of a run that fills the disk.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -180,8 +181,6 @@ def held_elsewhere(run_dir: Path) -> bool:
     lock file is tried, and given back at once where it is free. The file is opened to read
     only, never through a link, never created or changed, so a summary of someone else's
     sweep asks this too; a lock file that is missing or not a regular file is held by none."""
-    import fcntl
-
     path = run_dir.expanduser().absolute()
     if path in this_process().held:
         return False
