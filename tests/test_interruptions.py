@@ -215,6 +215,28 @@ def test_mechanisms_with_random_state_resume_exactly(
     assert_same_as_straight(stopped, straight, steps=12)
 
 
+def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_kill(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_val_batches=0``: vitattn's checkpoints are written at validation, so such
+    a run kept none ("no checkpoint was saved"), and a run killed on the way started again from
+    its first step. It now writes ``last.ckpt`` every ``val_check_interval`` steps and after its
+    last step (:class:`vitattn.training.callbacks.CheckpointWithoutValidation`)."""
+    run = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0"]
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *run)
+    assert checkpoint_step(straight) == 12
+    assert [p.name for p in (straight / "checkpoints").iterdir()] == ["last.ckpt"]
+    stopped = tmp_path / "stopped"
+    at_6 = [*run, *at_step("SigkillAtStep", 6), f"hydra.run.dir={stopped}"]
+    assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == -9
+    assert checkpoint_step(stopped) == 4
+    resume = ["resume=true", f"hydra.run.dir={stopped}", WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, "+trainer.limit_val_batches=0", data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=12)
+    assert metrics_of(stopped)["status"] == "completed"
+
+
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
     stopped = start(

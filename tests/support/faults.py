@@ -30,6 +30,18 @@ class SigtermAtStep(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SigkillAtStep(L.Callback):
+    """SIGKILL this process when the global step reaches ``step`` (a power cut, the OOM killer):
+    nothing is saved for it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class SigintAtStep(L.Callback):
     """Press Ctrl-C (send SIGINT) ``times`` times when the global step reaches ``step``."""
 

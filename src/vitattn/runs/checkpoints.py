@@ -411,7 +411,12 @@ def run_test_on_best(trainer: Any, module: Any, datamodule: Any) -> tuple[str | 
     """Test the best checkpoint (:func:`best_checkpoint`; the weights in memory if none was
     saved). Returns the checkpoint tested and the ``test/`` metrics."""
     ckpt_path = best_checkpoint(trainer)
-    if ckpt_path is None:
+    if ckpt_path is None and trainer.limit_val_batches == 0:
+        log.info(
+            "no validation (trainer.limit_val_batches=0), so no best checkpoint: testing "
+            "the final weights"
+        )
+    elif ckpt_path is None:
         log.warning("no checkpoint was saved: testing the weights in memory")
     trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path, verbose=False)
     metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")}

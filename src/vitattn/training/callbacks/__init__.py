@@ -8,13 +8,14 @@ from vitattn.training.callbacks.interruption import CheckpointOnInterrupt, Rando
 from vitattn.training.callbacks.preemption import RequeueOnPreemption
 from vitattn.training.callbacks.progress import ProgressBar
 from vitattn.training.callbacks.pruning import OptunaPruning, pruned_at
-from vitattn.training.callbacks.stopping import NanGuard, ValidateAtEnd
+from vitattn.training.callbacks.stopping import CheckpointWithoutValidation, NanGuard, ValidateAtEnd
 from vitattn.training.callbacks.summary import ModelSummary
 from vitattn.training.callbacks.throughput import ImagesPerSecond
 
 __all__ = [
     "AttentionInsight",
     "CheckpointOnInterrupt",
+    "CheckpointWithoutValidation",
     "ConfusionReport",
     "ImagesPerSecond",
     "ModelSummary",

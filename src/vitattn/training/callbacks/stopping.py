@@ -1,5 +1,6 @@
-"""Where a fit stops: at its last step with one more validation (and ``last.ckpt``), or at once
-with one line when the training loss stops being finite."""
+"""Where a fit stops: at its last step with one more validation (and ``last.ckpt``; without
+validation, ``last.ckpt`` alone), or at once with one line when the training loss stops being
+finite."""
 
 from __future__ import annotations
 
@@ -35,6 +36,40 @@ class ValidateAtEnd(L.Callback):
             trainer.should_stop = True
             if trainer.check_val_every_n_epoch is not None:
                 trainer.check_val_every_n_epoch = 1  # read as the loop decides to validate
+
+
+class CheckpointWithoutValidation(L.Callback):
+    """``last.ckpt`` for a run that never validates (``+trainer.limit_val_batches=0``).
+
+    vitattn's checkpoints are written at validation (``configs/callbacks/last_checkpoint.yaml``,
+    :class:`ValidateAtEnd`), so such a run kept none: it could not be resumed, evaluated or
+    fine-tuned. Without validation this callback writes ``last.ckpt`` where a validation would
+    have come (every ``trainer.val_check_interval`` steps, or, for a share of an epoch, at each
+    epoch's end) and after the last step, at the end of the step, where a resume continues
+    exactly (as :class:`~vitattn.training.callbacks.CheckpointOnInterrupt` does). With
+    validation it does nothing."""
+
+    def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
+        self.path = Path(dirpath) / f"{filename}.ckpt"
+        self._saved_at_step: int | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:
+        if trainer.limit_val_batches != 0 or self._saved_at_step == trainer.global_step:
+            return
+        batch_idx = hook_args[-1]  # Lightning's (pl_module, outputs, batch, batch_idx)
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # in the middle of a step
+        interval = trainer.val_check_interval
+        if isinstance(interval, int) and trainer.check_val_every_n_epoch is None:
+            due = trainer.global_step % interval == 0
+        elif isinstance(interval, int):
+            due = (batch_idx + 1) % interval == 0
+        else:
+            due = batch_idx + 1 >= trainer.num_training_batches
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        if due or last_step or trainer.should_stop:
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self._saved_at_step = trainer.global_step
 
 
 class NanGuard(L.Callback):
