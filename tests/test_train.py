@@ -595,3 +595,13 @@ def test_a_share_of_batches_that_takes_none_is_one_line(
     ), said
     assert f"one of the {split} split's" in said
     assert not out.exists()  # refused before anything was written: the directory undone
+
+
+def test_lightnings_dict_form_of_max_time_trains(tmp_path: Path, data_dir: Path) -> None:
+    """``+trainer.max_time={hours:1}``, as Lightning documents it (a dict of ``timedelta``'s
+    parts): the trainer was given the config's mapping, which Lightning's timer took for a
+    ``timedelta``, and the run was refused ("Missing key total_seconds")."""
+    run = tmp_path / "run"
+    overrides = [*TINY, *steps(2, 2), "+trainer.max_time={hours:1,minutes:30}"]
+    run_in_process("vitattn-train", *overrides, f"hydra.run.dir={run}", data_dir=data_dir)
+    assert json.loads((run / "metrics.json").read_text())["status"] == "completed"

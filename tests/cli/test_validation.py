@@ -106,6 +106,17 @@ def test_describe_names_what_is_valid() -> None:
         # each failed once the run directory was made, or trained nothing and exited 0
         ("trainer.val_check_interval=0", r"^trainer.val_check_interval=0 is not valid; choose a "),
         ("+trainer.max_time=00:00:00:00", r"^trainer.max_time='00:00:00:00' is not valid; choose"),
+        # Lightning's dict form: a part timedelta does not take, no time, not a number
+        (
+            "+trainer.max_time={hour:1}",
+            r"^trainer.max_time=\{'hour': 1\} is not valid; choose parts from weeks, days, hours, "
+            r"minutes, seconds, milliseconds, microseconds, each a number, adding up to a time "
+            r"above zero$",
+        ),
+        ("+trainer.max_time={minutes:0}", r"^trainer.max_time=\{'minutes': 0\} is not valid"),
+        ("+trainer.max_time={minutes:-1}", r"^trainer.max_time=\{'minutes': -1\} is not valid"),
+        ("+trainer.max_time={days:abc}", r"^trainer.max_time=\{'days': 'abc'\} is not valid"),
+        ("+trainer.max_time={weeks:1e300}", r"^trainer.max_time=\{'weeks': 1e\+300\} is not"),
         ("+trainer.overfit_batches=2", r"^trainer.overfit_batches=2 is not supported: "),
         ("trainer.max_epochs=-1", r"^trainer.max_epochs=-1 with trainer.max_steps=-1 trains for "),
         ("data.mixup_alpha=nan", r"^data.mixup_alpha=nan is not valid; choose a finite number "),

@@ -148,7 +148,12 @@ def instantiate_trainer(cfg: Any, resume_step: int | None = None) -> L.Trainer:
     check_nodes(cfg.trainer)
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
-    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    return hydra.utils.instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers,
+        _convert_="partial",  # plain dicts: Lightning took max_time's mapping for a timedelta
+    )
 
 
 def writes_results(trainer: L.Trainer, cfg: Any) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+from datetime import timedelta
 from typing import Any
 
 import hydra
@@ -94,6 +96,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        _convert_="partial",  # plain dicts: Lightning took max_time's mapping for a timedelta
     )
 
 
@@ -180,6 +183,8 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
         raise checks.invalid(
             "trainer.max_time", max_time, "a time above zero (DD:HH:MM:SS), or null"
         )
+    if isinstance(max_time, DictConfig):
+        check_time_parts(max_time)
     groups = {
         "logger": "loggers come from the group logger (none: ~logger ~callbacks.lr_monitor)",
         "callbacks": ("callbacks come from the group callbacks (~callbacks.<name>: without one)"),
@@ -223,6 +228,27 @@ def check_least_training(trainer_cfg: DictConfig) -> None:
                 f"at most {high} (trainer.{stop}: the run stops there, and Lightning would skip "
                 "its last validation for a least training beyond it), or null",
             )
+
+
+TIME_PARTS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
+"""The parts of Lightning's dict form of ``max_time`` (``datetime.timedelta``'s arguments)."""
+
+
+def check_time_parts(max_time: DictConfig) -> None:
+    """Refuse in one line a dict form of ``trainer.max_time`` (``{hours: 1, minutes: 30}``)
+    that is no time above zero: a part ``timedelta`` does not take, a part that is not a
+    number, or a total of zero or less (or beyond ``timedelta``'s range)."""
+    parts = OmegaConf.to_container(max_time, resolve=True)
+    valid = f"parts from {', '.join(TIME_PARTS)}, each a number, adding up to a time above zero"
+    for key, value in parts.items():
+        if key not in TIME_PARTS or not checks.is_number(value) or not math.isfinite(value):
+            raise checks.invalid("trainer.max_time", parts, valid)
+    try:
+        seconds = timedelta(**parts).total_seconds()
+    except OverflowError:
+        raise checks.invalid("trainer.max_time", parts, valid) from None
+    if seconds <= 0:
+        raise checks.invalid("trainer.max_time", parts, valid)
 
 
 def no_time(max_time: str) -> bool:
