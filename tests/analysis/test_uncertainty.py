@@ -5,6 +5,7 @@ and the verdicts on constructed cases."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -12,6 +13,7 @@ from vitattn.analysis.uncertainty import (
     BETTER,
     NO_DATA,
     NO_DIFFERENCE,
+    NOT_NEGATIVE,
     ONE_SEED,
     WORSE,
     accuracy_estimate,
@@ -32,6 +34,20 @@ def test_mean_std_and_t_interval_of_three_seeds() -> None:
     assert estimate.std == pytest.approx(0.02)  # sqrt((0.02^2 + 0 + 0.02^2) / 2)
     half = T_975_DF2 * 0.02 / math.sqrt(3)
     assert (estimate.low, estimate.high) == pytest.approx((0.52 - half, 0.52 + half), abs=1e-6)
+
+
+def test_two_seeds_interval_stays_within_an_accuracys_range() -> None:
+    """Two seeds: t(1) puts 12.7 standard errors either side of the mean, and an accuracy of
+    0.25 and 0.35 showed an interval from -0.33: cut to 0..1, the t interval inside it."""
+    half = 12.706205 * statistics.stdev([0.25, 0.35]) / math.sqrt(2)
+    assert 0.30 - half < 0 < 0.30 + half < 1  # the whole t interval reaches below 0
+    estimate = accuracy_estimate([0.25, 0.35], trials=1017)
+    assert estimate is not None and estimate.interval == "t"
+    assert (estimate.low, estimate.high) == pytest.approx((0.0, 0.30 + half), abs=1e-6)
+    times = mean_interval([1.0, 30.0], bounds=NOT_NEGATIVE)
+    assert times is not None and times.low == 0.0 and times.high > 30.0
+    whole = mean_interval([1.0, 30.0])
+    assert whole is not None and whole.low < 0
 
 
 def test_one_value_has_no_spread_and_no_interval() -> None:

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitattn.analysis.records import Run
-from vitattn.analysis.uncertainty import Estimate, accuracy_estimate, mean_interval
+from vitattn.analysis.uncertainty import (
+    ACCURACY,
+    NOT_NEGATIVE,
+    Estimate,
+    accuracy_estimate,
+    mean_interval,
+)
 from vitattn.runs.layout import RunState
 
 DEFAULT_BASELINE = "attention=softmax"
@@ -38,6 +44,15 @@ FIGURES = {
     "seconds": "seconds",
 }
 """The per-run figures a setting reports as mean, std and 95% interval, with their headers."""
+RANGES = {
+    "best_val_acc": ACCURACY,
+    "test_acc": ACCURACY,
+    "images_per_sec": NOT_NEGATIVE,
+    "peak_memory_gb": NOT_NEGATIVE,
+    "gflop_per_image": NOT_NEGATIVE,
+    "seconds": NOT_NEGATIVE,
+}
+"""The range each of :data:`FIGURES` lies in: its interval is cut to it."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,7 @@ def estimates(completed: Sequence[RunRow]) -> dict[str, Estimate | None]:
             count = trials.pop() if len(trials) == 1 else None
             found[key] = accuracy_estimate(values, count)
         else:
-            found[key] = mean_interval(values)
+            found[key] = mean_interval(values, bounds=RANGES[key])
     return found
 
 

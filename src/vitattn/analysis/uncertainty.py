@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 CONFIDENCE = 0.95
+ACCURACY = (0.0, 1.0)
+"""The range of an accuracy, which its interval is cut to (:func:`mean_interval`)."""
+NOT_NEGATIVE = (0.0, math.inf)
+"""The range of a count, a speed, a size or a time."""
 
 BETTER = "better"
 WORSE = "worse"
@@ -83,10 +87,17 @@ def finite(values: Sequence[float | None]) -> list[float]:
 
 
 def mean_interval(
-    values: Sequence[float | None], confidence: float = CONFIDENCE
+    values: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> Estimate | None:
     """The mean of ``values`` with Student's t interval (``None`` if there is no value). With one
-    value, no std and no interval; with identical values, an interval of zero width."""
+    value, no std and no interval; with identical values, an interval of zero width.
+
+    The interval is cut to ``bounds``, the range the figure's mean lies in (an accuracy's 0 to
+    1): with two seeds it reaches 12.7 standard errors either side of the mean, and an accuracy
+    near 0.3 showed an interval from below 0. The mean lies in its range, so the cut interval
+    holds it exactly as often as the whole one."""
     from scipy import stats
 
     data = finite(values)
@@ -99,7 +110,8 @@ def mean_interval(
     if std == 0:
         return Estimate(n, mean, 0.0, mean, mean, "t")
     low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=std / math.sqrt(n))
-    return Estimate(n, mean, std, float(low), float(high), "t")
+    least, most = bounds
+    return Estimate(n, mean, std, max(float(low), least), min(float(high), most), "t")
 
 
 def binomial_interval(
@@ -121,9 +133,9 @@ def accuracy_estimate(
     trials: int | None,
     confidence: float = CONFIDENCE,
 ) -> Estimate | None:
-    """:func:`mean_interval` of test accuracies; for a single run evaluated on ``trials``
-    images, its binomial interval instead."""
-    estimate = mean_interval(accuracies, confidence)
+    """:func:`mean_interval` of test accuracies (within 0 and 1); for a single run evaluated on
+    ``trials`` images, its binomial interval instead."""
+    estimate = mean_interval(accuracies, confidence, ACCURACY)
     if estimate is None or estimate.n > 1 or not trials:
         return estimate
     low, high = binomial_interval(estimate.mean, trials, confidence)
