@@ -108,14 +108,16 @@ def scalars(multiplexer, run: str, tag: str) -> tuple[list[int], np.ndarray]:
 
 
 def expected(label: str, tag: str) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """Shared steps, mean, and the 95% t interval's bounds, computed here from the inputs."""
+    """Shared steps, mean, and the 95% t interval's bounds cut to the tag's range, computed here
+    from the inputs."""
     seeds = [dict(curves[tag]) for curves in SETTINGS[label].values()]
     steps = sorted(set.intersection(*(set(s) for s in seeds)))
     values = np.array([[s[step] for step in steps] for s in seeds])
     n = len(seeds)
     mean = values.mean(axis=0)
     low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=stats.sem(values, axis=0))
-    return steps, mean, low, high
+    least, most = (0.0, 1.0) if tag.endswith("/acc") else (0.0, np.inf)  # an accuracy, a loss
+    return steps, mean, np.clip(low, least, most), np.clip(high, least, most)
 
 
 AGGREGATES = {
@@ -365,3 +367,19 @@ def test_a_link_planted_at_an_aggregates_event_file_gets_none_of_its_records(
     write_seed_runs(root, {"attention=linear": groups["attention=linear"]})
     assert planted and planted[0].is_symlink()
     assert kept.read_bytes() == before
+
+
+def test_a_two_seed_band_stays_within_its_curves_range():
+    """Two seeds of 0.25 and 0.35: the t band of their mean reached -0.33, below any accuracy;
+    it is cut to 0..1 for an accuracy and to 0 and above for a loss, not for another tag."""
+    from vitattn.analysis.seed_runs import reduce_tag
+
+    def runs(tag: str) -> list:
+        return [{tag: [(1, 0.0, 0.25)]}, {tag: [(1, 0.0, 0.35)]}]
+
+    half = stats.t.ppf(0.975, 1) * np.std([0.25, 0.35], ddof=1) / np.sqrt(2)
+    for tag, lower in (("val/acc", 0.0), ("train/loss", 0.0), ("val/fidelity", 0.30 - half)):
+        band = reduce_tag(runs(tag), tag)
+        assert band is not None
+        np.testing.assert_allclose([band.lower[0], band.upper[0]], [lower, 0.30 + half])
+    assert 0.30 - half < -0.3

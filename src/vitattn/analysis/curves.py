@@ -34,18 +34,19 @@ LEGEND_WIDTH = 32
 
 
 def mean_curve(
-    curves: Sequence[list[tuple[int, float]]],
+    curves: Sequence[list[tuple[int, float]]], tag: str = ""
 ) -> tuple[list[int], list[float], list[float], list[float]]:
     """Steps present in every curve, with the mean at each and the bounds of its 95% Student's t
-    interval over the curves: what TensorBoard's seed runs hold, from the same
-    :func:`vitattn.analysis.seed_runs.reduce_tag`. One curve is its own mean, and its bounds."""
+    interval over the curves (cut to ``tag``'s range): what TensorBoard's seed runs hold, from
+    the same :func:`vitattn.analysis.seed_runs.reduce_tag`. One curve is its own mean, and its
+    bounds."""
     present = [curve for curve in curves if curve]
     if len(present) < 2:
         points = dict(present[0]) if present else {}
         values = [points[step] for step in sorted(points)]
         return sorted(points), values, values, values
-    runs = [{"": [(step, 0.0, value) for step, value in curve]} for curve in present]
-    band = reduce_tag(runs, "")
+    runs = [{tag: [(step, 0.0, value) for step, value in curve]} for curve in present]
+    band = reduce_tag(runs, tag)
     if band is None:
         return [], [], [], []
     return band.steps.tolist(), band.mean.tolist(), band.lower.tolist(), band.upper.tolist()
@@ -103,7 +104,7 @@ def metric_figure(
     axes = figure.add_subplot()
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     handles = [
-        _draw(axes, index, colors[index % len(colors)], curves, markers)
+        _draw(axes, index, colors[index % len(colors)], curves, markers, tag)
         for index, curves in enumerate(groups.values())
     ]
     axes.set_xlabel("training step")
@@ -125,10 +126,15 @@ def metric_figure(
 
 
 def _draw(
-    axes: Any, index: int, color: str, curves: Sequence[list[tuple[int, float]]], markers: bool
+    axes: Any,
+    index: int,
+    color: str,
+    curves: Sequence[list[tuple[int, float]]],
+    markers: bool,
+    tag: str,
 ) -> Any:
     """One label's line, over its band when it has several runs; the legend's handle of both."""
-    steps, mean, low, high = mean_curve(curves)
+    steps, mean, low, high = mean_curve(curves, tag)
     style: dict[str, Any] = {
         "color": color,
         "linestyle": LINE_STYLES[index % len(LINE_STYLES)],

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from vitattn.analysis.events import read_curves
-from vitattn.analysis.uncertainty import CONFIDENCE
+from vitattn.analysis.uncertainty import ACCURACY, CONFIDENCE, NOT_NEGATIVE
 from vitattn.runs.files import (
     MAX_READ,
     UnreadableFileError,
@@ -65,6 +65,14 @@ from vitattn.runs.files import (
 
 TAGS = ("val/acc", "val/loss", "train/loss")
 """The curves reduced by default."""
+TAG_RANGES = {
+    "val/acc": ACCURACY,
+    "train/acc": ACCURACY,
+    "val/loss": NOT_NEGATIVE,
+    "train/loss": NOT_NEGATIVE,
+}
+"""The range a curve's mean lies in, which its band is cut to (as a setting's interval is:
+:func:`vitattn.analysis.uncertainty.mean_interval`); other tags' bands are not cut."""
 
 BAND_GROUP = "~seeds"
 """Tag group of the margin charts' mean and bounds; ``~`` sorts it after ``train`` and ``val``."""
@@ -124,9 +132,10 @@ def run_name(label: str, seeds: int) -> str:
 
 
 def reduce_tag(runs: Sequence[Events], tag: str, confidence: float = CONFIDENCE) -> Band | None:
-    """``tag``'s mean over ``runs`` (two or more) with its Student's t interval, at the steps
-    every run logged; ``None`` if they share none. A step logged twice counts with its last
-    value; a NaN in any seed makes that step's mean and bounds NaN."""
+    """``tag``'s mean over ``runs`` (two or more) with its Student's t interval (cut to the
+    tag's range, :data:`TAG_RANGES`), at the steps every run logged; ``None`` if they share
+    none. A step logged twice counts with its last value; a NaN in any seed makes that step's
+    mean and bounds NaN."""
     from scipy import stats
 
     if len(runs) < 2:
@@ -140,7 +149,9 @@ def reduce_tag(runs: Sequence[Events], tag: str, confidence: float = CONFIDENCE)
     mean = values.mean(axis=0)
     half = stats.t.ppf(0.5 + confidence / 2, len(runs) - 1) * values.std(axis=0, ddof=1)
     half /= np.sqrt(len(runs))
-    return Band(np.array(steps), walls.mean(axis=0), mean, mean - half, mean + half)
+    least, most = TAG_RANGES.get(tag, (-np.inf, np.inf))
+    lower, upper = np.clip(mean - half, least, most), np.clip(mean + half, least, most)
+    return Band(np.array(steps), walls.mean(axis=0), mean, lower, upper)
 
 
 MANIFEST = ".vitattn-seed-runs.json"
