@@ -20,6 +20,7 @@ from tensorboard.plugins.hparams import api_pb2
 
 from tests.support.presets import FEW_STEPS
 from tests.support.runners import run_sweep
+from vitattn.training.callbacks.insight import KEY_HEIGHT, colour_map
 from vitattn.training.hparams import KNOB_PREFIX, MAX_COLUMNS
 from vitattn.training.logger import RESULTS, merge_equal_learning_rates, summary_tag
 
@@ -151,6 +152,21 @@ def test_curves_count_steps_done_and_hide_epoch_and_test(sweep: Path) -> None:
     assert len(best) == 1 and int(best[0][4:10]) in (4, 8)  # step000004-... or step000008-...
 
 
+def assert_colour_key(png: bytes, grid_height: int) -> None:
+    """The image TensorBoard shows ends in the colour key: below the grid, a bar from the colour
+    table's first colour to its last, as the overlays blend them (a key added 2026-12-01: the
+    maps had no scale)."""
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(float) / 255
+    assert pixels.shape[0] == grid_height + KEY_HEIGHT
+    bar = pixels[grid_height + 5]  # a row through the bar
+    lut = colour_map().numpy()
+    for pixel, colour in ((bar[2], lut[0]), (bar[-3], lut[-1])):
+        np.testing.assert_allclose(pixel, 0.45 * 0.5 + 0.55 * colour, atol=2 / 255)
+    assert pixels[grid_height + 12 :, :40].max() > 0.9  # its "0", white on black
+
+
 @pytest.mark.slow
 def test_validation_logs_fidelity_entropy_gap_and_attention_maps(sweep: Path) -> None:
     fidelity = {}
@@ -163,7 +179,9 @@ def test_validation_logs_fidelity_entropy_gap_and_attention_maps(sweep: Path) ->
         assert {"~attention/layer_0", "~attention/rollout"} <= set(tags["images"])
         maps = accumulator.Images("~attention/layer_0")
         assert [m.step for m in maps] == [4, 8]
-        assert maps[0].width == 8 * 64 + 9 * 2 and maps[0].height == 4 * 64 + 5 * 2
+        grid_height = 4 * 64 + 5 * 2
+        assert maps[0].width == 8 * 64 + 9 * 2 and maps[0].height == grid_height + KEY_HEIGHT
+        assert_colour_key(maps[-1].encoded_image_string, grid_height)
         fidelity[attention] = [e.value for e in accumulator.Scalars("val/fidelity")]
         gap = accumulator.Scalars("val/entropy_gap")[-1].value
         assert 0 <= gap < 1  # 0: uniform rows, 1: each row on one token

@@ -7,7 +7,8 @@ and logs:
 * ``~attention/layer_<i>`` (an image): the images in the first row; below each, the
   attention of three query tokens (rows: the centre patch, the top-left corner and the pooled
   token: the class token, or for mean pooling the mean over all queries) averaged over heads,
-  overlaid on the image;
+  overlaid on the image, with a colour key at the bottom (:func:`colour_key`: dark, no
+  attention; bright, the map's largest weight);
 * ``~attention/rollout`` (the images, and below them): attention rollout through all
   layers (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", ACL 2020: the product
   of the layers' head-averaged matrices with the residual added, 0.5 A + 0.5 I) for the pooled
@@ -84,6 +85,42 @@ def overlay(
     index = heat.nan_to_num(0.0).clamp(0, 1).mul(lut.shape[0] - 1).round().long()
     coloured = lut[index].permute(0, 3, 1, 2)  # (N, 3, H, W)
     return (1 - alpha) * as_rgb(images) + alpha * coloured
+
+
+KEY_HEIGHT = 44
+"""Pixels of the colour key under each grid of overlays: TensorBoard's image cards show a grid
+of eight images at half its size, and the key's text is drawn large enough to read there."""
+KEY_TEXT = ("0", "each map's largest weight")
+"""The key's labels, at its two ends: each map is divided by its own largest weight
+(:func:`to_grid`), so its brightest colour is that weight, whatever it is."""
+
+
+def colour_key(width: int, lut: torch.Tensor, alpha: float = 0.55) -> torch.Tensor:
+    """A strip ``(3, KEY_HEIGHT, width)`` in [0, 1] to put under a grid of overlays: the colour
+    table from no attention (left) to each map's largest weight (right), as :func:`overlay`
+    blends it over a mid grey, with :data:`KEY_TEXT` below it (smaller where the grid is
+    narrow), so that the images in TensorBoard read without this docstring."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    margin = 2
+    steps = torch.linspace(0, 1, max(width - 2 * margin, 1))
+    index = steps.mul(lut.shape[0] - 1).round().long()
+    bar = (1 - alpha) * 0.5 + alpha * lut[index]  # (width - 2 margin, 3)
+    strip = np.zeros((KEY_HEIGHT, width, 3), dtype=np.uint8)
+    strip[margin : margin + 12, margin : width - margin] = (bar * 255).round().numpy()
+    picture = Image.fromarray(strip)
+    draw = ImageDraw.Draw(picture)
+    left, right = KEY_TEXT
+    size = 24
+    font = ImageFont.load_default(size=size)
+    room = width - 2 * margin - draw.textlength(f"{left}   ", font=font)
+    while size > 8 and draw.textlength(right, font=font) > room:
+        size -= 2
+        font = ImageFont.load_default(size=size)
+    draw.text((margin, 16), left, fill=(255, 255, 255), font=font)
+    right_at = max(width - margin - draw.textlength(right, font=font), margin)
+    draw.text((right_at, 16), right, fill=(255, 255, 255), font=font)
+    return torch.from_numpy(np.asarray(picture).copy()).permute(2, 0, 1).float().div(255)
 
 
 def to_grid(maps: torch.Tensor, offset: int, size: int) -> torch.Tensor:
@@ -269,6 +306,8 @@ class AttentionInsight(L.Callback):
         flow_maps = to_grid(flows, offset, size)
         pairs = torch.stack([as_rgb(shown), overlay(shown, flow_maps, self._lut)]).flatten(0, 1)
         grids[f"{IMAGE_GROUP}/rollout"] = make_grid(pairs, nrow=len(raw))
+        for tag, grid in grids.items():  # the colour key under each
+            grids[tag] = torch.cat([grid, colour_key(grid.shape[-1], self._lut)], dim=1)
         for writer in summary_writers(trainer.loggers):
             for tag, grid in grids.items():
                 pixels = grid.mul(255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
