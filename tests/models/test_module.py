@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 
 import pytest
@@ -43,6 +44,23 @@ def test_warmup_fraction_and_no_warmup() -> None:
         [i / 6 for i in range(1, 6)]
     )
     assert learning_rates(20)[0] == pytest.approx(1.0)
+
+
+def test_a_warmup_as_long_as_the_run_says_the_rate_never_anneals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A preset's warm-up (``experiment=lra_image``: 175 steps) on a shorter run is the whole
+    run: it is kept (a short trial of a preset still runs) and said in one line, where it was
+    cut to the run's length without a word."""
+    with caplog.at_level(logging.WARNING, logger="vitattn.models.schedulers"):
+        rates = learning_rates(20, warmup_steps=175)
+    assert max(rates) < 1.0  # never the base rate
+    (said,) = [record.getMessage() for record in caplog.records]
+    assert said.startswith("scheduler.warmup_steps=175 is not fewer than the run's 20 steps: ")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vitattn.models.schedulers"):
+        learning_rates(20, warmup_steps=19)
+    assert caplog.records == []
 
 
 def test_schedule_rejects_bad_settings() -> None:

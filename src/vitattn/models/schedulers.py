@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 from torch.optim import Optimizer
@@ -9,6 +10,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
+
+log = logging.getLogger(__name__)
 
 
 def cosine_with_warmup(
@@ -35,7 +38,16 @@ def cosine_with_warmup(
             raise checks.invalid(setting, value, f"0 <= {setting} <= 1")
     if warmup_steps is None:
         warmup_steps = round(warmup_fraction * total_steps)
-    warmup_steps = min(checks.integer("scheduler.warmup_steps", warmup_steps, low=0), total_steps)
+    asked = checks.integer("scheduler.warmup_steps", warmup_steps, low=0)
+    warmup_steps = min(asked, total_steps)
+    if asked >= total_steps:  # a preset's warm-up (experiment=lra_image: 175) on a shorter run
+        log.warning(
+            "scheduler.warmup_steps=%d is not fewer than the run's %d steps: the whole run warms "
+            "up, and the rate never reaches its base value or anneals; give fewer warm-up steps "
+            "(scheduler.warmup_steps=N, or null for scheduler.warmup_fraction) to anneal",
+            asked,
+            total_steps,
+        )
 
     def factor(step: int) -> float:
         if step < warmup_steps:
