@@ -230,6 +230,23 @@ def test_a_writer_killed_mid_write_leaves_a_temporary_the_next_write_takes_over(
     assert not files.partial_path(target).exists()
 
 
+def test_a_filesystem_without_flock_still_writes(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some network and FUSE mounts refuse ``flock`` (``ENOLCK``, ``EOPNOTSUPP``): a write there
+    goes on unlocked, as every write did before, and a leftover temporary is written anew."""
+    import errno
+
+    def no_flock(descriptor: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(files.fcntl, "flock", no_flock)
+    files.partial_path(run / "metrics.json").write_text('{"half": ')
+    write_json(run / "metrics.json", {"whole": True})
+    assert json.loads((run / "metrics.json").read_text()) == {"whole": True}
+    assert [path.name for path in run.iterdir()] == ["metrics.json"]
+
+
 def test_a_hard_link_at_the_temporary_is_refused_and_its_file_kept(
     run: Path, elsewhere: Path
 ) -> None:

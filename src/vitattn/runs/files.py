@@ -27,6 +27,7 @@ that is not what vitattn wrote. So, here and only here:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -222,14 +223,12 @@ def create_new(path: Path) -> int:
     while True:
         descriptor = _open_temporary(path)
         if descriptor is not None:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _lock_for_writing(descriptor):
                 os.close(descriptor)
+            elif _same_file(descriptor, path):  # not yet renamed over its target
+                os.ftruncate(descriptor, 0)
+                return descriptor
             else:
-                if _same_file(descriptor, path):  # not yet renamed over its target
-                    os.ftruncate(descriptor, 0)
-                    return descriptor
                 os.close(descriptor)
                 continue
         if time.monotonic() > deadline:
@@ -238,6 +237,17 @@ def create_new(path: Path) -> int:
                 f"{WRITER_WAIT:g} s for it and wrote nothing: run again when that process has ended"
             )
         time.sleep(0.05)
+
+
+def _lock_for_writing(descriptor: int) -> bool:
+    """Take the ``flock`` of the temporary open at ``descriptor``: ``False`` where another live
+    process holds it. A filesystem without ``flock`` (``ENOLCK``, ``EOPNOTSUPP``, ``ENOSYS``:
+    some network and FUSE mounts) lets the write go on unlocked, as every write went before."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        return error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    return True
 
 
 def _open_temporary(path: Path) -> int | None:
