@@ -396,3 +396,28 @@ def test_the_curves_average_the_runs_the_table_counts(
     legend = figure.legends[0].get_texts()[0].get_text()
     assert legend.endswith("(mean of 2)"), legend
     plt.close(figure)
+
+
+def test_a_knob_left_null_is_summarized_with_the_value_the_run_used(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Nyström's ``landmarks: null`` is computed from the token count (16 for 64 tokens); the
+    summary's ``knobs`` column said ``null`` where TensorBoard's HPARAMS said 16. It now reads
+    the value the run used from its ``hparams.yaml``; a value there that is no number, word or
+    truth value is left out."""
+    from tests.support.in_process import run_in_process
+    from tests.support.presets import TINY, steps
+
+    run = tmp_path / "run"
+    overrides = [*TINY, *steps(2, 2), "attention=nystrom", f"hydra.run.dir={run}"]
+    run_in_process("vitattn-train", *overrides, data_dir=data_dir)
+    summarize([run], tmp_path / "summary")
+    (row,) = read_csv(tmp_path / "summary" / "summary.csv")
+    knobs = json.loads(row["knobs"])
+    assert knobs["landmarks"] == 16 and knobs["pinv"] == "iterative"
+    hparams = run / "hparams.yaml"
+    hparams.write_text(
+        hparams.read_text().replace("~attention/landmarks: 16", "~attention/landmarks: [1, 2]")
+    )
+    (again,) = runs_of(run)
+    assert again.knobs()["landmarks"] is None

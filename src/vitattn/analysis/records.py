@@ -38,6 +38,7 @@ from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_rea
 from vitattn.runs.lock import held_elsewhere
 from vitattn.utils.config import MAX_LABEL, cut_apart
 from vitattn.utils.decimals import shown
+from vitattn.utils.metric_names import KNOB_PREFIX
 
 SUMMARY_COLUMNS = (
     "run",
@@ -100,6 +101,9 @@ class Run:
     choices: dict[str, str] = field(default_factory=dict)
     running: bool = False
     """Whether a live process held its lock when it was read (:func:`load_run`)."""
+    used_knobs: dict[str, Any] = field(default_factory=dict)
+    """The attention's knobs with the values the run used, where ``hparams.yaml`` records them
+    (``~attention/landmarks: 16`` for a config's ``landmarks: null``): :func:`used_knobs`."""
 
     @property
     def scalars(self) -> dict[str, list[tuple[int, float]]]:
@@ -198,8 +202,15 @@ class Run:
         return None if isinstance(node, dict | list) else str(node)
 
     def knobs(self) -> dict[str, Any]:
+        """The attention's knobs: the config's values, a ``null`` one (computed from the token
+        count: Nyström's landmarks, BigBird's block, Reformer's chunk) as the run used it, as
+        TensorBoard's HPARAMS shows it."""
         attention = self.config.get("attention") or {}
-        return {k: v for k, v in attention.items() if not k.startswith("_")}
+        return {
+            k: self.used_knobs.get(k) if v is None else v
+            for k, v in attention.items()
+            if not k.startswith("_")
+        }
 
 
 def _target_name(config: Any) -> str:
@@ -220,6 +231,7 @@ def load_run(path: Path) -> Run:
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
     found = Run(path, overrides, config, metrics, curves(path), choices=choices)
+    found.used_knobs = used_knobs(_optional(path / HPARAMS_FILE, read_yaml, dict))
     found.running = found.state in UNFINISHED and held_elsewhere(path)
     return found
 
@@ -233,6 +245,27 @@ def curves(path: Path) -> Events:
     except UnreadableFileError as error:
         log.warning("skipping %s", error)
         return {}
+
+
+HPARAMS_FILE = "hparams.yaml"
+"""The run's hyperparameters as it used them (:mod:`vitattn.training.hparams`, written by the
+TensorBoard logger)."""
+
+
+def used_knobs(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The attention's knobs in a run's ``hparams.yaml`` (``~attention/<knob>``), each a number,
+    a word (cut to :data:`vitattn.utils.config.MAX_LABEL` characters) or a truth value; any
+    other value, a file's, is left out."""
+    found: dict[str, Any] = {}
+    for key, value in hparams.items():
+        if not isinstance(key, str) or not key.startswith(KNOB_PREFIX):
+            continue
+        if isinstance(value, str):
+            value = cut_apart(value, MAX_LABEL)
+        elif not isinstance(value, bool | int | float):
+            continue
+        found[cut_apart(key.removeprefix(KNOB_PREFIX), MAX_LABEL)] = value
+    return found
 
 
 def _optional(path: Path, read: Any, expected: type) -> Any:

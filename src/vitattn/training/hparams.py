@@ -22,18 +22,13 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vitattn.utils.config import CONFIG_DIR, chosen_option, group_options, sweep_job
+from vitattn.utils.metric_names import KNOB_PREFIX
 
 if TYPE_CHECKING:
     from torch import nn
 
 MODEL_SIZE = ("embed_dim", "depth", "heads", "patch_size", "pool")
 """The model settings a run records (with the token count and the MLP width)."""
-
-KNOB_PREFIX = "~attention/"
-"""The knobs' names (``~attention/landmarks``). TensorBoard orders the columns by name after those
-that differ and shows the first five when the view opens: a knob that only some runs have (another
-attention's) must come after the settings that every run has, or those runs drop out of the
-parallel-coordinates view. ``~`` sorts after every letter, as in the ``~summary`` tags."""
 
 IMPLEMENTATION_KNOBS = ("impl", "sdpa_backend", "tile_memory")
 """Knobs that choose how a mechanism computes, not what: columns only where a sweep varies them."""

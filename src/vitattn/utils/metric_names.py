@@ -18,6 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+KNOB_PREFIX = "~attention/"
+"""How an attention's knob is named among a run's hyperparameters (TensorBoard's HPARAMS,
+``hparams.yaml``), with the value the run used: ``~attention/landmarks``. TensorBoard orders the
+HPARAMS columns by name after those that differ and shows the first five when the view opens: a
+knob that only some runs have (another attention's) must come after the settings that every run
+has, or those runs drop out of the parallel-coordinates view. ``~`` sorts after every letter, as
+in the ``~summary`` tags."""
+
 MODULE_LOGGED = ("train/loss", "train/acc", "val/loss", "val/acc")
 """What :class:`~vitattn.models.module.ViTClassifier` logs as it trains."""
 MODULE_TESTED = ("test/loss", "test/acc")
