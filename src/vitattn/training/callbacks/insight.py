@@ -32,6 +32,7 @@ linear in V), so no mechanism needs code of its own. The latest maps are also sa
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -95,12 +96,24 @@ KEY_TEXT = ("0", "each map's largest weight")
 (:func:`to_grid`), so its brightest colour is that weight, whatever it is."""
 
 
+@functools.cache
+def key_font(size: int) -> Any:
+    """Pillow's own font at ``size`` pixels (its small bitmap font where Pillow has no FreeType,
+    or is older than 10.1, as an image with it may be)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:
+        return ImageFont.load_default()
+
+
 def colour_key(width: int, lut: torch.Tensor, alpha: float = 0.55) -> torch.Tensor:
     """A strip ``(3, KEY_HEIGHT, width)`` in [0, 1] to put under a grid of overlays: the colour
     table from no attention (left) to each map's largest weight (right), as :func:`overlay`
     blends it over a mid grey, with :data:`KEY_TEXT` below it (smaller where the grid is
     narrow), so that the images in TensorBoard read without this docstring."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
     margin = 2
     steps = torch.linspace(0, 1, max(width - 2 * margin, 1))
@@ -112,11 +125,11 @@ def colour_key(width: int, lut: torch.Tensor, alpha: float = 0.55) -> torch.Tens
     draw = ImageDraw.Draw(picture)
     left, right = KEY_TEXT
     size = 24
-    font = ImageFont.load_default(size=size)
+    font = key_font(size)
     room = width - 2 * margin - draw.textlength(f"{left}   ", font=font)
     while size > 8 and draw.textlength(right, font=font) > room:
         size -= 2
-        font = ImageFont.load_default(size=size)
+        font = key_font(size)
     draw.text((margin, 16), left, fill=(255, 255, 255), font=font)
     right_at = max(width - margin - draw.textlength(right, font=font), margin)
     draw.text((right_at, 16), right, fill=(255, 255, 255), font=font)
@@ -212,6 +225,7 @@ class AttentionInsight(L.Callback):
         self.validation_seconds = 0.0
         self._validation_started: float | None = None
         self._lut: torch.Tensor | None = None
+        self._keys: dict[int, torch.Tensor] = {}
 
     def cost(self) -> dict[str, float]:
         """What looking cost, for ``metrics.json``: its seconds, those of the run's validation
@@ -307,7 +321,10 @@ class AttentionInsight(L.Callback):
         pairs = torch.stack([as_rgb(shown), overlay(shown, flow_maps, self._lut)]).flatten(0, 1)
         grids[f"{IMAGE_GROUP}/rollout"] = make_grid(pairs, nrow=len(raw))
         for tag, grid in grids.items():  # the colour key under each
-            grids[tag] = torch.cat([grid, colour_key(grid.shape[-1], self._lut)], dim=1)
+            width = grid.shape[-1]
+            if width not in self._keys:
+                self._keys[width] = colour_key(width, self._lut)
+            grids[tag] = torch.cat([grid, self._keys[width]], dim=1)
         for writer in summary_writers(trainer.loggers):
             for tag, grid in grids.items():
                 pixels = grid.mul(255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
