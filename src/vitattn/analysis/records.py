@@ -231,7 +231,7 @@ def load_run(path: Path) -> Run:
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
     found = Run(path, overrides, config, metrics, curves(path), choices=choices)
-    found.used_knobs = used_knobs(_optional(path / HPARAMS_FILE, read_yaml, dict))
+    found.used_knobs = used_knobs(_optional(run.hparams_file, read_yaml, dict))
     found.running = found.state in UNFINISHED and held_elsewhere(path)
     return found
 
@@ -245,11 +245,6 @@ def curves(path: Path) -> Events:
     except UnreadableFileError as error:
         log.warning("skipping %s", error)
         return {}
-
-
-HPARAMS_FILE = "hparams.yaml"
-"""The run's hyperparameters as it used them (:mod:`vitattn.training.hparams`, written by the
-TensorBoard logger)."""
 
 
 def used_knobs(hparams: dict[str, Any]) -> dict[str, Any]:

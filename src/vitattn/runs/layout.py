@@ -44,6 +44,9 @@ HYDRA_DIR = ".hydra"
 CONFIG = "config.yaml"
 OVERRIDES = "overrides.yaml"
 HYDRA_CONFIG = "hydra.yaml"
+HPARAMS = "hparams.yaml"
+"""The run's hyperparameters as it used them (:mod:`vitattn.training.hparams`, written by the
+TensorBoard logger)."""
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 MERGED_CHECKPOINT = "merged.ckpt"
@@ -226,6 +229,7 @@ class RunDir:
     config_file = _under(HYDRA_DIR, CONFIG)
     overrides_file = _under(HYDRA_DIR, OVERRIDES)
     hydra_file = _under(HYDRA_DIR, HYDRA_CONFIG)
+    hparams_file = _under(HPARAMS)
     checkpoints = _under(CHECKPOINTS)
     last_checkpoint = _under(CHECKPOINTS, LAST_CHECKPOINT)
 

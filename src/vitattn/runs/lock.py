@@ -26,6 +26,7 @@ from pathlib import Path
 
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
+    CLOEXEC,
     NOFOLLOW,
     UnreadableFileError,
     confine,
@@ -184,7 +185,7 @@ def held_elsewhere(run_dir: Path) -> bool:
     path = run_dir.expanduser().absolute()
     if path in this_process().held:
         return False
-    flags = os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | CLOEXEC
     try:
         descriptor = os.open(path / LOCK, flags)
     except OSError:  # none, a link (ELOOP), unreadable: no lock of a run

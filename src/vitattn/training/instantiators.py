@@ -239,15 +239,16 @@ def check_time_parts(max_time: DictConfig) -> None:
     that is no time above zero: a part ``timedelta`` does not take, a part that is not a
     number, or a total of zero or less (or beyond ``timedelta``'s range)."""
     parts = OmegaConf.to_container(max_time, resolve=True)
-    valid = f"parts from {', '.join(TIME_PARTS)}, each a number, adding up to a time above zero"
-    for key, value in parts.items():
-        if key not in TIME_PARTS or not checks.is_number(value) or not math.isfinite(value):
-            raise checks.invalid("trainer.max_time", parts, valid)
+    numbers = all(
+        key in TIME_PARTS and checks.is_number(value) and math.isfinite(value)
+        for key, value in parts.items()
+    )
     try:
-        seconds = timedelta(**parts).total_seconds()
+        above_zero = numbers and timedelta(**parts).total_seconds() > 0
     except OverflowError:
-        raise checks.invalid("trainer.max_time", parts, valid) from None
-    if seconds <= 0:
+        above_zero = False
+    if not above_zero:
+        valid = f"parts from {', '.join(TIME_PARTS)}, each a number, adding up to a time above zero"
         raise checks.invalid("trainer.max_time", parts, valid)
 
 
