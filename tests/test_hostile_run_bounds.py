@@ -411,6 +411,56 @@ def test_a_setting_of_a_million_characters_keeps_the_summary_small(
     assert len(result.stdout) < 32 << 10
 
 
+@pytest.mark.parametrize(
+    ("plant", "said"),
+    [
+        ("an alias bomb", "holds a YAML anchor or alias"),
+        ("60 MB", "more than vitattn writes there"),
+        ("a knob of a million characters", None),
+    ],
+)
+def test_a_hostile_hparams_file_keeps_the_run_and_the_summary_small(
+    run: Path, data_dir: Path, plant: str, said: str | None
+) -> None:
+    """The summary reads the knobs' values a run used from its ``hparams.yaml`` (2026-12-01): a
+    bomb there is one warning line, the run stays in the summary with its config's knobs; a
+    knob of a million characters is cut to :data:`~vitattn.utils.config.MAX_LABEL`."""
+    from vitattn.utils.config import MAX_LABEL
+
+    sweep = two_seeds(run)
+    hparams = sweep / "seed=1" / "hparams.yaml"
+    if plant == "an alias bomb":
+        hparams.write_text(bombs.alias_bomb())
+    elif plant == "60 MB":
+        hparams.write_text(bombs.oversized(SIXTY_MB, "attention: softmax\n"))
+    else:  # a knob the config leaves null, as Nystrom's landmarks
+        config = sweep / "seed=1" / ".hydra" / "config.yaml"
+        config.write_text(config.read_text().replace("  impl: auto\n", "  impl: null\n", 1))
+        hparams.write_text(f"~attention/impl: {'a' * 1_000_000}\n")
+    out = sweep.parent / "summary"  # not in place: no TensorBoard runs of seeds (torch) to write
+    result = run_cli(
+        "python",
+        PLOT_CURVES,
+        str(sweep),
+        "--out",
+        str(out),
+        data_dir=data_dir,
+        timeout=LIMIT,
+        memory=bombs.MEMORY_CAP,
+    )
+    assert "Traceback" not in result.stderr and result.returncode == 0, result.stderr[-2000:]
+    rows = {row["run"]: row for row in read_csv(out / "summary.csv")}
+    assert set(rows) == {"seed=1", "seed=2"}  # the run kept
+    knobs = json.loads(rows["seed=1"]["knobs"])
+    if said is None:
+        assert len(knobs["impl"]) <= MAX_LABEL and knobs["impl"].startswith("aaaa")
+    else:
+        warned = [line for line in result.stderr.splitlines() if str(hparams) in line]
+        assert len(warned) == 1 and said in warned[0], result.stderr[-2000:]
+        assert knobs == json.loads(rows["seed=2"]["knobs"])  # as the config gives them
+    assert (out / "summary.md").stat().st_size < 32 << 10
+
+
 def test_an_empty_directory_argument_summarizes_nothing(
     run: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -231,7 +231,12 @@ def load_run(path: Path) -> Run:
     choices = ((hydra if isinstance(hydra, dict) else {}).get("runtime") or {}).get("choices")
     choices = {k: str(v) for k, v in choices.items()} if isinstance(choices, dict) else {}
     found = Run(path, overrides, config, metrics, curves(path), choices=choices)
-    found.used_knobs = used_knobs(_optional(run.hparams_file, read_yaml, dict))
+    try:
+        hparams = _optional(run.hparams_file, read_yaml, dict)
+    except UnreadableFileError as error:  # only the knobs' values come from it: the run stays
+        log.warning("%s; %s's knobs as its config gives them", one_line(error), one_line(path))
+        hparams = {}
+    found.used_knobs = used_knobs(hparams)
     found.running = found.state in UNFINISHED and held_elsewhere(path)
     return found
 
