@@ -349,8 +349,12 @@ RECORDED_VECTORS.update(
 RECORDED_VECTORS.update(
     {
         "a setting vitattn does not have": (
-            lambda site: ["+trainer.limit_val_batches=2"],
-            r"trainer\.limit_val_batches, which is not a setting of vitattn's configs",
+            lambda site: ["+trainer.num_nodes=2"],
+            r"trainer\.num_nodes, which is not a setting of vitattn's configs",
+        ),
+        "a Lightning argument that is not its type": (
+            lambda site: ["+trainer.limit_val_batches=../../victim"],
+            r"is not a finite number .* the type of trainer\.limit_val_batches",
         ),
         "a word setting holds a path": (
             lambda site: ["data.shift=../../victim"],

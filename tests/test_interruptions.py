@@ -221,7 +221,9 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     """``+trainer.limit_val_batches=0``: vitattn's checkpoints are written at validation, so such
     a run kept none ("no checkpoint was saved"), and a run killed on the way started again from
     its first step. It now writes ``last.ckpt`` every ``val_check_interval`` steps and after its
-    last step (:class:`vitattn.training.callbacks.CheckpointWithoutValidation`)."""
+    last step (:class:`vitattn.training.callbacks.CheckpointWithoutValidation`). The resume
+    replays the recorded ``+trainer.limit_val_batches=0`` (refused until 2026-12-01, unless given
+    again: :data:`vitattn.runs.recorded.TRAINER_ADDITIONS`)."""
     run = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0"]
     straight = tmp_path / "straight"
     train_with(straight, data_dir, *run)
@@ -232,7 +234,7 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == -9
     assert checkpoint_step(stopped) == 4
     resume = ["resume=true", f"hydra.run.dir={stopped}", WITHOUT_FAULT]
-    run_in_process("vitattn-train", *resume, "+trainer.limit_val_batches=0", data_dir=data_dir)
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
     assert_same_as_straight(stopped, straight, steps=12)
     assert metrics_of(stopped)["status"] == "completed"
 

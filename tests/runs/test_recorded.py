@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from vitattn.runs.recorded import RecordedOverrideError, RecordedSettings, is_group, says_where
+from vitattn.runs.recorded import (
+    TRAINER_ADDITIONS,
+    RecordedOverrideError,
+    RecordedSettings,
+    is_group,
+    says_where,
+)
+from vitattn.utils.config import CONFIG_DIR
 
 SOURCE = "run/.hydra/overrides.yaml line 4"
 
@@ -33,6 +40,10 @@ REPLAYED = [
     "attention=linear",
     "~callbacks.throughput",
     "~logger.csv",
+    "+trainer.limit_val_batches=0",  # a Lightning argument configs/trainer/ leaves out
+    "+trainer.limit_train_batches=0.25",
+    "+trainer.accumulate_grad_batches=2",
+    "+trainer.detect_anomaly=true",
 ]
 
 
@@ -68,7 +79,16 @@ REFUSED = {
     "model.pool=[mean]": "is not a plain word",
     "model.attention=x": "not a plain setting",
     "module.net={depth: 1}": "not a plain setting",
-    "+trainer.limit_val_batches=2": "not a setting of vitattn's configs",
+    "+trainer.limit_val_batches=../x": "is not a finite number",
+    "+trainer.limit_val_batches=inf": "is not a finite number",
+    "+trainer.accumulate_grad_batches=2.5": "is not an integer",
+    "+trainer.detect_anomaly=1": "is not true or false",
+    "+trainer.gradient_clip_algorithm=/etc/x": "is not a plain word",
+    "+trainer.model_registry=hub": "not a setting of vitattn's configs",
+    "+trainer.num_nodes=2": "not a setting of vitattn's configs",
+    "+trainer.profiler=simple": "not a setting of vitattn's configs",
+    "+trainer.limit_val_batches.x=2": "not a setting of vitattn's configs",
+    "+model.limit_val_batches=2": "not a setting of vitattn's configs",
     "+callbacks.x.step=3": "not a setting of vitattn's configs",
     "attention=../../d/inside": "is not a choice of attention",
     "attention@model.attention=linear": "is not a choice of attention",
@@ -84,6 +104,26 @@ def test_anything_else_is_refused_in_one_line_naming_the_line(
     with pytest.raises(RecordedOverrideError, match=REFUSED[text].replace(".", r"\.")) as refused:
         recorded.check(text, SOURCE)
     assert str(refused.value).startswith(f"{SOURCE}: ") and "\n" not in str(refused.value)
+
+
+KINDS = {"number": (int, float), "integer": (int,), "flag": (bool,), "word": (str,)}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINER_ADDITIONS))
+def test_each_trainer_addition_is_an_argument_lightning_types_so(name: str) -> None:
+    """:data:`TRAINER_ADDITIONS` names arguments of Lightning's ``Trainer`` that
+    ``configs/trainer/`` leaves out, each with a type its annotation admits (and no type it
+    does not: a flag is not taken for an integer)."""
+    import typing
+
+    import lightning
+    from omegaconf import OmegaConf
+
+    hints = typing.get_type_hints(lightning.pytorch.Trainer.__init__)
+    assert name in hints
+    admitted = set(typing.get_args(hints[name]) or (hints[name],)) - {type(None)}
+    assert set(KINDS[TRAINER_ADDITIONS[name]]) <= admitted
+    assert name not in OmegaConf.load(CONFIG_DIR / "trainer" / "default.yaml")
 
 
 def test_a_recorded_group_choice_must_exist_before_anything_is_composed() -> None:

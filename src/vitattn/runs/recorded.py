@@ -10,6 +10,9 @@ of it is replayed only when it is one of (:class:`RecordedSettings`):
   integer, a finite number for a number (all within :data:`LARGEST_NUMBER`), and for a word
   setting a plain word (``val/acc``, ``bf16-mixed``; no ``..``, no leading ``/`` or ``~``, no
   interpolation);
+* an argument of Lightning's ``Trainer`` that ``configs/trainer/`` does not set, added with
+  ``+trainer.<name>`` and given in its type (:data:`TRAINER_ADDITIONS`:
+  ``+trainer.limit_val_batches=0``);
 * the deletion of one of the callbacks or loggers (``~callbacks.throughput``);
 * a plain value (a flag, a number, a word) of a node whose ``_target_`` the command line gives
   now (``+callbacks.mine._target_=mypkg.Mine``: the user's own callback, and its recorded
@@ -48,6 +51,25 @@ DELETABLE = ("callbacks", "logger")
 """Groups whose parts a recorded override may delete (``~callbacks.throughput``)."""
 
 COMMAND_LINE = "give it on the command line if you mean it"
+
+TRAINER_ADDITIONS = {
+    "limit_train_batches": "number",
+    "limit_val_batches": "number",
+    "limit_test_batches": "number",
+    "min_steps": "integer",
+    "min_epochs": "integer",
+    "accumulate_grad_batches": "integer",
+    "reload_dataloaders_every_n_epochs": "integer",
+    "gradient_clip_algorithm": "word",
+    "benchmark": "flag",
+    "detect_anomaly": "flag",
+    "enable_progress_bar": "flag",
+}
+"""Arguments of ``lightning.pytorch.Trainer`` that ``configs/trainer/`` leaves out, which a run
+adds with ``+trainer.<name>=<value>`` and a resume replays, each with its type (Lightning's own
+annotation, of which this is the plain part). Lightning's other arguments are not replayed from
+a file: they take objects (``profiler``, ``plugins``), say where (``model_registry``), or start
+processes (``num_nodes``); a resume takes them from the command line."""
 
 
 class RecordedOverrideError(ConfigError):
@@ -177,14 +199,17 @@ class RecordedSettings:
             check_group_choice(override, text, source, self.config_dir, self.extra_dirs)
             return
         node = self.node(key)
-        if node is None and key.rpartition(".")[0] in self.user_nodes:
+        parent, _, name = key.rpartition(".")
+        if node is None and parent in self.user_nodes:
             expected = "optional"  # a setting of a node the user gives now: plain values only
+        elif node is None and parent == "trainer" and name in TRAINER_ADDITIONS:
+            expected = TRAINER_ADDITIONS[name]
         elif node is None:
             raise RecordedOverrideError(
                 f"{source}: {text!r} sets {key}, which is not a setting of vitattn's configs; a "
                 f"run's recorded overrides may only change existing settings; {COMMAND_LINE}"
             )
-        elif key.rsplit(".", 1)[-1] == "_target_":
+        elif name == "_target_":
             return  # checked against vitattn's own targets (vitattn.runs.trust.check_target)
         else:
             expected = self.type_of(node, key, text, source)
