@@ -10,6 +10,7 @@ import statistics
 import pytest
 
 from vitattn.analysis.uncertainty import (
+    ACCURACY_DIFFERENCE,
     BETTER,
     NO_DATA,
     NO_DIFFERENCE,
@@ -19,6 +20,8 @@ from vitattn.analysis.uncertainty import (
     accuracy_estimate,
     binomial_interval,
     mean_interval,
+    paired_difference,
+    seed_difference,
     verdict,
     welch_difference,
 )
@@ -48,6 +51,23 @@ def test_two_seeds_interval_stays_within_an_accuracys_range() -> None:
     assert times is not None and times.low == 0.0 and times.high > 30.0
     whole = mean_interval([1.0, 30.0])
     assert whole is not None and whole.low < 0
+
+
+def test_a_difference_of_accuracies_stays_within_minus_one_and_one() -> None:
+    """Two seeds that disagree (0.1 and 0.9 against 0.9 and 0.1): t(1) puts the paired and the
+    Welch interval of the difference past -1 and 1, which no two accuracies are apart; cut to
+    :data:`ACCURACY_DIFFERENCE` (only ``bounds`` cuts: a figure of no range keeps it whole)."""
+    a, b = {0: 0.1, 1: 0.9}, {0: 0.9, 1: 0.1}
+    whole = paired_difference([(0.1, 0.9), (0.9, 0.1)])
+    assert whole.low is not None and whole.high is not None
+    assert whole.low < -1 and whole.high > 1
+    cut = seed_difference(a, b, bounds=ACCURACY_DIFFERENCE)
+    assert cut is not None and (cut.low, cut.high) == (-1.0, 1.0)
+    assert (cut.delta, cut.p, cut.df) == (whole.delta, whole.p, whole.df)
+    apart = welch_difference([0.1, 0.9], [0.9, 0.1, 0.5], bounds=ACCURACY_DIFFERENCE)
+    assert apart is not None and (apart.low, apart.high) == (-1.0, 1.0)
+    welch = welch_difference([0.1, 0.9], [0.9, 0.1, 0.5])
+    assert welch is not None and welch.low is not None and welch.low < -1
 
 
 def test_one_value_has_no_spread_and_no_interval() -> None:

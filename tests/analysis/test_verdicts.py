@@ -183,3 +183,20 @@ def test_six_seeds_that_each_moved_by_the_same_image_are_better_by_the_sign_test
     assert (record["verdict"], record["test_acc_diff_test"]) == ("better", "sign test")
     assert float(record["test_acc_diff_p"]) == pytest.approx(2 / 2**6)
     assert stats.binomtest(6, 6).pvalue == pytest.approx(2 / 2**6)
+
+
+def test_a_difference_interval_in_the_summary_stays_within_minus_one_and_one(
+    tmp_path: Path,
+) -> None:
+    """Two seeds of linear that disagree with softmax's in opposite ways: the paired t interval
+    (t(1), 12.7 standard errors) ran from -10 to 10 points of accuracy in ``settings.csv`` and
+    ``summary.md``; two accuracies are never more than 1 apart, so it is cut there, the test's
+    p-value untouched."""
+    accuracies = {"softmax": (0.1, 0.9), "linear": (0.9, 0.1)}
+    sweep = write_seeded_sweep(tmp_path / "sweep", accuracies)
+    summarize([sweep])
+    record = settings(sweep)["attention=linear"]
+    assert (float(record["test_acc_diff_low"]), float(record["test_acc_diff_high"])) == (-1, 1)
+    whole = stats.ttest_rel([0.9, 0.1], [0.1, 0.9]).confidence_interval(0.95)
+    assert whole.low < -1 < 1 < whole.high
+    assert float(record["test_acc_diff_p"]) == pytest.approx(1.0)

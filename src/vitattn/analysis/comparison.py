@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from vitattn.analysis.grouping import Setting
 from vitattn.analysis.power import seeds_needed, smallest_detectable
 from vitattn.analysis.uncertainty import (
+    ACCURACY_DIFFERENCE,
     BASELINE,
     CONFIDENCE,
     NO_DATA,
@@ -27,8 +28,9 @@ from vitattn.analysis.uncertainty import (
 )
 
 COMPARED = {"test_acc": "test/acc", "best_val_acc": "best val/acc"}
-"""The figures compared with the baseline; the verdict is on the first (on the second when a
-setting has no test accuracy)."""
+"""The figures compared with the baseline, accuracies both (their differences' intervals are cut
+to :data:`~vitattn.analysis.uncertainty.ACCURACY_DIFFERENCE`); the verdict is on the first (on
+the second when a setting has no test accuracy)."""
 
 FAMILY_LEVEL = 1 - CONFIDENCE
 """The family-wise error rate the verdicts hold, over all the settings compared."""
@@ -101,7 +103,10 @@ def compare_one(setting: Setting, baseline: Setting | None) -> Comparison:
     if setting is baseline:
         return Comparison(setting, verdict=BASELINE)
     differences = {
-        key: seed_difference(setting.by_seed(key), baseline.by_seed(key)) for key in COMPARED
+        key: seed_difference(
+            setting.by_seed(key), baseline.by_seed(key), bounds=ACCURACY_DIFFERENCE
+        )
+        for key in COMPARED
     }
     judged = "test_acc" if differences["test_acc"] is not None else "best_val_acc"
     difference = differences[judged]

@@ -23,6 +23,9 @@ ACCURACY = (0.0, 1.0)
 """The range of an accuracy, which its interval is cut to (:func:`mean_interval`)."""
 NOT_NEGATIVE = (0.0, math.inf)
 """The range of a count, a speed, a size or a time."""
+ACCURACY_DIFFERENCE = (-1.0, 1.0)
+"""The range of the difference between two accuracies, which its interval is cut to."""
+UNBOUNDED = (-math.inf, math.inf)
 
 BETTER = "better"
 WORSE = "worse"
@@ -89,7 +92,7 @@ def finite(values: Sequence[float | None]) -> list[float]:
 def mean_interval(
     values: Sequence[float | None],
     confidence: float = CONFIDENCE,
-    bounds: tuple[float, float] = (-math.inf, math.inf),
+    bounds: tuple[float, float] = UNBOUNDED,
 ) -> Estimate | None:
     """The mean of ``values`` with Student's t interval (``None`` if there is no value). With one
     value, no std and no interval; with identical values, an interval of zero width.
@@ -143,11 +146,14 @@ def accuracy_estimate(
 
 
 def welch_difference(
-    a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = UNBOUNDED,
 ) -> Difference | None:
     """``mean(a) - mean(b)`` and Welch's interval (unequal variances,
-    Welch-Satterthwaite degrees of freedom) and p-value; no interval unless both have two values
-    or more. ``None`` if either has none."""
+    Welch-Satterthwaite degrees of freedom, cut to ``bounds``) and p-value; no interval unless
+    both have two values or more. ``None`` if either has none."""
     from scipy import stats
 
     x, y = finite(a), finite(b)
@@ -164,14 +170,17 @@ def welch_difference(
         p = float(stats.mannwhitneyu(x, y, method="exact").pvalue)
         return Difference(delta, delta, delta, None, MANN_WHITNEY, len(x), len(y), p, 0.0)
     result = stats.ttest_ind(x, y, equal_var=False)
-    return _tested(delta, result, confidence, spread, WELCH, len(x), len(y))
+    return _tested(delta, result, confidence, bounds, spread, WELCH, len(x), len(y))
 
 
 def paired_difference(
-    pairs: Sequence[tuple[float, float]], confidence: float = CONFIDENCE
+    pairs: Sequence[tuple[float, float]],
+    confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = UNBOUNDED,
 ) -> Difference:
-    """``mean(a - b)`` over ``(a, b)`` pairs (one per seed) with Student's t interval and
-    p-value over the per-seed differences (``scipy.stats.ttest_rel``); at least two pairs."""
+    """``mean(a - b)`` over ``(a, b)`` pairs (one per seed) with Student's t interval (cut to
+    ``bounds``) and p-value over the per-seed differences (``scipy.stats.ttest_rel``); at least
+    two pairs."""
     from scipy import stats
 
     a, b = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
@@ -183,15 +192,24 @@ def paired_difference(
     if spread == 0:  # every seed moved by the same amount: how often n seeds agree by chance
         p = float(stats.binomtest(n if delta > 0 else 0, n).pvalue)
         return Difference(delta, delta, delta, None, SIGN, n, n, p, 0.0)
-    return _tested(delta, stats.ttest_rel(a, b), confidence, spread, PAIRED, n, n)
+    return _tested(delta, stats.ttest_rel(a, b), confidence, bounds, spread, PAIRED, n, n)
 
 
 def _tested(
-    delta: float, result: Any, confidence: float, spread: float, test: str, n_a: int, n_b: int
+    delta: float,
+    result: Any,
+    confidence: float,
+    bounds: tuple[float, float],
+    spread: float,
+    test: str,
+    n_a: int,
+    n_b: int,
 ) -> Difference:
-    """The :class:`Difference` of a scipy t-test ``result`` (its interval, df and p-value)."""
+    """The :class:`Difference` of a scipy t-test ``result`` (its interval cut to ``bounds``, as
+    :func:`mean_interval` cuts, its df and p-value)."""
     interval = result.confidence_interval(confidence)
-    low, high, p = float(interval.low), float(interval.high), float(result.pvalue)
+    low, high = max(float(interval.low), bounds[0]), min(float(interval.high), bounds[1])
+    p = float(result.pvalue)
     return Difference(delta, low, high, float(result.df), test, n_a, n_b, p, spread)
 
 
@@ -199,15 +217,18 @@ def seed_difference(
     a: Mapping[object, float | None],
     b: Mapping[object, float | None],
     confidence: float = CONFIDENCE,
+    bounds: tuple[float, float] = UNBOUNDED,
 ) -> Difference | None:
     """The difference between two settings' values by seed: paired
     (:func:`paired_difference`) when both have a value for the same two or more seeds and for
-    no other, Welch's (:func:`welch_difference`) otherwise."""
+    no other, Welch's (:func:`welch_difference`) otherwise; its interval cut to ``bounds``
+    (:data:`ACCURACY_DIFFERENCE` for two accuracies)."""
     x = {seed: v for seed, v in a.items() if finite([v])}
     y = {seed: v for seed, v in b.items() if finite([v])}
     if len(x) >= 2 and x.keys() == y.keys():
-        return paired_difference([(float(x[s]), float(y[s])) for s in x], confidence)  # type: ignore[arg-type]
-    return welch_difference(list(x.values()), list(y.values()), confidence)
+        pairs = [(float(x[s]), float(y[s])) for s in x]  # type: ignore[arg-type]
+        return paired_difference(pairs, confidence, bounds)
+    return welch_difference(list(x.values()), list(y.values()), confidence, bounds)
 
 
 def verdict(
