@@ -625,3 +625,41 @@ def test_an_archive_of_many_members_or_a_sparse_one_is_refused(
     said = {"65 folder entries": "more than 64 members", "a sparse member": "is sparse"}[kind]
     with pytest.raises(DataError, match=said):
         unpack_archive(archive, target)
+
+
+@pytest.mark.parametrize(
+    ("val_fraction", "said"),
+    [
+        (
+            0.0001,
+            "data.val_fraction=0.0001 holds out 1 of the 5085 training images for validation: "
+            "val/acc moves in steps of 100 points and picks the best checkpoint; "
+            "data.val_fraction=0.02 holds out 100",
+        ),
+        (0.019, "holds out 97 of the 5085 training images"),
+        (0.02, None),
+        (0.1, None),
+    ],
+)
+def test_a_validation_set_of_few_images_is_one_warning(
+    data_dir: Path, val_fraction: float, said: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tiny ``data.val_fraction`` held out one image: ``val/acc`` of 0 or 1 chose the best
+    checkpoint without a word. Below 100 images one warning says so and what holds out 100
+    (0.02 of the subset's 5085: 102)."""
+    dm = CIFAR10DataModule(data_dir, val_fraction=val_fraction)
+    with caplog.at_level(logging.WARNING, logger="vitattn.data.cifar10"):
+        dm.setup("fit")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if said is None:
+        assert warnings == [] and dm.val_set is not None and len(dm.val_set) >= 100
+    else:
+        assert len(warnings) == 1 and said in warnings[0] and "\n" not in warnings[0]
+
+
+def test_a_data_set_too_small_for_a_validation_of_100_says_so() -> None:
+    from vitattn.data.cifar10 import few_validation_images
+
+    said = few_validation_images(0.5, 30, 60)
+    assert said.endswith("the data set is too small to hold out 100")
+    assert "steps of 3.33 points" in said
