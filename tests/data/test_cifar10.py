@@ -628,31 +628,44 @@ def test_an_archive_of_many_members_or_a_sparse_one_is_refused(
 
 
 @pytest.mark.parametrize(
-    ("val_fraction", "said"),
+    ("val_fraction", "limit_val_batches", "said"),
     [
         (
             0.0001,
+            None,
             "data.val_fraction=0.0001 holds out 1 of the 5085 training images for validation: "
             "val/acc moves in steps of 100 points and picks the best checkpoint; "
             "data.val_fraction=0.02 holds out 100",
         ),
-        (0.019, "holds out 97 of the 5085 training images"),
-        (0.02, None),
-        (0.1, None),
+        (0.019, None, "holds out 97 of the 5085 training images"),
+        (0.019, 2, "holds out 97 of the 5085 training images"),
+        (0.0001, 0, None),  # a run that never validates picks nothing by it
+        (0.02, None, None),
+        (0.1, None, None),
     ],
 )
 def test_a_validation_set_of_few_images_is_one_warning(
-    data_dir: Path, val_fraction: float, said: str | None, caplog: pytest.LogCaptureFixture
+    data_dir: Path,
+    val_fraction: float,
+    limit_val_batches: int | None,
+    said: str | None,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A tiny ``data.val_fraction`` held out one image: ``val/acc`` of 0 or 1 chose the best
     checkpoint without a word. Below 100 images one warning says so and what holds out 100
-    (0.02 of the subset's 5085: 102)."""
+    (0.02 of the subset's 5085: 102), as the data are read before a run starts."""
+    from omegaconf import OmegaConf
+
+    from vitattn.training.fitting import warn_of_few_validation_images
+
     dm = CIFAR10DataModule(data_dir, val_fraction=val_fraction)
-    with caplog.at_level(logging.WARNING, logger="vitattn.data.cifar10"):
-        dm.setup("fit")
+    dm.setup("fit")
+    trainer_cfg = OmegaConf.create({"limit_val_batches": limit_val_batches})
+    with caplog.at_level(logging.WARNING, logger="vitattn.training.fitting"):
+        warn_of_few_validation_images(trainer_cfg, dm)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     if said is None:
-        assert warnings == [] and dm.val_set is not None and len(dm.val_set) >= 100
+        assert warnings == []
     else:
         assert len(warnings) == 1 and said in warnings[0] and "\n" not in warnings[0]
 

@@ -26,6 +26,7 @@ NOT_NEGATIVE = (0.0, math.inf)
 ACCURACY_DIFFERENCE = (-1.0, 1.0)
 """The range of the difference between two accuracies, which its interval is cut to."""
 UNBOUNDED = (-math.inf, math.inf)
+"""No range: an interval left whole."""
 
 BETTER = "better"
 WORSE = "worse"

@@ -299,14 +299,20 @@ class CIFAR10DataModule(L.LightningDataModule):
         order = torch.randperm(
             len(labels), generator=torch.Generator().manual_seed(self.settings.split_seed)
         )
-        if num_val < FEW_VALIDATION_IMAGES and (
-            self.trainer is None or self.trainer.is_global_zero
-        ):
-            log.warning(few_validation_images(self.settings.val_fraction, num_val, len(labels)))
         val_idx, train_idx = order[:num_val], order[num_val:]
         self.train_set = TensorDataset(images[train_idx], labels[train_idx])
         self.val_set = TensorDataset(images[val_idx], labels[val_idx])
         self.test_set = TensorDataset(test_images, test_labels)
+
+    def validation_warning(self) -> str | None:
+        """After :meth:`setup`: the warning for a validation set of fewer than
+        :data:`FEW_VALIDATION_IMAGES` images (:func:`few_validation_images`), or ``None``."""
+        if self.train_set is None or self.val_set is None:
+            return None
+        held_out, images = len(self.val_set), len(self.train_set) + len(self.val_set)
+        if held_out >= FEW_VALIDATION_IMAGES:
+            return None
+        return few_validation_images(self.settings.val_fraction, held_out, images)
 
     def _loader(self, dataset: TensorDataset | None, batch_size: int, train: bool) -> DataLoader:
         if dataset is None:

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from vitattn.errors import TrainingError, VitattnError
@@ -50,15 +51,32 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
     (downloading it where it is missing) and split it, and refuse a validation interval the
     split's epoch cannot hold (:func:`check_validation_interval`), a share of batches that
     takes none (:func:`check_batch_shares`; of the test split too where the command ``tests``)
-    and a least training beyond the epochs' steps (:func:`check_least_steps`)."""
+    and a least training beyond the epochs' steps (:func:`check_least_steps`); warn of a
+    validation set too small to choose the best checkpoint by
+    (:func:`warn_of_few_validation_images`)."""
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    warn_of_few_validation_images(trainer_cfg, datamodule)
     check_validation_interval(trainer_cfg, datamodule)
     check_batch_shares(
         trainer_cfg, datamodule, ("train", "val", "test") if tests else ("train", "val")
     )
     check_least_steps(trainer_cfg, datamodule)
+
+
+@rank_zero_only
+def warn_of_few_validation_images(trainer_cfg: Any, datamodule: Any) -> None:
+    """One warning, in a run's first process, where the validation set is a handful of images
+    (``data.val_fraction=0.0001`` held out one, whose ``val/acc`` of 0 or 1 chose the best
+    checkpoint without a word), unless the run never validates
+    (``+trainer.limit_val_batches=0``)."""
+    limit_val = trainer_cfg.get("limit_val_batches")
+    if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
+        return
+    said = datamodule.validation_warning()
+    if said is not None:
+        log.warning(said)
 
 
 def check_batch_shares(trainer_cfg: Any, datamodule: Any, splits: Sequence[str]) -> None:
