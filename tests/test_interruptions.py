@@ -239,6 +239,25 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     assert metrics_of(stopped)["status"] == "completed"
 
 
+def test_a_run_of_short_epochs_resumes_exactly_from_the_end_of_an_epoch(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``+trainer.limit_train_batches=4``: epochs of 4 batches, ``last.ckpt`` at step 4, the end
+    of the first. The checkpoint said 4 batches were done in the epoch, and the resumed data
+    module skipped 4 of the next epoch's (it took a whole epoch, 71 batches, for the end): the
+    resumed run trained on other batches than the run never stopped."""
+    run = [*TINY, *steps(12, 4), "+trainer.limit_train_batches=4"]
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *run)
+    stopped = tmp_path / "stopped"
+    at_6 = [*run, *at_step("SigkillAtStep", 6), f"hydra.run.dir={stopped}"]
+    assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == -9
+    assert checkpoint_step(stopped) == 4
+    resume = ["resume=true", f"hydra.run.dir={stopped}", WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=12)
+
+
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
     stopped = start(

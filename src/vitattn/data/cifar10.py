@@ -320,7 +320,8 @@ class CIFAR10DataModule(L.LightningDataModule):
         world_size = self.trainer.world_size if self.trainer is not None else 1
         skip = 0
         if train and self._resume_batches:
-            # A checkpoint written at the end of an epoch resumes at the start of the next one.
+            # A checkpoint of an earlier vitattn written at the end of a whole epoch said so
+            # with the epoch's length: it resumes at the start of the next one.
             skip, self._resume_batches = self._resume_batches % (len(dataset) // batch_size), 0
         if world_size > 1:
             # Each process takes its own shard (the trainer's use_distributed_sampler is off:
@@ -433,11 +434,13 @@ class CIFAR10DataModule(L.LightningDataModule):
             # trained (Lightning resumes mid-epoch but restarts the data from the epoch's start).
             # Also for a checkpoint written during a validation inside the fit (last.ckpt and
             # the best are), when the trainer is not `training`.
+            # Modulo the epoch as Lightning counts it (trainer.limit_train_batches): one written
+            # at an epoch's end resumes at the next one's start, however short the epochs.
             trainer = self.trainer
             batches = trainer.global_step * trainer.accumulate_grad_batches
-            state["batches_done_in_epoch"] = batches - trainer.current_epoch * int(
-                trainer.num_training_batches
-            )
+            epoch = int(trainer.num_training_batches)
+            done = max(0, batches - trainer.current_epoch * epoch)
+            state["batches_done_in_epoch"] = done % epoch if epoch > 0 else done
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
