@@ -224,11 +224,19 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     last step (:class:`vitattn.training.callbacks.CheckpointWithoutValidation`). The resume
     replays the recorded ``+trainer.limit_val_batches=0`` (refused until 2026-12-01, unless given
     again: :data:`vitattn.runs.recorded.TRAINER_ADDITIONS`)."""
-    run = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0"]
+    straight, stopped = killed_at_6_and_resumed(tmp_path, data_dir, "+trainer.limit_val_batches=0")
+    assert [p.name for p in (straight / "checkpoints").iterdir()] == ["last.ckpt"]
+    assert metrics_of(stopped)["status"] == "completed"
+
+
+def killed_at_6_and_resumed(tmp_path: Path, data_dir: Path, setting: str) -> tuple[Path, Path]:
+    """12 steps with ``setting``, straight and killed at step 6 (``last.ckpt`` of step 4), then
+    resumed with nothing given again: the two runs' directories, the resumed one checked to be
+    the straight one bit for bit."""
+    run = [*TINY, *steps(12, 4), setting]
     straight = tmp_path / "straight"
     train_with(straight, data_dir, *run)
     assert checkpoint_step(straight) == 12
-    assert [p.name for p in (straight / "checkpoints").iterdir()] == ["last.ckpt"]
     stopped = tmp_path / "stopped"
     at_6 = [*run, *at_step("SigkillAtStep", 6), f"hydra.run.dir={stopped}"]
     assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == -9
@@ -236,7 +244,7 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     resume = ["resume=true", f"hydra.run.dir={stopped}", WITHOUT_FAULT]
     run_in_process("vitattn-train", *resume, data_dir=data_dir)
     assert_same_as_straight(stopped, straight, steps=12)
-    assert metrics_of(stopped)["status"] == "completed"
+    return straight, stopped
 
 
 def test_a_run_of_short_epochs_resumes_exactly_from_the_end_of_an_epoch(
@@ -246,16 +254,7 @@ def test_a_run_of_short_epochs_resumes_exactly_from_the_end_of_an_epoch(
     of the first. The checkpoint said 4 batches were done in the epoch, and the resumed data
     module skipped 4 of the next epoch's (it took a whole epoch, 71 batches, for the end): the
     resumed run trained on other batches than the run never stopped."""
-    run = [*TINY, *steps(12, 4), "+trainer.limit_train_batches=4"]
-    straight = tmp_path / "straight"
-    train_with(straight, data_dir, *run)
-    stopped = tmp_path / "stopped"
-    at_6 = [*run, *at_step("SigkillAtStep", 6), f"hydra.run.dir={stopped}"]
-    assert run_cli("vitattn-train", *at_6, data_dir=data_dir, check=False).returncode == -9
-    assert checkpoint_step(stopped) == 4
-    resume = ["resume=true", f"hydra.run.dir={stopped}", WITHOUT_FAULT]
-    run_in_process("vitattn-train", *resume, data_dir=data_dir)
-    assert_same_as_straight(stopped, straight, steps=12)
+    killed_at_6_and_resumed(tmp_path, data_dir, "+trainer.limit_train_batches=4")
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
