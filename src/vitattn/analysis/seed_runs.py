@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from vitattn.analysis.events import read_curves
-from vitattn.analysis.uncertainty import ACCURACY, CONFIDENCE, NOT_NEGATIVE
+from vitattn.analysis.uncertainty import ACCURACY, CONFIDENCE, NOT_NEGATIVE, UNBOUNDED
 from vitattn.runs.files import (
     MAX_READ,
     UnreadableFileError,
@@ -149,7 +149,7 @@ def reduce_tag(runs: Sequence[Events], tag: str, confidence: float = CONFIDENCE)
     mean = values.mean(axis=0)
     half = stats.t.ppf(0.5 + confidence / 2, len(runs) - 1) * values.std(axis=0, ddof=1)
     half /= np.sqrt(len(runs))
-    least, most = TAG_RANGES.get(tag, (-np.inf, np.inf))
+    least, most = TAG_RANGES.get(tag, UNBOUNDED)
     lower, upper = np.clip(mean - half, least, most), np.clip(mean + half, least, most)
     return Band(np.array(steps), walls.mean(axis=0), mean, lower, upper)
 

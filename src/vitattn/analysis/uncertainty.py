@@ -90,6 +90,11 @@ def finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(float(v))]
 
 
+def cut(low: float, high: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """The interval ``low`` to ``high`` cut to ``bounds``, the range its figure lies in."""
+    return max(float(low), bounds[0]), min(float(high), bounds[1])
+
+
 def mean_interval(
     values: Sequence[float | None],
     confidence: float = CONFIDENCE,
@@ -114,8 +119,7 @@ def mean_interval(
     if std == 0:
         return Estimate(n, mean, 0.0, mean, mean, "t")
     low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=std / math.sqrt(n))
-    least, most = bounds
-    return Estimate(n, mean, std, max(float(low), least), min(float(high), most), "t")
+    return Estimate(n, mean, std, *cut(low, high, bounds), "t")
 
 
 def binomial_interval(
@@ -209,7 +213,7 @@ def _tested(
     """The :class:`Difference` of a scipy t-test ``result`` (its interval cut to ``bounds``, as
     :func:`mean_interval` cuts, its df and p-value)."""
     interval = result.confidence_interval(confidence)
-    low, high = max(float(interval.low), bounds[0]), min(float(interval.high), bounds[1])
+    low, high = cut(interval.low, interval.high, bounds)
     p = float(result.pvalue)
     return Difference(delta, low, high, float(result.df), test, n_a, n_b, p, spread)
 

@@ -65,14 +65,19 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
     check_least_steps(trainer_cfg, datamodule)
 
 
+def never_validates(trainer_cfg: Any) -> bool:
+    """Whether the trainer's settings turn validation off (``+trainer.limit_val_batches=0``)."""
+    limit_val = trainer_cfg.get("limit_val_batches")
+    return limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0
+
+
 @rank_zero_only
 def warn_of_few_validation_images(trainer_cfg: Any, datamodule: Any) -> None:
     """One warning, in a run's first process, where the validation set is a handful of images
     (``data.val_fraction=0.0001`` held out one, whose ``val/acc`` of 0 or 1 chose the best
     checkpoint without a word), unless the run never validates
     (``+trainer.limit_val_batches=0``)."""
-    limit_val = trainer_cfg.get("limit_val_batches")
-    if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
+    if never_validates(trainer_cfg):
         return
     said = datamodule.validation_warning()
     if said is not None:
@@ -105,11 +110,10 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
     fails as ``fit`` starts, with the run begun (the same bound as Lightning's ``FitLoop``)."""
     every = trainer_cfg.get("check_val_every_n_epoch")
     interval = trainer_cfg.get("val_check_interval")
-    limit_val = trainer_cfg.get("limit_val_batches")
     if every is None or isinstance(interval, bool) or not isinstance(interval, int):
         return
-    if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
-        return  # no validation
+    if never_validates(trainer_cfg):
+        return
     batches = epoch_batches(trainer_cfg, datamodule)
     if interval > batches:
         raise checks.invalid(
