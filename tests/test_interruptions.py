@@ -247,14 +247,18 @@ def killed_at_6_and_resumed(tmp_path: Path, data_dir: Path, setting: str) -> tup
     return straight, stopped
 
 
+@pytest.mark.parametrize(
+    "setting", ["+trainer.limit_train_batches=4", "+trainer.overfit_batches=4"]
+)
 def test_a_run_of_short_epochs_resumes_exactly_from_the_end_of_an_epoch(
-    tmp_path: Path, data_dir: Path
+    setting: str, tmp_path: Path, data_dir: Path
 ) -> None:
     """``+trainer.limit_train_batches=4``: epochs of 4 batches, ``last.ckpt`` at step 4, the end
     of the first. The checkpoint said 4 batches were done in the epoch, and the resumed data
     module skipped 4 of the next epoch's (it took a whole epoch, 71 batches, for the end): the
-    resumed run trained on other batches than the run never stopped."""
-    killed_at_6_and_resumed(tmp_path, data_dir, "+trainer.limit_train_batches=4")
+    resumed run trained on other batches than the run never stopped. So too for a run that
+    overfits 4 batches (the same 4 every epoch, in order), its setting replayed from its file."""
+    killed_at_6_and_resumed(tmp_path, data_dir, setting)
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:

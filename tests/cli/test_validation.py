@@ -117,7 +117,16 @@ def test_describe_names_what_is_valid() -> None:
         ("+trainer.max_time={minutes:-1}", r"^trainer.max_time=\{'minutes': -1\} is not valid"),
         ("+trainer.max_time={days:abc}", r"^trainer.max_time=\{'days': 'abc'\} is not valid"),
         ("+trainer.max_time={weeks:1e300}", r"^trainer.max_time=\{'weeks': 1e\+300\} is not"),
-        ("+trainer.overfit_batches=2", r"^trainer.overfit_batches=2 is not supported: "),
+        (  # Lightning's own check, before anything is made
+            "+trainer.overfit_batches=-1",
+            r"^trainer: these settings are refused \(MisconfigurationException: You have passed "
+            r"invalid value -1 for overfit_batches, it has to be in \[0.0, 1.0\] or an int",
+        ),
+        ("+trainer.overfit_batches=abc", r"^trainer.overfit_batches='abc' is not valid; choose "),
+        (
+            "trainer.use_distributed_sampler=true",
+            r"^trainer.use_distributed_sampler=true is not taken: the data module shards its own ",
+        ),
         ("trainer.max_epochs=-1", r"^trainer.max_epochs=-1 with trainer.max_steps=-1 trains for "),
         ("data.mixup_alpha=nan", r"^data.mixup_alpha=nan is not valid; choose a finite number "),
         ("data.cutmix_alpha=inf", r"^data.cutmix_alpha=inf is not valid; choose a finite number"),

@@ -1,5 +1,6 @@
 """Callbacks that record what a real run did, for a test to read once it ends: its final
-weights, the dtypes of a training step, the test images each process evaluated."""
+weights, the dtypes of a training step, the test images each process evaluated, the labels of
+the batches it trained on."""
 
 from __future__ import annotations
 
@@ -89,3 +90,23 @@ class SaveLoggedNames(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         Path(self.path).write_text(json.dumps(sorted(trainer.callback_metrics)))
+
+
+class SaveTrainingLabels(L.Callback):
+    """Write to ``path`` (JSON), when training ends, the labels of every training batch in the
+    order they trained, with the epoch of each: which images each step saw."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.batches: list[dict[str, Any]] = []
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        labels = batch[1]
+        if labels.ndim > 1:  # mixed: soft labels
+            labels = labels.argmax(-1)
+        self.batches.append({"epoch": trainer.current_epoch, "labels": labels.tolist()})
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Path(self.path).write_text(json.dumps(self.batches))

@@ -93,6 +93,14 @@ class EpochBatchSampler(BatchSampler):
             self.sampler.generator.manual_seed(self.seed + epoch)
 
 
+class InOrderBatchSampler(EpochBatchSampler, SequentialSampler):
+    """An :class:`EpochBatchSampler` over a sampler that does not shuffle (the validation and
+    test splits, and the training split of a run that overfits): whole batches in order. It is
+    a ``SequentialSampler`` too because that is how Lightning tells a loader that does not
+    shuffle: with ``trainer.overfit_batches`` it puts a sampler of single images in place of
+    any other, which handed the data module images where it slices batches."""
+
+
 ARRAY_GLOBALS = frozenset(
     {
         ("numpy", "ndarray"),
@@ -318,6 +326,8 @@ class CIFAR10DataModule(L.LightningDataModule):
         if dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
         world_size = self.trainer.world_size if self.trainer is not None else 1
+        # trainer.overfit_batches: the same first batches every epoch, as Lightning overfits
+        shuffled = train and not (self.trainer is not None and self.trainer.overfit_batches > 0)
         skip = 0
         if train and self._resume_batches:
             # A checkpoint of an earlier vitattn written at the end of a whole epoch said so
@@ -333,19 +343,20 @@ class CIFAR10DataModule(L.LightningDataModule):
                 dataset,
                 num_replicas=world_size,
                 rank=self.trainer.global_rank,
-                shuffle=train,
+                shuffle=shuffled,
                 seed=self.shuffle_seed,
             )
-        elif train:
+        elif shuffled:
             generator = torch.Generator().manual_seed(self.shuffle_seed)
             sampler = RandomSampler(dataset, generator=generator)
         else:
             sampler = SequentialSampler(dataset)
+        batches = EpochBatchSampler if shuffled else InOrderBatchSampler
         # Whole batches are sampled and sliced from the tensors at once (batch_size=None turns
         # off per-sample collation).
         return DataLoader(
             dataset,
-            sampler=EpochBatchSampler(
+            sampler=batches(
                 sampler, batch_size, drop_last=train, seed=self.shuffle_seed, skip=skip
             ),
             batch_size=None,

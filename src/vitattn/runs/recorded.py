@@ -56,6 +56,7 @@ TRAINER_ADDITIONS = {
     "limit_train_batches": "number",
     "limit_val_batches": "number",
     "limit_test_batches": "number",
+    "overfit_batches": "number",
     "min_steps": "integer",
     "min_epochs": "integer",
     "accumulate_grad_batches": "integer",

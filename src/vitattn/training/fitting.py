@@ -65,9 +65,19 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
     check_least_steps(trainer_cfg, datamodule)
 
 
+def batch_limit(trainer_cfg: Any, split: str) -> tuple[str, Any]:
+    """The setting that limits the batches of ``split`` (``train``, ``val``, ``test``) and its
+    value, as Lightning takes them: ``trainer.limit_<split>_batches``, or for the training and
+    validation splits of a run that overfits, ``trainer.overfit_batches`` in its place."""
+    overfit = trainer_cfg.get("overfit_batches")
+    if split in ("train", "val") and checks.is_number(overfit) and overfit > 0:
+        return "trainer.overfit_batches", overfit
+    return f"trainer.limit_{split}_batches", trainer_cfg.get(f"limit_{split}_batches")
+
+
 def never_validates(trainer_cfg: Any) -> bool:
     """Whether the trainer's settings turn validation off (``+trainer.limit_val_batches=0``)."""
-    limit_val = trainer_cfg.get("limit_val_batches")
+    _, limit_val = batch_limit(trainer_cfg, "val")
     return limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0
 
 
@@ -88,18 +98,20 @@ def check_batch_shares(trainer_cfg: Any, datamodule: Any, splits: Sequence[str])
     """Refuse in one line, once the data is read and before anything is written, a share
     ``trainer.limit_<split>_batches`` (0 < share < 1) of one of ``splits`` that takes no batch
     of it (``0.0001`` of 71 batches: Lightning failed as the fit started, with the run begun,
-    or, for the test, once the fit had ended; red team)."""
+    or, for the test, once the fit had ended; red team), or a share ``trainer.overfit_batches``
+    that takes none of the training or validation split."""
     for split in splits:
-        share = trainer_cfg.get(f"limit_{split}_batches")
+        setting, share = batch_limit(trainer_cfg, split)
         if not isinstance(share, float) or not 0 < share < 1:
             continue
         batches = len(getattr(datamodule, f"{split}_dataloader")())
         if int(share * batches) < 1:
+            whole = "0 (off)" if setting == "trainer.overfit_batches" else "null (all)"
             raise checks.invalid(
-                f"trainer.limit_{split}_batches",
+                setting,
                 share,
                 f"a share of at least {checks.rounded_up(1 / batches)} (one of the {split} "
-                f"split's {batches} batches), a number of batches >= 1, or null (all)",
+                f"split's {batches} batches), a number of batches >= 1, or {whole}",
             )
 
 
@@ -126,10 +138,11 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
 
 
 def epoch_batches(trainer_cfg: Any, datamodule: Any) -> int:
-    """The training batches of an epoch, with ``trainer.limit_train_batches``, in one process
-    (each of a DDP run's processes takes its share of them)."""
+    """The training batches of an epoch, with ``trainer.limit_train_batches`` (or
+    ``trainer.overfit_batches``), in one process (each of a DDP run's processes takes its share
+    of them)."""
     batches = len(datamodule.train_dataloader())
-    limit = trainer_cfg.get("limit_train_batches")
+    _, limit = batch_limit(trainer_cfg, "train")
     if isinstance(limit, int) and not isinstance(limit, bool):
         batches = min(batches, limit)
     elif isinstance(limit, float):

@@ -168,9 +168,9 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
     trained, and the untrained network's test reported, exit status 0), ``trainer.logger`` and
     ``trainer.callbacks`` (the groups ``logger`` and ``callbacks`` replaced them without a
     word), a ``default_root_dir`` other than the run directory (some of the run's files went
-    there) and ``overfit_batches`` (Lightning's sampler of single images under the data
-    module's batches ended the run in a shape error; so did the ``debug=overfit`` preset, now
-    gone), and a least training beyond the stop (:func:`check_least_training`)."""
+    there), ``use_distributed_sampler`` (the data module shards its own batches),
+    ``limit_train_batches`` or ``limit_val_batches`` beside ``overfit_batches`` (which Lightning
+    takes in their place), and a least training beyond the stop (:func:`check_least_training`)."""
     interval = trainer_cfg.get("val_check_interval")
     if isinstance(interval, int) and not isinstance(interval, bool) and interval < 1:
         raise checks.invalid(
@@ -199,13 +199,21 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
             f"directory ({ROOT}); choose it with hydra.run.dir"
         )
     check_least_training(trainer_cfg)
+    if trainer_cfg.get("use_distributed_sampler") is True:  # each process's shard split again
+        raise ConfigError(
+            "trainer.use_distributed_sampler=true is not taken: the data module shards its own "
+            "batches across a run's processes, and Lightning's sampler in their place would hand "
+            "each process images of another's shard; choose false"
+        )
     overfit = trainer_cfg.get("overfit_batches")
     if checks.is_number(overfit) and overfit > 0:
-        raise ConfigError(
-            f"trainer.overfit_batches={overfit} is not supported: the data module samples whole "
-            "batches, and Lightning's overfitting sampler, put in its place, hands it single "
-            "images; choose 0"
-        )
+        for split in ("train", "val"):  # Lightning uses overfit_batches in their place
+            if trainer_cfg.get(f"limit_{split}_batches") is not None:
+                raise ConfigError(
+                    f"trainer.limit_{split}_batches is not taken with trainer.overfit_batches="
+                    f"{overfit}: Lightning takes that many batches of the training and the "
+                    f"validation split in its place; drop trainer.limit_{split}_batches"
+                )
 
 
 LEAST_TRAINING = {"min_steps": "max_steps", "min_epochs": "max_epochs"}
