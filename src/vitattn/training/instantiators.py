@@ -202,8 +202,8 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
     if trainer_cfg.get("use_distributed_sampler") is True:  # each process's shard split again
         raise ConfigError(
             "trainer.use_distributed_sampler=true is not taken: the data module shards its own "
-            "batches across a run's processes, and Lightning's sampler in their place would hand "
-            "each process images of another's shard; choose false"
+            "batches across a run's processes, and Lightning's sampler put in its place would "
+            "split each process's shard again, or hand it single images; choose false"
         )
     overfit = trainer_cfg.get("overfit_batches")
     if checks.is_number(overfit) and overfit > 0:
