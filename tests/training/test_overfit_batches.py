@@ -40,6 +40,7 @@ def first_training_labels(data_dir: Path, tmp_path: Path, batch_size: int) -> li
         (["+trainer.overfit_batches=1"], True),
         (["+trainer.limit_train_batches=1"], False),  # the contrast: a new batch each epoch
     ],
+    ids=["debug=overfit", "overfit_batches=1", "limit_train_batches=1"],
 )
 def test_overfitting_trains_on_the_first_batch_of_the_training_split_every_epoch(
     setting: list[str], same: bool, tmp_path: Path, data_dir: Path
