@@ -28,7 +28,12 @@ from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
-from vitattn.training.instantiators import check_nodes, instantiate_list, instantiate_loggers
+from vitattn.training.instantiators import (
+    check_nodes,
+    instantiate_list,
+    instantiate_loggers,
+    overfits,
+)
 from vitattn.utils import checks
 from vitattn.utils.hydra_grammar import for_the_shell
 
@@ -69,9 +74,8 @@ def batch_limit(trainer_cfg: Any, split: str) -> tuple[str, Any]:
     """The setting that limits the batches of ``split`` (``train``, ``val``, ``test``) and its
     value, as Lightning takes them: ``trainer.limit_<split>_batches``, or for the training and
     validation splits of a run that overfits, ``trainer.overfit_batches`` in its place."""
-    overfit = trainer_cfg.get("overfit_batches")
-    if split in ("train", "val") and checks.is_number(overfit) and overfit > 0:
-        return "trainer.overfit_batches", overfit
+    if split in ("train", "val") and overfits(trainer_cfg):
+        return "trainer.overfit_batches", trainer_cfg.get("overfit_batches")
     return f"trainer.limit_{split}_batches", trainer_cfg.get(f"limit_{split}_batches")
 
 

@@ -161,6 +161,13 @@ ROOT = "${paths.output_dir}"
 """``trainer.default_root_dir`` as every trainer config sets it: the run directory."""
 
 
+def overfits(trainer_cfg: Any) -> bool:
+    """Whether the trainer's settings overfit (``trainer.overfit_batches`` above 0): Lightning
+    then takes that many batches of the training and the validation split."""
+    overfit = trainer_cfg.get("overfit_batches")
+    return checks.is_number(overfit) and overfit > 0
+
+
 def check_fit_settings(trainer_cfg: DictConfig) -> None:
     """Trainer settings that would end a run before it trained, fail it once begun, or be
     ignored, refused in one line (red team): an integer ``val_check_interval`` below 1 (a
@@ -205,14 +212,14 @@ def check_fit_settings(trainer_cfg: DictConfig) -> None:
             "batches across a run's processes, and Lightning's sampler put in its place would "
             "split each process's shard again, or hand it single images; choose false"
         )
-    overfit = trainer_cfg.get("overfit_batches")
-    if checks.is_number(overfit) and overfit > 0:
+    if overfits(trainer_cfg):
         for split in ("train", "val"):  # Lightning uses overfit_batches in their place
             if trainer_cfg.get(f"limit_{split}_batches") is not None:
                 raise ConfigError(
                     f"trainer.limit_{split}_batches is not taken with trainer.overfit_batches="
-                    f"{overfit}: Lightning takes that many batches of the training and the "
-                    f"validation split in its place; drop trainer.limit_{split}_batches"
+                    f"{trainer_cfg.overfit_batches}: Lightning takes that many batches of the "
+                    f"training and the validation split in its place; drop "
+                    f"trainer.limit_{split}_batches"
                 )
 
 
