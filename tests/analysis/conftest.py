@@ -38,7 +38,10 @@ def write_run(
         "seed": seed,
         "trainer": {"max_steps": steps},
         "model": {"_target_": "vitattn.models.vit.VisionTransformer", "depth": 2},
-        "attention": {"_target_": f"vitattn.attention.{attention}.Kernel", **KNOBS[attention]},
+        "attention": {
+            "_target_": f"vitattn.attention.{attention}.Kernel",
+            **KNOBS.get(attention, {}),
+        },
     }
     hydra = {"hydra": {"runtime": {"choices": {"attention": attention, "model": "vit"}}}}
     (path / ".hydra").mkdir(parents=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.transforms import Bbox
 
 from tests.analysis.conftest import write_run
 from vitattn.analysis.frontier import frontier_figure, pareto_front
@@ -173,3 +175,60 @@ def test_the_pareto_line_is_drawn_over_the_cost_bars(tmp_path: Path) -> None:
     plt.close(figure)
     assert bars
     assert all(bar.get_zorder() < line.get_zorder() for bar in bars)
+
+
+STUDY = {  # attention: test/acc mean and std over seeds 1-3, images/s, GFLOP/image
+    "linear": (0.345, 0.020, 119.0, 0.860),
+    "linformer": (0.407, 0.006, 142.0, 0.822),
+    "nystrom": (0.393, 0.008, 123.5, 0.845),
+    "performer": (0.401, 0.013, 72.3, 1.215),
+    "random_feature": (0.337, 0.010, 59.0, 1.420),
+    "softmax": (0.389, 0.021, 140.0, 0.866),
+}
+"""The 64-token study of docs/results.md, whose figure had nystrom's label over softmax's
+marker and linformer's across its own interval (each setting's three seeds at its mean and one
+standard deviation either side)."""
+
+
+def test_no_label_covers_another_label_or_a_marker_and_each_stays_in_its_frame(
+    tmp_path: Path,
+) -> None:
+    sweep = tmp_path / "sweep"
+    for attention, (mean, std, speed, gflop) in STUDY.items():
+        for seed, accuracy in enumerate((mean - std, mean, mean + std), start=1):
+            write_run(
+                sweep / f"attention={attention},seed={seed}",
+                [f"attention={attention}", f"seed={seed}"],
+                maps=False,
+                metrics={
+                    "test/acc": accuracy,
+                    "train/images_per_sec": speed,
+                    "gflop_per_image": gflop,
+                },
+            )
+    figure = frontier_figure(summary_of(read_runs([sweep])).settings)
+    assert figure is not None
+    figure.set_dpi(120)  # as plot_frontier saves it
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    for axes in figure.axes:
+        frame = axes.get_window_extent(renderer)
+        labels = {t.get_text().split()[0]: t.get_window_extent(renderer) for t in axes.texts}
+        assert sorted(labels) == sorted(STUDY)
+        markers = [
+            Bbox.from_bounds(x - radius, y - radius, 2 * radius, 2 * radius)
+            for dots in axes.collections
+            if isinstance(dots, PathCollection)
+            for (x, y), radius in zip(
+                axes.transData.transform(dots.get_offsets()),
+                np.sqrt(dots.get_sizes()) / 2 * figure.dpi / 72,  # scatter's s: points squared
+                strict=True,
+            )
+        ]
+        assert len(markers) == len(STUDY)
+        for name, box in labels.items():
+            where = f"{name}'s label on {axes.get_xlabel().splitlines()[0]}"
+            assert frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1), where
+            assert not box.count_overlaps([b for n, b in labels.items() if n != name]), where
+            assert not box.count_overlaps(markers), where
+    plt.close(figure)

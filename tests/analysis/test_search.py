@@ -153,3 +153,30 @@ def test_a_trial_of_another_sweep_directory_is_shown_there(tmp_path: Path) -> No
     search = read(tmp_path, results(best_trial=1, trials=[trial]))
     assert [trial.run for trial in search.pareto] == ["/elsewhere/B/1_lr=0.002"]
     assert "/elsewhere/B/1_lr=0.002" in search_markdown(search)
+
+
+def test_the_labels_of_two_close_trials_do_not_cover_each_other(tmp_path: Path) -> None:
+    """Every label sat up and to the right of its point, so two trials close together had their
+    labels one over the other: each label goes where it covers least."""
+    import matplotlib.pyplot as plt
+
+    from vitattn.analysis.search import pareto_figure
+
+    points = [(0.30, 900.0), (0.40, 1100.0), (0.401, 1102.0), (0.45, 1300.0)]
+
+    def trial(n: int) -> dict[str, Any]:  # each its own: YAML writes a shared one as an alias
+        return {"trial": n, "run": "", "values": list(points[n]), "params": {"lr": 0.001}}
+
+    two = {"metrics": ["a", "b"], "directions": ["maximize"] * 2}
+    search = read(
+        tmp_path, results(**two, trials=[trial(n) for n in range(4)], solutions=[trial(3)])
+    )
+    figure = pareto_figure(search)
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    (axes,) = figure.axes
+    boxes = {text.get_text(): text.get_window_extent(renderer) for text in axes.texts}
+    assert len(boxes) == 4
+    for label, box in boxes.items():
+        assert not box.count_overlaps([b for other, b in boxes.items() if other != label]), label
+    plt.close(figure)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitattn.analysis.grouping import Setting
+from vitattn.analysis.labels import Label, place_labels
 from vitattn.analysis.uncertainty import Estimate
 from vitattn.runs.files import save_figure
 
@@ -137,8 +138,9 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
         layout="constrained",
         squeeze=False,
     )
+    labels = []
     for axes, (_, xlabel, more, placed) in zip(axes_list[0], panels, strict=True):
-        _draw_panel(axes, xlabel, more, placed, color_of, names, memory)
+        labels.append(_draw_panel(axes, xlabel, more, placed, color_of, names, memory))
         axes.set_ylabel(accuracy_name)
     measured = any(memory.values())
     size_note = (
@@ -152,6 +154,9 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
     # about 14 characters of 10-point text to the inch: a longer line ran off both edges
     caption = textwrap.fill(caption, int(14 * PANEL_WIDTH * len(panels)))
     figure.suptitle((title + "\n" if title else "") + caption, fontsize=10)
+    figure.draw_without_rendering()  # the layout, so that labels are placed where they will be
+    for axes, panel_labels in zip(axes_list[0], labels, strict=True):
+        place_labels(axes, panel_labels)
     return figure
 
 
@@ -163,23 +168,26 @@ def _draw_panel(
     color_of: dict[str, str],
     names: dict[str, str],
     memory: dict[str, float | None],
-) -> None:
+) -> list[Label]:
+    """A panel's points, intervals and Pareto line; the labels of its points, to be placed
+    (:func:`vitattn.analysis.labels.place_labels`) once the figure's layout has run, the
+    frontier's first."""
     points = [(cost.mean, accuracy.mean) for _, cost, accuracy in placed]
     front = pareto_front(points, more_is_better)
     areas = marker_areas([memory[s.label] for s, _, _ in placed])
-    # neighbours along x take turns above and below their point, so their labels don't collide
-    rank = {id(p): i for i, p in enumerate(sorted(placed, key=lambda p: p[1].mean))}
+    labels = []
     for index, (entry, area) in enumerate(zip(placed, areas, strict=True)):
         setting, cost, accuracy = entry
         n = f" (n={accuracy.n})" if accuracy.n > 1 else " (1 run)"
         _draw_point(axes, cost, accuracy, area, color_of[setting.label])
-        axes.annotate(
-            _short(names[setting.label]) + n,
-            (cost.mean, accuracy.mean),
-            xytext=(7, 5) if rank[id(entry)] % 2 == 0 else (7, -13),
-            textcoords="offset points",
-            fontsize=8,
-            fontweight="bold" if index in front else "normal",
+        labels.append(
+            Label(
+                _short(names[setting.label]) + n,
+                cost.mean,
+                accuracy.mean,
+                area,
+                "bold" if index in front else "normal",
+            )
         )
     if len(front) > 1:
         axes.plot(
@@ -198,6 +206,7 @@ def _draw_panel(
     on_front = ", ".join(_short(names[placed[i][0].label]) for i in front)
     axes.set_xlabel(xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}", FRONT_WIDTH))
     axes.grid(alpha=0.3)
+    return [labels[i] for i in front] + [a for i, a in enumerate(labels) if i not in front]
 
 
 def _draw_point(axes: Any, cost: Estimate, accuracy: Estimate, area: float, color: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitattn.analysis.labels import Label, place_labels
 from vitattn.analysis.records import bounded
 from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
 from vitattn.runs.optuna_study import STUDY_BOUNDS
@@ -182,15 +183,15 @@ def pareto_figure(search: SearchResults) -> Any:
     labelled = front if len(search.trials) > MAX_LABELLED else {t.number for t in search.trials}
     labelled = set(sorted(labelled)[:MAX_LABELLED])  # a thousand labels took minutes to lay out
     figure, axes = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
+    labels = []
     for trial in search.trials:
         on = trial.number in front
         y, x = trial.values
-        axes.scatter(x, y, s=60 if on else 25, color="C3" if on else "C0", zorder=3)
-        if trial.number not in labelled:
-            continue
-        label = cut_apart(", ".join([str(trial.number), *map(str, trial.params.values())]), 80)
-        axes.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points",
-                      fontsize=8, fontweight="bold" if on else "normal")  # fmt: skip
+        area = 60 if on else 25
+        axes.scatter(x, y, s=area, color="C3" if on else "C0", zorder=3)
+        if trial.number in labelled:
+            text = cut_apart(", ".join([str(trial.number), *map(str, trial.params.values())]), 80)
+            labels.append(Label(text, x, y, area, "bold" if on else "normal"))
     line = sorted((t.values[1], t.values[0]) for t in search.pareto)
     if len(line) > 1:
         axes.plot(*zip(*line, strict=True), color="grey", linestyle="--", linewidth=1, zorder=1)
@@ -201,6 +202,8 @@ def pareto_figure(search: SearchResults) -> Any:
         f"Optuna study {search.study}: trial, its values; bold and joined: Pareto trials",
         fontsize=10,
     )
+    figure.draw_without_rendering()  # the layout, so that labels are placed where they will be
+    place_labels(axes, sorted(labels, key=lambda label: label.fontweight != "bold"))
     return figure
 
 
