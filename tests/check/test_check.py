@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -190,6 +191,37 @@ def test_overrides_some_attentions_take_are_their_rows_to_report(tmp_path: Path)
         message,
         tmp_path / "run",
     )
+
+
+def test_a_refusal_composes_each_attention_after_the_first_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A typo in ``training.overrides`` was composed three times with each of the twelve
+    attentions (37 compositions: 21 s to refuse on a 2-core machine), to word twelve refusals of
+    which the line shows the first: an attention after it whose composition fails is refused
+    on that one composition."""
+    import hydra
+
+    from vitattn.bench.train_speed import check_train_overrides
+
+    composed: list[list[str]] = []
+    compose = hydra.compose
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        composed.append(list(kwargs["overrides"]))
+        return compose(*args, **kwargs)
+
+    monkeypatch.setattr(hydra, "compose", counted)
+    attentions = sorted(ATTENTIONS)
+    with pytest.raises(ConfigError, match=rf"attention={attentions[0]} \(and every other "):
+        check_train_overrides("training.overrides", ["model.depthh=2"], "vit", attentions)
+    later = [overrides for overrides in composed if f"attention={attentions[0]}" not in overrides]
+    assert len(later) == len(attentions) - 1
+    composed.clear()  # a later attention that takes them: the overrides are taken
+    check_train_overrides(
+        "training.overrides", ["attention.impl=torch"], "vit", ["linformer", "efficient"]
+    )
+    assert any("attention=efficient" in overrides for overrides in composed)
 
 
 @pytest.mark.parametrize(

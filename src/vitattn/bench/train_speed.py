@@ -214,7 +214,7 @@ def check_train_overrides(
     They are refused, in one line naming ``setting``, where they fail with every attention;
     where some take them, the others' rows say why they did not train (as a setting the bench
     takes at one size of its grid)."""
-    from vitattn.cli.console import check_composition
+    from vitattn.cli.console import check_composition, composes
     from vitattn.cli.overrides import check_syntax, key_of
     from vitattn.cli.validation import check_types
     from vitattn.training.trial_build import check_buildable
@@ -242,11 +242,14 @@ def check_train_overrides(
             raise ConfigError(
                 f"{setting}={shown}: {cut_apart(one_line(text), MAX_SHOWN)} is not taken: {why}"
             )
-    refusals = []
+    refusals: list[tuple[str, ConfigError | None]] = []
     for attention in attentions:
-        chosen = [f"model={model}", f"attention={attention}"]
+        arguments = [f"model={model}", f"attention={attention}", *overrides]
+        if refusals and not composes("train", arguments):
+            refusals.append((attention, None))  # refused; only the first refusal's line is shown
+            continue
         try:
-            check_composition("train", [*chosen, *overrides], as_trained)
+            check_composition("train", arguments, as_trained)
         except ConfigError as error:
             refusals.append((attention, error))
             continue

@@ -729,6 +729,23 @@ def check_composition(
         check_job(overrides, typed, first=index == 0)
 
 
+def composes(config_name: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> bool:
+    """Whether Hydra composes ``configs/<config_name>.yaml`` with one run's ``overrides`` at all,
+    the first of :func:`check_composition`'s checks, without the compositions that word its
+    refusal: for a caller that needs to know only that they are refused (the check's overrides
+    with its second and later attentions, once the first was refused in a line)."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with hydra_configs((), config_dir):
+            compose(config_name, overrides=list(overrides), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError, AssertionError):
+        return False  # what check_composition's check_job refuses in a line
+    return True
+
+
 def added_instead(error: BaseException, overrides: Sequence[str]) -> list[str] | None:
     """``overrides`` with the one Hydra refused for setting a key the config does not have
     (``seeed=3``: "Could not override 'seeed'. To append to your config use +seeed=3") made the
