@@ -94,7 +94,8 @@ class SaveLoggedNames(L.Callback):
 
 class SaveTrainingLabels(L.Callback):
     """Write to ``path`` (JSON), when training ends, the labels of every training batch in the
-    order they trained, with the epoch of each: which images each step saw."""
+    order they trained, with the epoch of each: which images each step saw. On several
+    processes, each writes its own to ``<path>.rank<k>``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -109,4 +110,5 @@ class SaveTrainingLabels(L.Callback):
         self.batches.append({"epoch": trainer.current_epoch, "labels": labels.tolist()})
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        Path(self.path).write_text(json.dumps(self.batches))
+        path = self.path if trainer.world_size == 1 else f"{self.path}.rank{trainer.global_rank}"
+        Path(path).write_text(json.dumps(self.batches))

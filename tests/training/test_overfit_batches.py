@@ -17,7 +17,7 @@ import pytest
 from tests.support.in_process import run_in_process
 from tests.support.presets import TINY, compose_config, plug
 from tests.support.probes import SaveTrainingLabels
-from tests.support.runners import refusal_message, train_tiny
+from tests.support.runners import refusal_message, run_cli, train_tiny
 from vitattn.cli.console import check_composition
 from vitattn.errors import ConfigError
 from vitattn.train import validate as validate_training
@@ -75,6 +75,37 @@ def test_a_limit_of_batches_that_overfitting_replaces_is_one_line(split: str, li
         "takes that many batches of the training and the validation split in its place; drop "
         f"trainer.limit_{split}_batches"
     )
+
+
+@pytest.mark.slow
+def test_each_process_of_an_overfitting_run_trains_on_its_own_batches_every_epoch(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """On several processes, each reads its shard of the training split in order
+    (``DistributedSampler(shuffle=False)``): the same batches every epoch, not the other's."""
+    saved = tmp_path / "labels.json"
+    run_cli(
+        "vitattn-train",
+        *TINY,
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "+trainer.overfit_batches=2",
+        "trainer.max_epochs=3",
+        "trainer.val_check_interval=2",
+        *plug("labels", SaveTrainingLabels, path=saved),
+        f"hydra.run.dir={tmp_path / 'run'}",
+        data_dir=data_dir,
+    )
+    per_rank = []
+    for rank in (0, 1):
+        batches = json.loads(saved.with_name(f"labels.json.rank{rank}").read_text())
+        assert [batch["epoch"] for batch in batches] == [0, 0, 1, 1, 2, 2]
+        labels = [batch["labels"] for batch in batches]
+        assert all(len(these) == 64 for these in labels)
+        assert labels[0:2] == labels[2:4] == labels[4:6]
+        per_rank.append(labels[0:2])
+    assert per_rank[0] != per_rank[1]
 
 
 @pytest.mark.slow
