@@ -5,7 +5,7 @@ frontier named under each panel."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -16,6 +16,7 @@ from matplotlib.transforms import Bbox
 
 from tests.analysis.conftest import write_run
 from vitattn.analysis.frontier import frontier_figure, pareto_front
+from vitattn.analysis.grouping import Setting
 from vitattn.analysis.summary import read_runs, summary_of
 
 SETTINGS = {
@@ -67,13 +68,14 @@ def test_the_frontier_is_every_point_no_other_beats(more_is_better: bool) -> Non
         assert [points[i][0] for i in front] == sorted(points[i][0] for i in front)
 
 
-def test_the_figure_joins_and_names_only_the_frontier(
-    tmp_path: Path, make_run: Callable[..., Path]
-) -> None:
-    sweep = tmp_path / "sweep"
-    for attention, (accuracies, speed, gflop) in SETTINGS.items():
+def settings_of(
+    sweep: Path, runs: dict[str, tuple[Sequence[float], float, float]]
+) -> list[Setting]:
+    """The settings of a sweep in ``sweep`` of the attentions of ``runs``, each with its test
+    accuracies by seed, images/s and GFLOP/image."""
+    for attention, (accuracies, speed, gflop) in runs.items():
         for seed, accuracy in enumerate(accuracies, start=1):
-            make_run(
+            write_run(
                 sweep / f"attention={attention},seed={seed}",
                 [f"attention={attention}", f"seed={seed}"],
                 maps=False,
@@ -83,7 +85,11 @@ def test_the_figure_joins_and_names_only_the_frontier(
                     "gflop_per_image": gflop,
                 },
             )
-    settings = summary_of(read_runs([sweep])).settings
+    return summary_of(read_runs([sweep])).settings
+
+
+def test_the_figure_joins_and_names_only_the_frontier(tmp_path: Path) -> None:
+    settings = settings_of(tmp_path / "sweep", SETTINGS)
     figure = frontier_figure(settings)
     assert figure is not None
     place = {s.label.removeprefix("attention="): s for s in settings}
@@ -193,20 +199,11 @@ standard deviation either side)."""
 def test_no_label_covers_another_label_or_a_marker_and_each_stays_in_its_frame(
     tmp_path: Path,
 ) -> None:
-    sweep = tmp_path / "sweep"
-    for attention, (mean, std, speed, gflop) in STUDY.items():
-        for seed, accuracy in enumerate((mean - std, mean, mean + std), start=1):
-            write_run(
-                sweep / f"attention={attention},seed={seed}",
-                [f"attention={attention}", f"seed={seed}"],
-                maps=False,
-                metrics={
-                    "test/acc": accuracy,
-                    "train/images_per_sec": speed,
-                    "gflop_per_image": gflop,
-                },
-            )
-    figure = frontier_figure(summary_of(read_runs([sweep])).settings)
+    runs = {
+        attention: ((mean - std, mean, mean + std), speed, gflop)
+        for attention, (mean, std, speed, gflop) in STUDY.items()
+    }
+    figure = frontier_figure(settings_of(tmp_path / "sweep", runs))
     assert figure is not None
     figure.set_dpi(120)  # as plot_frontier saves it
     figure.draw_without_rendering()
