@@ -192,8 +192,7 @@ STUDY = {  # attention: test/acc mean and std over seeds 1-3, images/s, GFLOP/im
     "softmax": (0.389, 0.021, 140.0, 0.866),
 }
 """The 64-token study of docs/results.md, whose figure had nystrom's label over softmax's
-marker and linformer's across its own interval (each setting's three seeds at its mean and one
-standard deviation either side)."""
+marker (each setting's three seeds at its mean and one standard deviation either side)."""
 
 
 def test_no_label_covers_another_label_or_a_marker_and_each_stays_in_its_frame(
