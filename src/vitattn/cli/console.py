@@ -664,7 +664,6 @@ def check_composition(
     override that sets a key inside an interpolation (``model.attention.landmarks=3``) is
     refused first, naming the key to set (:func:`vitattn.cli.interpolated.crossing`), and an
     addition nothing reads before the app's refusal of what it did to the config."""
-    from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -674,8 +673,7 @@ def check_composition(
         return  # a syntax error: check_syntax reports it in one line
 
     def composed(overrides: list[str]) -> DictConfig:
-        with hydra_configs(extra_dirs, config_dir):
-            return compose(config_name, overrides=overrides, return_hydra_config=True)
+        return composed_run(config_name, overrides, extra_dirs, config_dir)
 
     looked_up: dict[tuple[str, ...], DictConfig] = {}
 
@@ -729,18 +727,31 @@ def check_composition(
         check_job(overrides, typed, first=index == 0)
 
 
-def composes(config_name: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> bool:
-    """Whether Hydra composes ``configs/<config_name>.yaml`` with one run's ``overrides`` at all,
-    the first of :func:`check_composition`'s checks, without the compositions that word its
-    refusal: for a caller that needs to know only that they are refused (the check's overrides
-    with its second and later attentions, once the first was refused in a line)."""
+def composed_run(
+    config_name: str,
+    overrides: Sequence[str],
+    extra_dirs: Sequence[Path] = (),
+    config_dir: Path = CONFIG_DIR,
+) -> DictConfig:
+    """``configs/<config_name>.yaml`` composed with one run's ``overrides`` as the app composes
+    it, Hydra's own settings included."""
     from hydra import compose
+
+    with hydra_configs(extra_dirs, config_dir):
+        return compose(config_name, overrides=list(overrides), return_hydra_config=True)
+
+
+def composes(config_name: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> bool:
+    """Whether Hydra composes ``configs/<config_name>.yaml`` with one run's ``overrides`` at all
+    (:func:`composed_run`), the first of :func:`check_composition`'s checks, without the
+    compositions that word its refusal: for a caller that needs to know only that they are
+    refused (the check's overrides with its second and later attentions, once the first was
+    refused in a line)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        with hydra_configs((), config_dir):
-            compose(config_name, overrides=list(overrides), return_hydra_config=True)
+        composed_run(config_name, overrides, config_dir=config_dir)
     except (HydraException, OmegaConfBaseException, ValueError, AssertionError):
         return False  # what check_composition's check_job refuses in a line
     return True
