@@ -80,10 +80,8 @@ def place_labels(axes: Any, labels: Sequence[Label], fontsize: float = 8) -> lis
             },
         )
         scored = []
-        for order, (dx, dy, horizontal, vertical) in enumerate(PLACES):
-            annotation.set_position((dx * reach, dy * reach))
-            annotation.set_horizontalalignment(horizontal)
-            annotation.set_verticalalignment(vertical)
+        for order, place in enumerate(PLACES):
+            put(annotation, place, reach)
             box = annotation.get_window_extent(renderer)
             cost = (
                 OUTSIDE * (not inside(box, frame))
@@ -93,13 +91,18 @@ def place_labels(axes: Any, labels: Sequence[Label], fontsize: float = 8) -> lis
             )
             scored.append((cost, order, box))
         _, order, box = min(scored, key=lambda entry: entry[:2])
-        dx, dy, horizontal, vertical = PLACES[order]
-        annotation.set_position((dx * reach, dy * reach))
-        annotation.set_horizontalalignment(horizontal)
-        annotation.set_verticalalignment(vertical)
+        put(annotation, PLACES[order], reach)
         placed.append(box)
         annotations.append(annotation)
     return annotations
+
+
+def put(annotation: Any, place: tuple[float, float, str, str], reach: float) -> None:
+    """Move ``annotation`` to ``place`` of :data:`PLACES`, ``reach`` points from its point."""
+    dx, dy, horizontal, vertical = place
+    annotation.set_position((dx * reach, dy * reach))
+    annotation.set_horizontalalignment(horizontal)
+    annotation.set_verticalalignment(vertical)
 
 
 def covered(box: Any, by: Any) -> float:
