@@ -28,14 +28,17 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import lightning as L
 
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import existing_checkpoint, load_classifier
+    from vitattn.loading import existing_checkpoint, load_trained
     from vitattn.runs.task import write_metrics
     from vitattn.training.fitting import check_batch_shares, instantiate_trainer, test_report
     from vitattn.training.lightning_output import tidy_lightning_output
 
     tidy_lightning_output()
-    module = load_classifier(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(as_trained(cfg.data, cfg.ckpt_path))
+    trained = load_trained(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))
+    module = trained.module
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(
+        as_trained(cfg.data, trained.data_settings)
+    )
     module.check_data(datamodule, checkpoint=str(cfg.ckpt_path))
     datamodule.prepare_data()
     datamodule.setup("test")
@@ -62,13 +65,14 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checkpoint_file
+    from vitattn.loading import checked_checkpoint
+    from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import check_buildable
 
-    path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-eval")
+    checkpoint = checked_checkpoint(cfg.get("ckpt_path"), "vitattn-eval")
     with open_dict(cfg):
-        cfg.data = as_trained(cfg.data, path)
+        cfg.data = as_trained(cfg.data, data_settings_of(checkpoint))
     check_types(cfg)
     check_takes_batches(cfg.trainer, "test", "vitattn-eval's result is the test")
     check_buildable(cfg)

@@ -52,11 +52,11 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     # Everything that can reject the configuration or the data runs before anything is written.
     settings, merge = lora_settings(cfg)
-    base = load_base(cfg.get("ckpt_path"))
+    base, base_data = load_base(cfg.get("ckpt_path"))
     fitting.seed_and_precision(cfg)
     # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
     # this run's own setting.
-    data_cfg = as_trained(cfg.data, cfg.ckpt_path, settings=("grayscale", "normalize"))
+    data_cfg = as_trained(cfg.data, base_data, settings=("grayscale", "normalize"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
     module = adapted_module(cfg, base, settings)
     fitting.prepare_for_fit(module, datamodule, cfg.trainer)
@@ -100,22 +100,23 @@ def lora_settings(cfg: DictConfig) -> tuple[Any, bool]:
     return settings, merge
 
 
-def load_base(ckpt_path: Any) -> Any:
-    """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong."""
-    from vitattn.loading import load_classifier
+def load_base(ckpt_path: Any) -> tuple[Any, dict[str, Any]]:
+    """The :class:`ViTClassifier` to adapt, with one-line errors for every way it can be wrong,
+    and the data settings it was trained with (from the same bytes)."""
+    from vitattn.loading import load_trained
     from vitattn.lora.module import LoRAClassifier
 
     if ckpt_path in (None, "", "???"):
         raise ConfigError(
             "ckpt_path is required: vitattn-finetune ckpt_path=<train run>/checkpoints/last.ckpt"
         )
-    base = load_classifier(ckpt_path)
-    if isinstance(base, LoRAClassifier):
+    trained = load_trained(ckpt_path)
+    if isinstance(trained.module, LoRAClassifier):
         raise ConfigError(
             f"ckpt_path={ckpt_path} holds LoRA adapters (a vitattn-finetune checkpoint); "
             f"pass the run's checkpoints/{MERGED_CHECKPOINT} (lora.merge=true) instead"
         )
-    return base
+    return trained.module, trained.data_settings
 
 
 def adapted_module(cfg: DictConfig, base: Any, settings: Any) -> Any:
@@ -234,8 +235,9 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_run_settings, check_types, given_groups
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checkpoint_file
+    from vitattn.loading import checked_checkpoint
     from vitattn.lora.adapters import require_peft
+    from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import (
         built_with_torch_alone,
@@ -247,9 +249,11 @@ def validate(cfg: DictConfig) -> None:
     check_run_settings(cfg)
     lora_settings(cfg)
     # there, holding no code, building what vitattn builds: the data settings left to it
-    path = checkpoint_file(cfg.get("ckpt_path"), "vitattn-finetune")
+    checkpoint = checked_checkpoint(cfg.get("ckpt_path"), "vitattn-finetune")
     with open_dict(cfg):
-        cfg.data = as_trained(cfg.data, path, settings=("grayscale", "normalize"))
+        cfg.data = as_trained(
+            cfg.data, data_settings_of(checkpoint), settings=("grayscale", "normalize")
+        )
     require_peft()  # imported: an installed PEFT that fails to import is refused here
     first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
     check_types(cfg, groups=first)

@@ -7,6 +7,7 @@ with one-line errors for files that are not such checkpoints.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,10 @@ def existing_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     return path
 
 
-def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
-    """:func:`existing_checkpoint`, also refused in one line when it holds code or configs
-    vitattn does not build (read as :func:`~vitattn.runs.checkpoints.read_checkpoint` reads
-    it) or weights its network has not
+def checked_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> dict[str, Any]:
+    """The checkpoint :func:`existing_checkpoint` finds, read (memory-mapped) as
+    :func:`~vitattn.runs.checkpoints.read_checkpoint` reads it, and refused in one line when it
+    holds code or configs vitattn does not build, or weights its network has not
     (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`): the check of a command
     before its run directory exists, and before it imports Lightning."""
     from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
@@ -36,7 +37,7 @@ def checkpoint_file(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     path = existing_checkpoint(ckpt_path, program)
     checkpoint = read_checkpoint(path)
     check_adapters(checkpoint, path, check_weights_fit_their_network(checkpoint, path))
-    return path
+    return checkpoint
 
 
 def check_adapters(checkpoint: dict[str, Any], path: Path, net: Any = None) -> None:
@@ -60,14 +61,28 @@ def check_adapters(checkpoint: dict[str, Any], path: Path, net: Any = None) -> N
         check_stored_settings(settings["lora"], net, str(path))
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What a command reuses of a checkpoint, read from the same bytes: the classifier, and the
+    data settings it was trained with (:func:`~vitattn.runs.checkpoints.data_settings_of`)."""
+
+    module: Any
+    data_settings: dict[str, Any]
+
+
 def load_classifier(ckpt_path: str | Path) -> Any:
     """Rebuild the :class:`~vitattn.models.module.ViTClassifier` stored in a checkpoint: one of
     ``vitattn-train``, or of ``vitattn-finetune`` (a
     :class:`~vitattn.lora.module.LoRAClassifier`, whose network carries LoRA adapters)."""
+    return load_trained(ckpt_path).module
+
+
+def load_trained(ckpt_path: str | Path) -> Trained:
+    """:func:`load_classifier`, with the data settings of the bytes it was built from."""
     import io
 
     from vitattn.models.module import ViTClassifier
-    from vitattn.runs.checkpoints import build_failure, read_checkpoint_bytes
+    from vitattn.runs.checkpoints import build_failure, data_settings_of, read_checkpoint_bytes
 
     path = existing_checkpoint(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.
@@ -77,8 +92,9 @@ def load_classifier(ckpt_path: str | Path) -> Any:
         if holds_adapters(checkpoint):
             from vitattn.lora.module import LoRAClassifier
 
-            return LoRAClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
-        return ViTClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
+            module = LoRAClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
+        else:
+            module = ViTClassifier.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
     except VitattnError:
         raise
     except Exception as error:
@@ -87,6 +103,7 @@ def load_classifier(ckpt_path: str | Path) -> Any:
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({build_failure(error)})"
         ) from error
+    return Trained(module, data_settings_of(checkpoint))
 
 
 def holds_adapters(checkpoint: dict[str, Any]) -> bool:

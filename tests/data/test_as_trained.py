@@ -62,11 +62,45 @@ def test_eval_reproduces_an_lra_run_without_repeating_its_data_settings(
 def test_a_value_given_for_the_data_wins_over_the_checkpoint(lra_run: Path, tmp_path: Path) -> None:
     ckpt = lra_run / "checkpoints" / "last.ckpt"
     cfg = compose_config("eval", [f"ckpt_path={ckpt}", "data.shift=invert"], tmp_path)
-    data = as_trained(cfg.data, ckpt)
+    data = as_trained(cfg.data, saved_data_settings(ckpt))
     assert (data.grayscale, data.normalize, data.shift) == (True, False, "invert")
     # only the settings asked for are taken from the checkpoint
-    data = as_trained(cfg.data, ckpt, settings=("grayscale",))
+    data = as_trained(cfg.data, saved_data_settings(ckpt), settings=("grayscale",))
     assert (data.grayscale, data.normalize) == (True, None)
+
+
+@pytest.mark.slow
+def test_eval_reads_the_data_settings_from_the_bytes_it_built_the_network_from(
+    lra_run: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint is replaced, by one whose data settings say three normalised channels,
+    right after vitattn-eval has read the bytes it builds the grayscale network from: the data
+    is still read as that network was trained."""
+    from vitattn.eval import evaluate
+    from vitattn.runs import checkpoints
+
+    trained = json.loads((lra_run / "metrics.json").read_text())
+    ckpt = tmp_path / "shared.ckpt"
+    ckpt.write_bytes(Path(trained["ckpt_path"]).read_bytes())
+    other = torch.load(ckpt, map_location="cpu", weights_only=False)
+    other[checkpoints.DATA_SETTINGS_KEY].update(grayscale=False, normalize=True)
+    replacement = tmp_path / "replacement.ckpt"
+    torch.save(other, replacement)
+    read_at_most = checkpoints.read_at_most
+
+    def read_then_replace(path: Path, bound: int) -> bytes:
+        data = read_at_most(path, bound)
+        replacement.replace(ckpt)  # another process rewrites the file
+        return data
+
+    monkeypatch.setattr(checkpoints, "read_at_most", read_then_replace)
+    cfg = compose_config(
+        "eval", [f"ckpt_path={ckpt}", "trainer=cpu", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    metrics = evaluate(cfg)
+    assert not replacement.exists()  # the file was replaced during the run
+    assert saved_data_settings(ckpt)["grayscale"] is False
+    assert float(metrics["test/acc"]) == pytest.approx(trained["test/acc"], abs=1e-6)
 
 
 def test_without_saved_settings_the_data_module_defaults_apply(tmp_path: Path) -> None:
@@ -74,7 +108,7 @@ def test_without_saved_settings_the_data_module_defaults_apply(tmp_path: Path) -
     torch.save({"state_dict": {}}, foreign)
     cfg = compose_config("eval", [f"ckpt_path={foreign}"], tmp_path)
     for ckpt in (foreign, None):
-        data = as_trained(cfg.data, ckpt)
+        data = as_trained(cfg.data, saved_data_settings(ckpt))
         assert (data.grayscale, data.normalize, data.shift) == (False, True, "none")
 
 

@@ -36,12 +36,13 @@ def checkpoint_qkv(ckpt_path: str, data_cfg: DictConfig, images: int) -> list[QK
     # Imported here, not above: they import Lightning, which takes seconds, and only the modes
     # that read a checkpoint need them.
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import load_classifier
+    from vitattn.loading import load_trained
 
-    module = load_classifier(ckpt_path)
+    trained = load_trained(ckpt_path)
+    module = trained.module
     if not attention_layers(module.net):
         raise ConfigError(f"ckpt_path={ckpt_path}: its network has no attention layers to inspect")
-    datamodule = hydra.utils.instantiate(as_trained(data_cfg, ckpt_path))
+    datamodule = hydra.utils.instantiate(as_trained(data_cfg, trained.data_settings))
     module.check_data(datamodule, checkpoint=ckpt_path)  # a matmul's shapes refused it after
     batch = test_images(datamodule, images)
     return capture_qkv(module.net, batch.to(next(module.parameters()).device))

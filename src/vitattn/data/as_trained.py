@@ -5,21 +5,21 @@ from its checkpoint. Some data settings decide what that network can read: a Lon
 model (``experiment=lra_image``) takes one grayscale channel of raw 8-bit intensities, others
 take three normalised channels, and a fine-tuned model was trained on a shifted variant. Their
 configs leave these settings ``null``, which means "as the checkpoint was trained": Lightning
-saves the data module's hyperparameters in every checkpoint, and :func:`as_trained` reads them
+saves the data module's hyperparameters in every checkpoint, and :func:`as_trained` puts them
 back. A value given on the command line (``data.shift=invert``) is used as given.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from vitattn.data.settings import DataSettings
-from vitattn.runs.checkpoints import read_checkpoint
+from vitattn.runs.checkpoints import data_settings_of, read_checkpoint
 from vitattn.runs.files import one_line
 from vitattn.utils.config import cut_apart
 
@@ -30,29 +30,26 @@ INPUT_SETTINGS = ("grayscale", "normalize", "shift")
 
 
 def saved_data_settings(ckpt_path: str | Path | None) -> dict[str, Any]:
-    """The data module's hyperparameters stored in a checkpoint; ``{}`` if it has none (a
-    checkpoint written by something other than a Lightning Trainer with our data module)."""
+    """:func:`~vitattn.runs.checkpoints.data_settings_of` the checkpoint at ``ckpt_path``;
+    ``{}`` without one."""
     if ckpt_path in (None, ""):
         return {}
-    checkpoint = read_checkpoint(ckpt_path)
-    # after the read: a checkpoint it refuses is refused before Lightning is imported, which
-    # takes most of the time of such a refusal
-    from lightning import LightningDataModule
-
-    return dict(checkpoint.get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY) or {})
+    return data_settings_of(read_checkpoint(ckpt_path))
 
 
 def as_trained(
     data_cfg: DictConfig,
-    ckpt_path: str | Path | None,
+    saved: Mapping[str, Any],
     settings: Sequence[str] = INPUT_SETTINGS,
 ) -> DictConfig:
-    """``data_cfg`` with each of ``settings`` that is ``null`` replaced by the checkpoint's value
-    (the data module's default where the checkpoint has none, or there is no checkpoint)."""
+    """``data_cfg`` with each of ``settings`` that is ``null`` replaced by its value in
+    ``saved``, a checkpoint's data settings
+    (:func:`~vitattn.runs.checkpoints.data_settings_of`; the data module's default where they
+    have none). A command takes them from the bytes it builds the network
+    from (:func:`vitattn.loading.load_trained`), so the two agree even if the file changes."""
     unset = [name for name in settings if name in data_cfg and data_cfg[name] is None]
     if not unset:
         return data_cfg
-    saved = saved_data_settings(ckpt_path)
     chosen = {name: saved.get(name, DataSettings.default(name)) for name in unset}
     if saved:  # the checkpoint's words: escaped and short in the log
         shown = (f"data.{name}={cut_apart(one_line(value), 80)}" for name, value in chosen.items())

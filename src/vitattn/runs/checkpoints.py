@@ -48,6 +48,13 @@ DATA_SETTINGS_KEY = "datamodule_hyper_parameters"
 """Where a checkpoint stores the data module's arguments (``LightningDataModule``'s key)."""
 
 
+def data_settings_of(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The data module's hyperparameters in a checkpoint already read (and checked, by
+    :func:`read_checkpoint`); ``{}`` if it has none (a checkpoint
+    written by something other than a Lightning Trainer with our data module)."""
+    return dict(checkpoint.get(DATA_SETTINGS_KEY) or {})
+
+
 def config_types() -> list[Any]:
     """What an OmegaConf container is pickled as: its classes, nodes and metadata, and the plain
     types its metadata names (``object_type=dict``, ``key_type=typing.Any``). None of them runs
