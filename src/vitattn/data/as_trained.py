@@ -45,8 +45,8 @@ def as_trained(
     """``data_cfg`` with each of ``settings`` that is ``null`` replaced by its value in
     ``saved``, a checkpoint's data settings
     (:func:`~vitattn.runs.checkpoints.data_settings_of`; the data module's default where they
-    have none). A command takes them from the bytes it builds the network
-    from (:func:`vitattn.loading.load_trained`), so the two agree even if the file changes."""
+    have none). A command takes them from the bytes it builds the network from
+    (:func:`vitattn.loading.load_trained`), so the two agree even if the file changes."""
     unset = [name for name in settings if name in data_cfg and data_cfg[name] is None]
     if not unset:
         return data_cfg
