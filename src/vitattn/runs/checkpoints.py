@@ -50,8 +50,8 @@ DATA_SETTINGS_KEY = "datamodule_hyper_parameters"
 
 def data_settings_of(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """The data module's hyperparameters in a checkpoint already read (and checked, by
-    :func:`read_checkpoint`); ``{}`` if it has none (a checkpoint
-    written by something other than a Lightning Trainer with our data module)."""
+    :func:`read_checkpoint`); ``{}`` if it has none (a checkpoint written by something other
+    than a Lightning Trainer with our data module)."""
     return dict(checkpoint.get(DATA_SETTINGS_KEY) or {})
 
 
