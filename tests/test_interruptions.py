@@ -229,6 +229,25 @@ def test_a_run_without_validation_keeps_last_ckpt_and_resumes_exactly_after_a_ki
     assert metrics_of(stopped)["status"] == "completed"
 
 
+def test_a_run_without_validation_stopped_at_a_due_step_writes_last_ckpt_once(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """SIGTERM at step 8 of a run without validation saving every 4 steps: its checkpoint was due
+    there (:class:`~vitattn.training.callbacks.CheckpointWithoutValidation`) and the signal asks
+    for one too (:class:`~vitattn.training.callbacks.CheckpointOnInterrupt`). Both wrote the
+    same state, one after the other, while a pre-empted job's grace period ran; once is enough."""
+    record = tmp_path / "saves.txt"
+    plugin = f"{{_target_: tests.support.faults.RecordingCheckpointIO, record: '{record}'}}"
+    run_dir = tmp_path / "run"
+    overrides = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0", *at_step("SigtermAtStep", 8)]
+    overrides += [f"trainer.plugins=[{plugin}]", as_override("hydra.run.dir", str(run_dir))]
+    finished = run_cli("vitattn-train", *overrides, data_dir=data_dir, check=False)
+    assert finished.returncode == 143, finished.stderr
+    assert record.read_text().split() == ["4", "8"]
+    assert checkpoint_step(run_dir) == 8
+    assert "SIGTERM: stopping after step 8; saved " in (run_dir / "train.log").read_text()
+
+
 def killed_at_6_and_resumed(tmp_path: Path, data_dir: Path, setting: str) -> tuple[Path, Path]:
     """12 steps with ``setting``, straight and killed at step 6 (``last.ckpt`` of step 4), then
     resumed with nothing given again: the two runs' directories, the resumed one checked to be

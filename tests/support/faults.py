@@ -85,6 +85,21 @@ class FailingCheckpointIO(AtomicCheckpointIO):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+class RecordingCheckpointIO(AtomicCheckpointIO):
+    """Append the global step of every write of ``last.ckpt`` to the file ``record``, one line
+    each: how many times a run saved what."""
+
+    def __init__(self, record: str) -> None:
+        super().__init__()
+        self.record = Path(record)
+
+    def save_checkpoint(self, checkpoint: dict, path: Any, storage_options: Any = None) -> None:
+        super().save_checkpoint(checkpoint, path, storage_options)
+        if Path(path).name == "last.ckpt":
+            with self.record.open("a") as record:
+                record.write(f"{checkpoint['global_step']}\n")
+
+
 PAUSE_SECONDS = "TESTS_PAUSE_SECONDS"
 """The environment variable that sets :class:`PauseAfterStep`'s pause where its settings do not:
 the process a test kills pauses, a continuation with the same settings does not wait."""

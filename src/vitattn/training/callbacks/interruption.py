@@ -15,6 +15,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from vitattn.training.callbacks.saving import save_resumable
+
 log = logging.getLogger(__name__)
 
 
@@ -76,9 +78,7 @@ class CheckpointOnInterrupt(L.Callback):
     def _save(self, trainer: L.Trainer) -> None:
         if self._saved_at_step == trainer.global_step:
             return
-        # the whole state, to resume from; said here, else Lightning logs that it was not set
-        # ("`weights_only` was not set, defaulting to `False`") just before our line
-        trainer.save_checkpoint(self.path, weights_only=False)
+        save_resumable(trainer, self.path)
         self._saved_at_step = trainer.global_step
         log.warning(
             "%s: stopping after step %d; saved %s", self.signal_name, trainer.global_step, self.path

@@ -12,6 +12,7 @@ import torch
 
 from vitattn.errors import TrainingError
 from vitattn.runs.layout import RunDir
+from vitattn.training.callbacks.saving import save_resumable
 from vitattn.utils import checks
 
 
@@ -51,10 +52,9 @@ class CheckpointWithoutValidation(L.Callback):
 
     def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
-        self._saved_at_step: int | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, *hook_args: Any) -> None:
-        if trainer.limit_val_batches != 0 or self._saved_at_step == trainer.global_step:
+        if trainer.limit_val_batches != 0:
             return
         batch_idx = hook_args[-1]  # Lightning's (pl_module, outputs, batch, batch_idx)
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
@@ -68,8 +68,7 @@ class CheckpointWithoutValidation(L.Callback):
             due = batch_idx + 1 >= trainer.num_training_batches
         last_step = 0 < trainer.max_steps <= trainer.global_step
         if due or last_step or trainer.should_stop:
-            trainer.save_checkpoint(self.path, weights_only=False)
-            self._saved_at_step = trainer.global_step
+            save_resumable(trainer, self.path)
 
 
 class NanGuard(L.Callback):
