@@ -100,7 +100,7 @@ for item in json.load(open(report))["install"]:
 PY
 
 "${PIP[@]}" download --quiet --no-deps --dest "$dir" -r "$work/requirements.txt"
-"${PIP[@]}" download --quiet --dest "$dir" "setuptools>=68" wheel
+"${PIP[@]}" download --quiet --dest "$dir" "setuptools>=77" wheel
 count="$(find "$dir" -maxdepth 1 -name '*.whl' | wc -l | tr -d ' ')"
 echo "offline_wheels.sh: $count wheels in $dir ($(wc -l < "$work/requirements.txt" | tr -d ' ') packages for vitattn${extras:+[$extras]}$( ((without_torch)) && echo ', torch left out'))"
 echo "install with: pip install --no-index --find-links $dir -e \"${ROOT}${extras:+[$extras]}\""

@@ -62,7 +62,7 @@ def test_all_wheels_of_the_dev_install(tmp_path: Path) -> None:
     assert install[:4] == ["install", "--dry-run", "--ignore-installed", "--quiet"]
     assert install[-1] == f"{PROJECT_ROOT}[dev]"
     assert "--no-deps" in download and "-r" in download
-    assert backend[-2:] == ["setuptools>=68", "wheel"]
+    assert backend[-2:] == ["setuptools>=77", "wheel"]
     names = sorted(p.name.split("-")[0] for p in wheels.iterdir())
     assert "torch" in names and "nvidia_cublas_cu12" in names and "hydra_core" in names
     assert "vitattn" not in names  # the project is installed from the repository
