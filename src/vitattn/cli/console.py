@@ -665,7 +665,6 @@ def check_composition(
     refused first, naming the key to set (:func:`vitattn.cli.interpolated.crossing`), and an
     addition nothing reads before the app's refusal of what it did to the config."""
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     try:
         jobs = single_runs(arguments)
@@ -688,13 +687,6 @@ def check_composition(
         """The checks of one job's ``overrides`` (``typed``: as the command line gives them)."""
         try:
             cfg = composed(overrides)
-        except (HydraException, OmegaConfBaseException, ValueError) as error:
-            # ValueError: Hydra's defaults list refuses some overrides so (~group=[1])
-            line = crossing(overrides, composed_once, typed=typed)  # key=value through one
-            as_added = added_instead(error, overrides)
-            if line is None and as_added is not None:  # the addition's checks name the key
-                check_job(as_added, typed, first=False)
-            raise ConfigError(line or composition_message(error)) from error
         except AssertionError as error:  # Hydra's, adding a key under a null (+attentions.x=1)
             added = [
                 cut_apart(one_line(typed[at]), MAX_SHOWN)
@@ -705,6 +697,12 @@ def check_composition(
                 f"{', '.join(added[:8]) or 'the overrides'} cannot be added "
                 f"({composition_message(error)}): no key can be added under a setting that is null"
             ) from error
+        except composition_refusals() as error:
+            line = crossing(overrides, composed_once, typed=typed)  # key=value through one
+            as_added = added_instead(error, overrides)
+            if line is None and as_added is not None:  # the addition's checks name the key
+                check_job(as_added, typed, first=False)
+            raise ConfigError(line or composition_message(error)) from error
         line = crossing(overrides, composed_once, additions_only=True, typed=typed)
         # the app's own checks would name what replaced the interpolation, or the node
         line = line or unresolved(cfg, overrides, typed)
@@ -747,14 +745,21 @@ def composes(config_name: str, overrides: Sequence[str], config_dir: Path = CONF
     compositions that word its refusal: for a caller that needs to know only that they are
     refused (the check's overrides with its second and later attentions, once the first was
     refused in a line)."""
+    try:
+        composed_run(config_name, overrides, config_dir=config_dir)
+    except composition_refusals():
+        return False  # what check_composition's check_job refuses in a line
+    return True
+
+
+def composition_refusals() -> tuple[type[BaseException], ...]:
+    """What Hydra raises for a composition it refuses: its own and OmegaConf's errors, a
+    ``ValueError`` (its defaults list refusing ``~group=[1]``) and an ``AssertionError`` (a key
+    added under a setting that is null: ``+attentions.x=1``)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        composed_run(config_name, overrides, config_dir=config_dir)
-    except (HydraException, OmegaConfBaseException, ValueError, AssertionError):
-        return False  # what check_composition's check_job refuses in a line
-    return True
+    return (HydraException, OmegaConfBaseException, ValueError, AssertionError)
 
 
 def added_instead(error: BaseException, overrides: Sequence[str]) -> list[str] | None:
