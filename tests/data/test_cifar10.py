@@ -336,6 +336,26 @@ def test_more_data_workers_than_cpus_is_a_one_line_error(workers: int, tmp_path:
     CIFAR10DataModule(tmp_path, num_workers=1)
 
 
+@pytest.mark.parametrize("name", [FOLDER, "cifar"])
+def test_the_batches_folder_given_as_the_data_dir_names_its_parent(
+    name: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """``VITATTN_DATA_DIR=.../cifar-10-batches-py``, one level too deep: the run downloaded the
+    archive into the folder, to nest a second copy inside it (or said only that the download
+    failed, on a machine without network). Now one line names the parent, and the folder is
+    left as it was (no lock, no staging folder)."""
+    given = shutil.copytree(data_dir / FOLDER, tmp_path / name)
+    before = sorted(p.name for p in given.iterdir())
+    url = "http://127.0.0.1:9/cifar-10-python.tar.gz"  # refused at once, were it tried
+    with pytest.raises(DataError) as info:
+        CIFAR10DataModule(given, url=url).prepare_data()
+    assert str(info.value) == (
+        f"data.data_dir={given} is a {FOLDER}/ folder itself (it holds batches.meta); give the "
+        f"directory that holds it: data.data_dir={tmp_path} (or VITATTN_DATA_DIR={tmp_path})"
+    )
+    assert sorted(p.name for p in given.iterdir()) == before
+
+
 def test_download_disabled_names_the_directory(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"holds no cifar-10-batches-py/ and data.download=false"):
         CIFAR10DataModule(tmp_path, download=False).prepare_data()

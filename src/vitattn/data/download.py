@@ -44,7 +44,8 @@ STAGING = ".unpacking-"
 """The prefix of a download's staging folder in the data directory, made and removed under the
 lock; one a killed download left is removed by the next (:func:`remove_dead_staging`)."""
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
-ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, "batches.meta", "readme.html")
+BATCHES_META = "batches.meta"
+ARCHIVE_FILES = (*TRAIN_FILES, *TEST_FILES, BATCHES_META, "readme.html")
 """The files the official archive holds in :data:`FOLDER`; the batch files must all be there."""
 MAX_MEMBER_BYTES = 40 * 2**20
 """The most bytes a file of the archive may hold: an official batch file of 10,000 images has
@@ -147,6 +148,19 @@ def check_folder_place(data_dir: Path) -> None:
             f"{problem}, so data.data_dir={data_dir} cannot hold the folder {FOLDER}/; move it "
             f"away, or put the official 'CIFAR-10 python version' folder {FOLDER}/ in its place"
         )
+    if not os.path.lexists(data_dir / FOLDER) and is_batches_folder(data_dir):
+        raise DataError(
+            f"data.data_dir={data_dir} is a {FOLDER}/ folder itself (it holds {BATCHES_META}); "
+            f"give the directory that holds it: data.data_dir={data_dir.parent} (or "
+            f"VITATTN_DATA_DIR={data_dir.parent})"
+        )
+
+
+def is_batches_folder(path: Path) -> bool:
+    """Whether ``path`` looks like the unpacked ``cifar-10-batches-py/`` itself (it holds
+    :data:`BATCHES_META`): a data directory one level too deep, where a download would nest a
+    second copy, 170 MB, inside the first."""
+    return os.path.lexists(path / BATCHES_META)
 
 
 def check_lock_place(data_dir: Path) -> None:
