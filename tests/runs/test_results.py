@@ -57,6 +57,9 @@ def test_markdown_rows_stay_one_line_and_align() -> None:
 
 def test_number_formats_or_dashes() -> None:
     assert number(0.123456) == "0.123"
+    # a table's cell in powers of ten, "1.1e+02" for 112% of a floor, reads as a typo
+    assert number(112.4, 2) == "110" and number(1234.5) == "1230" and number(-98765.4) == "-98800"
+    assert number(999.4) == "999" and number(999.7) == "1000" and number(3e20) == "3e+20"
     assert number(None) == number(math.nan) == "-"
 
 

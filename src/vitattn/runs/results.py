@@ -126,11 +126,20 @@ def _cell_text(value: Any) -> str:
 
 
 def number(value: float | None, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits, or ``-`` when there is none."""
+    """``value`` with ``digits`` significant digits, or ``-`` when there is none; one of more
+    whole digits than that is written whole, not in powers of ten (112% of a floor with two
+    digits: ``110``, not ``1.1e+02``; 1,234.5 ms: ``1230``)."""
     value = plain_value(value)
     if value is None:
         return "-"
-    return f"{value:.{digits}g}"
+    rounded = f"{value:.{digits}g}"
+    if 10**digits <= abs(float(rounded)) < WHOLE_UP_TO:  # 999.7: "1e+03" rounded
+        return f"{float(rounded):.0f}"
+    return rounded
+
+
+WHOLE_UP_TO = 1e15
+"""Past this, :func:`number` writes powers of ten again: a float's whole digits end here."""
 
 
 def mebibytes(value: float | None) -> str:
