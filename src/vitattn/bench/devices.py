@@ -3,10 +3,11 @@
 GPUs listed in :data:`vitattn.utils.datasheets.DATASHEETS` (the one table, which MFU reads too)
 take the figures of their vendor's datasheet (dense, without the 2:4 sparsity the datasheets also
 quote, which no attention here uses). Any other device, a CPU always, is measured once per
-process (:func:`measured`): the peak as the best of a few timed square matrix products in the
-dtype, the bandwidth as the best of a few copies of a tensor far larger than any cache (read
-once, written once). Measured figures say so (``source``), and they
-are what this process reaches with its threads, not what the part could reach alone.
+process (:func:`measured`): the peak as the best of timed square matrix products in the
+dtype, the bandwidth as the best of copies of a tensor far larger than any cache (read once,
+written once), each repeated for a quarter of a second (:func:`best_seconds`). Measured figures
+say so (``source``), and they are what this process reaches with its threads, not what the part
+could reach alone.
 
 fp32 is the CUDA cores' fp32 rate, or the tensor cores' TF32 rate where the part has one and
 PyTorch multiplies fp32 matrices as TF32 (``matmul_precision`` high or medium, vitattn's default:
@@ -112,9 +113,26 @@ def measured(device: str, name: str, dtype: torch.dtype) -> DeviceSpec:
     return DeviceSpec(name, flops, copy_bandwidth(where), source, measured=True)
 
 
-def _best_seconds(call: functools.partial | object, device: torch.device, repeats: int) -> float:
+MEASURED_FOR = 0.25
+"""The least seconds a peak is measured for (:func:`best_seconds`): long enough that a slow
+moment of a shared machine does not set the peak, and with it every floor (docs/bench.md)."""
+MOST_REPEATS = 10_000
+
+
+def best_seconds(
+    call: functools.partial | object,
+    device: torch.device,
+    repeats: int = 5,
+    at_least: float = MEASURED_FOR,
+) -> float:
+    """The fastest of at least ``repeats`` calls, repeated until ``at_least`` seconds passed
+    (at most :data:`MOST_REPEATS`): a peak is the best the device does, so a slow moment of
+    the machine shorter than that does not set it."""
     best = float("inf")
-    for _ in range(repeats):
+    started = time.perf_counter()
+    for count in range(MOST_REPEATS):
+        if count >= repeats and time.perf_counter() - started >= at_least:
+            break
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
@@ -126,19 +144,19 @@ def _best_seconds(call: functools.partial | object, device: torch.device, repeat
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, size: int | None = None) -> float:
-    """FLOP/s of the best of a few ``size x size`` matrix products (2 size^3 FLOPs each)."""
+    """FLOP/s of the best of ``size x size`` matrix products (2 size^3 FLOPs each)."""
     size = size or (1024 if device.type == "cpu" else 8192)
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
     torch.mm(a, b)  # warm-up: the library picks its kernel
-    seconds = _best_seconds(functools.partial(torch.mm, a, b), device, repeats=5)
+    seconds = best_seconds(functools.partial(torch.mm, a, b), device)
     return 2 * size**3 / seconds
 
 
 def copy_bandwidth(device: torch.device, nbytes: int | None = None) -> float:
-    """Bytes/s of the best of a few copies of ``nbytes`` (each reads and writes them once)."""
+    """Bytes/s of the best of copies of ``nbytes`` (each reads and writes them once)."""
     nbytes = nbytes or (256 * 2**20 if device.type == "cpu" else 2**30)
     source = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
     target = torch.empty_like(source)
     target.copy_(source)  # warm-up: the pages are touched
-    seconds = _best_seconds(functools.partial(target.copy_, source), device, repeats=5)
+    seconds = best_seconds(functools.partial(target.copy_, source), device)
     return 2 * nbytes / seconds
