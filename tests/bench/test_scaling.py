@@ -298,6 +298,21 @@ def test_the_forward_floor_says_what_bounds_it_too() -> None:
     assert row.fwd_floor_bound == "memory"
 
 
+def test_a_call_faster_than_its_floor_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A device whose figures are far too low (1 MFLOP/s, 1 MB/s, as a peak measured in a slow
+    moment is, less so): every call runs past its floor, and the bench says what that means."""
+    from vitattn.bench.devices import DeviceSpec
+
+    runner = Runner(small_sweep(attentions=["softmax"], seq_lens=[32]))
+    runner.spec = DeviceSpec("slow moment", {"float32": 1e6}, bandwidth=1e6)
+    with caplog.at_level("WARNING", logger="vitattn.bench.scaling"):
+        (row,) = runner.run()
+    assert row.ok and row.fwd_bwd_floor_pct is not None and row.fwd_bwd_floor_pct > 110
+    (said,) = [r.getMessage() for r in caplog.records if "of its floor" in r.getMessage()]
+    assert said.startswith("softmax at n=32 ran at ")
+    assert "the floors of this run are too high" in said
+
+
 def test_a_call_the_counter_cannot_count_takes_its_formula(monkeypatch) -> None:
     """Where ``torch.utils.flop_counter`` fails (FlexAttention's operator, say), the floor comes
     from the mechanism's formula, and says so."""

@@ -17,8 +17,10 @@ from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import compose_config
 from tests.support.runners import assert_one_line_refusal
 from vitattn.attention import ATTENTIONS
+from vitattn.bench.scaling_table import Row
 from vitattn.bench.settings import DType
 from vitattn.check.app import check_command
+from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import check_attention, relative_error, tolerance
 from vitattn.check.report import problems
 from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
@@ -533,6 +535,22 @@ def test_a_loss_that_does_not_fall_is_a_problem() -> None:
     row = TrainingRow("linear", "vit", 8, "32-true", 8, loss_first=2.3, loss_last=2.4)
     row.loss_falling = False
     assert problems([], [row], None) == ["training: linear: the loss did not fall (2.300 -> 2.400)"]
+
+
+def test_a_kernel_measured_faster_than_its_floor_is_a_problem() -> None:
+    """A floor is the least time the device's figures allow: a call measured at 112% of it (a
+    CPU's peak measured in a slow moment) says the run's floors are wrong, not that the call
+    beat the device. Within the timing's noise (up to 110%) it is no problem."""
+    rows = [
+        Row("softmax", 1024, 64, fwd_floor_pct=95.0, fwd_bwd_floor_pct=112.4),
+        Row("linear", 1024, 64, fwd_floor_pct=108.0, fwd_bwd_floor_pct=None),
+        Row("performer", 1024, 64),
+    ]
+    assert problems([], [], KernelsRun(rows, [])) == [
+        "kernels: softmax at n=1024 ran at 112% of its floor, faster than the device's figures "
+        "allow: the floors of this run are too high (a measured peak or bandwidth too low, or "
+        "FLOPs counted too many)"
+    ]
 
 
 @pytest.mark.slow

@@ -68,6 +68,25 @@ class Floor:
         return share_of_floor(self.ms, measured_ms)
 
 
+PAST_THE_FLOOR = 110.0
+"""A share of the floor, in percent, above which a call is said to have run faster than its
+floor allows: its device's figures (a measured peak or bandwidth too low) or its FLOPs (too many)
+are wrong, and so are that run's floors. The margin is for the timing's noise."""
+
+
+def past_the_floor(attention: str, seq_len: int, *shares: float | None) -> str | None:
+    """One line for a call measured faster than its floor (:data:`PAST_THE_FLOOR`), else
+    ``None``; ``shares`` are its forward's and forward+backward's shares of their floors."""
+    highest = max((share for share in shares if share is not None), default=None)
+    if highest is None or highest <= PAST_THE_FLOOR:
+        return None
+    return (
+        f"{attention} at n={seq_len} ran at {highest:.0f}% of its floor, faster than the "
+        "device's figures allow: the floors of this run are too high (a measured peak or "
+        "bandwidth too low, or FLOPs counted too many)"
+    )
+
+
 def share_of_floor(floor_ms: float | None, measured_ms: float | None) -> float | None:
     """``floor_ms`` as a percentage of ``measured_ms`` (100: the call runs at its floor)."""
     if floor_ms is None or not measured_ms or measured_ms <= 0:

@@ -42,6 +42,7 @@ from vitattn.bench.floor import (
     floor_of,
     formula_flops,
     least_bytes,
+    past_the_floor,
     share_of_floor,
 )
 from vitattn.bench.grid import Guard, Sweep, Workload, room_to_recompile
@@ -349,6 +350,9 @@ class Runner:
             release(sweep.device)
         row.fwd_floor_pct = share_of_floor(row.fwd_floor_ms, fwd.median_ms)
         row.fwd_bwd_floor_pct = share_of_floor(row.fwd_bwd_floor_ms, fwd_bwd.median_ms)
+        past = past_the_floor(attention, seq_len, row.fwd_floor_pct, row.fwd_bwd_floor_pct)
+        if past is not None:
+            log.warning(past)
         row.fwd_ms, row.fwd_q25_ms, row.fwd_q75_ms = fwd.median_ms, fwd.q25_ms, fwd.q75_ms
         row.fwd_min_ms = fwd.min_ms
         row.fwd_bwd_ms, row.fwd_bwd_min_ms = fwd_bwd.median_ms, fwd_bwd.min_ms

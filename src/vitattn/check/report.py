@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from vitattn.bench.environment import environment
-from vitattn.bench.floor import floor_line
+from vitattn.bench.floor import floor_line, past_the_floor
 from vitattn.bench.plots import plot_time
 from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import NumericsRow
@@ -91,6 +91,10 @@ def problems(
             for r in kernels.rows
             if r.status.startswith("error")
         )
+        for r in kernels.rows:
+            past = past_the_floor(r.attention, r.seq_len, r.fwd_floor_pct, r.fwd_bwd_floor_pct)
+            if past is not None:
+                found.append(f"kernels: {past}")
     if reference is not None and not reference["status"].startswith(("ok", "skipped")):
         found.append(f"reference: {reference['status']}")
     for row in [] if reference is None else reference["results"]:
