@@ -63,3 +63,26 @@ def test_a_compiled_row_is_drawn_in_its_eager_rows_colour_with_hollow_markers() 
         assert compiled.get_markerfacecolor() == "none" != eager.get_markerfacecolor()
     finally:
         plt.close(figure)
+
+
+def test_the_share_of_the_floor_panel_draws_the_floor_in_its_range(tmp_path, monkeypatch) -> None:
+    """Calls at 2% to 5% of their floor (issue 42's GPU rows): the panel spans 100% too, a
+    dashed line there, so that how far below the device's limit they run reads off it."""
+    from matplotlib.figure import Figure
+
+    from vitattn.bench import plots
+
+    rows = [
+        Row("linear", n, 64, fwd_ms=1.0, fwd_bwd_ms=2.0, fwd_bwd_floor_pct=pct)
+        for n, pct in ((256, 2.0), (4096, 5.0))
+    ]
+    drawn: list[Figure] = []
+    finish = plots._finish
+    monkeypatch.setattr(plots, "_finish", lambda f, *args: (drawn.append(f), finish(f, *args)))
+    plots.plot_time(rows, tmp_path / "time.png")
+    share = drawn[0].axes[2]
+    low, high = share.get_ylim()
+    assert low <= 2.0 and high >= 100.0
+    floor_lines = [line for line in share.get_lines() if list(line.get_ydata()) == [100.0, 100.0]]
+    assert len(floor_lines) == 1 and floor_lines[0].get_linestyle() == "--"
+    assert "the floor" in [text.get_text() for text in share.texts]

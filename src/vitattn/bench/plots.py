@@ -136,7 +136,21 @@ def plot_time(rows: Sequence[Row], path: Path) -> None:
         axes[2], rows, "fwd_bwd_floor_pct", 1.0, "% of floor (100 = at the device's limit)",
         "forward + backward: share of its floor",
     )  # fmt: skip
+    mark_the_floor(axes[2])
     _finish(figure, axes, f"Attention time vs sequence length ({_subtitle(rows)})", path)
+
+
+def mark_the_floor(axis: Any) -> None:
+    """A dashed line at 100% of the floor, the device's limit, in the axis's range: how far
+    below it each call runs reads off the panel (a panel of calls at 2% to 5% alone hid it)."""
+    axis.axhline(FLOOR_PERCENT, color="0.35", linestyle="--", linewidth=1.0, zorder=1)
+    axis.annotate(
+        "the floor", (0.01, FLOOR_PERCENT), xycoords=("axes fraction", "data"),
+        xytext=(0, 3), textcoords="offset points", color="0.35", fontsize=8,
+    )  # fmt: skip
+
+
+FLOOR_PERCENT = 100.0
 
 
 def plot_memory(rows: Sequence[Row], path: Path) -> None:
