@@ -234,18 +234,25 @@ def test_a_run_without_validation_stopped_at_a_due_step_writes_last_ckpt_once(
 ) -> None:
     """SIGTERM at step 8 of a run without validation saving every 4 steps: its checkpoint was due
     there (:class:`~vitattn.training.callbacks.CheckpointWithoutValidation`) and the signal asks
-    for one too (:class:`~vitattn.training.callbacks.CheckpointOnInterrupt`). Both wrote the
-    same state, one after the other, while a pre-empted job's grace period ran; once is enough."""
+    for one too (:class:`~vitattn.training.callbacks.CheckpointOnInterrupt`). Both wrote step 8,
+    one after the other, while a pre-empted job's grace period ran; once is enough, and the run
+    resumed from it ends as the run never stopped."""
+    run = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0"]
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *run)
     record = tmp_path / "saves.txt"
     plugin = f"{{_target_: tests.support.faults.RecordingCheckpointIO, record: '{record}'}}"
     run_dir = tmp_path / "run"
-    overrides = [*TINY, *steps(12, 4), "+trainer.limit_val_batches=0", *at_step("SigtermAtStep", 8)]
-    overrides += [f"trainer.plugins=[{plugin}]", as_override("hydra.run.dir", str(run_dir))]
+    overrides = [*run, *at_step("SigtermAtStep", 8), f"trainer.plugins=[{plugin}]"]
+    overrides.append(as_override("hydra.run.dir", str(run_dir)))
     finished = run_cli("vitattn-train", *overrides, data_dir=data_dir, check=False)
     assert finished.returncode == 143, finished.stderr
     assert record.read_text().split() == ["4", "8"]
     assert checkpoint_step(run_dir) == 8
     assert "SIGTERM: stopping after step 8; saved " in (run_dir / "train.log").read_text()
+    resume = ["resume=true", as_override("hydra.run.dir", str(run_dir)), WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, ATOMIC, data_dir=data_dir)  # the plugin given again
+    assert_same_as_straight(run_dir, straight, steps=12)
 
 
 def killed_at_6_and_resumed(tmp_path: Path, data_dir: Path, setting: str) -> tuple[Path, Path]:

@@ -17,9 +17,10 @@ def save_resumable(trainer: L.Trainer, path: Path) -> None:
 
     Two callbacks may want the same step: a run without validation stopped by SIGTERM at a step
     where its checkpoint was due (:class:`~vitattn.training.callbacks.CheckpointWithoutValidation`
-    and :class:`~vitattn.training.callbacks.CheckpointOnInterrupt`). The second write would be
-    the same state, paid for in a pre-empted job's grace period. Every rank takes the same
-    decision, so a collective save stays collective."""
+    and :class:`~vitattn.training.callbacks.CheckpointOnInterrupt`). The second write would hold
+    the same step (its loop counters a batch further on, where a resume from either continues
+    alike), paid for in a pre-empted job's grace period. Every rank takes the same decision, so a
+    collective save stays collective."""
     saved = _SAVED.setdefault(trainer, {})
     if saved.get(path) == trainer.global_step:
         return
