@@ -144,7 +144,7 @@ def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | No
         axes.set_ylabel(accuracy_name)
     measured = any(memory.values())
     size_note = (
-        "marker area: peak memory" if measured else "marker size: peak memory not measured (CPU)"
+        "marker area: peak memory" if measured else "markers of one size: no peak memory on a CPU"
     )
     points = f"points: {key_name}; " if key_name else ""
     caption = (
