@@ -19,7 +19,7 @@ import torch
 from tests.support.faults import PAUSE_SECONDS, PauseAfterStep
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import TINY, plug, steps
-from tests.support.runners import start_cli, train_with
+from tests.support.runners import run_cli, start_cli, train_with
 from tests.support.tables import markdown_tables, read_csv
 from tests.support.trees import tree_digest
 from vitattn.analysis.events import read_scalars
@@ -468,6 +468,45 @@ def test_a_search_settles_only_its_own_trials_of_a_shared_storage(
     assert f"trial 1 is running for another search ({theirs}): left as it is" in said
     study.tell(live, 0.5)  # the other process tells its trial's end, as it would
     assert study.trials[1].state.name == "COMPLETE"
+
+
+@pytest.mark.slow
+def test_a_search_killed_between_two_asks_of_a_batch_settles_the_trials_it_attributed(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A search of ``n_jobs=2`` on a shared storage, killed as it asked for its batch's second
+    trial: it asked for both before recording its directory on either, so trial 0, whose ask
+    had returned, was left running for no search, at every continuation, for good. Each trial
+    now records its directory as its ask returns: trial 0 is this search's, cut off, and marked
+    failed. Trial 1 was killed inside its ask, before any caller could record anything: it is
+    left running, as a trial of no directory on a shared storage is."""
+    import optuna
+
+    shared = f"sqlite:///{tmp_path}/shared.db"
+    ours = tmp_path / "ours"
+    search = [
+        "hparams_search=optuna", f"hydra.sweeper.storage={shared}", "hydra.sweeper.n_trials=2",
+        *TINY, *steps(2, 2), "test=false", f"hydra.sweep.dir={ours}",
+    ]  # fmt: skip
+    killed = [
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler._target_=tests.support.samplers.KillAtAsk",
+        "+hydra.sweeper.sampler.number=1",
+    ]
+    stopped = run_cli("vitattn-train", *search, *killed, data_dir=data_dir, check=False)
+    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-2000:]
+    study = optuna.load_study(study_name="vitattn", storage=shared)
+    assert [t.state.name for t in study.trials] == ["RUNNING", "RUNNING"]
+    assert study.trials[0].user_attrs == {"sweep_dir": str(ours)}
+    assert study.trials[1].user_attrs == {}
+
+    result = run_in_process("vitattn-train", *search, data_dir=data_dir)
+
+    study = optuna.load_study(study_name="vitattn", storage=shared)
+    assert [t.state.name for t in study.trials] == ["FAIL", "RUNNING", "COMPLETE", "COMPLETE"]
+    said = result.stdout + result.stderr
+    assert "trial 0 was cut off: marked failed" in said
+    assert "trial 1 is running for another search (no directory): left as it is" in said
 
 
 def test_a_config_dir_run_resumes_and_its_sweep_rerun_is_checked(

@@ -788,9 +788,10 @@ class Search:
                 retry_failed_grid_points(study, trials, cut_off, distributions, to_go)
         while to_go > 0:
             with going_on_with(url):
-                trials = [study.ask() for _ in range(min(to_go, max(1, self.settings.n_jobs)))]
-                for trial in trials:  # which search settles it, should its process be killed
-                    trial.set_user_attr(SWEEP_ATTR, str(here))
+                trials = [
+                    attributed(study.ask(), here)
+                    for _ in range(min(to_go, max(1, self.settings.n_jobs)))
+                ]
                 overrides = [trial_overrides(t, distributions, fixed) for t in trials]
                 if unnamed:  # with the first trial asked for: a study that took none is as it was
                     name_metrics(study, objectives)
@@ -808,6 +809,16 @@ class Search:
         with going_on_with(url):
             write_results(study, sweep_dir / RESULTS_FILE, objectives, here)
         return failures
+
+
+def attributed(trial: Any, sweep_dir: Path) -> Any:
+    """``trial``, just asked for, recording ``sweep_dir`` (:data:`SWEEP_ATTR`): the search that
+    settles it should its process be killed (:func:`settle_running`). Recorded as each ask
+    returns, not once a batch's asks all have: a search killed between two asks left the
+    trials asked before running for no search. A kill inside an ask, once Optuna has stored the
+    trial and before it returns, still leaves one so (Optuna's ``ask`` takes no attribute)."""
+    trial.set_user_attr(SWEEP_ATTR, str(sweep_dir))
+    return trial
 
 
 def launch_by_number(launcher: Any, trials: Sequence[Any], overrides: Sequence[Any]) -> list:
