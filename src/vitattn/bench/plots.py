@@ -20,6 +20,8 @@ from vitattn.runs.files import save_figure
 
 LINESTYLES = ("-", "--", ":", "-.")
 MIB = 2**20
+FLOOR_PERCENT = 100.0
+"""A call's share of its floor at the device's limit, where the share panel draws its line."""
 
 
 def _series(rows: Sequence[Row]) -> dict[tuple[str, int], list[Row]]:
@@ -149,8 +151,6 @@ def mark_the_floor(axis: Any) -> None:
         xytext=(0, 3), textcoords="offset points", color="0.35", fontsize=8,
     )  # fmt: skip
 
-
-FLOOR_PERCENT = 100.0
 
 
 def plot_memory(rows: Sequence[Row], path: Path) -> None:
