@@ -152,7 +152,6 @@ def mark_the_floor(axis: Any) -> None:
     )  # fmt: skip
 
 
-
 def plot_memory(rows: Sequence[Row], path: Path) -> None:
     """``memory_vs_seq_len.png``: memory of one forward+backward and saved bytes against n."""
     method = next((r.memory_method for r in rows if r.memory_method), "")
