@@ -30,13 +30,15 @@ def run_cli(
     timeout: float = 600,
     env: dict[str, str] | None = None,
     memory: int | None = None,
+    merged: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run console script ``program`` (``vitattn-train``, ...) with ``args`` on the data in
     ``data_dir``; with ``check``, a non-zero exit fails the test with the output's tail. The
     repository root is on ``PYTHONPATH``, so that a run can use the callbacks and plugins of
     :mod:`tests.support` (``+callbacks.x._target_=tests.support.faults.SigtermAtStep``). With
     ``memory``, the process's address space is capped at that many bytes
-    (:func:`tests.support.bombs.capped`): a file that makes it take more fails the test."""
+    (:func:`tests.support.bombs.capped`): a file that makes it take more fails the test. With
+    ``merged``, stderr goes into stdout, in the order a terminal shows them (``stderr`` empty)."""
     from tests.support.bombs import capped
 
     environment = {
@@ -50,7 +52,8 @@ def run_cli(
     }
     result = subprocess.run(
         [str(BIN / program), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
         text=True,
         env=environment,
         timeout=timeout,
