@@ -379,6 +379,15 @@ def test_a_run_killed_after_its_last_checkpoint_keeps_its_costs_when_continued(
 
 
 @pytest.fixture(scope="module")
+def batchless(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose ``cifar-10-batches-py/`` holds no file: it passes the checks
+    before the run and is refused by the app, as it reads the data."""
+    data = tmp_path_factory.mktemp("batchless")
+    (data / "cifar-10-batches-py").mkdir()
+    return data
+
+
+@pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """A run stopped by SIGTERM at step 25: one that a resume would continue."""
     run_dir = tmp_path_factory.mktemp("stopped") / "run"
@@ -388,22 +397,33 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pat
     return run_dir
 
 
+NO_DATA = ["paths.data_dir=/nonexistent", "data.download=false"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "message", "in_the_app"),
     [
         (["model.heads=4"], "was trained with another network: model.heads=2 (here 4)", False),
-        (["paths.data_dir=/nonexistent", "data.download=false"], "holds no cifar-10-batches", True),
+        (NO_DATA, "holds no cifar-10-batches", False),
+        (["paths.data_dir={batchless}"], "cifar-10-batches-py/data_batch_1 is missing", True),
         (["optimizer.lr=-1"], "optimizer: these settings are refused", False),
         (["trainer.max_steps=0"], "trainer.max_steps=0 is not valid", False),
         (["model.depth=two"], "model.depth='two' is not valid; choose an integer", False),
     ],
 )
 def test_a_refused_resume_leaves_the_run_byte_for_byte(
-    overrides: list[str], message: str, in_the_app: bool, stopped_run: Path, data_dir: Path
+    overrides: list[str],
+    message: str,
+    in_the_app: bool,
+    stopped_run: Path,
+    data_dir: Path,
+    batchless: Path,
 ) -> None:
-    """Refused before the app starts (checked in this process), or by the app once Hydra has
-    written into the run (the data: its own process)."""
+    """Refused before the app starts (checked in this process; data.download=false where no
+    data are, since 2026-12-02), or by the app once Hydra has written into the run (a data
+    folder without its files, found as the data are read: its own process)."""
     before = tree_digest(stopped_run)
+    overrides = [override.format(batchless=batchless) for override in overrides]
     args = ["resume=true", f"hydra.run.dir={stopped_run}", WITHOUT_FAULT, *overrides]
     refuse = refused if in_the_app else refused_in_process
     assert message in refuse("vitattn-train", *args, data_dir=data_dir)
@@ -411,7 +431,7 @@ def test_a_refused_resume_leaves_the_run_byte_for_byte(
 
 
 def test_a_refused_resume_puts_a_sparse_log_back_without_copying_it(
-    stopped_run: Path, data_dir: Path, tmp_path: Path
+    stopped_run: Path, data_dir: Path, batchless: Path, tmp_path: Path
 ) -> None:
     """The run's log of 64 MiB of holes (a few kilobytes on disk): a resume refused once Hydra
     had written copied it whole into a temporary folder, and back into the run as 64 MiB of
@@ -425,9 +445,9 @@ def test_a_refused_resume_puts_a_sparse_log_back_without_copying_it(
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     args = ["resume=true", f"hydra.run.dir={run_dir}", WITHOUT_FAULT]
-    args += ["paths.data_dir=/nonexistent", "data.download=false"]
+    args += [f"paths.data_dir={batchless}"]  # refused in the app, once Hydra has written
     said = refused("vitattn-train", *args, data_dir=data_dir, env={"TMPDIR": str(temporary)})
-    assert "holds no cifar-10-batches" in said
+    assert "cifar-10-batches-py/data_batch_1 is missing" in said
     assert tree_digest(run_dir) == before
     assert log_file.stat().st_blocks * 512 < 1 << 20  # still holes
     assert list(temporary.iterdir()) == []

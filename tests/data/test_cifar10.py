@@ -10,10 +10,11 @@ import io
 import logging
 import os
 import pickle
+import re
 import shutil
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -354,6 +355,46 @@ def test_the_batches_folder_given_as_the_data_dir_names_its_parent(
         f"directory that holds it: data.data_dir={tmp_path} (or VITATTN_DATA_DIR={tmp_path})"
     )
     assert sorted(p.name for p in given.iterdir()) == before
+
+
+def place_batches_folder(data_dir: Path) -> str:
+    (data_dir / "batches.meta").touch()
+    return f"data.data_dir={data_dir} is a {FOLDER}/ folder itself"
+
+
+def place_nothing_without_download(data_dir: Path) -> str:
+    return f"data.data_dir={data_dir} holds no {FOLDER}/ and data.download=false"
+
+
+def place_a_linked_lock(data_dir: Path) -> str:
+    (data_dir / LOCK).symlink_to(data_dir / "elsewhere")
+    return f"{data_dir / LOCK} is a symbolic link, not the empty lock file"
+
+
+@pytest.mark.parametrize(
+    ("place", "overrides"),
+    [
+        (place_batches_folder, []),
+        (place_nothing_without_download, ["data.download=false"]),
+        (place_a_linked_lock, []),
+    ],
+)
+def test_a_data_directory_refused_is_named_before_the_run_directory_exists(
+    place: Callable[[Path], str], overrides: list[str], tmp_path: Path
+) -> None:
+    """What ``prepare_data`` refuses without downloading or reading anything is refused by
+    ``vitattn-train``'s checks before the run (``check_place``): until 2026-12-02 the run
+    directory was made first (and removed), Lightning seeded and the data module prepared."""
+    from tests.support.runners import assert_one_line_refusal
+    from vitattn.train import validate
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    message = place(data_dir)
+    overrides = [f"data.data_dir={data_dir}", "data.url=http://127.0.0.1:9/x.tar.gz", *overrides]
+    run_dir = tmp_path / "run"
+    assert_one_line_refusal("train", overrides, validate, f"^{re.escape(message)}", run_dir)
+    assert sorted(p.name for p in data_dir.iterdir()) in ([], ["batches.meta"], [LOCK])
 
 
 def test_download_disabled_names_the_directory(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from vitattn.data.download import (
     TEST_FILES,
     TRAIN_FILES,
     check_folder_place,
+    check_lock_place,
     download_cifar10,
 )
 from vitattn.data.settings import DataSettings
@@ -142,7 +143,8 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     label in 0..9 for each row (a float is not cast); anything else is one line
     (:class:`DataError`)."""
     if not path.exists():  # a FIFO or a folder there is named by read_bounded
-        raise DataError(f"{path} is missing; the {FOLDER} folder needs {TRAIN_FILES + TEST_FILES}")
+        needed = ", ".join(TRAIN_FILES + TEST_FILES)
+        raise DataError(f"{path} is missing; the {FOLDER} folder needs {needed}")
     try:
         raw = read_bounded(path)
         check_memo_indices(raw)
@@ -275,7 +277,12 @@ class CIFAR10DataModule(L.LightningDataModule):
         """``(channels, height, width)`` of the images the model receives."""
         return (1 if self.settings.grayscale else 3, 32, 32)
 
-    def prepare_data(self) -> None:
+    def check_place(self) -> None:
+        """Refuse in one line (:class:`DataError`) what :meth:`prepare_data` would refuse
+        without downloading or reading anything (the folder's place, ``data.download=false``
+        with no folder, a lock that is no lock file): the commands' ``validate`` calls it
+        through :func:`~vitattn.training.trial_build.check_buildable`, before a run directory
+        exists."""
         check_folder_place(self.data_dir)
         if self.folder.is_dir():
             return
@@ -284,7 +291,12 @@ class CIFAR10DataModule(L.LightningDataModule):
                 f"data.data_dir={self.data_dir} holds no {FOLDER}/ and data.download=false; "
                 f"put the official 'CIFAR-10 python version' folder {FOLDER}/ there"
             )
-        download_cifar10(self.data_dir, self.settings.url, self.settings.download_timeout)
+        check_lock_place(self.data_dir)
+
+    def prepare_data(self) -> None:
+        self.check_place()
+        if not self.folder.is_dir():
+            download_cifar10(self.data_dir, self.settings.url, self.settings.download_timeout)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:

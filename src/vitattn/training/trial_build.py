@@ -76,16 +76,20 @@ def check_buildable_with_torch(cfg: DictConfig, groups: Collection[str]) -> None
 
 
 def check_buildable(cfg: DictConfig, skip: Container[str] = ()) -> None:
-    """Build, once and on nothing, each object of a config that has one: the data module, the
-    LightningModule (which checks it can read the data), an optimizer, the schedule and the
-    trainer, but those of the groups ``skip`` (the bench trains with a trainer of its own);
-    the first refusal is one :class:`ConfigError` naming its group."""
+    """Build, once and on nothing, each object of a config that has one: the data module (and
+    check where its data are to be: ``check_place``), the LightningModule (which checks it can
+    read the data), an optimizer, the schedule and the trainer, but those of the groups
+    ``skip`` (the bench trains with a trainer of its own); the first refusal is one
+    :class:`ConfigError` naming its group."""
     import hydra
 
     built: dict[str, Any] = {}
 
     def build_data() -> None:
         built["data"] = hydra.utils.instantiate(cfg.data)
+        check_place = getattr(built["data"], "check_place", None)
+        if callable(check_place):  # where the data are to be, before the run directory exists
+            check_place()
 
     def build_model() -> None:
         module = hydra.utils.instantiate(cfg.module)
