@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.support.in_process import refused_in_process
 from tests.support.runners import BIN, assert_one_line_refusal, run_cli
@@ -658,6 +660,94 @@ def test_a_launcher_in_range_is_taken(launcher: list[str]) -> None:
     from vitattn.train import validate
 
     check_composition("train", ["-m", "seed=1,2", *launcher], validate)
+
+
+def machine_bound(bound: str, data_root: Path) -> tuple[list[str], str]:
+    """Settings a job's own machine bounds (``bound``: its GPU, its CPUs, its disks) that this
+    machine does not meet, and this machine's refusal of them."""
+    cpus = os.cpu_count() or 1
+    return {
+        "gpu": (["trainer=gpu"], r"^trainer\.accelerator=gpu but this machine has no CUDA GPU; "),
+        "cpus": (
+            [f"data.num_workers={cpus + 1}", f"hydra.launcher.cpus_per_task={cpus + 1}"],
+            rf"^data\.num_workers={cpus + 1} is not valid; choose 0\.\.{cpus} \(this machine",
+        ),
+        "disks": (
+            [f"data.data_dir={data_root / 'on-the-nodes'}", "data.download=false"],
+            r"holds no cifar-10-batches-py/ and data\.download=false; put the official",
+        ),
+    }[bound]
+
+
+@pytest.mark.parametrize("bound", ["gpu", "cpus", "disks"])
+def test_what_a_jobs_own_machine_bounds_is_left_to_it_in_a_slurm_sweep(
+    bound: str, tmp_path: Path
+) -> None:
+    """A SLURM sweep is checked on the machine that submits it, and its jobs train on others:
+    ``trainer=gpu`` from a login node without a GPU (the README's SLURM command), more
+    DataLoader workers than the login node has CPUs, data on the nodes' own disks were refused
+    before anything was submitted. Each job checks them where it runs."""
+    from vitattn.train import validate
+
+    settings, _ = machine_bound(bound, tmp_path)
+    check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [
+        pytest.param(
+            "gpu",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU"),
+        ),
+        "cpus",
+        "disks",
+    ],
+)
+def test_what_this_machine_bounds_is_refused_for_a_sweep_on_it(bound: str, tmp_path: Path) -> None:
+    """The same settings in a sweep whose jobs run here (submitit's local launcher, which asks
+    for CPUs as SLURM's does) are refused before it starts."""
+    from vitattn.train import validate
+
+    settings, message = machine_bound(bound, tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        check_composition("train", ["-m", "seed=1,2", "hydra/launcher=local", *settings], validate)
+
+
+@pytest.mark.parametrize(
+    ("workers", "valid"),
+    [
+        ("9", r"choose 0\.\.8 \(hydra\.launcher\.cpus_per_task=8: the CPUs each job asks for\)$"),
+        ("-1", r"choose 0\.\.8 \(hydra\.launcher\.cpus_per_task=8: "),
+    ],
+)
+def test_a_slurm_jobs_workers_are_bounded_by_the_cpus_it_asks_for(workers: str, valid: str) -> None:
+    from vitattn.train import validate
+
+    sweep = ["-m", "seed=1,2", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=8"]
+    with pytest.raises(ConfigError, match=rf"^data\.num_workers={workers} is not valid; {valid}"):
+        check_composition("train", [*sweep, f"data.num_workers={workers}"], validate)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the job would train on this machine's GPU")
+def test_a_job_refuses_a_gpu_its_machine_lacks_as_its_trainer_is_built(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """What a SLURM job runs: Hydra's app, the task alone, without the console's checks (they ran
+    on the machine that submitted it). Its trainer's devices are checked as it is built, in one
+    line: Lightning's own refusal said "GPUAccelerator can not run on your system"."""
+    script = (
+        "import sys; from vitattn.train import _hydra_main\n"
+        f"sys.argv = ['vitattn-train', 'trainer=gpu', 'hydra.run.dir={tmp_path / 'job'}']\n"
+        "_hydra_main()\n"
+    )
+    result = run_cli(sys.executable, "-c", script, data_dir=data_dir, check=False)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "vitattn-train: error: trainer.accelerator=gpu but this machine has no CUDA GPU; use "
+        "trainer=cpu (or trainer.accelerator=cpu)"
+    )
 
 
 def test_hydra_mode_multirun_is_a_sweep_as_the_flag_is() -> None:

@@ -40,7 +40,12 @@ from vitattn.cli.overrides import (
     override_positions,
     overrides_of,
 )
-from vitattn.cli.validation import check_launcher, check_task_name
+from vitattn.cli.validation import (
+    check_launcher,
+    check_task_name,
+    for_another_machine,
+    jobs_run_elsewhere,
+)
 from vitattn.errors import ConfigError, VitattnError, fail
 from vitattn.runs.continuation import (
     check_continuation,
@@ -708,12 +713,14 @@ def check_composition(
         line = line or unresolved(cfg, overrides, typed)
         if line is not None:
             raise ConfigError(line)
+        if multirun(arguments):  # as Hydra sets it for the app: a sweep's checks read it
+            cfg.hydra.mode = "MULTIRUN"
         check_task_name(cfg)
         # an unread key says more than the app's refusal, and is known before the app's checks
         # import what the config's targets need (Lightning, seconds on a small machine)
         check_additions(cfg, overrides, composed_once, typed)
         if validate is not None:
-            validate(cfg)
+            validate(for_another_machine(cfg) if jobs_run_elsewhere(cfg) else cfg)
         if first:
             check_search(cfg)
             if multirun(arguments):

@@ -181,6 +181,60 @@ def check_launcher(cfg: DictConfig) -> None:
             checks.positive(f"hydra.launcher.{key}", launcher[key], hint=", or null")
 
 
+REMOTE_LAUNCHERS = ("SlurmLauncher",)
+"""Hydra's launchers (their classes' names) that run a sweep's jobs on other machines than the
+one that starts it: hydra-submitit-launcher's ``hydra/launcher=slurm``."""
+
+MACHINE_FREE = {
+    "trainer.accelerator": "cpu",
+    "trainer.devices": 1,
+    "data.download": True,
+}
+"""What :func:`for_another_machine` gives the settings a job's own machine bounds (its GPUs, its
+CPUs, its data folder): values any machine takes. ``data.num_workers`` above 0 becomes 0."""
+
+
+def jobs_run_elsewhere(cfg: DictConfig) -> bool:
+    """Whether the composed ``cfg`` (Hydra's settings included, ``hydra.mode`` as the app gets
+    it) is a sweep whose launcher runs its jobs on other machines (:data:`REMOTE_LAUNCHERS`)."""
+    mode = OmegaConf.select(cfg, "hydra.mode", default=None)
+    target = OmegaConf.select(cfg, "hydra.launcher._target_", default=None)
+    multirun = getattr(mode, "name", mode) == "MULTIRUN"
+    return multirun and isinstance(target, str) and target.rsplit(".", 1)[-1] in REMOTE_LAUNCHERS
+
+
+def for_another_machine(cfg: DictConfig) -> DictConfig:
+    """A sweep's job ``cfg`` as the checks before a sweep of :func:`jobs_run_elsewhere` take it:
+    a copy whose settings the job's machine bounds are :data:`MACHINE_FREE` (each job checks
+    them where it runs, as its trainer and data module are built: a SLURM sweep of
+    ``trainer=gpu`` from a login node without a GPU, or with data on the nodes' own disks, was
+    refused), after ``data.num_workers`` is checked against the CPUs each job asks for
+    (``hydra.launcher.cpus_per_task``) in one line."""
+    import copy
+
+    cpus = OmegaConf.select(cfg, "hydra.launcher.cpus_per_task", default=None)
+    workers = OmegaConf.select(cfg, "data.num_workers", default=None)
+    asked = type(cpus) is int and cpus >= 1
+    if type(workers) is int and (workers < 0 or (asked and workers > cpus)):
+        raise checks.invalid(
+            "data.num_workers",
+            workers,
+            f"0..{cpus} (hydra.launcher.cpus_per_task={cpus}: the CPUs each job asks for)"
+            if asked
+            else "an integer >= 0, at most the CPUs of the machine each job runs on",
+        )
+    machine_free = copy.deepcopy(cfg)
+    settings = dict(MACHINE_FREE)
+    if type(workers) is int and workers > 0:
+        settings["data.num_workers"] = 0
+    for key, value in settings.items():
+        group, name = key.split(".")
+        node = machine_free.get(group)
+        if isinstance(node, DictConfig) and name in node:
+            node[name] = value
+    return machine_free
+
+
 def given_keys(cfg: DictConfig) -> list[str]:
     """The keys the command line sets, as Hydra recorded them (``optimizer.lr``,
     ``trainer``)."""

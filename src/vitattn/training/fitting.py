@@ -29,6 +29,7 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import (
+    check_machine,
     check_nodes,
     instantiate_list,
     instantiate_loggers,
@@ -183,8 +184,10 @@ def check_least_steps(trainer_cfg: Any, datamodule: Any) -> None:
 def instantiate_trainer(cfg: Any, resume_step: int | None = None) -> L.Trainer:
     """The configured trainer with the run's callbacks and loggers; a run resuming from a
     checkpoint of ``resume_step`` gets loggers that drop what a killed run logged after it.
-    A ``trainer.num_nodes`` that no cluster starts is refused first (:func:`check_nodes`)."""
+    A ``trainer.num_nodes`` that no cluster starts, and devices this machine does not have, are
+    refused first (:func:`check_nodes`, :func:`check_machine`)."""
     check_nodes(cfg.trainer)
+    check_machine(cfg.trainer)
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_loggers(cfg.get("logger"), resume_step)
     return hydra.utils.instantiate(

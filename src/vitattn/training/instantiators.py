@@ -68,15 +68,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
             "training diverges (Adam's eps and small updates vanish in fp16); choose 16-mixed "
             "(fp16 with loss scaling, on a GPU), bf16-mixed or bf16-true"
         )
-    accelerator = trainer_cfg.get("accelerator")
-    if accelerator in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use "
-                "trainer=cpu (or trainer.accelerator=cpu)"
-            )
+    check_machine(trainer_cfg)
     max_epochs = trainer_cfg.get("max_epochs")
     if max_epochs == 0:
         raise checks.invalid("trainer.max_epochs", 0, "-1, null or a number of epochs >= 1")
@@ -87,7 +79,6 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         )
     check_lightning_counts(trainer_cfg)
     check_fit_settings(trainer_cfg)
-    check_cpu_processes(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
         default_root_dir=None,
@@ -98,6 +89,23 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         enable_model_summary=False,
         _convert_="partial",  # plain dicts: Lightning took max_time's mapping for a timedelta
     )
+
+
+def check_machine(trainer_cfg: DictConfig) -> None:
+    """What this machine bounds of ``trainer_cfg``, each refused in one line: a GPU accelerator
+    needs a CUDA GPU, and the CPU's processes :func:`check_cpu_processes`. Run by the trial
+    build before a run, and as the trainer that trains is built (a SLURM job's trial build ran
+    on the machine that submitted it)."""
+    accelerator = trainer_cfg.get("accelerator")
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use "
+                "trainer=cpu (or trainer.accelerator=cpu)"
+            )
+    check_cpu_processes(trainer_cfg)
 
 
 CPU_PROCESSES_PER_CPU = 2
