@@ -420,7 +420,7 @@ def test_a_refused_resume_leaves_the_run_byte_for_byte(
     batchless: Path,
 ) -> None:
     """Refused before the app starts (checked in this process; data.download=false where no
-    data are, since 2026-12-02), or by the app once Hydra has written into the run (a data
+    data are, since 2026-12-01), or by the app once Hydra has written into the run (a data
     folder without its files, found as the data are read: its own process)."""
     before = tree_digest(stopped_run)
     overrides = [override.format(batchless=batchless) for override in overrides]

@@ -383,7 +383,7 @@ def test_a_data_directory_refused_is_named_before_the_run_directory_exists(
     place: Callable[[Path], str], overrides: list[str], tmp_path: Path
 ) -> None:
     """What ``prepare_data`` refuses without downloading or reading anything is refused by
-    ``vitattn-train``'s checks before the run (``check_place``): until 2026-12-02 the run
+    ``vitattn-train``'s checks before the run (``check_place``): until 2026-12-01 the run
     directory was made first (and removed), Lightning seeded and the data module prepared."""
     from tests.support.runners import assert_one_line_refusal
     from vitattn.train import validate
