@@ -729,6 +729,50 @@ def test_a_slurm_jobs_workers_are_bounded_by_the_cpus_it_asks_for(workers: str, 
         check_composition("train", [*sweep, f"data.num_workers={workers}"], validate)
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            ["trainer=ddp"],  # two devices; the launcher's one task per node
+            r"^trainer\.devices=2 but hydra\.launcher\.tasks_per_node=1: Lightning trains one "
+            r"process per SLURM task and refuses a job whose tasks per node are not its devices; ",
+        ),
+        (
+            ["+trainer.num_nodes=2"],
+            r"^trainer\.num_nodes=2 but hydra\.launcher\.nodes=1: Lightning refuses a job on ",
+        ),
+        (
+            ["trainer=gpu", "trainer.devices=4", "hydra.launcher.tasks_per_node=4"],
+            r"^trainer\.devices=4 on trainer\.accelerator=gpu but hydra\.launcher\.gpus_per_node=1"
+            r": each job would ask SLURM for fewer GPUs than it trains on; set "
+            r"hydra\.launcher\.gpus_per_node=4$",
+        ),
+    ],
+)
+def test_what_a_slurm_job_asks_for_must_be_what_it_trains_on(
+    settings: list[str], message: str
+) -> None:
+    """Each job would have waited in SLURM's queue to fail as Lightning starts (``devices``
+    against ``--ntasks-per-node``, ``num_nodes`` against the nodes) or without the GPUs it
+    trains on."""
+    from vitattn.train import validate
+
+    with pytest.raises(ConfigError, match=message):
+        check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
+
+
+def test_a_slurm_job_that_asks_for_what_it_trains_on_is_taken() -> None:
+    from vitattn.train import validate
+
+    four_gpus_on_two_nodes = [
+        "trainer=ddp", "trainer.accelerator=gpu", "trainer.devices=4", "+trainer.num_nodes=2",
+        "hydra.launcher.tasks_per_node=4", "hydra.launcher.gpus_per_node=4",
+        "hydra.launcher.nodes=2",
+    ]  # fmt: skip
+    arguments = ["-m", "seed=1,2", "hydra/launcher=slurm", *four_gpus_on_two_nodes]
+    check_composition("train", arguments, validate)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the job would train on this machine's GPU")
 def test_a_job_refuses_a_gpu_its_machine_lacks_as_its_trainer_is_built(
     tmp_path: Path, data_dir: Path

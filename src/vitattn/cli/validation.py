@@ -208,10 +208,12 @@ def for_another_machine(cfg: DictConfig) -> DictConfig:
     a copy whose settings the job's machine bounds are :data:`MACHINE_FREE` (each job checks
     them where it runs, as its trainer and data module are built: a SLURM sweep of
     ``trainer=gpu`` from a login node without a GPU, or with data on the nodes' own disks, was
-    refused), after ``data.num_workers`` is checked against the CPUs each job asks for
-    (``hydra.launcher.cpus_per_task``) in one line."""
+    refused), after what each job asks SLURM for is checked against what it trains on
+    (:func:`check_what_jobs_ask_for`) and ``data.num_workers`` against the CPUs it asks for
+    (``hydra.launcher.cpus_per_task``), each in one line."""
     import copy
 
+    check_what_jobs_ask_for(cfg)
     cpus = OmegaConf.select(cfg, "hydra.launcher.cpus_per_task", default=None)
     workers = OmegaConf.select(cfg, "data.num_workers", default=None)
     asked = type(cpus) is int and cpus >= 1
@@ -233,6 +235,48 @@ def for_another_machine(cfg: DictConfig) -> DictConfig:
         if isinstance(node, DictConfig) and name in node:
             node[name] = value
     return machine_free
+
+
+def as_count(value: Any) -> int | None:
+    """``value`` as a whole number (an ``int``, or digits as text: ``trainer.devices="4"``), or
+    ``None`` where it is none (``auto``, ``-1``'s text, a list of devices)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def check_what_jobs_ask_for(cfg: DictConfig) -> None:
+    """What each job of a SLURM sweep asks for (``hydra.launcher``) against what its trainer
+    trains on, in one line naming both (the job would wait in the queue to fail): Lightning
+    runs one process per SLURM task and refuses a job whose tasks per node are not its
+    ``trainer.devices``, or whose nodes are not its ``trainer.num_nodes``; and a GPU trainer on
+    more devices than the GPUs the job asks for."""
+    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
+    if not isinstance(launcher, DictConfig) or not isinstance(cfg.get("trainer"), DictConfig):
+        return
+    trainer = cfg.trainer
+    devices, tasks = as_count(trainer.get("devices")), as_count(launcher.get("tasks_per_node"))
+    if devices is not None and tasks is not None and devices != tasks:
+        raise ConfigError(
+            f"trainer.devices={devices} but hydra.launcher.tasks_per_node={tasks}: Lightning "
+            "trains one process per SLURM task and refuses a job whose tasks per node are not "
+            "its devices; set both to the devices each node trains on"
+        )
+    nodes, asked = as_count(trainer.get("num_nodes", 1)), as_count(launcher.get("nodes"))
+    if nodes is not None and asked is not None and nodes != asked:
+        raise ConfigError(
+            f"trainer.num_nodes={nodes} but hydra.launcher.nodes={asked}: Lightning refuses a "
+            "job on other nodes than it trains on; set both to the same number"
+        )
+    accelerator, gpus = trainer.get("accelerator"), as_count(launcher.get("gpus_per_node"))
+    if accelerator in ("gpu", "cuda") and devices and gpus is not None and devices > gpus:
+        raise ConfigError(
+            f"trainer.devices={devices} on trainer.accelerator={accelerator} but "
+            f"hydra.launcher.gpus_per_node={gpus}: each job would ask SLURM for fewer GPUs "
+            f"than it trains on; set hydra.launcher.gpus_per_node={devices}"
+        )
 
 
 def given_keys(cfg: DictConfig) -> list[str]:
