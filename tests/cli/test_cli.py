@@ -693,6 +693,22 @@ def test_what_a_jobs_own_machine_bounds_is_left_to_it_in_a_slurm_sweep(
     check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
 
 
+def test_the_readmes_slurm_sweep_is_checked_as_it_would_be_submitted() -> None:
+    """The README's SLURM command, as it stands (``experiment=report``: ``trainer=gpu``), passes
+    every check before its jobs are submitted, on this machine, which has no GPU in CI."""
+    import shlex
+
+    from vitattn.train import validate
+    from vitattn.utils.config import PROJECT_ROOT
+
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    command = re.search(r"^vitattn-train -m hydra/launcher=slurm [^\n]*\\\n[^\n]*", readme, re.M)
+    assert command is not None, "the README has no SLURM sweep"
+    words = shlex.split(command.group(0).replace("\\\n", " "), comments=True)
+    assert words[:2] == ["vitattn-train", "-m"] and "experiment=report" in words, words
+    check_composition("train", words[1:], validate)
+
+
 @pytest.mark.parametrize(
     "bound",
     [
