@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -777,37 +778,48 @@ def test_what_a_slurm_job_asks_for_must_be_what_it_trains_on(
         check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
 
 
-def test_a_slurm_job_that_asks_for_what_it_trains_on_is_taken() -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        [
+            "trainer=ddp", "trainer.accelerator=gpu", "trainer.devices=4", "+trainer.num_nodes=2",
+            "hydra.launcher.tasks_per_node=4", "hydra.launcher.gpus_per_node=4",
+            "hydra.launcher.nodes=2",
+        ],  # four GPUs on each of two nodes
+        ["trainer=gpu", "trainer.devices=-1"],  # every GPU the job gets: its one
+        ["trainer=gpu", "trainer.devices=auto"],
+    ],
+)  # fmt: skip
+def test_a_slurm_job_that_asks_for_what_it_trains_on_is_taken(settings: list[str]) -> None:
     from vitattn.train import validate
 
-    four_gpus_on_two_nodes = [
-        "trainer=ddp", "trainer.accelerator=gpu", "trainer.devices=4", "+trainer.num_nodes=2",
-        "hydra.launcher.tasks_per_node=4", "hydra.launcher.gpus_per_node=4",
-        "hydra.launcher.nodes=2",
-    ]  # fmt: skip
-    arguments = ["-m", "seed=1,2", "hydra/launcher=slurm", *four_gpus_on_two_nodes]
-    check_composition("train", arguments, validate)
+    check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the job would train on this machine's GPU")
 def test_a_job_refuses_a_gpu_its_machine_lacks_as_its_trainer_is_built(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    """What a SLURM job runs: Hydra's app, the task alone, without the console's checks (they ran
-    on the machine that submitted it). Its trainer's devices are checked as it is built, in one
-    line: Lightning's own refusal said "GPUAccelerator can not run on your system"."""
+    """What a SLURM job runs: Hydra's app, the sweep's job alone, without the console's checks
+    (they ran on the machine that submitted it). Its trainer's devices are checked as it is
+    built, in one line the job's ``metrics.json`` records: Lightning's own refusal ended in
+    "unexpected InstantiationException", its traceback in the log."""
+    sweep = tmp_path / "sweep"
     script = (
         "import sys; from vitattn.train import _hydra_main\n"
-        f"sys.argv = ['vitattn-train', 'trainer=gpu', 'hydra.run.dir={tmp_path / 'job'}']\n"
+        f"sys.argv = ['vitattn-train', '-m', 'trainer=gpu', 'hydra.sweep.dir={sweep}']\n"
         "_hydra_main()\n"
     )
     result = run_cli(sys.executable, "-c", script, data_dir=data_dir, check=False)
+    said = (
+        "trainer.accelerator=gpu but this machine has no CUDA GPU; use trainer=cpu (or "
+        "trainer.accelerator=cpu)"
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        "vitattn-train: error: trainer.accelerator=gpu but this machine has no CUDA GPU; use "
-        "trainer=cpu (or trainer.accelerator=cpu)"
-    )
+    assert result.stderr.strip().splitlines()[-1] == f"vitattn-train: error: {said}"
+    (metrics,) = sweep.glob("*/metrics.json")
+    assert json.loads(metrics.read_text()) == {"status": "failed", "error": said}
 
 
 def test_hydra_mode_multirun_is_a_sweep_as_the_flag_is() -> None:

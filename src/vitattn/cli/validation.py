@@ -238,10 +238,11 @@ def for_another_machine(cfg: DictConfig) -> DictConfig:
 
 
 def as_count(value: Any) -> int | None:
-    """``value`` as a whole number (an ``int``, or digits as text: ``trainer.devices="4"``), or
-    ``None`` where it is none (``auto``, ``-1``'s text, a list of devices)."""
+    """``value`` as a count of one or more (an ``int``, or digits as text:
+    ``trainer.devices="4"``), or ``None`` where it is none (``auto``, ``-1``: every device there
+    is, a list of devices)."""
     if type(value) is int:
-        return value
+        return value if value >= 1 else None
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return None
