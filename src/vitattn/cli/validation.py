@@ -237,17 +237,6 @@ def for_another_machine(cfg: DictConfig) -> DictConfig:
     return machine_free
 
 
-def as_count(value: Any) -> int | None:
-    """``value`` as a count of one or more (an ``int``, or digits as text:
-    ``trainer.devices="4"``), or ``None`` where it is none (``auto``, ``-1``: every device there
-    is, a list of devices)."""
-    if type(value) is int:
-        return value if value >= 1 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
-
-
 def check_what_jobs_ask_for(cfg: DictConfig) -> None:
     """What each job of a SLURM sweep asks for (``hydra.launcher``) against what its trainer
     trains on, in one line naming both (the job would wait in the queue to fail): Lightning
@@ -258,20 +247,22 @@ def check_what_jobs_ask_for(cfg: DictConfig) -> None:
     if not isinstance(launcher, DictConfig) or not isinstance(cfg.get("trainer"), DictConfig):
         return
     trainer = cfg.trainer
-    devices, tasks = as_count(trainer.get("devices")), as_count(launcher.get("tasks_per_node"))
+    devices = checks.as_count(trainer.get("devices"))
+    tasks = checks.as_count(launcher.get("tasks_per_node"))
     if devices is not None and tasks is not None and devices != tasks:
         raise ConfigError(
             f"trainer.devices={devices} but hydra.launcher.tasks_per_node={tasks}: Lightning "
             "trains one process per SLURM task and refuses a job whose tasks per node are not "
             "its devices; set both to the devices each node trains on"
         )
-    nodes, asked = as_count(trainer.get("num_nodes", 1)), as_count(launcher.get("nodes"))
+    nodes = checks.as_count(trainer.get("num_nodes", 1))
+    asked = checks.as_count(launcher.get("nodes"))
     if nodes is not None and asked is not None and nodes != asked:
         raise ConfigError(
             f"trainer.num_nodes={nodes} but hydra.launcher.nodes={asked}: Lightning refuses a "
             "job on other nodes than it trains on; set both to the same number"
         )
-    accelerator, gpus = trainer.get("accelerator"), as_count(launcher.get("gpus_per_node"))
+    accelerator, gpus = trainer.get("accelerator"), checks.as_count(launcher.get("gpus_per_node"))
     if accelerator in ("gpu", "cuda") and devices and gpus is not None and devices > gpus:
         raise ConfigError(
             f"trainer.devices={devices} on trainer.accelerator={accelerator} but "

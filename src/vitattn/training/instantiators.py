@@ -123,12 +123,10 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
 
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-    devices = trainer_cfg.get("devices")
-    if isinstance(devices, str) and devices.strip().isdigit():
-        devices = int(devices)
+    devices = checks.as_count(trainer_cfg.get("devices"))
     cpus = os.cpu_count() or 1
     most = CPU_PROCESSES_PER_CPU * cpus
-    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > most:
+    if on_cpu and devices is not None and devices > most:
         raise checks.invalid(
             "trainer.devices",
             trainer_cfg.get("devices"),

@@ -39,6 +39,17 @@ def is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float)
 
 
+def as_count(value: Any) -> int | None:
+    """``value`` as a count of one or more (an ``int``, or digits as text:
+    ``trainer.devices="4"``), or ``None`` where it is none (``auto``, ``-1``: every device there
+    is, a list of devices)."""
+    if type(value) is int:
+        return value if value >= 1 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
 def integer(setting: str, value: Any, low: int = 1, high: int | None = None, hint: str = "") -> int:
     """``value`` as an int in ``[low, high]`` (no upper bound if ``high`` is ``None``)."""
     whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
