@@ -37,6 +37,7 @@ from vitattn.utils.config import (
     job_directory_name,
     run_directory_name,
 )
+from vitattn.utils.machine import usable_cpus
 
 
 def test_unknown_group_choice_is_one_clear_error() -> None:
@@ -666,12 +667,12 @@ def test_a_launcher_in_range_is_taken(launcher: list[str]) -> None:
 def machine_bound(bound: str, data_root: Path) -> tuple[list[str], str]:
     """Settings a job's own machine bounds (``bound``: its GPU, its CPUs, its disks) that this
     machine does not meet, and this machine's refusal of them."""
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     return {
         "gpu": (["trainer=gpu"], r"^trainer\.accelerator=gpu but this machine has no CUDA GPU; "),
         "cpus": (
             [f"data.num_workers={cpus + 1}", f"hydra.launcher.cpus_per_task={cpus + 1}"],
-            rf"^data\.num_workers={cpus + 1} is not valid; choose 0\.\.{cpus} \(this machine",
+            rf"^data\.num_workers={cpus + 1} is not valid; choose 0\.\.{cpus} \(the CPUs this",
         ),
         "disks": (
             [f"data.data_dir={data_root / 'on-the-nodes'}", "data.download=false"],
@@ -983,3 +984,33 @@ def test_the_help_examples_of_vitattn_train_compare_an_approximation(tmp_path: P
         cfg = compose_config("train", overrides, tmp_path)
         net = hydra.utils.instantiate(cfg.model)
         assert exact_by_construction(net) is None, words
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_the_cpus_bounding_workers_and_processes_are_those_this_process_may_use(
+    tmp_path: Path,
+) -> None:
+    """A run confined to one CPU (``taskset``, SLURM's ``--cpus-per-task``, a container's
+    cpuset: its affinity) may start one DataLoader worker and two CPU processes, whatever the
+    node has; ``os.cpu_count()`` counts the node's (a job given 8 of 128 CPUs could start 128
+    workers)."""
+    refusals = {
+        "data.num_workers=2": r"data\.num_workers=2 is not valid; choose 0\.\.1 \(the CPUs this "
+        r"process may use; ",
+        "trainer.devices=3": r"trainer\.devices=3 is not valid; choose a number of processes from "
+        r"1 to 2 \(two for each of the 1 CPUs this process may use\) or auto",
+    }
+    for number, (override, said) in enumerate(refusals.items()):
+        run_dir = tmp_path / f"run{number}"
+        result = run_cli(
+            "vitattn-train",
+            "trainer=cpu",
+            override,
+            f"hydra.run.dir={run_dir}",
+            data_dir=tmp_path,
+            check=False,
+            cpus={0},
+        )
+        assert result.returncode == 1, result.stderr
+        assert re.search(rf"^vitattn-train: error: {said}", result.stderr, re.MULTILINE)
+        assert not run_dir.exists()

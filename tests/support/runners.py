@@ -31,6 +31,7 @@ def run_cli(
     env: dict[str, str] | None = None,
     memory: int | None = None,
     merged: bool = False,
+    cpus: set[int] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run console script ``program`` (``vitattn-train``, ...) with ``args`` on the data in
     ``data_dir``; with ``check``, a non-zero exit fails the test with the output's tail. The
@@ -38,8 +39,16 @@ def run_cli(
     :mod:`tests.support` (``+callbacks.x._target_=tests.support.faults.SigtermAtStep``). With
     ``memory``, the process's address space is capped at that many bytes
     (:func:`tests.support.bombs.capped`): a file that makes it take more fails the test. With
-    ``merged``, stderr goes into stdout, in the order a terminal shows them (``stderr`` empty)."""
+    ``merged``, stderr goes into stdout, in the order a terminal shows them (``stderr`` empty).
+    With ``cpus``, the process may run on those CPUs only (its affinity, as ``taskset`` or
+    SLURM's ``--cpus-per-task`` sets it)."""
     from tests.support.bombs import capped
+
+    def limit() -> None:
+        if memory is not None:
+            capped(memory)()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
 
     environment = {
         **os.environ,
@@ -57,7 +66,7 @@ def run_cli(
         text=True,
         env=environment,
         timeout=timeout,
-        preexec_fn=None if memory is None else capped(memory),
+        preexec_fn=None if memory is None and cpus is None else limit,
     )
     return checked(result) if check else result
 

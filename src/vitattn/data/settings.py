@@ -11,7 +11,6 @@ included, build a module again (:mod:`vitattn.data.as_trained` reads them).
 from __future__ import annotations
 
 import math
-import os
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from vitattn.data.shifts import SHIFTS
 from vitattn.errors import ConfigError
 from vitattn.utils import checks
+from vitattn.utils.machine import usable_cpus
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 """The official archive of CIFAR-10's python version."""
@@ -139,7 +139,7 @@ class DataSettings:
     def ranges(self) -> list[tuple[str, bool, str]]:
         """``(setting, refused, what is valid)`` for each setting with a range, in the order they
         are checked (a NaN fails every comparison: ``not 0 < x`` refuses it, ``x < 0`` does not)."""
-        cpus = os.cpu_count() or 1  # each worker is a copy of this process, kept alive
+        cpus = usable_cpus()  # each worker is a copy of this process, kept alive
         return [
             ("batch_size", self.batch_size < 1, "an integer >= 1"),
             ("eval_batch_size", self.eval_batch_size < 1, "an integer >= 1"),
@@ -168,8 +168,8 @@ class DataSettings:
             (
                 "num_workers",
                 not 0 <= self.num_workers <= cpus,
-                f"0..{cpus} (this machine's CPUs; 0 is fastest here: batches are slices of a "
-                "tensor)",
+                f"0..{cpus} (the CPUs this process may use; 0 is fastest here: batches are "
+                "slices of a tensor)",
             ),
         ]
 

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from vitattn.errors import ConfigError
 from vitattn.runs.files import one_line
 from vitattn.utils import checks
+from vitattn.utils.machine import usable_cpus
 
 
 def instantiate_list(configs: DictConfig | None) -> list[Any]:
@@ -115,23 +116,23 @@ one core (``trainer=ddp``'s smoke test) run, slowly; a thousand stall the machin
 
 def check_cpu_processes(trainer_cfg: DictConfig) -> None:
     """On the CPU, ``trainer.devices`` is the number of processes Lightning starts: refused in
-    one line above :data:`CPU_PROCESSES_PER_CPU` per CPU of this machine (a resume replaying
-    ``trainer.devices=1000`` from a run's file started a training process per device until the
-    machine stalled; red team). A GPU's devices Lightning checks itself, against the GPUs
-    there are."""
+    one line above :data:`CPU_PROCESSES_PER_CPU` per CPU this process may use, its affinity (a
+    resume replaying ``trainer.devices=1000`` from a run's file started a training process per
+    device until the machine stalled; red team). A GPU's devices Lightning checks itself,
+    against the GPUs there are."""
     import torch
 
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
     devices = checks.as_count(trainer_cfg.get("devices"))
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     most = CPU_PROCESSES_PER_CPU * cpus
     if on_cpu and devices is not None and devices > most:
         raise checks.invalid(
             "trainer.devices",
             trainer_cfg.get("devices"),
-            f"a number of processes from 1 to {most} (two for each of this machine's {cpus} "
-            "CPUs) or auto",
+            f"a number of processes from 1 to {most} (two for each of the {cpus} CPUs this "
+            "process may use) or auto",
         )
 
 
