@@ -765,6 +765,11 @@ def test_a_slurm_jobs_workers_are_bounded_by_the_cpus_it_asks_for(workers: str, 
             r": each job would ask SLURM for fewer GPUs than it trains on; set "
             r"hydra\.launcher\.gpus_per_node=4$",
         ),
+        (
+            ["trainer=ddp", "hydra.launcher.tasks_per_node=2"],  # auto: the GPU the job asks for
+            r"^trainer\.devices=2 on trainer\.accelerator=auto but hydra\.launcher\.gpus_per_node"
+            r"=1: each job would ask SLURM for fewer GPUs than it trains on; ",
+        ),
     ],
 )
 def test_what_a_slurm_job_asks_for_must_be_what_it_trains_on(
@@ -789,6 +794,8 @@ def test_what_a_slurm_job_asks_for_must_be_what_it_trains_on(
         ],  # four GPUs on each of two nodes
         ["trainer=gpu", "trainer.devices=-1"],  # every GPU the job gets: its one
         ["trainer=gpu", "trainer.devices=auto"],
+        # auto on a job that asks for no GPU: two CPU processes
+        ["trainer=ddp", "hydra.launcher.tasks_per_node=2", "hydra.launcher.gpus_per_node=0"],
     ],
 )  # fmt: skip
 def test_a_slurm_job_that_asks_for_what_it_trains_on_is_taken(settings: list[str]) -> None:

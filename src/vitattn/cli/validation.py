@@ -242,7 +242,8 @@ def check_what_jobs_ask_for(cfg: DictConfig) -> None:
     trains on, in one line naming both (the job would wait in the queue to fail): Lightning
     runs one process per SLURM task and refuses a job whose tasks per node are not its
     ``trainer.devices``, or whose nodes are not its ``trainer.num_nodes``; and a GPU trainer on
-    more devices than the GPUs the job asks for."""
+    more devices than the GPUs the job asks for (``accelerator=auto`` too, where the job asks
+    for a GPU: Lightning takes the GPUs there are)."""
     launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
     if not isinstance(launcher, DictConfig) or not isinstance(cfg.get("trainer"), DictConfig):
         return
@@ -263,7 +264,9 @@ def check_what_jobs_ask_for(cfg: DictConfig) -> None:
             "job on other nodes than it trains on; set both to the same number"
         )
     accelerator, gpus = trainer.get("accelerator"), checks.as_count(launcher.get("gpus_per_node"))
-    if accelerator in ("gpu", "cuda") and devices and gpus is not None and devices > gpus:
+    # auto takes the GPUs a job is given (Lightning's choice on a node with CUDA)
+    on_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and bool(gpus))
+    if on_gpus and devices and gpus is not None and devices > gpus:
         raise ConfigError(
             f"trainer.devices={devices} on trainer.accelerator={accelerator} but "
             f"hydra.launcher.gpus_per_node={gpus}: each job would ask SLURM for fewer GPUs "
