@@ -1005,7 +1005,7 @@ def test_the_cpus_bounding_workers_and_processes_are_those_this_process_may_use(
         "data.num_workers=2": r"data\.num_workers=2 is not valid; choose 0\.\.1 \(the CPUs this "
         r"process may use; ",
         "trainer.devices=3": r"trainer\.devices=3 is not valid; choose a number of processes from "
-        r"1 to 2 \(two for each of the 1 CPUs this process may use\) or auto",
+        r"1 to 2 \(two for each CPU this process may use, 1 here\) or auto",
     }
     for number, (override, said) in enumerate(refusals.items()):
         run_dir = tmp_path / f"run{number}"

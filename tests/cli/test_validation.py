@@ -166,7 +166,7 @@ def test_more_cpu_processes_than_cpus_is_one_line(devices: str) -> None:
     ``trainer.devices=1000`` from a run's file stalled the machine (red team)."""
     said = (
         r"^trainer.devices=('?)100000\1 is not valid; choose a number of processes from 1 to "
-        r"\d+ \(two for each of the \d+ CPUs this process may use\) or auto$"
+        r"\d+ \(two for each CPU this process may use, \d+ here\) or auto$"
     )
     with pytest.raises(ConfigError, match=said):
         check_composition("train", ["trainer=cpu", f"trainer.devices={devices}"], validate_training)

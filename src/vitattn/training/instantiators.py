@@ -131,8 +131,8 @@ def check_cpu_processes(trainer_cfg: DictConfig) -> None:
         raise checks.invalid(
             "trainer.devices",
             trainer_cfg.get("devices"),
-            f"a number of processes from 1 to {most} (two for each of the {cpus} CPUs this "
-            "process may use) or auto",
+            f"a number of processes from 1 to {most} (two for each CPU this process may use, "
+            f"{cpus} here) or auto",
         )
 
 
