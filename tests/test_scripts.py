@@ -53,6 +53,7 @@ def test_reproduce_report_sweeps_the_report_preset_and_draws_its_figure(
         assert (sweep / figure).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_bench_sparse_family_prints_a_row_per_kernel_and_length(data_dir: Path) -> None:
     args = ["--seq-lens", "64", "128", "--attentions", "softmax", "local", "--repeats", "1"]
     result = run_cli("python", str(SCRIPTS / "bench_sparse_family.py"), *args, data_dir=data_dir)

@@ -509,6 +509,7 @@ def test_a_search_killed_between_two_asks_of_a_batch_settles_the_trials_it_attri
     assert "trial 1 is running for another search (no directory): left as it is" in said
 
 
+@pytest.mark.slow
 def test_a_config_dir_run_resumes_and_its_sweep_rerun_is_checked(
     tmp_path: Path, data_dir: Path
 ) -> None:

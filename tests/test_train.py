@@ -388,6 +388,7 @@ def test_missing_data_that_cannot_be_downloaded_ends_in_one_line(tmp_path: Path,
     ), said
 
 
+@pytest.mark.slow
 def test_a_run_refused_in_the_app_leaves_no_run_folder_and_one_line(
     tmp_path: Path, data_dir: Path
 ) -> None:

@@ -804,6 +804,7 @@ def test_a_slurm_job_that_asks_for_what_it_trains_on_is_taken(settings: list[str
     check_composition("train", ["-m", "seed=1,2", "hydra/launcher=slurm", *settings], validate)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the job would train on this machine's GPU")
 def test_a_job_refuses_a_gpu_its_machine_lacks_as_its_trainer_is_built(
     tmp_path: Path, data_dir: Path
@@ -993,6 +994,7 @@ def test_the_help_examples_of_vitattn_train_compare_an_approximation(tmp_path: P
         assert exact_by_construction(net) is None, words
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
 def test_the_cpus_bounding_workers_and_processes_are_those_this_process_may_use(
     tmp_path: Path,
