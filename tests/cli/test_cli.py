@@ -1008,6 +1008,8 @@ def test_the_cpus_bounding_workers_and_processes_are_those_this_process_may_use(
         r"process may use; ",
         "trainer.devices=3": r"trainer\.devices=3 is not valid; choose a number of processes from "
         r"1 to 2 \(two for each CPU this process may use, 1 here\) or auto",
+        # one worker is taken: the run goes on to its (here missing) data folder
+        "data.num_workers=1": r"data\.data_dir=.* holds no cifar-10-batches-py/",
     }
     for number, (override, said) in enumerate(refusals.items()):
         run_dir = tmp_path / f"run{number}"
