@@ -214,15 +214,14 @@ def for_another_machine(cfg: DictConfig) -> DictConfig:
     import copy
 
     check_what_jobs_ask_for(cfg)
-    cpus = OmegaConf.select(cfg, "hydra.launcher.cpus_per_task", default=None)
+    cpus = checks.as_count(OmegaConf.select(cfg, "hydra.launcher.cpus_per_task", default=None))
     workers = OmegaConf.select(cfg, "data.num_workers", default=None)
-    asked = type(cpus) is int and cpus >= 1
-    if type(workers) is int and (workers < 0 or (asked and workers > cpus)):
+    if type(workers) is int and (workers < 0 or (cpus is not None and workers > cpus)):
         raise checks.invalid(
             "data.num_workers",
             workers,
             f"0..{cpus} (hydra.launcher.cpus_per_task={cpus}: the CPUs each job asks for)"
-            if asked
+            if cpus is not None
             else "an integer >= 0, at most the CPUs of the machine each job runs on",
         )
     machine_free = copy.deepcopy(cfg)
