@@ -147,7 +147,13 @@ CASES: dict[str, tuple[Any, str]] = {
     ),
     "a learning rate as text": (
         lambda s: groups(s)[0].__setitem__("lr", "1e-3"),
-        r"param_groups\.0\.lr is '1e-3'; the optimizer writes a finite number there",
+        r"param_groups\.0\.lr is '1e-3'; the optimizer writes a finite number between -10\^12 "
+        r"and 10\^12 there",
+    ),
+    "a learning rate whose first step overflows float32": (  # found by the property test
+        lambda s: groups(s)[1].__setitem__("lr", 3.094263397064763e38),
+        r"param_groups\.1\.lr is 3\.094263397064763e\+38; the optimizer writes a finite number "
+        r"between -10\^12 and 10\^12 there",
     ),
     "three betas": (
         lambda s: groups(s)[0].__setitem__("betas", (0.9, 0.99, 0.9)),
