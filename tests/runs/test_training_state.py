@@ -55,17 +55,31 @@ def step(module: ViTClassifier, optim: Any, schedule: Any) -> None:
 
 
 @functools.cache
+def pristine_module() -> ViTClassifier:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return ViTClassifier(NET, OPTIMIZERS["adamw"], COSINE)
+
+
 def tiny_module() -> ViTClassifier:
-    return ViTClassifier(NET, OPTIMIZERS["adamw"], COSINE)
+    """A fresh copy of one module never stepped: every example starts from the same weights, so
+    a failure Hypothesis finds replays as it failed."""
+    return copy.deepcopy(pristine_module())
+
+
+def real_state(optimizer: str = "adamw", with_schedule: bool = True) -> dict[str, Any]:
+    """The training state a checkpoint holds after two steps (what Lightning saves: the
+    optimizer's and the scheduler's ``state_dict()``), a copy of its own: an optimizer that
+    loads it steps its moments in place."""
+    return copy.deepcopy(stepped_state(optimizer, with_schedule))
 
 
 @functools.cache
-def real_state(optimizer: str = "adamw", with_schedule: bool = True) -> dict[str, Any]:
-    """The training state a checkpoint holds after two steps (what Lightning saves: the
-    optimizer's and the scheduler's ``state_dict()``)."""
-    optim, schedule = built(tiny_module(), optimizer, COSINE if with_schedule else None)
+def stepped_state(optimizer: str, with_schedule: bool) -> dict[str, Any]:
+    module = tiny_module()
+    optim, schedule = built(module, optimizer, COSINE if with_schedule else None)
     for _ in range(2):
-        step(tiny_module(), optim, schedule)
+        step(module, optim, schedule)
     return {
         "optimizer_states": [optim.state_dict()],
         "lr_schedulers": [] if schedule is None else [schedule.state_dict()],
@@ -99,7 +113,7 @@ def another_weights_shape(checkpoint: dict[str, Any]) -> tuple[int, ...]:
 
 
 def edited(change: Any, optimizer: str = "adamw", with_schedule: bool = True) -> dict[str, Any]:
-    state = copy.deepcopy(real_state(optimizer, with_schedule))
+    state = real_state(optimizer, with_schedule)
     change(state)
     return state
 
@@ -327,7 +341,8 @@ def test_any_one_value_is_refused_in_one_line_or_restores_and_steps(data: Any) -
         message = str(refused)
         assert message.startswith(f"{SOURCE}: ") and "\n" not in message, message
         return
-    optim, schedule = built(tiny_module(), "adamw", COSINE)
+    module = tiny_module()
+    optim, schedule = built(module, "adamw", COSINE)
     optim.load_state_dict(state["optimizer_states"][0])
     schedule.load_state_dict(state["lr_schedulers"][0])
-    step(tiny_module(), optim, schedule)
+    step(module, optim, schedule)
