@@ -368,6 +368,10 @@ RECORDED_VECTORS.update(
             lambda site: ["attention=../../d/inside"],
             r"is not a choice of attention",
         ),
+        "a search's preset, which sets Hydra's mode and sweeper": (
+            lambda site: ["hparams_search=optuna"],
+            r"'hparams_search=optuna' chooses an option that sets hydra\.mode, hydra\.sweeper",
+        ),
         "the checkpoint plugin deleted": (
             lambda site: ["~trainer.plugins"],
             r"may delete only one of the callbacks or loggers",

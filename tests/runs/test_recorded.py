@@ -9,6 +9,7 @@ from vitattn.runs.recorded import (
     TRAINER_ADDITIONS,
     RecordedOverrideError,
     RecordedSettings,
+    hydra_changes,
     is_group,
     says_where,
 )
@@ -124,6 +125,42 @@ def test_each_trainer_addition_is_an_argument_lightning_types_so(name: str) -> N
     admitted = set(typing.get_args(hints[name]) or (hints[name],)) - {type(None)}
     assert set(KINDS[TRAINER_ADDITIONS[name]]) <= admitted
     assert name not in OmegaConf.load(CONFIG_DIR / "trainer" / "default.yaml")
+
+
+@pytest.mark.parametrize("preset", ["optuna", "optuna_pareto"])
+def test_a_recorded_choice_that_sets_hydras_own_settings_is_refused(preset: str) -> None:
+    """A trial of a search records ``hparams_search=optuna``, whose option sets Hydra's mode and
+    sweeper: replayed, a resume would start a search of its own (red team, 2026-12-02)."""
+    with pytest.raises(RecordedOverrideError) as refused:
+        RecordedSettings.of(
+            [("attention=linformer", "f line 1"), (f"hparams_search={preset}", "f line 4")], []
+        )
+    message = str(refused.value)
+    assert message.startswith(f"f line 4: 'hparams_search={preset}' chooses an option that sets ")
+    assert "hydra.mode, hydra.sweeper (" in message and "\n" not in message
+    assert "run it again into its hydra.sweep.dir" in message
+
+
+@pytest.mark.parametrize(
+    "choices",
+    [
+        ["experiment=report"],
+        ["experiment=lra_image", "attention=nystrom"],
+        ["debug=fdr", "logger=many_loggers"],
+        ["debug=smoke", "trainer=ddp", "callbacks=none"],
+        ["model=vit_pixel", "optimizer=adam", "trainer=gpu"],
+    ],
+)
+def test_recorded_choices_that_set_nothing_of_hydras_are_taken(choices: list[str]) -> None:
+    settings = RecordedSettings.of([(c, f"f line {i}") for i, c in enumerate(choices, 1)], [])
+    assert settings.node("trainer.max_steps") is not None
+
+
+def test_a_search_given_now_is_the_users_own() -> None:
+    """The comparison is with the choices given on the command line: what they set of Hydra's
+    is the user's."""
+    assert not hydra_changes("train", ["hparams_search=optuna"], ["attention=linformer"])
+    assert hydra_changes("train", [], ["hparams_search=optuna"]) == ["hydra.mode", "hydra.sweeper"]
 
 
 def test_a_recorded_group_choice_must_exist_before_anything_is_composed() -> None:

@@ -4,7 +4,9 @@ settings of vitattn's own configs, never where anything goes.
 ``<run>/.hydra/overrides.yaml`` is a file of the run, and the run may be someone else's. A line
 of it is replayed only when it is one of (:class:`RecordedSettings`):
 
-* a choice of one of vitattn's config groups that exists in ``configs/`` (``attention=linear``);
+* a choice of one of vitattn's config groups that exists in ``configs/`` (``attention=linear``)
+  and sets none of Hydra's own settings (not ``hparams_search=optuna``, which a search's
+  trials record: its mode and sweeper would start a search of its own);
 * a setting that the config composed from vitattn's own ``configs/`` (with the recorded group
   choices) already has, given in that setting's type: a flag for a flag, an integer for an
   integer, a finite number for a number (all within :data:`LARGEST_NUMBER`), and for a word
@@ -138,12 +140,14 @@ class RecordedSettings:
         source)``; each refused in one line unless its option exists, in ``configs/`` or in the
         folders ``extra_dirs`` the command line adds now) and then those ``given`` on the
         command line (an unknown one is left to the command line's own check)."""
-        choices, given = [], list(given)
+        chosen: list[tuple[str, str]] = []
+        given_choices: list[str] = []
+        given = list(given)
         for text, source in recorded:
             override = cls.parse(text, source)
             if is_group(override.key_or_group, extra_dirs=extra_dirs) and not override.is_delete():
                 check_group_choice(override, text, source, extra_dirs=extra_dirs)
-                choices.append(text)
+                chosen.append((text, source))
         for text in given:
             try:
                 override = cls.parse(text, "the command line")
@@ -152,16 +156,42 @@ class RecordedSettings:
                     and not override.is_delete()
                 ):
                     check_group_choice(override, text, "the command line", extra_dirs=extra_dirs)
-                    choices.append(text)
+                    given_choices.append(text)
             except RecordedOverrideError:
                 continue
+        choices = [text for text, _ in chosen] + given_choices
         settings = cls(choices, config_name, extra_dirs=extra_dirs)
+        settings.refuse_hydra_settings(chosen, given_choices, config_name)
         settings.user_nodes = {
             text.split("=", 1)[0].lstrip("+").removesuffix("._target_")
             for text in given
             if text.split("=", 1)[0].endswith("._target_")
         }
         return settings
+
+    def refuse_hydra_settings(
+        self, recorded: list[tuple[str, str]], given: list[str], config_name: str
+    ) -> None:
+        """Refuse in one line a recorded group choice whose option sets Hydra's own settings
+        (``hparams_search=optuna``: ``hydra.mode`` and ``hydra.sweeper``, a search of its own),
+        found by composing with and without it; a choice given now is the user's."""
+        if not recorded or not hydra_changes(
+            config_name, given, [text for text, _ in recorded], self.config_dir, self.extra_dirs
+        ):
+            return
+        for text, source in recorded:
+            changed = hydra_changes(config_name, given, [text], self.config_dir, self.extra_dirs)
+            if changed:
+                raise RecordedOverrideError(
+                    f"{source}: {text!r} chooses an option that sets {', '.join(changed)} "
+                    "(Hydra's own: a search or sweep of its own); a run's recorded overrides "
+                    "never set hydra.*; to continue the search a run came from, run it again "
+                    "into its hydra.sweep.dir"
+                )
+        raise RecordedOverrideError(  # only together: each alone changes nothing of Hydra's
+            f"the group choices {[text for text, _ in recorded]} recorded in the run set "
+            "Hydra's own settings together; a run's recorded overrides never set hydra.*"
+        )
 
     @staticmethod
     def parse(text: str, source: str) -> Any:
@@ -251,6 +281,57 @@ class RecordedSettings:
         if isinstance(value, str):
             return "word"
         return "optional"  # null by default: a flag, a number or a word
+
+
+def hydra_changes(
+    config_name: str,
+    base: Sequence[str],
+    added: Sequence[str],
+    config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[Path] = (),
+) -> list[str]:
+    """The settings under ``hydra`` (``hydra.mode``, ``hydra.sweeper``) that the group choices
+    ``added`` change in the config composed with ``base``, compared as written (before
+    interpolation); what Hydra derives from the overrides themselves (``hydra.overrides``,
+    ``hydra.runtime``, ``hydra.job.override_dirname``) is not a setting."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    def hydra_settings(overrides: list[str]) -> dict[str, Any]:
+        config = compose(config_name, overrides=overrides, return_hydra_config=True)
+        return flattened(OmegaConf.to_container(config.hydra, resolve=False))
+
+    was_initialized = GlobalHydra.instance().is_initialized()
+    try:
+        with hydra_configs(extra_dirs, config_dir):
+            before = hydra_settings(list(base))
+            after = hydra_settings([*base, *added])
+    finally:
+        if not was_initialized:
+            GlobalHydra.instance().clear()
+    derived = ("overrides", "runtime", "job.override_dirname")
+    changed = {
+        key.split(".")[0]
+        for key in before.keys() | after.keys()
+        if before.get(key, MISSING) != after.get(key, MISSING)
+        and not any(key == d or key.startswith(f"{d}.") for d in derived)
+    }
+    return sorted(f"hydra.{key}" for key in changed)
+
+
+MISSING = object()
+
+
+def flattened(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"sweeper.n_trials": 20, ...}``: every leaf of a nested container by its dotted key."""
+    if isinstance(tree, dict) and tree:
+        return {
+            key: value
+            for name, child in tree.items()
+            for key, value in flattened(child, f"{prefix}.{name}" if prefix else str(name)).items()
+        }
+    return {prefix: tree}
 
 
 def check_group_choice(
