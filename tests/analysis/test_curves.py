@@ -7,6 +7,7 @@ those marked ``slow`` train for real.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from vitattn.analysis.curves import band_note, mean_curve, metric_figure
 from vitattn.analysis.records import Run, describe, label_runs, load_run
 from vitattn.analysis.seed_runs import band_tags
 from vitattn.analysis.summary import summarize
+from vitattn.runs.files import UnreadableFileError
 from vitattn.runs.layout import find_runs
 from vitattn.utils.config import PROJECT_ROOT
 
@@ -340,6 +342,43 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
         "attention_maps.png",
     ]
     assert len(result.rows) == 3
+
+
+PLANTED_CONFIGS = {
+    "a key that is no name": ("attention:\n  1: 2\n", "holds the key 1 under attention"),
+    "an attention that is a list": ("attention: [1, 2]\n", "attention is a list, not the"),
+    "a trainer that is a text": ("trainer: abc\n", "trainer is a text, not the mapping"),
+    "a number as a top key": ("7: x\n", "holds the key 7, which is no name"),
+}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED_CONFIGS))
+def test_a_job_config_of_another_shape_is_one_line(
+    three_attentions: Path, make_run: Callable[..., Path], planted: str
+) -> None:
+    """A ``.hydra/config.yaml`` Hydra could not have written (a key that is no name, a node that
+    is no mapping) ended the whole summary, the sweep's own too, in an ``AttributeError``
+    (red team, 2026-12-02): now its run is refused in one line naming the file."""
+    text, problem = PLANTED_CONFIGS[planted]
+    odd = make_run(three_attentions / "zzz", ["attention=linear"], maps=False)
+    (odd / ".hydra" / "config.yaml").write_text(text)
+    with pytest.raises(UnreadableFileError, match=re.escape(problem)):
+        load_run(odd)
+    assert len(summarize([three_attentions]).rows) == 3
+
+
+@pytest.mark.slow
+def test_plot_curves_leaves_out_a_job_of_another_shape_and_summarizes_the_others(
+    three_attentions: Path, make_run: Callable[..., Path], data_dir: Path
+) -> None:
+    text, problem = PLANTED_CONFIGS["a key that is no name"]
+    odd = make_run(three_attentions / "zzz", ["attention=linear"], maps=False)
+    (odd / ".hydra" / "config.yaml").write_text(text)
+    result = run_cli("python", str(PLOT_CURVES), str(three_attentions), data_dir=data_dir)
+    skipped = [line for line in result.stderr.splitlines() if "skipping" in line]
+    assert len(skipped) == 1, result.stderr
+    assert skipped[0].startswith(f"skipping {odd}: {odd}/.hydra/config.yaml: {problem}")
+    assert len(read_csv(three_attentions / "summary.csv")) == 3
 
 
 @pytest.mark.parametrize("value", ["$\\frac{$", "$" + "{" * 70 + "x" + "}" * 70 + "$"])

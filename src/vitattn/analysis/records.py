@@ -224,7 +224,7 @@ def load_run(path: Path) -> Run:
     (:class:`vitattn.runs.files.UnreadableFileError`)."""
     run = RunDir(path)
     refuse_links_read(path)
-    config = read_yaml(run.config_file, dict)
+    config = checked_config(run.config_file, read_yaml(run.config_file, dict))
     overrides = [str(o) for o in _optional(run.overrides_file, read_yaml, list)]
     metrics = _optional(run.metrics_file, lambda path, _: read_metrics(path), dict)
     hydra = _optional(run.hydra_file, read_yaml, dict).get("hydra")
@@ -239,6 +239,39 @@ def load_run(path: Path) -> Run:
     found.used_knobs = used_knobs(hparams)
     found.running = found.state in UNFINISHED and held_elsewhere(path)
     return found
+
+
+MAPPINGS = ("attention", "model", "trainer")
+"""The nodes of a run's ``.hydra/config.yaml`` a summary reads settings of (the attention's
+knobs, the model's name, the trainer's steps): each a mapping where there is one."""
+
+
+KINDS = {str: "a text", list: "a list", bool: "a flag", int: "a number", float: "a number"}
+
+
+def checked_config(path: Path, config: dict[Any, Any]) -> dict[str, Any]:
+    """``config`` read from ``path`` where it has the shape Hydra writes: every key a name (a
+    string) at every level, and :data:`MAPPINGS` mappings; anything else is one line
+    (:class:`UnreadableFileError`), the run left out of the summary rather than ending it."""
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:  # bounded: the loader took at most MAX_NODES nodes
+        where, node = stack.pop()
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in children:
+            if isinstance(node, dict) and not isinstance(key, str):
+                inside = f" under {where}" if where else ""
+                raise UnreadableFileError(
+                    path, f"holds the key {one_line(repr(key))[:40]}{inside}, which is no name"
+                )
+            if isinstance(child, dict | list):
+                stack.append((f"{where}.{key}" if where else str(key), child))
+    for name in MAPPINGS:
+        if config.get(name) is not None and not isinstance(config[name], dict):
+            kind = KINDS.get(type(config[name]), "value")
+            raise UnreadableFileError(
+                path, f"{name} is {kind}, not the mapping of settings vitattn-train writes"
+            )
+    return config
 
 
 def curves(path: Path) -> Events:
