@@ -349,6 +349,8 @@ PLANTED_CONFIGS = {
     "an attention that is a list": ("attention: [1, 2]\n", "attention is a list, not the"),
     "a trainer that is a text": ("trainer: abc\n", "trainer is a text, not the mapping"),
     "a number as a top key": ("7: x\n", "holds the key 7, which is no name"),
+    "a knob of binary data": ("attention:\n  blob: !!binary aGVsbG8=\n", "holds binary data"),
+    "a knob that is a date": ("attention:\n  when: 2026-01-01\n", "holds a date"),
 }
 
 

@@ -536,6 +536,13 @@ def test_a_link_is_read_only_where_that_is_asked(run: Path, elsewhere: Path) -> 
         ("- !!timestamp 99999-01-01", "is not plain data (AttributeError: "),
         ("study_name: !!int ''", "is not plain data (IndexError: "),
         ("a: !!float ''", "is not plain data (IndexError: "),
+        # values PyYAML's safe loader builds and no writer of run files writes, which ended a
+        # summary in json.dumps's TypeError until 2026-12-02 (red team)
+        ("attention:\n  when: 2026-01-01", "holds a date (datetime.date(2026, 1, 1)), which"),
+        ("a: 2026-01-01 10:00:00", "holds a date and time (datetime.datetime(2026, 1, 1, 10, 0)"),
+        ("attention:\n  blob: !!binary aGVsbG8=", "holds binary data (b'hello'), which vitattn"),
+        ("a: !!set {x}", "holds a set ({'x'}), which vitattn never writes: only text, numbers"),
+        ("? 2026-01-01\n: a", "holds a date (datetime.date(2026, 1, 1))"),
     ],
 )
 def test_malformed_yaml_is_one_line_naming_the_file(run: Path, content: str, problem: str) -> None:

@@ -510,7 +510,42 @@ def _yaml_content(path: Path, text: str, expected: type) -> Any:
         raise UnreadableFileError(path, f"is not plain data ({problem})") from None
     if content is None:
         raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
+    _check_plain(path, content)
     return _checked(path, content, expected)
+
+
+PLAIN = (str, int, float, bool, type(None), list, dict)
+"""What YAML that Hydra, OmegaConf and Lightning write holds: PyYAML's safe loader also builds
+dates (``2026-01-01`` unquoted), bytes (``!!binary``) and sets (``!!set``), which none writes
+and the code reading run files does not expect (a summary's ``json.dumps``)."""
+
+
+NOT_PLAIN = {
+    "date": "a date",
+    "datetime": "a date and time",
+    "bytes": "binary data",
+    "set": "a set",
+}
+
+
+def _check_plain(path: Path, content: Any) -> None:
+    """Refuse in one line a YAML run file holding a value (or key) of any type but
+    :data:`PLAIN` (walked without recursion; the loader took at most :data:`MAX_NODES`)."""
+    stack = [content]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, PLAIN):
+            kind = NOT_PLAIN.get(type(node).__name__, f"a {type(node).__name__}")
+            raise UnreadableFileError(
+                path,
+                f"holds {kind} ({one_line(repr(node))[:60]}), which vitattn never writes: only "
+                "text, numbers, true or false, null, lists and mappings",
+            )
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 class BoundExceededError(ValueError):
