@@ -141,6 +141,23 @@ def test_an_interrupted_run_saves_its_step_and_resumes_exactly(
     assert_costs_of_every_attempt(run_dir, metrics, first_costs, second_attempt_at_most)
 
 
+def test_the_command_to_continue_gives_again_the_places_the_run_was_given(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A resume replays no setting that says where from the run's files, so the printed command
+    gives the run's own again: until 2026-12-02 it left them out, and as printed it was refused
+    (``'paths.log_dir=...' says where something is read or written``; user audit)."""
+    run_dir, logs = tmp_path / "run", tmp_path / "logs"
+    places = [f"paths.log_dir={logs}", f"data.data_dir={data_dir}"]
+    stopped = start(run_dir, *at_step("SigtermAtStep", 5), *places, data_dir=data_dir)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    said = last_line(stopped)
+    command = said.split("continue with: vitattn-train ")[1]
+    assert shlex.split(command) == ["resume=true", f"hydra.run.dir={run_dir}", *places]
+    run_in_process("vitattn-train", *shlex.split(command), WITHOUT_FAULT, data_dir=data_dir)
+    assert metrics_of(run_dir)["status"] == "completed" and metrics_of(run_dir)["steps"] == 40
+
+
 def throughput_state(run_dir: Path) -> dict[str, Any]:
     """What :class:`~vitattn.training.callbacks.ImagesPerSecond` keeps in ``last.ckpt``: the
     steady rates, the fit's seconds up to the checkpoint and the attempts."""

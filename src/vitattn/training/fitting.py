@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from vitattn.errors import TrainingError, VitattnError
 from vitattn.runs.checkpoints import run_test_on_best
 from vitattn.runs.layout import METRICS
+from vitattn.runs.recorded import says_where
 from vitattn.runs.task import write_metrics
 from vitattn.training.callbacks.confusion import ConfusionReport
 from vitattn.training.callbacks.insight import AttentionInsight
@@ -289,6 +290,25 @@ def interruption(trainer: L.Trainer) -> CheckpointOnInterrupt | None:
     return None
 
 
+def places_given() -> list[str]:
+    """This run's command-line overrides that say where (``paths.log_dir=...``,
+    ``data.data_dir=...``), as a shell takes them: a resume replays none from the run's files
+    (:func:`vitattn.runs.recorded.says_where`), so the command that continues it gives them
+    again. A resume's own ``ckpt_path`` is left out (``resume=true`` finds ``last.ckpt``)."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    given = []
+    for text in HydraConfig.get().overrides.task:
+        key = text.partition("=")[0].lstrip("+~")
+        if key != "ckpt_path" and says_where(key):
+            given.append(shlex.quote(text))
+    return given
+
+
 def end_interrupted(
     program: str, trainer: L.Trainer, seconds: float, output_dir: Path, resumable: bool = True
 ) -> NoReturn:
@@ -304,8 +324,10 @@ def end_interrupted(
     metrics.update({"status": "interrupted", "signal": name})
     if trainer.is_global_zero:
         write_metrics(output_dir / METRICS, metrics)
+    places = " ".join(["", *places_given()])
     then = (
-        f"continue with: {program} resume=true {for_the_shell('hydra.run.dir', str(output_dir))}"
+        f"continue with: {program} resume=true "
+        f"{for_the_shell('hydra.run.dir', str(output_dir))}{places}"
         if resumable
         else f"its weights are in {output_dir / 'checkpoints' / 'last.ckpt'}"
     )
