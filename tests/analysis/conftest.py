@@ -36,6 +36,7 @@ def write_run(
     seed = int(settings.get("seed", 42))
     config = {
         "seed": seed,
+        "ckpt_path": None,  # as every run's config has it
         "trainer": {"max_steps": steps},
         "model": {"_target_": "vitattn.models.vit.VisionTransformer", "depth": 2},
         "attention": {

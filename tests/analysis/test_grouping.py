@@ -342,21 +342,44 @@ def test_a_sweep_summarized_in_place_gains_its_seed_runs_or_one_warning(
     assert blocked.warnings[0] in report(blocked).splitlines()
 
 
+@pytest.mark.parametrize("quote", ["", '"'])
 def test_a_resumed_run_is_the_same_setting_as_one_trained_straight_through(
-    tmp_path: Path, make_run: Callable[..., Path]
+    tmp_path: Path, make_run: Callable[..., Path], quote: str
 ) -> None:
     """A resume records ``resume=true`` and ``ckpt_path=...`` in the run's overrides: they say
     how it was continued, not what it trained, so its seeds are one setting (they were two, one
-    labelled ``resume=true, ckpt_path=...``, the other ``resume=(unset), ckpt_path=(unset)``)."""
+    labelled ``resume=true, ckpt_path=...``, the other ``resume=(unset), ckpt_path=(unset)``).
+    Until 2026-12-02 the others' ``ckpt_path: null`` read as the text ``None``, and a sweep
+    job's quoted path (``ckpt_path="<job>/..."``) as another folder: two settings again."""
     sweep = tmp_path / "sweep"
     for seed in (1, 2):
         make_run(sweep / f"seed={seed}", ["attention=softmax", f"seed={seed}"], maps=False)
     checkpoint = sweep / "seed=3" / "checkpoints" / "last.ckpt"
-    resumed = ["attention=softmax", "seed=3", "resume=true", f"ckpt_path={checkpoint}"]
+    given = f"ckpt_path={quote}{checkpoint}{quote}"
+    resumed = ["attention=softmax", "seed=3", "resume=true", given]
     make_run(sweep / "seed=3", resumed, maps=False)
     summary = summarize([sweep])
     assert [(s.label, len(s.completed)) for s in summary.settings] == [("sweep", 3)]
     assert "resume" not in (sweep / "summary.md").read_text()
+
+
+def test_where_a_run_was_written_or_read_is_no_setting(
+    tmp_path: Path, make_run: Callable[..., Path]
+) -> None:
+    """Seeds of one setting written to two places (``paths.log_dir``) or reading the data from
+    two folders are one setting: until 2026-12-02 they were two, each of one seed and never
+    compared (user audit)."""
+    for seed, place in ((1, "a"), (2, "b"), (3, "b")):
+        overrides = [
+            "attention=softmax",
+            f"seed={seed}",
+            f"paths.log_dir={tmp_path}/{place}",
+            f"data.data_dir={tmp_path}/data_{place}",
+        ]
+        make_run(tmp_path / "runs" / f"{place}{seed}", overrides, maps=False)
+    summary = summarize([tmp_path / "runs"])
+    assert [len(s.completed) for s in summary.settings] == [3]
+    assert "log_dir" not in (tmp_path / "runs" / "summary.md").read_text()
 
 
 def test_checkpoints_a_run_started_from_elsewhere_are_its_settings(

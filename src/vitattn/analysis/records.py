@@ -36,6 +36,7 @@ from vitattn.analysis.seed_runs import TAGS, Events
 from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
 from vitattn.runs.lock import held_elsewhere
+from vitattn.runs.recorded import says_where
 from vitattn.utils.config import MAX_LABEL, cut_apart
 from vitattn.utils.decimals import shown
 from vitattn.utils.metric_names import KNOB_PREFIX
@@ -182,6 +183,7 @@ class Run:
         ``ckpt_path`` elsewhere (what a fine-tune or an evaluation started from) is a setting."""
         value = self.setting(key)
         if key == CHECKPOINT_KEY and value is not None:
+            value = unquoted(value)  # a sweep job's folder is quoted: 'ckpt_path="<job>/..."'
             own = self.path.absolute()
             if own == Path(value).absolute() or own in Path(value).absolute().parents:
                 return None
@@ -199,7 +201,7 @@ class Run:
             if not isinstance(node, dict) or part not in node:
                 return None
             node = node[part]
-        return None if isinstance(node, dict | list) else str(node)
+        return None if node is None or isinstance(node, dict | list) else str(node)
 
     def knobs(self) -> dict[str, Any]:
         """The attention's knobs: the config's values, a ``null`` one (computed from the token
@@ -211,6 +213,13 @@ class Run:
             for k, v in attention.items()
             if not k.startswith("_")
         }
+
+
+def unquoted(value: str) -> str:
+    """An override's value without the quotes Hydra's grammar takes it in (``"a=1,b"``)."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
 
 
 def _target_name(config: Any) -> str:
@@ -322,6 +331,14 @@ def relative_name(run: Run, root: Path) -> str:
         return one_line(run.path.resolve())
 
 
+def is_a_setting(key: str) -> bool:
+    """Whether an override ``key`` says what a run trained: not one of :data:`NOT_SETTINGS`, nor
+    a place (``paths.log_dir``, ``data.data_dir``: where the same run was written or read,
+    :func:`vitattn.runs.recorded.says_where`), but for a ``ckpt_path`` (what a fine-tune started
+    from; a resume's own is left out by :meth:`Run.setting_of_what_it_trained`)."""
+    return key not in NOT_SETTINGS and (key == CHECKPOINT_KEY or not says_where(key))
+
+
 def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     """Name each run by the overrides whose values differ between ``runs`` other than
     :data:`NOT_SETTINGS` and a resume's own checkpoint (:meth:`Run.setting_of_what_it_trained`):
@@ -333,7 +350,7 @@ def label_runs(runs: Sequence[Run], root: Path | None = None) -> None:
     if not runs:
         return
     root = root if root is not None else common_root([run.path for run in runs])
-    keys = list(dict.fromkeys(k for run in runs for k in run.settings if k not in NOT_SETTINGS))
+    keys = list(dict.fromkeys(k for run in runs for k in run.settings if is_a_setting(k)))
     values = [{key: run.setting_of_what_it_trained(key) for key in keys} for run in runs]
     differing = [key for key in keys if len({v[key] for v in values}) > 1]
     if differing:
