@@ -15,9 +15,10 @@ from matplotlib.collections import PathCollection
 from matplotlib.transforms import Bbox
 
 from tests.analysis.conftest import write_run
-from vitattn.analysis.frontier import frontier_figure, pareto_front
+from vitattn.analysis.frontier import frontier_figure, pareto_front, point_names
 from vitattn.analysis.grouping import Setting
 from vitattn.analysis.summary import read_runs, summary_of
+from vitattn.analysis.uncertainty import Estimate
 
 SETTINGS = {
     "softmax": ((0.50, 0.52, 0.54), 2300.0, 0.155),
@@ -227,4 +228,50 @@ def test_no_label_covers_another_label_or_a_marker_and_each_stays_in_its_frame(
             assert frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1), where
             assert not box.count_overlaps([b for n, b in labels.items() if n != name]), where
             assert not box.count_overlaps(markers), where
+    plt.close(figure)
+
+
+def test_points_are_named_by_their_values_and_never_alike() -> None:
+    """Names cut to 28 characters read alike (``attention=linear, model.dep…`` twice, for
+    depths 1 and 2; user audit, 2026-12-02): labels of the same keys are named by their values,
+    and names that would still read alike keep a hash apart."""
+    labels = [f"attention={a}, model.depth={d}" for a in ("softmax", "linear") for d in (1, 2)]
+    names, keys = point_names(labels)
+    assert keys == "attention, model.depth"
+    assert [names[label] for label in labels] == [
+        "softmax, 1",
+        "softmax, 2",
+        "linear, 1",
+        "linear, 2",
+    ]
+    long = [f"data.shift={'x' * 40}{i}, seed_group={i % 2}" for i in range(3)]
+    mixed = [*long, "attention=linear"]
+    names, keys = point_names(mixed)
+    assert keys == "" and len(set(names.values())) == len(mixed)
+    assert all(len(name) <= 28 for name in names.values())
+
+
+def test_a_panel_names_at_most_thirty_points_the_frontier_first() -> None:
+    """Each label is placed against every other: 1,500 planted job folders kept the sweep's
+    summary laying out ``frontier.png`` past two minutes (red team, 2026-12-02)."""
+    rng = np.random.default_rng(0)
+    settings = [
+        Setting(
+            f"optimizer.lr={i}",
+            (),
+            {
+                "test_acc": Estimate(1, float(rng.uniform(0.3, 0.6))),
+                "images_per_sec": Estimate(1, float(rng.uniform(500, 3000))),
+            },
+        )
+        for i in range(200)
+    ]
+    figure = frontier_figure(settings)
+    assert figure is not None
+    (axes,) = figure.axes
+    assert len(axes.texts) == 30
+    assert "(names: 30 of 200 points)" in axes.get_xlabel().replace("\n", " ")
+    (line,) = [line for line in axes.get_lines() if line.get_linestyle() == "--"]
+    bold = [t for t in axes.texts if t.get_fontweight() == "bold"]
+    assert len(bold) == min(len(line.get_xdata()), 30)  # the frontier's named first
     plt.close(figure)

@@ -271,9 +271,10 @@ def test_points_are_named_by_what_differs() -> None:
     names, key = point_names(
         ["attention=linear, model.depth=2", "attention=softmax, model.depth=4"]
     )
-    assert (
-        key == "" and names["attention=linear, model.depth=2"] == "attention=linear, model.depth=2"
-    )
+    assert key == "attention, model.depth"
+    assert names["attention=linear, model.depth=2"] == "linear, 2"
+    names, key = point_names(["attention=linear", "attention=softmax, model.depth=4"])
+    assert key == "" and names["attention=linear"] == "attention=linear"
 
 
 def test_plot_curves_takes_a_baseline(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from vitattn.analysis.grouping import Setting
 from vitattn.analysis.labels import Label, place_labels
 from vitattn.analysis.uncertainty import Estimate
 from vitattn.runs.files import save_figure
+from vitattn.utils.config import cut_apart
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -78,17 +80,42 @@ def marker_areas(memories: Sequence[float | None]) -> list[float]:
     return [max(small, big * m / largest) if m else small for m in memories]
 
 
+MAX_NAMED = 30
+"""The most points a panel names (the frontier's first): a label is placed against every other
+(:mod:`vitattn.analysis.labels`), and 1,500 settings took minutes."""
+
+MAX_FRONT_LISTED = 12
+"""The most names of the frontier listed under a panel."""
+
+NAME_WIDTH = 28
+"""Characters of a point's name."""
+
+
 def point_names(labels: Sequence[str]) -> tuple[dict[str, str], str]:
     """What each point is called, and what the names are values of: the settings' values alone
-    (``linear``) when every label is one ``key=value`` of the same key, else the labels."""
-    keys = {label.partition("=")[0] for label in labels}
-    single = all("=" in label and ", " not in label for label in labels)
-    if single and len(keys) == 1:
-        return {label: label.partition("=")[2] for label in labels}, keys.pop()
-    return {label: label for label in labels}, ""
+    (``linear``; ``linear, 2`` of ``attention, model.depth``) when every label is ``key=value``
+    pairs of the same keys in the same order, else the labels; each within
+    :data:`NAME_WIDTH` characters, and two names cut alike kept apart by a hash."""
+    pairs = [[part.partition("=") for part in label.split(", ")] for label in labels]
+    keys = {tuple(key for key, _, _ in parts) for parts in pairs}
+    plain = all(equals for parts in pairs for _, equals, _ in parts)
+    if plain and len(keys) == 1:
+        names = {
+            label: ", ".join(v for _, _, v in parts)
+            for label, parts in zip(labels, pairs, strict=True)
+        }
+        key_name = ", ".join(keys.pop())
+    else:
+        names, key_name = {label: label for label in labels}, ""
+    short = {label: _short(name) for label, name in names.items()}
+    alike = Counter(short.values())
+    return {
+        label: short[label] if alike[short[label]] == 1 else cut_apart(names[label], NAME_WIDTH)
+        for label in labels
+    }, key_name
 
 
-def _short(label: str, width: int = 28) -> str:
+def _short(label: str, width: int = NAME_WIDTH) -> str:
     return label if len(label) <= width else label[: width - 1] + "\N{HORIZONTAL ELLIPSIS}"
 
 
@@ -182,7 +209,7 @@ def _draw_panel(
         _draw_point(axes, cost, accuracy, area, color_of[setting.label])
         labels.append(
             Label(
-                _short(names[setting.label]) + n,
+                names[setting.label] + n,
                 cost.mean,
                 accuracy.mean,
                 area,
@@ -203,10 +230,17 @@ def _draw_panel(
         axes.set_xscale("log")
     _pad(axes, xs)
     _draw_cost_bars(axes, placed, color_of)
-    on_front = ", ".join(_short(names[placed[i][0].label]) for i in front)
-    axes.set_xlabel(xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}", FRONT_WIDTH))
+    listed = [names[placed[i][0].label] for i in front[:MAX_FRONT_LISTED]]
+    on_front = ("; " if any("," in name for name in listed) else ", ").join(listed)
+    if len(front) > MAX_FRONT_LISTED:
+        on_front += f" and {len(front) - MAX_FRONT_LISTED} more"
+    ordered = [labels[i] for i in front] + [a for i, a in enumerate(labels) if i not in front]
+    named = f" (names: {MAX_NAMED} of {len(labels)} points)" if len(labels) > MAX_NAMED else ""
+    axes.set_xlabel(
+        xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}{named}", FRONT_WIDTH)
+    )
     axes.grid(alpha=0.3)
-    return [labels[i] for i in front] + [a for i, a in enumerate(labels) if i not in front]
+    return ordered[:MAX_NAMED]
 
 
 def _draw_point(axes: Any, cost: Estimate, accuracy: Estimate, area: float, color: str) -> None:
