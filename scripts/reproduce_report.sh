@@ -8,8 +8,9 @@
 #   ATTENTIONS=softmax,performer scripts/reproduce_report.sh
 #   SWEEP_DIR=/scratch/report scripts/reproduce_report.sh   # somewhere else than outputs/
 #
-# Writes outputs/train/multiruns/report_<stamp>/{0..4}/ (or SWEEP_DIR/) and, in that folder,
-# val_acc_vs_step.png, train_loss_vs_step.png, summary.csv and summary.md.
+# Writes a job folder per attention, outputs/train/multiruns/report_<stamp>/attention=softmax/ and
+# so on (or under SWEEP_DIR/), and beside them val_acc_vs_step.png, train_loss_vs_step.png,
+# frontier.png, summary.csv and summary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
