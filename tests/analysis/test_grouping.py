@@ -285,6 +285,22 @@ def test_plot_curves_takes_a_baseline(
     assert "vs attention=performer" in printed and "wrote " in printed
 
 
+def test_plot_curves_refuses_a_baseline_that_names_no_setting_before_writing(
+    seeded_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed a warning among the tables, naming ``summary.baseline``, which the user never
+    typed, and exited 0 without its comparisons (user audit, 2026-12-02)."""
+    with pytest.raises(SystemExit) as ended:
+        main([str(seeded_sweep), "--baseline", "flash"])
+    assert ended.value.code == 1
+    said = capsys.readouterr()
+    assert said.err == (
+        "plot_curves.py: error: --baseline 'flash' matches no setting: give key=value pairs or "
+        "a value that names one of: attention=linear; attention=performer; attention=softmax\n"
+    )
+    assert not said.out and not (seeded_sweep / "summary.md").exists()
+
+
 def test_each_setting_holds_its_runs_and_each_comparison_its_setting(seeded_sweep: Path) -> None:
     summary = summarize([seeded_sweep])
     labels = ["attention=linear", "attention=performer", "attention=softmax"]

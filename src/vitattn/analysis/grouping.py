@@ -186,12 +186,13 @@ def _parse_spec(spec: str) -> dict[str, str] | None:
 
 
 def choose_baseline(
-    settings: Sequence[Setting], spec: str | None
+    settings: Sequence[Setting], spec: str | None, given_as: str = "summary.baseline="
 ) -> tuple[Setting | None, str | None]:
     """The baseline setting named by ``spec`` (default :data:`DEFAULT_BASELINE`), and a warning
-    line when a ``spec`` given by the user names none or several settings. A ``key=value`` pair
-    holds for a run when its override or its config's value of ``key`` is ``value``
-    (:meth:`vitattn.analysis.records.Run.setting`)."""
+    line when a ``spec`` given by the user names none or several settings, naming it as it was
+    given (``given_as``: the sweep's setting, or ``--baseline`` of ``plot_curves.py``). A
+    ``key=value`` pair holds for a run when its override or its config's value of ``key`` is
+    ``value`` (:meth:`vitattn.analysis.records.Run.setting`)."""
     given = bool(spec)
     spec = spec or DEFAULT_BASELINE
     pairs = _parse_spec(spec)
@@ -210,7 +211,7 @@ def choose_baseline(
     names = "; ".join(s.label for s in settings)
     found = "no setting" if not matches else f"{len(matches)} settings"
     return None, (
-        f"summary.baseline={spec!r} matches {found}: give key=value pairs or a value that "
+        f"{given_as}{spec!r} matches {found}: give key=value pairs or a value that "
         f"names one of: {names}"
     )
 

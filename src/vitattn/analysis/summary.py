@@ -68,6 +68,7 @@ def summarize(
     paths: Sequence[str | Path],
     out_dir: str | Path | None = None,
     baseline: str | None = None,
+    given_as: str = "",
 ) -> Summary:
     """The summary of the runs under ``paths``, with its tables and figures written to
     ``out_dir`` (default: the first path). A run directory that cannot be read is left out with
@@ -76,12 +77,16 @@ def summarize(
     a TensorBoard run per setting of two or more completed seeds, their mean with its band
     (:func:`vitattn.analysis.seed_runs.write_seed_runs`). An Optuna search's directory adds a
     section on its trials and, for two objectives, its Pareto trials and ``pareto.png``
-    (:mod:`vitattn.analysis.search`)."""
+    (:mod:`vitattn.analysis.search`). With ``given_as`` (``--baseline ``), a ``baseline`` that
+    names no setting, or several, is refused (``ValueError``) before anything is written, not
+    a warning."""
     runs = read_runs(paths)
+    summary = summary_of(runs, baseline, given_as or "summary.baseline=")
+    if given_as and baseline and summary.baseline is None:
+        raise ValueError(summary.warnings[0])
     out = Path(out_dir) if out_dir is not None else Path(paths[0])
     out.mkdir(parents=True, exist_ok=True)
     in_place = len(paths) == 1 and out.resolve() == Path(paths[0]).resolve()  # a sweep
-    summary = summary_of(runs, baseline)
     search = None
     try:
         search = read_search(Path(paths[0])) if len(paths) == 1 else None
@@ -94,14 +99,17 @@ def summarize(
     return dataclasses.replace(written, files=(*written.files, *figures)) if figures else written
 
 
-def summary_of(runs: Sequence[Run], baseline: str | None = None) -> Summary:
+def summary_of(
+    runs: Sequence[Run], baseline: str | None = None, given_as: str = "summary.baseline="
+) -> Summary:
     """The summary of ``runs`` (labelled here by what differs between them), compared with the
-    setting ``baseline`` names; nothing is written."""
+    setting ``baseline`` names (``given_as``, in a warning that it names none); nothing is
+    written."""
     root = common_root([run.path for run in runs])
     label_runs(runs, root)
     members = tuple(RunRow(run, summary_row(run, root)) for run in runs)
     settings = group_settings(members)
-    chosen, baseline_warning = choose_baseline(settings, baseline)
+    chosen, baseline_warning = choose_baseline(settings, baseline, given_as)
     comparisons = compare(settings, chosen)
     rows = [member.row for member in members]
     warnings = tuple(w for w in (baseline_warning, load_warning(rows)) if w)
@@ -196,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "write the summary in (it is made if missing)\n",
         )
     try:
-        summary = summarize(args.dirs, args.out, args.baseline)
+        summary = summarize(args.dirs, args.out, args.baseline, given_as="--baseline ")
     except (OSError, ValueError, VitattnError) as error:  # a folder where a file is written...
         parser.exit(1, f"plot_curves.py: error: {one_line(error)}\n")
     print(report(summary))
