@@ -156,6 +156,36 @@ def test_a_key_that_is_not_there_set_without_a_plus_is_told_as_its_addition_woul
     assert_one_line_refusal("train", overrides, validate, message, tmp_path / "run")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["~callbacks.throughputt"],
+            r"^~callbacks\.throughputt deletes callbacks\.throughputt, which is not there; did "
+            r"you mean callbacks\.throughput\? choose among: callbacks\.attention_insight, ",
+        ),
+        (
+            ["~model.bogus"],
+            r"^~model\.bogus deletes model\.bogus, which is not there; choose among: "
+            r"model\._target_, model\.attention, ",
+        ),
+        (
+            ["-m", "seed=1,2", "~logger.tensorbord"],
+            r"^~logger\.tensorbord deletes logger\.tensorbord, which is not there; did you mean "
+            r"logger\.tensorboard\? ",
+        ),
+    ],
+)
+def test_a_deletion_of_a_key_that_is_not_there_names_the_keys_that_are(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """Hydra's line ("Could not delete from config. 'callbacks.throughputt' does not exist")
+    named no key that is there (user audit, 2026-12-02)."""
+    from vitattn.train import validate
+
+    assert_one_line_refusal("train", overrides, validate, message, tmp_path / "run")
+
+
 def test_a_sweep_is_refused_before_its_jobs_run(tmp_path: Path) -> None:
     assert_one_line_refusal(
         "train", ["-m", "seed=1,2", "+sead=1"], None, r"^\+sead=1 adds sead, ", tmp_path / "run"

@@ -207,3 +207,44 @@ def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> st
     if not adds:
         return f"{shown_override} sets {shown_key}, which is not a setting; {hint}{where}"
     return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"
+
+
+def deletion_refusal(
+    error: BaseException,
+    overrides: Sequence[str],
+    compose: Callable[[list[str]], DictConfig],
+    typed: Sequence[str] | None = None,
+) -> str | None:
+    """The line refusing a deletion of a key the config does not have (``~callbacks.throughputt``,
+    which Hydra ends in "Could not delete from config. '...' does not exist"): the key, a close
+    existing one, and the keys of the node it names (``compose``: the config without that
+    deletion); ``None`` where ``error`` is another refusal or the node cannot be told."""
+    text = str(error)
+    if not text.startswith("Could not delete from config. '"):
+        return None
+    for at, override in enumerate(map(parsed, overrides)):
+        key = str(override.key_or_group)
+        if (
+            not override.is_delete()
+            or text != f"Could not delete from config. '{key}' does not exist."
+        ):
+            continue
+        try:
+            before = compose([o for index, o in enumerate(overrides) if index != at])
+        except Exception:  # another override leans on it: Hydra's line stands
+            return None
+        parts = key.split(".")
+        there = existing_prefix(before, parts)
+        if there is None or len(there) == len(parts):
+            return None
+        parent = node_at(before, there)
+        if not isinstance(parent, DictConfig):
+            return None
+        prefix = "".join(f"{part}." for part in there)
+        valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
+        hint = did_you_mean(parts[len(there)], [name[len(prefix) :] for name in valid], prefix)
+        shown = cut_apart(one_line((typed or overrides)[at]), MAX_SHOWN)
+        where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
+        named = cut_apart(one_line(key), MAX_SHOWN)
+        return f"{shown} deletes {named}, which is not there; {hint}{where}"
+    return None

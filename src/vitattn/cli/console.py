@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.additions import MAX_SHOWN, check_additions
+from vitattn.cli.additions import MAX_SHOWN, check_additions, deletion_refusal
 from vitattn.cli.interpolated import crossing, unresolved
 from vitattn.cli.overrides import (
     NAME_MAX,
@@ -704,6 +704,7 @@ def check_composition(
             ) from error
         except composition_refusals() as error:
             line = crossing(overrides, composed_once, typed=typed)  # key=value through one
+            line = line or deletion_refusal(error, overrides, composed_once, typed)
             as_added = added_instead(error, overrides)
             if line is None and as_added is not None:  # the addition's checks name the key
                 check_job(as_added, typed, first=False)
