@@ -126,8 +126,18 @@ def disagreeing_classes(checkpoint: dict[str, Any]) -> None:
 
 CLASSES = r"hyper_parameters\.num_classes=7 is not its network's \(10, "
 
+
+def smoothing_of_five(checkpoint: dict[str, Any]) -> None:
+    """A label smoothing out of its range, which the module refused as if the command line had
+    set ``module.label_smoothing`` (user audit, 2026-12-02)."""
+    checkpoint["hyper_parameters"]["label_smoothing"] = 5.0
+
+
+SMOOTHING = r"hyper_parameters\.label_smoothing=5\.0 is not a number with 0 <= label_smoothing < 1"
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "classes the network has not": (disagreeing_classes, CLASSES),
+    "a label smoothing of 5": (smoothing_of_five, SMOOTHING),
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),
     "embed_dim=8192": (wide_network, r"hyper_parameters\.net\.embed_dim=8192 is not valid"),
     "counters of -10^9": (negative_progress, r"global_step=-1000000000 is not a count"),
@@ -203,7 +213,8 @@ COMMANDS = {
 
 @pytest.mark.parametrize("program", sorted(COMMANDS))
 @pytest.mark.parametrize(
-    "vector", ["a LoRA pattern", "a LoRA rank of 10^6", "cut short", "classes it has not"]
+    "vector",
+    ["a LoRA pattern", "a LoRA rank of 10^6", "cut short", "classes it has not", "smoothing of 5"],
 )
 def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     run: Path, elsewhere: Path, program: str, vector: str, data_dir: Path
@@ -218,6 +229,9 @@ def test_eval_finetune_and_bench_refuse_a_hostile_checkpoint_in_one_line(
     elif vector == "classes it has not":
         edit(checkpoint, disagreeing_classes)
         refusal = CLASSES
+    elif vector == "smoothing of 5":
+        edit(checkpoint, smoothing_of_five)
+        refusal = SMOOTHING
     else:
         edit(checkpoint, huge_rank)
         refusal = r"hyper_parameters\.lora\.rank=1000000 is not valid"

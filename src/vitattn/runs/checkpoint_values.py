@@ -172,6 +172,20 @@ def check_values(checkpoint: dict[str, Any], source: str) -> None:
                 )
         if isinstance(settings.get("lora"), Mapping):
             check_lora(settings["lora"], source)
+        if "label_smoothing" in settings and not is_fraction(settings["label_smoothing"]):
+            # refused by the module as if the command line had set it (user audit, 2026-12-02)
+            raise CheckpointValueError(
+                f"{source}: hyper_parameters.label_smoothing="
+                f"{one_line(repr(settings['label_smoothing']))[:80]} is not a number with "
+                "0 <= label_smoothing < 1, as vitattn writes it; nothing was loaded"
+            )
+
+
+def is_fraction(value: Any) -> bool:
+    """Whether ``value`` is a number ``0 <= value < 1`` (:func:`vitattn.utils.checks.fraction`)."""
+    from vitattn.utils.checks import is_number
+
+    return is_number(value) and 0 <= value < 1
 
 
 def check_weight_dtype(tensor: Any, key: str, source: str) -> None:
