@@ -205,6 +205,37 @@ def test_ckpt_path_alone_continues_the_run_in_its_own_directory(
     assert_same_as_straight(run_dir, straight)
 
 
+@pytest.mark.parametrize("batch", [None, 0], ids=["after-its-last-batch", "mid-validation"])
+def test_a_signal_during_a_validation_resumes_with_each_step_logged_once(
+    batch: int | None, straight: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """SIGTERM landing late, during the validation after step 20 (after its last batch, or after
+    its first of 4), then resumed: the TensorBoard curves hold every step once, where the run
+    never stopped has them. Until 2026-12-02 a signal after the last validation batch had
+    ``last.ckpt`` written after Lightning counted step 20 for the loggers; the resumed run
+    counted it again, and logged steps 21..40 at 22..41 (docs/runs.md, "Resume, interruptions,
+    failures")."""
+    run_dir = tmp_path / "run"
+    fault = at_step("SigtermInValidation", 20)
+    if batch is not None:
+        fault.append(f"+callbacks.fault.batch={batch}")
+    # batches of 128: the validation set in 4, one to stop after and more to come
+    stopped = start(run_dir, *fault, "data.eval_batch_size=128", data_dir=data_dir)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert checkpoint_step(run_dir) == 20
+    resume = ["resume=true", as_override("hydra.run.dir", str(run_dir)), WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    scalars, expected = read_scalars(run_dir), read_scalars(straight)
+    for tag in ("train/loss", "train/lr"):
+        assert [step for step, _ in scalars[tag]] == list(range(1, 41)), tag  # each step once
+        assert [step for step, _ in scalars[tag]] == [step for step, _ in expected[tag]], tag
+    validated = [step for step, _ in scalars["val/acc"]]
+    assert validated == sorted(set(validated)) and set(validated) <= {10, 20, 30, 40}
+    if batch is None:  # a validation finished before the signal was acted on
+        assert validated == [10, 20, 30, 40]
+    assert_same_as_straight(run_dir, straight)
+
+
 RANDOM_STATE = {
     "performer": ["attention=performer", "attention.redraw_interval=2"],
     "random_feature": ["attention=random_feature"],  # new frequencies at every step

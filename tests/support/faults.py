@@ -30,6 +30,36 @@ class SigtermAtStep(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SigtermInValidation(L.Callback):
+    """Send this process SIGTERM during the validation after training step ``step``: at its end
+    (``batch`` unset: the signal lands late, after the step's last validation batch, as its
+    checkpoints are written) or after its validation batch ``batch`` (in the middle of it)."""
+
+    def __init__(self, step: int, batch: int | None = None) -> None:
+        self.step = step
+        self.batch = batch
+
+    def _due(self, trainer: L.Trainer) -> bool:
+        fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
+        return fitting and trainer.global_step == self.step
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self.batch is not None and self._due(trainer) and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if self.batch is None and self._due(trainer):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class SigkillAtStep(L.Callback):
     """SIGKILL this process when the global step reaches ``step`` (a power cut, the OOM killer):
     nothing is saved for it."""

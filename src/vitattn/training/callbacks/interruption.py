@@ -46,6 +46,8 @@ class CheckpointOnInterrupt(L.Callback):
         self.interrupted = False
         self._saved_at_step: int | None = None
         self._previous_handler: Any = None
+        self._counted_at_step_end = 0
+        self._validated_after_step = False
 
     @property
     def signal_name(self) -> str:
@@ -75,26 +77,48 @@ class CheckpointOnInterrupt(L.Callback):
             signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
 
-    def _save(self, trainer: L.Trainer) -> None:
+    def _save(self, trainer: L.Trainer, counted: int | None = None) -> None:
+        """Write ``last.ckpt``; with ``counted``, as Lightning's count of the steps done for the
+        loggers (``_batches_that_stepped``, what a resumed run logs its steps at)."""
         if self._saved_at_step == trainer.global_step:
             return
-        save_resumable(trainer, self.path)
+        epoch_loop = trainer.fit_loop.epoch_loop
+        counted_now = epoch_loop._batches_that_stepped
+        if counted is not None:
+            epoch_loop._batches_that_stepped = counted
+        try:
+            save_resumable(trainer, self.path)
+        finally:
+            epoch_loop._batches_that_stepped = counted_now
         self._saved_at_step = trainer.global_step
         log.warning(
             "%s: stopping after step %d; saved %s", self.signal_name, trainer.global_step, self.path
         )
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._counted_at_step_end = trainer.fit_loop.epoch_loop._batches_that_stepped
+        self._validated_after_step = False
         if trainer.received_sigterm:
             self._save(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._validated_after_step = True
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if isinstance(exception, SIGTERMException):
-            # The signal came after this step's on_train_batch_end: Lightning stopped at the end
-            # of the step, which is where the checkpoint belongs.
-            self._save(trainer)
+        if not isinstance(exception, SIGTERMException):
+            return
+        # The signal came after this step's on_train_batch_end: Lightning stopped at the end of
+        # the step (or of a validation batch), which is where the checkpoint belongs. A step
+        # followed by a validation is resumed as Lightning's own checkpoints written during that
+        # validation are: the resumed run skips the validation and then counts the step for the
+        # loggers. Where the signal landed late (in the validation's last batch, or after it),
+        # Lightning counted the step before stopping; saved so, the step was counted twice and
+        # every later step logged one too high. The count saved is the one
+        # the step ended with.
+        self._save(trainer, self._counted_at_step_end if self._validated_after_step else None)
 
 
 class RandomStateInCheckpoint(L.Callback):
