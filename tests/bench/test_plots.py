@@ -44,6 +44,25 @@ def test_an_axis_of_several_decades_labels_the_decades() -> None:
     assert set(y_tick_labels(1.0, 3000.0)) == {"1", "10", "100", "1000"}
 
 
+@pytest.mark.parametrize(("low", "high"), [(1.3, 60), (11.7, 80), (0.02, 3.0), (0.5, 900)])
+def test_every_point_has_a_labelled_tick_at_or_below_it(low: float, high: float) -> None:
+    """Shares of the floor of 1.3 % and 3.9 % sat under a lowest label of 10, and nystrom's 11.7 %
+    under one of 20 (user audit, 2026-12-02): the axis ends on a tick below the lowest point and
+    one above the highest, and a label is at or below each."""
+    rows = [Row("linear", n, 64, fwd_ms=ms) for n, ms in ((256, low), (4096, high))]
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
+        figure.canvas.draw()
+        bottom, top = axis.get_ylim()
+        assert bottom <= low and top >= high
+        ticks = [*axis.yaxis.get_majorticklabels(), *axis.yaxis.get_minorticklabels()]
+        labelled = [t.get_position()[1] for t in ticks if t.get_text()]
+        assert any(bottom <= y <= low for y in labelled), (low, sorted(labelled))
+    finally:
+        plt.close(figure)
+
+
 def test_a_compiled_row_is_drawn_in_its_eager_rows_colour_with_hollow_markers() -> None:
     """``compiled=[linear]`` puts ``linear_compiled`` beside ``linear``: the two lines share a
     colour and a marker, the compiled one hollow, so that a reader pairs them at a glance (each

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,44 @@ class PlainLogFormatter(LogFormatter):
         return f"{x:g}"
 
 
+MINOR_LABELS = 3
+"""A log axis of at most this many decade ticks has the ticks between labelled too."""
+
+
 def _plain_log_y(axis: Any) -> None:
-    """A log y axis whose ticks read as numbers (:class:`PlainLogFormatter`)."""
+    """A log y axis whose ticks read as numbers (:class:`PlainLogFormatter`), ending on ticks
+    (1, 2 or 5 times a power of ten) below and above what is drawn, with the ticks between the
+    decades labelled where it spans up to three decade ticks: a point below the lowest label was
+    read against nothing (1.3 % under a lowest label of 10; user audit). Call it once the
+    panel's data is drawn."""
     axis.set_yscale("log")
     axis.yaxis.set_major_formatter(PlainLogFormatter())
-    axis.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
+    axis.yaxis.set_minor_formatter(
+        PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(MINOR_LABELS, 1))
+    )
+    _end_on_ticks(axis, *axis.get_ylim())
+
+
+def _end_on_ticks(axis: Any, low: float, high: float) -> None:
+    """The log y axis from a labelled tick at or below ``low`` to one at or above ``high``."""
+    if not (0 < low < high and math.isfinite(high)):
+        return
+    low, high = _tick_below(low), _tick_above(high)
+    if math.floor(math.log10(high) + 1e-9) - math.ceil(math.log10(low) - 1e-9) + 1 > MINOR_LABELS:
+        low = 10 ** math.floor(math.log10(low) + 1e-9)  # only decades are labelled: end on one
+    axis.set_ylim(low, high)
+
+
+def _tick_below(value: float) -> float:
+    """The largest of 1, 2 or 5 times a power of ten at most ``value`` (> 0)."""
+    decade = 10 ** math.floor(math.log10(value))
+    return max(m * decade for m in (1, 2, 5) if m * decade <= value * (1 + 1e-9))
+
+
+def _tick_above(value: float) -> float:
+    """The smallest of 1, 2 or 5 times a power of ten at least ``value`` (> 0)."""
+    decade = 10 ** math.floor(math.log10(value))
+    return min(m * decade for m in (1, 2, 5, 10) if m * decade >= value * (1 - 1e-9))
 
 
 def _styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
@@ -146,6 +180,8 @@ def mark_the_floor(axis: Any) -> None:
     """A dashed line at 100% of the floor, the device's limit, in the axis's range: how far
     below it each call runs reads off the panel (a panel of calls at 2% to 5% alone hid it)."""
     axis.axhline(FLOOR_PERCENT, color="0.35", linestyle="--", linewidth=1.0, zorder=1)
+    low, high = axis.get_ylim()  # room above the line too, ending on labelled ticks
+    _end_on_ticks(axis, low, max(high, FLOOR_PERCENT * 1.05))
     axis.annotate(
         "the floor", (0.01, FLOOR_PERCENT), xycoords=("axes fraction", "data"),
         xytext=(0, 3), textcoords="offset points", color="0.35", fontsize=8,
