@@ -389,14 +389,18 @@ def test_missing_data_that_cannot_be_downloaded_ends_in_one_line(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("outputs_there", [False, True])
 def test_a_run_refused_in_the_app_leaves_no_run_folder_and_one_line(
-    tmp_path: Path, data_dir: Path
+    tmp_path: Path, data_dir: Path, outputs_there: bool
 ) -> None:
     """A run directory Hydra named (no ``hydra.run.dir``), refused once the app ran (the data
     folder holds no batch file: found as the data are read): the space its lock set aside kept
     it from being removed, and Lightning's "Seed set to 42" came on stderr before the one line
-    (red team)."""
+    (red team). The folders Hydra made above it for this run go too, those that were there stay
+    (``outputs/train/runs`` was left empty until 2026-12-02; user audit)."""
     outputs = tmp_path / "outputs"
+    if outputs_there:
+        (outputs / "train" / "runs").mkdir(parents=True)
     (tmp_path / "data" / "cifar-10-batches-py").mkdir(parents=True)
     args = [f"paths.data_dir={tmp_path / 'data'}", "data.download=false", "trainer=cpu"]
     result = run_cli(
@@ -405,7 +409,10 @@ def test_a_run_refused_in_the_app_leaves_no_run_folder_and_one_line(
     said = refusal_message("vitattn-train", result)
     assert "cifar-10-batches-py/data_batch_1" in said, said
     assert result.stderr.strip().splitlines() == [f"vitattn-train: error: {said}"]
-    assert list((outputs / "train" / "runs").iterdir()) == []
+    if outputs_there:
+        assert list((outputs / "train" / "runs").iterdir()) == []
+    else:
+        assert not outputs.exists()
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ and exit status 1, with nothing created:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -58,7 +59,7 @@ from vitattn.runs.files import one_line
 from vitattn.runs.layout import HOLDER, RunDir, check_run_files
 from vitattn.runs.lock import RESERVE_BYTES, ddp_worker, hold_run_directory
 from vitattn.runs.optuna_sweeper import check_search
-from vitattn.runs.task import remember_run_directory
+from vitattn.runs.task import remember_missing_parents, remember_run_directory
 from vitattn.utils import checks
 from vitattn.utils.config import (
     CONFIG_DIR,
@@ -726,6 +727,9 @@ def check_composition(
             check_search(cfg)
             if multirun(arguments):
                 check_launcher(cfg)
+            else:
+                with contextlib.suppress(Exception):  # a folder it cannot name: none recorded
+                    remember_missing_parents(Path(str(cfg.hydra.run.dir)))
 
     given = overrides_of(arguments)  # as the command line gives them, one for each job's
     for index, overrides in enumerate(itertools.islice(jobs, MAX_COMPOSITIONS)):

@@ -76,6 +76,10 @@ class RunProcess:
     held: dict[Path, Any] = field(default_factory=dict)
     records_before: dict[Path, HolderRecord | None] = field(default_factory=dict)
     before: RunDirectoryBefore | None = None
+    missing_parents: tuple[Path, ...] = ()
+    """The folders above a single run's directory that were not there before this command
+    (``outputs/train/runs`` of a first run), the deepest first: a run refused before it started
+    removes those it leaves empty (:func:`vitattn.runs.task.remove_unstarted_run`)."""
 
     def release(self, path: Path) -> None:
         """Give ``path``'s lock back and the space set aside there, and put the holder's record

@@ -60,6 +60,30 @@ MAX_KEPT = 16 << 20
 a few kilobytes, and a log larger than this is put back by cutting it to its size."""
 
 
+def remember_missing_parents(run_dir: Path) -> None:
+    """Record the folders above ``run_dir`` (a single run's, as the command composes it) that
+    are not there yet: Hydra makes them with the run's directory."""
+    missing = []
+    for parent in run_dir.expanduser().absolute().parents:
+        if parent.exists() or parent.is_symlink():
+            break
+        missing.append(parent)
+    this_process().missing_parents = tuple(missing)
+
+
+def remove_missing_parents(output_dir: Path) -> None:
+    """Remove the folders :func:`remember_missing_parents` recorded above ``output_dir``, the
+    deepest first, each only if it is empty (something else made since lives there: kept)."""
+    recorded = this_process().missing_parents
+    for parent in recorded:
+        if parent not in output_dir.absolute().parents:
+            return
+        try:
+            parent.rmdir()
+        except OSError:
+            return
+
+
 def remember_run_directory(run_dir: Path | None) -> None:
     """Record what ``run_dir`` (``hydra.run.dir`` of a single run) holds before Hydra writes:
     each file Hydra writes there (:class:`FileBefore`), in memory. A link at such a name is not
@@ -206,13 +230,17 @@ def remove_unstarted_run(output_dir: Path) -> None:
         if not before.existed:  # removed while held: no other command can have taken it yet
             shutil.rmtree(output_dir, ignore_errors=True)
             release_run_directory(output_dir)
+            remove_missing_parents(output_dir)
             return
         _put_back(output_dir, before)
         return
     release_run_directory(output_dir)  # the space its lock set aside kept it from being empty
     _remove_hydra_entries(output_dir)
-    with contextlib.suppress(OSError):  # not empty: something else lives there, keep it
+    try:
         output_dir.rmdir()
+    except OSError:  # not empty: something else lives there, keep it
+        return
+    remove_missing_parents(output_dir)
 
 
 def full_disk(error: BaseException) -> TrainingError | None:
