@@ -547,3 +547,120 @@ def test_a_lora_checkpoints_settings_are_refused_naming_the_checkpoint(
     assert "\x1b" not in message, repr(message)
     assert message.startswith(f"{checkpoint}: "), message
     assert re.search(named, message), message
+
+
+def with_network(checkpoint: dict[str, Any], **changes: Any) -> None:
+    """``checkpoint`` with another network (``hyper_parameters.net`` updated by ``changes``) and
+    that network's weights; no optimizer state, which the network's shapes would not fit."""
+    import hydra
+
+    from vitattn.runs.checkpoints import network_settings
+
+    net = network_settings(checkpoint["hyper_parameters"]["net"])
+    net.update(changes)
+    weights = hydra.utils.instantiate(net).state_dict()
+    checkpoint["hyper_parameters"]["net"] = net
+    checkpoint["state_dict"] = {f"net.{name}": tensor for name, tensor in weights.items()}
+    for key in ("optimizer_states", "lr_schedulers"):
+        checkpoint.pop(key, None)
+
+
+NAIVE_SOFTMAX = {"_target_": "vitattn.attention.softmax.SoftmaxAttention", "_partial_": True}
+NAIVE_SOFTMAX["impl"] = "naive"
+
+
+def crowded_attention(checkpoint: dict[str, Any]) -> None:
+    """Every size within its bound, their product not: 1024 tokens, 128 heads, naive softmax,
+    whose scores over vitattn-eval's batch of 500 are 268 GB (1 MB of file; it ended in the
+    allocator's "can't allocate memory" once the run was made; red team, 2026-12-02)."""
+    with_network(checkpoint, patch_size=1, embed_dim=128, heads=128, depth=1)
+    checkpoint["hyper_parameters"]["net"]["attention"] = dict(NAIVE_SOFTMAX)
+
+
+CROWDED = (
+    r"hyper_parameters\.net: its forward over a batch of {setting}=\d+ builds a tensor of "
+    r"about [\d,]+ bytes \(aten\.bmm\.default\), more than the [\d,]+ this process can use"
+)
+
+BATCH_SETTINGS = {
+    "vitattn-eval": "data.eval_batch_size",
+    "vitattn-finetune": "data.eval_batch_size",
+    "vitattn-bench": "approx.images",
+}
+
+
+@pytest.mark.parametrize("program", sorted(COMMANDS))
+def test_a_network_whose_forward_cannot_fit_is_refused_before_it_is_built(
+    run: Path, program: str, data_dir: Path
+) -> None:
+    """A checkpoint whose network's sizes are each within bounds, but whose forward over the
+    command's batch builds a tensor of more memory than the process has, is one line naming the
+    file, the batch's setting and the bytes, under a memory cap: nothing made, nothing changed."""
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    edit(checkpoint, crowded_attention)
+    out = run.parent / "out"
+    before = tree_digest(run.parent)
+    command = [*COMMANDS[program], f"ckpt_path={checkpoint}", f"hydra.run.dir={out}"]
+    message = refused_capped(program, *command, creates=out, data_dir=data_dir)
+    assert message.startswith(f"{checkpoint}: "), message
+    assert re.search(CROWDED.format(setting=re.escape(BATCH_SETTINGS[program])), message), message
+    assert tree_digest(run.parent) == before
+
+
+def test_the_largest_tensor_of_a_forward_is_its_attention_scores(tiny_run: Path) -> None:
+    """The estimate: naive softmax's scores are batch x heads x tokens x tokens floats; the
+    refusal names the batch that fits; a forward that does not run on fake tensors is bounded
+    below by the MLP's activations; an estimate within the memory passes."""
+    from vitattn.errors import ConfigError
+    from vitattn.runs import forward_memory
+    from vitattn.runs.checkpoints import meta_network, network_settings
+
+    checkpoint = torch.load(tiny_run / "checkpoints" / "last.ckpt", weights_only=True)
+    crowded_attention(checkpoint)
+    net = meta_network(network_settings(checkpoint["hyper_parameters"]["net"]))
+    estimate = forward_memory.largest_tensor(net, 3)
+    assert estimate.bytes == 3 * 128 * 1024 * 1024 * 4
+    assert estimate.op == "aten.bmm.default"
+    assert len(net.blocks) == 1 and net.training  # the network as it was
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forward_memory, "usable_memory", lambda device="cpu": 2 << 30)
+        with pytest.raises(ConfigError, match=r"x: its forward over a batch of b=500 .* b <= 4"):
+            forward_memory.check_forward_fits(net, {"b": 500}, "x")
+        forward_memory.check_forward_fits(net, {"b": 4}, "x")
+    lower = forward_memory.least_tensor(net, 3)
+    assert lower.bytes == 3 * 1024 * 3 * 128 * 4 < estimate.bytes  # queries, keys and values
+    assert forward_memory.usable_memory() > 0
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def attention_configs() -> list[str]:
+    return sorted(path.stem for path in (CONFIGS / "attention").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("attention", attention_configs())
+def test_the_default_checkpoint_of_every_attention_is_taken(
+    tmp_path: Path, tiny_run: Path, attention: str
+) -> None:
+    """The network of ``configs/model/vit.yaml`` with each attention's defaults, at the eval
+    batch of ``configs/data/cifar10.yaml`` (500), passes the check; its estimate comes from its
+    forward (Nystrom with a class token: its lower bound, the forward's shapes depend on values)."""
+    from omegaconf import OmegaConf
+
+    from vitattn.loading import checked_checkpoint
+    from vitattn.runs.checkpoints import meta_network, network_settings
+    from vitattn.runs.forward_memory import largest_tensor
+
+    model = OmegaConf.load(CONFIGS / "model" / "vit.yaml")
+    model.attention = OmegaConf.load(CONFIGS / "attention" / f"{attention}.yaml")
+    path = tmp_path / f"{attention}.ckpt"
+    shutil.copy(tiny_run / "checkpoints" / "last.ckpt", path)
+    settings = network_settings(model)
+    edit(path, lambda c: with_network(c, **settings))
+    for pool in ("mean", "cls"):
+        net = meta_network({**settings, "pool": pool})
+        estimate = largest_tensor(net, 500)
+        assert estimate.op != "lower bound" or (attention, pool) == ("nystrom", "cls"), estimate
+        assert estimate.bytes < 1 << 30, estimate
+    checked_checkpoint(path, batches={"data.eval_batch_size": 500}, device="cpu")

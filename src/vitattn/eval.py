@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vitattn.cli.console import console_main
 from vitattn.runs.layout import RunDir
@@ -65,12 +65,19 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checked_checkpoint
+    from vitattn.loading import checked_checkpoint, run_device
     from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import check_buildable
 
-    checkpoint = checked_checkpoint(cfg.get("ckpt_path"), "vitattn-eval")
+    trainer = cfg.get("trainer") or {}
+    checkpoint = checked_checkpoint(
+        cfg.get("ckpt_path"),
+        "vitattn-eval",
+        batches={"data.eval_batch_size": OmegaConf.select(cfg, "data.eval_batch_size")},
+        device=run_device(trainer),
+        precision=trainer.get("precision"),
+    )
     with open_dict(cfg):
         cfg.data = as_trained(cfg.data, data_settings_of(checkpoint))
     check_types(cfg)

@@ -225,6 +225,11 @@ def result_line(metrics: dict[str, Any], output_dir: Path) -> str:
     )
 
 
+BATCH_SETTINGS = ("batch_size", "eval_batch_size")
+"""The data settings whose batches ``vitattn-finetune`` runs its network over: training's, and
+the tests' (of the base network and of the result)."""
+
+
 def validate(cfg: DictConfig) -> None:
     """What ``vitattn-finetune`` checks before its run directory exists: PEFT is there, the
     run's own settings (``seed``, ``test``, ...), the ``lora`` settings, the base checkpoint (a
@@ -235,7 +240,7 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_run_settings, check_types, given_groups
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checked_checkpoint
+    from vitattn.loading import checked_checkpoint, run_device
     from vitattn.lora.adapters import require_peft
     from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
@@ -249,7 +254,15 @@ def validate(cfg: DictConfig) -> None:
     check_run_settings(cfg)
     lora_settings(cfg)
     # there, holding no code, building what vitattn builds: the data settings left to it
-    checkpoint = checked_checkpoint(cfg.get("ckpt_path"), "vitattn-finetune")
+    trainer = cfg.get("trainer") or {}
+    batches = {f"data.{key}": OmegaConf.select(cfg, f"data.{key}") for key in BATCH_SETTINGS}
+    checkpoint = checked_checkpoint(
+        cfg.get("ckpt_path"),
+        "vitattn-finetune",
+        batches=batches,
+        device=run_device(trainer),
+        precision=trainer.get("precision"),
+    )
     with open_dict(cfg):
         cfg.data = as_trained(
             cfg.data, data_settings_of(checkpoint), settings=("grayscale", "normalize")

@@ -7,6 +7,7 @@ with one-line errors for files that are not such checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,48 @@ def existing_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> Path:
     return path
 
 
-def checked_checkpoint(ckpt_path: Any, program: str = "vitattn-eval") -> dict[str, Any]:
+def checked_checkpoint(
+    ckpt_path: Any,
+    program: str = "vitattn-eval",
+    batches: Mapping[str, int] | None = None,
+    device: str | None = "cpu",
+    precision: Any = None,
+) -> dict[str, Any]:
     """The checkpoint :func:`existing_checkpoint` finds, read (memory-mapped) as
     :func:`~vitattn.runs.checkpoints.read_checkpoint` reads it, and refused in one line when it
     holds code or configs vitattn does not build, or weights its network has not
-    (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`): the check of a command
+    (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`), or when its network's
+    forward over a batch of ``batches`` (each setting the command runs it with, and its size)
+    builds a tensor larger than the memory the process can use on ``device`` (``None``: not
+    known; :func:`~vitattn.runs.forward_memory.check_forward_fits`): the check of a command
     before its run directory exists, and before it imports Lightning."""
     from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
+    from vitattn.runs.forward_memory import check_forward_fits
 
     path = existing_checkpoint(ckpt_path, program)
     checkpoint = read_checkpoint(path)
-    check_adapters(checkpoint, path, check_weights_fit_their_network(checkpoint, path))
+    net = check_weights_fit_their_network(checkpoint, path)
+    check_adapters(checkpoint, path, net)
+    if batches and device is not None:
+        where = f"{path}: hyper_parameters.net"
+        check_forward_fits(net, batches, where, device, precision)
     return checkpoint
+
+
+def run_device(trainer: Any) -> str | None:
+    """Where a command's trainer settings (``trainer.accelerator``) run the network: ``cpu``,
+    ``cuda`` (``gpu``, ``cuda``, or ``auto`` where a CUDA device is), or ``None`` for another
+    accelerator."""
+    accelerator = str(getattr(trainer, "get", lambda *_: None)("accelerator") or "auto").lower()
+    if accelerator == "cpu":
+        return "cpu"
+    if accelerator in ("gpu", "cuda", "auto"):
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+        return "cpu" if accelerator == "auto" else None
+    return None
 
 
 def check_adapters(checkpoint: dict[str, Any], path: Path, net: Any = None) -> None:

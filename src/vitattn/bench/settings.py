@@ -291,7 +291,9 @@ class BenchSettings(Checked):
             if not self.ckpt_path:
                 check_budget_rows_build(self)
         if self.mode is Mode.spectrum or (self.mode is Mode.approx and self.ckpt_path):
-            self.ckpt_path = require_checkpoint(self.ckpt_path, self.mode)
+            images = self.approx.images if self.mode is Mode.approx else self.spectrum.images
+            setting = f"{self.mode.value}.images"
+            self.ckpt_path = require_checkpoint(self.ckpt_path, self.mode, {setting: images})
         if self.mode is Mode.train and "timm" in self.train.implementations:
             require_timm()
 
@@ -580,8 +582,11 @@ def check_budgets(
     return checked
 
 
-def require_checkpoint(path: str | None, mode: Mode) -> str:
-    from vitattn.runs.checkpoints import read_checkpoint
+def require_checkpoint(path: str | None, mode: Mode, batches: dict[str, int] | None = None) -> str:
+    """``path``, a checkpoint refused in one line where it may carry code, or where its network
+    does not build, or builds a tensor larger than the process can use over the images of
+    ``batches`` (``{"approx.images": 8}``; :func:`vitattn.loading.checked_checkpoint`)."""
+    from vitattn.loading import checked_checkpoint
 
     if path in (None, "", "???"):
         raise ConfigError(
@@ -590,7 +595,9 @@ def require_checkpoint(path: str | None, mode: Mode) -> str:
         )
     if not Path(str(path)).expanduser().is_file():
         raise ConfigError(f"ckpt_path={path} is not a file; pass a .ckpt saved by vitattn-train")
-    read_checkpoint(str(path))  # refuses, before anything runs, a file that may carry code
+    # refuses, before anything runs, a file that may carry code, and a forward that cannot fit
+    # (the bench captures q, k, v on the CPU: vitattn.bench.capture.checkpoint_qkv)
+    checked_checkpoint(str(path), "vitattn-bench", batches=batches, device="cpu")
     return str(path)
 
 
