@@ -612,7 +612,7 @@ def test_the_largest_tensor_of_a_forward_is_its_attention_scores(tiny_run: Path)
     refusal names the batch that fits; a forward that does not run on fake tensors is bounded
     below by the MLP's activations; an estimate within the memory passes."""
     from vitattn.errors import ConfigError
-    from vitattn.runs import forward_memory
+    from vitattn.models import forward_memory
     from vitattn.runs.checkpoints import meta_network, network_settings
 
     checkpoint = torch.load(tiny_run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -649,8 +649,8 @@ def test_the_default_checkpoint_of_every_attention_is_taken(
     from omegaconf import OmegaConf
 
     from vitattn.loading import checked_checkpoint
+    from vitattn.models.forward_memory import largest_tensor
     from vitattn.runs.checkpoints import meta_network, network_settings
-    from vitattn.runs.forward_memory import largest_tensor
 
     model = OmegaConf.load(CONFIGS / "model" / "vit.yaml")
     model.attention = OmegaConf.load(CONFIGS / "attention" / f"{attention}.yaml")

@@ -40,10 +40,10 @@ def checked_checkpoint(
     (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`), or when its network's
     forward over a batch of ``batches`` (each setting the command runs it with, and its size)
     builds a tensor larger than the memory the process can use on ``device`` (``None``: not
-    known; :func:`~vitattn.runs.forward_memory.check_forward_fits`): the check of a command
+    known; :func:`~vitattn.models.forward_memory.check_forward_fits`): the check of a command
     before its run directory exists, and before it imports Lightning."""
+    from vitattn.models.forward_memory import check_forward_fits
     from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
-    from vitattn.runs.forward_memory import check_forward_fits
 
     path = existing_checkpoint(ckpt_path, program)
     checkpoint = read_checkpoint(path)

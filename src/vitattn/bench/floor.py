@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from vitattn.bench.devices import DeviceSpec
-from vitattn.bench.memory import PassThroughMode
+from vitattn.utils.dispatch import PassThroughMode
 
 Kernel = Any  # an attention kernel: its attributes are read, by name, per mechanism
 

@@ -8,7 +8,7 @@ run ended in the allocator's ``can't allocate memory`` once its directory was ma
 :func:`largest_tensor` runs the forward of the network (built on the meta device, as the
 weight-shape check builds it) on fake tensors (torch's ``FakeTensorMode``: shapes and devices,
 no memory) for the very batch the command runs, under
-:class:`~vitattn.bench.memory.LargestTensor`, through one block (every block has the same
+:class:`~vitattn.utils.dispatch.LargestTensor`, through one block (every block has the same
 shapes). Where that forward cannot run on fake tensors (an operation whose output's shape
 depends on values), :func:`least_tensor` takes its place: the MLP's hidden activations, which
 every network builds, a lower bound. :func:`check_forward_fits` refuses in one line a batch
@@ -50,7 +50,7 @@ def largest_tensor(net: Any, batch: int) -> Estimate:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
-    from vitattn.bench.memory import LargestTensor
+    from vitattn.utils.dispatch import LargestTensor
 
     mode = FakeTensorMode()
     cpu = torch.device("cpu")
