@@ -335,6 +335,42 @@ def test_a_run_of_short_epochs_resumes_exactly_from_the_end_of_an_epoch(
     killed_at_6_and_resumed(tmp_path, data_dir, setting)
 
 
+@pytest.mark.parametrize(
+    ("callback", "run"),
+    [
+        # the signal at the end of step 4, no validation after it (validating every 6 steps)
+        ("SigtermAtStep", steps(12, 6)),
+        # the signal after step 4's validation, in a run of 12 steps and in one of 3 epochs
+        ("SigtermInValidation", steps(12, 4)),
+        ("SigtermInValidation", ["trainer.max_epochs=3", "trainer.val_check_interval=4"]),
+    ],
+    ids=["at-its-end", "after-its-validation", "after-its-validation-max-epochs"],
+)
+def test_a_signal_at_the_last_step_of_an_epoch_resumes_exactly(
+    callback: str, run: list[str], tmp_path: Path, data_dir: Path
+) -> None:
+    """SIGTERM at step 4, the last of an epoch of 4 (``+trainer.limit_train_batches=4``), acted
+    on after Lightning ended the epoch, then resumed: every step logged once, at its step, with
+    the losses and weights of the run never stopped. Until 2026-12-02 ``last.ckpt`` said the
+    epoch was over while its batches were still counted as the epoch's: the resumed run of 12
+    steps took that epoch for one with nothing left and trained steps 5..8 on the next epoch's
+    batches, and the run of 3 epochs logged steps 5..12 at 4..11 (docs/runs.md, "Resume,
+    interruptions, failures")."""
+    settings = [*TINY, *run, "+trainer.limit_train_batches=4"]
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *settings)
+    stopped = tmp_path / "stopped"
+    at_4 = [*settings, *at_step(callback, 4), as_override("hydra.run.dir", str(stopped))]
+    result = run_cli("vitattn-train", *at_4, data_dir=data_dir, check=False)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert checkpoint_step(stopped) == 4
+    resume = ["resume=true", as_override("hydra.run.dir", str(stopped)), WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=12)
+    validated = [step for step, _ in read_scalars(stopped)["val/acc"]]
+    assert validated == [step for step, _ in read_scalars(straight)["val/acc"]]
+
+
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
     stopped = start(

@@ -48,6 +48,9 @@ class CheckpointOnInterrupt(L.Callback):
         self._previous_handler: Any = None
         self._counted_at_step_end = 0
         self._validated_after_step = False
+        self._epochs_at_step_end: int | None = None
+        self._loops_at_step_end: dict[str, Any] = {}
+        self._loops_to_save: dict[str, Any] | None = None
 
     @property
     def signal_name(self) -> str:
@@ -77,19 +80,25 @@ class CheckpointOnInterrupt(L.Callback):
             signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
 
-    def _save(self, trainer: L.Trainer, counted: int | None = None) -> None:
+    def _save(
+        self, trainer: L.Trainer, counted: int | None = None, loops: dict[str, Any] | None = None
+    ) -> None:
         """Write ``last.ckpt``; with ``counted``, as Lightning's count of the steps done for the
-        loggers (``_batches_that_stepped``, what a resumed run logs its steps at)."""
+        loggers (``_batches_that_stepped``, what a resumed run logs its steps at); with
+        ``loops``, with that state of the fit loop (its ``state_dict``) in place of the live
+        one."""
         if self._saved_at_step == trainer.global_step:
             return
         epoch_loop = trainer.fit_loop.epoch_loop
         counted_now = epoch_loop._batches_that_stepped
         if counted is not None:
             epoch_loop._batches_that_stepped = counted
+        self._loops_to_save = loops
         try:
             save_resumable(trainer, self.path)
         finally:
             epoch_loop._batches_that_stepped = counted_now
+            self._loops_to_save = None
         self._saved_at_step = trainer.global_step
         log.warning(
             "%s: stopping after step %d; saved %s", self.signal_name, trainer.global_step, self.path
@@ -98,6 +107,8 @@ class CheckpointOnInterrupt(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         self._counted_at_step_end = trainer.fit_loop.epoch_loop._batches_that_stepped
         self._validated_after_step = False
+        self._epochs_at_step_end = trainer.fit_loop.epoch_progress.total.processed
+        self._loops_at_step_end = trainer.fit_loop.state_dict()
         if trainer.received_sigterm:
             self._save(trainer)
 
@@ -118,7 +129,25 @@ class CheckpointOnInterrupt(L.Callback):
         # Lightning counted the step before stopping; saved so, the step was counted twice and
         # every later step logged one too high. The count saved is the one
         # the step ended with.
+        ended = self._epochs_at_step_end
+        if ended is not None and trainer.fit_loop.epoch_progress.total.processed > ended:
+            # The step was the epoch's last, and Lightning ended the epoch (FitLoop.on_advance_end)
+            # before stopping. Saved so, the epoch was marked over while the training epoch
+            # loop's batch progress still held its last batch: a run of max_steps resumed in the
+            # next epoch as at that epoch's end (and trained on other batches than a run never
+            # stopped), and a run of max_epochs, not restarted, did not count the step the count
+            # above leaves out. The fit loop is saved as the step's end left it, which Lightning
+            # resumes as its own checkpoints of a step's end: it ends the epoch, counts the step
+            # and starts the next epoch at its first batch.
+            self._save(trainer, loops=self._loops_at_step_end)
+            return
         self._save(trainer, self._counted_at_step_end if self._validated_after_step else None)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self._loops_to_save is not None:
+            checkpoint["loops"]["fit_loop"] = self._loops_to_save
 
 
 class RandomStateInCheckpoint(L.Callback):
