@@ -371,6 +371,31 @@ def test_a_signal_at_the_last_step_of_an_epoch_resumes_exactly(
     assert validated == [step for step, _ in read_scalars(straight)["val/acc"]]
 
 
+def test_a_signal_at_a_runs_last_step_resumes_to_its_end(tmp_path: Path, data_dir: Path) -> None:
+    """SIGTERM in the validation after step 12, the last of 3 epochs of 4: the checkpoint holds
+    the fit loop as the step left it (its last epoch unfinished), and the resumed run ends that
+    epoch, tests, and completes with the curves, weights and test accuracy of the run never
+    stopped."""
+    settings = [*TINY, "trainer.max_epochs=3", "trainer.val_check_interval=4"]
+    settings.append("+trainer.limit_train_batches=4")
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *settings)
+    stopped = tmp_path / "stopped"
+    at_12 = [
+        *settings,
+        *at_step("SigtermInValidation", 12),
+        as_override("hydra.run.dir", str(stopped)),
+    ]
+    result = run_cli("vitattn-train", *at_12, data_dir=data_dir, check=False)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert checkpoint_step(stopped) == 12 and metrics_of(stopped)["status"] == "interrupted"
+    resume = ["resume=true", as_override("hydra.run.dir", str(stopped)), WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=12)
+    assert read_scalars(stopped)["val/acc"] == read_scalars(straight)["val/acc"]
+    assert metrics_of(stopped)["test/acc"] == metrics_of(straight)["test/acc"]
+
+
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
     stopped = start(
