@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitattn.analysis.grouping import Setting
-from vitattn.analysis.labels import Label, place_labels
+from vitattn.analysis.labels import MAX_LABELS, Label, place_labels
 from vitattn.analysis.uncertainty import Estimate
 from vitattn.runs.files import save_figure
 from vitattn.utils.config import cut_apart
@@ -79,10 +79,6 @@ def marker_areas(memories: Sequence[float | None]) -> list[float]:
     small, big = MARKER_AREA
     return [max(small, big * m / largest) if m else small for m in memories]
 
-
-MAX_NAMED = 30
-"""The most points a panel names (the frontier's first): a label is placed against every other
-(:mod:`vitattn.analysis.labels`), and 1,500 settings took minutes."""
 
 MAX_FRONT_LISTED = 12
 """The most names of the frontier listed under a panel."""
@@ -235,12 +231,12 @@ def _draw_panel(
     if len(front) > MAX_FRONT_LISTED:
         on_front += f" and {len(front) - MAX_FRONT_LISTED} more"
     ordered = [labels[i] for i in front] + [a for i, a in enumerate(labels) if i not in front]
-    named = f" (names: {MAX_NAMED} of {len(labels)} points)" if len(labels) > MAX_NAMED else ""
+    named = f" (names: {MAX_LABELS} of {len(labels)} points)" if len(labels) > MAX_LABELS else ""
     axes.set_xlabel(
         xlabel + "\n" + textwrap.fill(f"Pareto frontier: {on_front}{named}", FRONT_WIDTH)
     )
     axes.grid(alpha=0.3)
-    return ordered[:MAX_NAMED]
+    return ordered[:MAX_LABELS]  # the frontier's first
 
 
 def _draw_point(axes: Any, cost: Estimate, accuracy: Estimate, area: float, color: str) -> None:

@@ -16,6 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+MAX_LABELS = 30
+"""The most labels a figure places on one panel: each is placed against every one before it,
+and a thousand took minutes to lay out (``pareto.png``'s trials, ``frontier.png``'s settings:
+each caller keeps the ones that matter most, and says so)."""
+
 PLACES: tuple[tuple[float, float, str, str], ...] = (
     (1.0, 0.35, "left", "bottom"),  # right of the point, above its middle
     (1.0, -0.35, "left", "top"),  # right, below

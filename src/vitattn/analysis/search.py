@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitattn.analysis.labels import Label, place_labels
+from vitattn.analysis.labels import MAX_LABELS, Label, place_labels
 from vitattn.analysis.records import bounded
 from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
 from vitattn.runs.optuna_study import STUDY_BOUNDS
@@ -153,15 +153,12 @@ def search_markdown(search: SearchResults) -> str:
     return "\n".join([*lines, "", f"{title}:", "", table.rstrip("\n"), ""])
 
 
-MAX_LABELLED = 30
-"""The most trials ``pareto.png`` names: all of a search of at most this many, else the Pareto
-trials (at most this many of them)."""
-
-
 def plot_pareto(search: SearchResults, path: Path) -> bool:
     """``pareto.png`` of a two-objective search: each complete trial at its two values, the
     Pareto trials in bold and joined, each named with its values where the search is small
-    (:data:`MAX_LABELLED`); ``False`` (nothing written) for other searches."""
+    (:data:`~vitattn.analysis.labels.MAX_LABELS`: all of a search of at most that many trials,
+    else the Pareto trials, at most that many of them); ``False`` (nothing written) for other
+    searches."""
     if len(search.metrics) != 2 or not search.trials:
         return False
     import matplotlib
@@ -180,8 +177,8 @@ def pareto_figure(search: SearchResults) -> Any:
     import matplotlib.pyplot as plt
 
     front = {t.number for t in search.pareto}
-    labelled = front if len(search.trials) > MAX_LABELLED else {t.number for t in search.trials}
-    labelled = set(sorted(labelled)[:MAX_LABELLED])  # a thousand labels took minutes to lay out
+    labelled = front if len(search.trials) > MAX_LABELS else {t.number for t in search.trials}
+    labelled = set(sorted(labelled)[:MAX_LABELS])
     figure, axes = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
     labels = []
     for trial in search.trials:
