@@ -39,6 +39,7 @@ from vitattn.runs.lock import held_elsewhere
 from vitattn.runs.recorded import says_where
 from vitattn.utils.config import MAX_LABEL, cut_apart
 from vitattn.utils.decimals import shown
+from vitattn.utils.hydra_grammar import parsed
 from vitattn.utils.metric_names import KNOB_PREFIX
 
 SUMMARY_COLUMNS = (
@@ -183,7 +184,7 @@ class Run:
         ``ckpt_path`` elsewhere (what a fine-tune or an evaluation started from) is a setting."""
         value = self.setting(key)
         if key == CHECKPOINT_KEY and value is not None:
-            value = unquoted(value)  # a sweep job's folder is quoted: 'ckpt_path="<job>/..."'
+            value = as_hydra_reads_it(key, value)  # a sweep job's folder is quoted
             own = self.path.absolute()
             if own == Path(value).absolute() or own in Path(value).absolute().parents:
                 return None
@@ -215,11 +216,16 @@ class Run:
         }
 
 
-def unquoted(value: str) -> str:
-    """An override's value without the quotes Hydra's grammar takes it in (``"a=1,b"``)."""
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    return value
+def as_hydra_reads_it(key: str, value: str) -> str:
+    """A recorded override's text value as Hydra's grammar reads it (``"<job>/a=1,b/x.ckpt"``
+    without its quotes); the text itself where the grammar reads no string there."""
+    from hydra.errors import HydraException
+
+    try:
+        read = parsed(f"{key}={value}").value()
+    except HydraException:
+        return value
+    return read if isinstance(read, str) else value
 
 
 def _target_name(config: Any) -> str:
