@@ -346,8 +346,14 @@ def test_summarize_writes_every_figure_and_skips_a_broken_run(
 
 PLANTED_CONFIGS = {
     "a key that is no name": ("attention:\n  1: 2\n", "holds the key 1 under attention"),
-    "an attention that is a list": ("attention: [1, 2]\n", "attention is a list, not the"),
-    "a trainer that is a text": ("trainer: abc\n", "trainer is a text, not the mapping"),
+    "an attention that is a list": (
+        "attention: [1, 2]\n",
+        "attention holds a list where a mapping of settings belongs",
+    ),
+    "a trainer that is a text": (
+        "trainer: abc\n",
+        "trainer holds a string where a mapping of settings belongs",
+    ),
     "a number as a top key": ("7: x\n", "holds the key 7, which is no name"),
     "a knob of binary data": ("attention:\n  blob: !!binary aGVsbG8=\n", "holds binary data"),
     "a knob that is a date": ("attention:\n  when: 2026-01-01\n", "holds a date"),

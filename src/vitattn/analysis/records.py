@@ -33,7 +33,7 @@ from typing import Any
 
 from vitattn.analysis.events import read_curves
 from vitattn.analysis.seed_runs import TAGS, Events
-from vitattn.runs.files import UnreadableFileError, one_line, read_yaml
+from vitattn.runs.files import UnreadableFileError, kind_of, one_line, read_yaml
 from vitattn.runs.layout import RunDir, RunState, read_metrics, refuse_links_read, run_state
 from vitattn.runs.lock import held_elsewhere
 from vitattn.runs.recorded import says_where
@@ -261,9 +261,6 @@ MAPPINGS = ("attention", "model", "trainer")
 knobs, the model's name, the trainer's steps): each a mapping where there is one."""
 
 
-KINDS = {str: "a text", list: "a list", bool: "a flag", int: "a number", float: "a number"}
-
-
 def checked_config(path: Path, config: dict[Any, Any]) -> dict[str, Any]:
     """``config`` read from ``path`` where it has the shape Hydra writes: every key a name (a
     string) at every level, and :data:`MAPPINGS` mappings; anything else is one line
@@ -282,9 +279,8 @@ def checked_config(path: Path, config: dict[Any, Any]) -> dict[str, Any]:
                 stack.append((f"{where}.{key}" if where else str(key), child))
     for name in MAPPINGS:
         if config.get(name) is not None and not isinstance(config[name], dict):
-            kind = KINDS.get(type(config[name]), "value")
             raise UnreadableFileError(
-                path, f"{name} is {kind}, not the mapping of settings vitattn-train writes"
+                path, f"{name} holds {kind_of(config[name])} where a mapping of settings belongs"
             )
     return config
 

@@ -378,7 +378,8 @@ def inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root.resolve())
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """What a value read from a file is, in a refusal's words (``a mapping``, ``a list``)."""
     names = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
     if value is None:
         return "nothing (null)"
@@ -439,7 +440,9 @@ def read_text(path: Path, follow_links: bool = True) -> str:
 
 def _checked(path: Path, content: Any, expected: type) -> Any:
     if not isinstance(content, expected):
-        raise UnreadableFileError(path, f"holds {_kind(content)} where {_kind(expected())} belongs")
+        raise UnreadableFileError(
+            path, f"holds {kind_of(content)} where {kind_of(expected())} belongs"
+        )
     return content
 
 
@@ -509,7 +512,7 @@ def _yaml_content(path: Path, text: str, expected: type) -> Any:
         problem = f"{type(error).__name__}: {one_line(error)[:200]}"
         raise UnreadableFileError(path, f"is not plain data ({problem})") from None
     if content is None:
-        raise UnreadableFileError(path, f"is empty where {_kind(expected())} belongs")
+        raise UnreadableFileError(path, f"is empty where {kind_of(expected())} belongs")
     _check_plain(path, content)
     return _checked(path, content, expected)
 
