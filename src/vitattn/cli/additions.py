@@ -183,6 +183,17 @@ def existing_prefix(cfg: DictConfig, parts: list[str]) -> list[str] | None:
     return parts
 
 
+def keys_there(parent: DictConfig, there: list[str], name: str) -> tuple[str, str]:
+    """What a refusal of the key ``name`` under the node ``there`` (``parent``) says of that
+    node: a close key (``did you mean seed? ``, or nothing) and its keys by their full names
+    (``choose among: ...``, Hydra's own left out at the top)."""
+    prefix = "".join(f"{part}." for part in there)
+    valid = sorted(f"{prefix}{key}" for key in keys_of(parent) if there or key != "hydra")
+    hint = did_you_mean(name, [key[len(prefix) :] for key in valid], prefix)
+    where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
+    return hint, where
+
+
 def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> str:
     """The line refusing ``override``, which adds ``key`` under the node ``there`` of ``before``
     (the config without the additions): its keys, by their full names, and a close one first.
@@ -200,10 +211,7 @@ def refusal(override: str, key: str, before: DictConfig, there: list[str]) -> st
             f"which is {what}, not a "
             "node of settings: nothing reads keys there"
         )
-    valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
-    names = [name[len(prefix) :] for name in valid]
-    hint = did_you_mean(key.split(".")[len(there)], names, prefix)
-    where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
+    hint, where = keys_there(parent, there, key.split(".")[len(there)])
     if not adds:
         return f"{shown_override} sets {shown_key}, which is not a setting; {hint}{where}"
     return f"{shown_override} adds {shown_key}, which vitattn does not read; {hint}{where}"
@@ -240,11 +248,8 @@ def deletion_refusal(
         parent = node_at(before, there)
         if not isinstance(parent, DictConfig):
             return None
-        prefix = "".join(f"{part}." for part in there)
-        valid = sorted(f"{prefix}{name}" for name in keys_of(parent) if there or name != "hydra")
-        hint = did_you_mean(parts[len(there)], [name[len(prefix) :] for name in valid], prefix)
+        hint, where = keys_there(parent, there, parts[len(there)])
         shown = cut_apart(one_line((typed or overrides)[at]), MAX_SHOWN)
-        where = f"choose among: {', '.join(valid)}" if valid else f"{prefix[:-1]} has no settings"
         named = cut_apart(one_line(key), MAX_SHOWN)
         return f"{shown} deletes {named}, which is not there; {hint}{where}"
     return None
