@@ -108,6 +108,7 @@ class RecordedSettings:
     ) -> None:
         from hydra import compose
         from hydra.core.global_hydra import GlobalHydra
+        from omegaconf import open_dict
 
         self.config_dir = config_dir
         self.extra_dirs = tuple(extra_dirs)
@@ -118,7 +119,10 @@ class RecordedSettings:
         was_initialized = GlobalHydra.instance().is_initialized()
         try:
             with hydra_configs(extra_dirs, config_dir):
-                self.config = compose(config_name, overrides=choices)
+                self.config = compose(config_name, overrides=choices, return_hydra_config=True)
+            self.hydra = hydra_settings(self.config)  # Hydra's own, by dotted key
+            with open_dict(self.config):
+                del self.config["hydra"]  # none is replayed: a key there says where
         except Exception as error:  # a combination of choices that does not compose
             first = next(iter(str(error).splitlines()), type(error).__name__)
             raise RecordedOverrideError(
@@ -174,10 +178,12 @@ class RecordedSettings:
     ) -> None:
         """Refuse in one line a recorded group choice whose option sets Hydra's own settings
         (``hparams_search=optuna``: ``hydra.mode`` and ``hydra.sweeper``, a search of its own),
-        found by composing with and without it; a choice given now is the user's."""
-        if not recorded or not hydra_changes(
-            config_name, given, [text for text, _ in recorded], self.config_dir, self.extra_dirs
-        ):
+        found by composing without it (this composition has them all); a choice given now is
+        the user's."""
+        if not recorded:
+            return
+        without = composed_hydra_settings(config_name, given, self.config_dir, self.extra_dirs)
+        if not changed_settings(without, self.hydra):
             return
         for text, source in recorded:
             changed = hydra_changes(config_name, given, [text], self.config_dir, self.extra_dirs)
@@ -294,22 +300,14 @@ def hydra_changes(
     ``added`` change in the config composed with ``base``, compared as written (before
     interpolation); what Hydra derives from the overrides themselves (``hydra.overrides``,
     ``hydra.runtime``, ``hydra.job.override_dirname``) is not a setting."""
-    from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    before = composed_hydra_settings(config_name, base, config_dir, extra_dirs)
+    after = composed_hydra_settings(config_name, [*base, *added], config_dir, extra_dirs)
+    return changed_settings(before, after)
 
-    def hydra_settings(overrides: list[str]) -> dict[str, Any]:
-        config = compose(config_name, overrides=overrides, return_hydra_config=True)
-        return flattened(OmegaConf.to_container(config.hydra, resolve=False))
 
-    was_initialized = GlobalHydra.instance().is_initialized()
-    try:
-        with hydra_configs(extra_dirs, config_dir):
-            before = hydra_settings(list(base))
-            after = hydra_settings([*base, *added])
-    finally:
-        if not was_initialized:
-            GlobalHydra.instance().clear()
+def changed_settings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """``hydra.<node>`` of each of Hydra's settings that differs between two of
+    :func:`hydra_settings`, but those Hydra derives from the overrides themselves."""
     derived = ("overrides", "runtime", "job.override_dirname")
     changed = {
         key.split(".")[0]
@@ -318,6 +316,34 @@ def hydra_changes(
         and not any(key == d or key.startswith(f"{d}.") for d in derived)
     }
     return sorted(f"hydra.{key}" for key in changed)
+
+
+def hydra_settings(config: Any) -> dict[str, Any]:
+    """Hydra's own settings of a config composed with them, by dotted key, as written (before
+    interpolation)."""
+    from omegaconf import OmegaConf
+
+    return flattened(OmegaConf.to_container(config.hydra, resolve=False))
+
+
+def composed_hydra_settings(
+    config_name: str,
+    overrides: Sequence[str],
+    config_dir: Path = CONFIG_DIR,
+    extra_dirs: Sequence[Path] = (),
+) -> dict[str, Any]:
+    """:func:`hydra_settings` of ``configs/<config_name>.yaml`` composed with ``overrides``."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    was_initialized = GlobalHydra.instance().is_initialized()
+    try:
+        with hydra_configs(extra_dirs, config_dir):
+            config = compose(config_name, overrides=list(overrides), return_hydra_config=True)
+    finally:
+        if not was_initialized:
+            GlobalHydra.instance().clear()
+    return hydra_settings(config)
 
 
 MISSING = object()
