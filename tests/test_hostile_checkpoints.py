@@ -663,4 +663,4 @@ def test_the_default_checkpoint_of_every_attention_is_taken(
         estimate = largest_tensor(net, 500)
         assert estimate.op != "lower bound" or (attention, pool) == ("nystrom", "cls"), estimate
         assert estimate.bytes < 1 << 30, estimate
-    checked_checkpoint(path, batches={"data.eval_batch_size": 500}, device="cpu")
+    checked_checkpoint(path, batches={"data.eval_batch_size": 500})

@@ -65,18 +65,16 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_types
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checked_checkpoint, run_device
+    from vitattn.loading import checked_checkpoint
     from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
     from vitattn.training.trial_build import check_buildable
 
-    trainer = cfg.get("trainer") or {}
     checkpoint = checked_checkpoint(
         cfg.get("ckpt_path"),
         "vitattn-eval",
         batches={"data.eval_batch_size": OmegaConf.select(cfg, "data.eval_batch_size")},
-        device=run_device(trainer),
-        precision=trainer.get("precision"),
+        trainer=cfg.get("trainer") or {},
     )
     with open_dict(cfg):
         cfg.data = as_trained(cfg.data, data_settings_of(checkpoint))

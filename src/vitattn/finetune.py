@@ -240,7 +240,7 @@ def validate(cfg: DictConfig) -> None:
 
     from vitattn.cli.validation import check_run_settings, check_types, given_groups
     from vitattn.data.as_trained import as_trained
-    from vitattn.loading import checked_checkpoint, run_device
+    from vitattn.loading import checked_checkpoint
     from vitattn.lora.adapters import require_peft
     from vitattn.runs.checkpoints import data_settings_of
     from vitattn.training.instantiators import check_takes_batches
@@ -254,14 +254,12 @@ def validate(cfg: DictConfig) -> None:
     check_run_settings(cfg)
     lora_settings(cfg)
     # there, holding no code, building what vitattn builds: the data settings left to it
-    trainer = cfg.get("trainer") or {}
     batches = {f"data.{key}": OmegaConf.select(cfg, f"data.{key}") for key in BATCH_SETTINGS}
     checkpoint = checked_checkpoint(
         cfg.get("ckpt_path"),
         "vitattn-finetune",
         batches=batches,
-        device=run_device(trainer),
-        precision=trainer.get("precision"),
+        trainer=cfg.get("trainer") or {},
     )
     with open_dict(cfg):
         cfg.data = as_trained(

@@ -31,17 +31,18 @@ def checked_checkpoint(
     ckpt_path: Any,
     program: str = "vitattn-eval",
     batches: Mapping[str, int] | None = None,
-    device: str | None = "cpu",
-    precision: Any = None,
+    trainer: Any = None,
 ) -> dict[str, Any]:
     """The checkpoint :func:`existing_checkpoint` finds, read (memory-mapped) as
     :func:`~vitattn.runs.checkpoints.read_checkpoint` reads it, and refused in one line when it
     holds code or configs vitattn does not build, or weights its network has not
     (:func:`~vitattn.runs.checkpoints.check_weights_fit_their_network`), or when its network's
     forward over a batch of ``batches`` (each setting the command runs it with, and its size)
-    builds a tensor larger than the memory the process can use on ``device`` (``None``: not
-    known; :func:`~vitattn.models.forward_memory.check_forward_fits`): the check of a command
-    before its run directory exists, and before it imports Lightning."""
+    builds a tensor larger than the memory the process can use where the command's
+    ``trainer`` settings run it (their accelerator and precision; none given: the CPU; an
+    accelerator other than the CPU or CUDA: not checked;
+    :func:`~vitattn.models.forward_memory.check_forward_fits`): the check of a command before
+    its run directory exists, and before it imports Lightning."""
     from vitattn.models.forward_memory import check_forward_fits
     from vitattn.runs.checkpoints import check_weights_fit_their_network, read_checkpoint
 
@@ -49,9 +50,11 @@ def checked_checkpoint(
     checkpoint = read_checkpoint(path)
     net = check_weights_fit_their_network(checkpoint, path)
     check_adapters(checkpoint, path, net)
+    trainer = trainer if trainer is not None else {"accelerator": "cpu"}
+    device = run_device(trainer)
     if batches and device is not None:
         where = f"{path}: hyper_parameters.net"
-        check_forward_fits(net, batches, where, device, precision)
+        check_forward_fits(net, batches, where, device, trainer.get("precision"))
     return checkpoint
 
 

@@ -597,7 +597,7 @@ def require_checkpoint(path: str | None, mode: Mode, batches: dict[str, int] | N
         raise ConfigError(f"ckpt_path={path} is not a file; pass a .ckpt saved by vitattn-train")
     # refuses, before anything runs, a file that may carry code, and a forward that cannot fit
     # (the bench captures q, k, v on the CPU: vitattn.bench.capture.checkpoint_qkv)
-    checked_checkpoint(str(path), "vitattn-bench", batches=batches, device="cpu")
+    checked_checkpoint(str(path), "vitattn-bench", batches=batches)
     return str(path)
 
 
