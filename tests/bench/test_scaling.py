@@ -313,6 +313,35 @@ def test_a_call_faster_than_its_floor_is_a_warning(caplog: pytest.LogCaptureFixt
     assert "the floors of this run are too high" in said
 
 
+def test_results_md_carries_what_a_busy_machine_may_have_moved(tmp_path: Path) -> None:
+    """The warning above was a log line alone: ``results.md`` showed a share past 100% and a
+    busy machine's timings without a word (audit). Against figures measured in this process
+    both are a caution under the tables; against a datasheet's, a share past the floor is not
+    (``vitattn-check`` lists it as a problem)."""
+    from vitattn.bench.devices import DeviceSpec
+    from vitattn.bench.scaling import ScalingRun, describe
+    from vitattn.bench.writers import write_scaling
+
+    sweep = small_sweep(attentions=["softmax"], seq_lens=[32])
+    runner = Runner(sweep)
+    runner.spec = DeviceSpec("slow moment", {"float32": 1e6}, bandwidth=1e6, measured=True)
+    rows = runner.run()
+    floor = describe(runner.spec, sweep.dtype)
+    environment = {"cpus": 2, "load_average": 4.5, "floor_device": floor}
+    write_scaling(ScalingRun(sweep, rows, [], environment), tmp_path, {})
+    said = (tmp_path / "results.md").read_text()
+    cautions = [line for line in said.splitlines() if line.startswith("Caution: ")]
+    assert cautions[0] == (
+        "Caution: the machine was busy (load 4.5 at the start and end, on 2 CPUs): its timings "
+        "include waiting for a CPU"
+    )
+    assert cautions[1].startswith("Caution: softmax at n=32 ran at ") and len(cautions) == 2
+
+    environment.update(load_average=0.5, floor_device={**floor, "measured": False})
+    write_scaling(ScalingRun(sweep, rows, [], environment), tmp_path, {})
+    assert "Caution" not in (tmp_path / "results.md").read_text()
+
+
 def test_a_call_the_counter_cannot_count_takes_its_formula(monkeypatch) -> None:
     """Where ``torch.utils.flop_counter`` fails (FlexAttention's operator, say), the floor comes
     from the mechanism's formula, and says so."""

@@ -22,7 +22,7 @@ from vitattn.bench.settings import DType
 from vitattn.check.app import check_command
 from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import check_attention, relative_error, tolerance
-from vitattn.check.report import problems
+from vitattn.check.report import cautions, problems
 from vitattn.check.settings import CheckSettings, NumericsSettings, load_settings
 from vitattn.check.training import TrainingRow
 from vitattn.errors import ConfigError
@@ -553,6 +553,38 @@ def test_a_kernel_faster_than_its_datasheet_floor_is_a_problem() -> None:
         "FLOPs counted too many)"
     ]
     assert problems([], [], KernelsRun(rows, [], {"measured": True})) == []
+
+
+def test_figures_a_busy_machine_may_have_moved_are_cautions() -> None:
+    """A share past the floor against figures this process measured, a reference row whose
+    images/s spread beyond 10% and a load above the CPUs were a log line at most, under
+    "Problems: none" (audit): each is a caution, and nothing else is."""
+    rows = [
+        Row("softmax", 256, 16, fwd_floor_pct=60.0, fwd_bwd_floor_pct=123.0),
+        Row("linear", 256, 16, fwd_floor_pct=109.0, fwd_bwd_floor_pct=80.0),
+    ]
+    reference = {
+        "results": [
+            {"implementation": "vitattn", "compile": False, "spread": 0.08},
+            {"implementation": "timm", "compile": False, "spread": 2.17},
+            {"implementation": "timm", "compile": True, "spread": None},
+        ]
+    }
+    quiet = {"cpus": 2, "load_average": 1.9, "load_average_end": 0.5}
+    measured = KernelsRun(rows, [], {"measured": True})
+    assert cautions(quiet, reference, measured) == [
+        "kernels: softmax at n=256 ran at 123% of its floor, faster than the device's figures "
+        "allow: the floors of this run are too high (a measured peak or bandwidth too low, or "
+        "FLOPs counted too many)",
+        "reference: timm eager's images/s spread 217% over its repeats (steady: up to 10%): its "
+        "ratios are not steady",
+    ]
+    busy = {"cpus": 2, "load_average": 1.0, "load_average_end": 4.3}
+    assert cautions(busy, None, KernelsRun(rows, [], {"measured": False})) == [
+        "the machine was busy (load 1.0, 4.3 at the start and end, on 2 CPUs): its timings "
+        "include waiting for a CPU"
+    ]  # against a datasheet, a share past the floor is a problem instead
+    assert cautions({"cpus": None}, None, None) == []
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ FIGURES = {
     "best_val_acc": "best val/acc",
     "test_acc": "test/acc",
     "images_per_sec": "images/s",
-    "peak_memory_gb": "peak memory (GB)",
+    "peak_memory_gb": "peak memory (GiB)",
     "gflop_per_image": "GFLOP/image",
     "seconds": "seconds",
 }

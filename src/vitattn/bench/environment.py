@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,19 @@ def load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
         return None
+
+
+def busy_line(loads: Sequence[float | None], cpus: int | None) -> str | None:
+    """One line where a load of ``loads`` (the start's, the end's) was above the ``cpus``,
+    else ``None``: the timings then include waiting for a CPU."""
+    cpus = cpus or 1
+    if not any(load is not None and load > cpus for load in loads):
+        return None
+    shown = ", ".join("-" if load is None else f"{load:.1f}" for load in loads)
+    return (
+        f"the machine was busy (load {shown} at the start and end, on {cpus} CPUs): its timings "
+        "include waiting for a CPU"
+    )
 
 
 def cpu_name() -> str:

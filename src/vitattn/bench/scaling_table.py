@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vitattn.bench.floor import past_the_floor
+
 
 @dataclass
 class Row:
@@ -156,3 +158,15 @@ def upper_quartile(row: Row) -> float | None:
 def lower_quartile(row: Row) -> float | None:
     """The row's forward+backward lower quartile, or its median where it has none."""
     return row.fwd_bwd_q25_ms if row.fwd_bwd_q25_ms is not None else row.fwd_bwd_ms
+
+
+def past_measured_floors(rows: list[Row], floor_device: dict[str, Any] | None) -> list[str]:
+    """A line per row measured past its floor (:func:`~vitattn.bench.floor.past_the_floor`)
+    where the floors are taken against figures measured in this process, which a shared
+    machine's load moves: a caution. Against a datasheet's it is a problem (``vitattn-check``)."""
+    if floor_device is None or floor_device.get("measured") is False:
+        return []
+    found = (
+        past_the_floor(r.attention, r.seq_len, r.fwd_floor_pct, r.fwd_bwd_floor_pct) for r in rows
+    )
+    return [line for line in found if line is not None]

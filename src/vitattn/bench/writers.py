@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from vitattn.bench.approx import ApproxRow, ApproxRun
+from vitattn.bench.environment import busy_line
 from vitattn.bench.floor import floor_line
 from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
 from vitattn.bench.scaling import ScalingRun
-from vitattn.bench.scaling_table import Row
+from vitattn.bench.scaling_table import Row, past_measured_floors
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.bench.train_speed import TrainRun, TrainSpeed
 from vitattn.runs.files import write_text
@@ -53,7 +54,10 @@ def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -
     plot_time(run.rows, output_dir / "time_vs_seq_len.png")
     plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
     floor = run.environment.get("floor_device")
-    show(output_dir, "results.md", scaling_text(run.rows, run.scaling, run.sweep.reference, floor))
+    busy = busy_line([run.environment.get("load_average")], run.environment.get("cpus"))
+    caution = ([] if busy is None else [busy]) + past_measured_floors(run.rows, floor)
+    text = scaling_text(run.rows, run.scaling, run.sweep.reference, floor, caution)
+    show(output_dir, "results.md", text)
     log.info(
         "wrote results.csv, results.json, results.md, scaling.csv, time_vs_seq_len.png and "
         "memory_vs_seq_len.png to %s",
@@ -72,8 +76,10 @@ def scaling_text(
     scaling: Sequence[dict[str, Any]],
     reference: str | None,
     floor_device: dict[str, Any] | None = None,
+    caution: Sequence[str] = (),
 ) -> str:
-    """The results table (with the :func:`floor_line`) and the exponents table, in Markdown."""
+    """The results table (with the :func:`floor_line`) and the exponents table, in Markdown;
+    then the ``caution`` lines, figures a busy machine may have moved."""
     speedup = f"x vs {reference}" if reference else "speedup"
     results = [
         {
@@ -115,6 +121,7 @@ def scaling_text(
     return (
         f"{floor_line(floor_device)}{table(results)}\n\nScaling exponents (slope of log value "
         f"vs log n; 1 = linear, 2 = quadratic)\n\n{table(exponents)}"
+        + "".join(f"\n\nCaution: {line}" for line in caution)
     )
 
 

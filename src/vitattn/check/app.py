@@ -38,6 +38,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     # its refusals and Hydra's composition need none of them.
     import torch
 
+    from vitattn.bench.environment import load_average
     from vitattn.check.kernels import run_kernels
     from vitattn.check.numerics import run_numerics
     from vitattn.check.report import machine, write_check
@@ -62,6 +63,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     training = timed(Section.training, run_training, [])
     reference = timed(Section.reference, run_reference, None)
     kernels = timed(Section.kernels, run_kernels, None)
+    env["load_average_end"] = load_average()
     given = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     assert isinstance(given, dict)
     recorded = {str(k): v for k, v in given.items() if k not in NOT_OURS}

@@ -22,6 +22,10 @@ from vitattn.bench.scaling_table import Row, crossover
 from vitattn.check.settings import CheckSettings
 
 REFERENCE = "softmax"
+WARMUP, WARMUP_MAX = 2, 20
+"""Each call's warm-up, as ``vitattn-bench``'s (``configs/bench.yaml``): at least 2 calls, then
+until two in a row are within 10% of each other, 20 in all. One call left the second, still
+slow on a CPU (up to twice the steady time), to be measured."""
 
 
 @dataclass
@@ -68,7 +72,8 @@ def run_kernels(settings: CheckSettings) -> KernelsRun:
         heads=kernels.heads,
         dtype=kernels.dtype.torch,
         device=device,
-        warmup=1,
+        warmup=WARMUP,
+        warmup_max=WARMUP_MAX,
         repeats=kernels.repeats,
         variants=kernels.variants,
         reference=REFERENCE,

@@ -1,6 +1,7 @@
 """What ``vitattn-check`` writes: ``check.json`` (everything), ``check.md`` (the tables, the
-problems first) and ``check_kernels.png`` (kernel time and its share of the floor against n),
-through the project's results writer."""
+problems first, then the cautions: figures a busy machine may have moved) and
+``check_kernels.png`` (kernel time and its share of the floor against n), through the project's
+results writer."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 
 import torch
 
-from vitattn.bench.environment import environment
+from vitattn.bench.environment import busy_line, environment, load_average
 from vitattn.bench.floor import floor_line, past_the_floor
 from vitattn.bench.plots import plot_time
+from vitattn.bench.scaling_table import past_measured_floors
 from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import NumericsRow
 from vitattn.check.settings import CheckSettings
@@ -55,6 +57,7 @@ def machine(settings: CheckSettings) -> dict[str, Any]:
         cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         driver=driver_version() if device.type == "cuda" else None,
         precision=settings.training.precision,
+        load_average=load_average(),
     )
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
@@ -108,6 +111,38 @@ def problems(
     return found
 
 
+STEADY_SPREAD = 0.10
+"""The largest spread of a reference row's images/s over its repeats ((max - min) / median) its
+ratio is read without a caution: beyond it, the machine's other work moved the timings."""
+
+
+def cautions(
+    env: Mapping[str, Any],
+    reference: Mapping[str, Any] | None,
+    kernels: KernelsRun | None,
+) -> list[str]:
+    """One line per figure of the run that the machine's other work may have moved: no problem
+    of the machine checked, but a reason to read those figures again on a quiet one. A busy
+    machine (a load above its CPUs at the start or the end), a kernel faster than floors taken
+    against figures measured in this process (a peak or bandwidth measured in a slow moment),
+    and a reference row whose images/s spread beyond :data:`STEADY_SPREAD`."""
+    busy = busy_line([env.get("load_average"), env.get("load_average_end")], env.get("cpus"))
+    found = [] if busy is None else [busy]
+    if kernels is not None:
+        found += [
+            f"kernels: {line}" for line in past_measured_floors(kernels.rows, kernels.floor_device)
+        ]
+    for row in [] if reference is None else reference["results"]:
+        spread = row.get("spread")
+        if spread is not None and spread > STEADY_SPREAD:
+            way = "compiled" if row.get("compile") else "eager"
+            found.append(
+                f"reference: {row['implementation']} {way}'s images/s spread {spread:.0%} over "
+                f"its repeats (steady: up to {STEADY_SPREAD:.0%}): its ratios are not steady"
+            )
+    return found
+
+
 NUMERICS_COLUMNS = {
     "attention": "attention",
     "dtype": "dtype",
@@ -122,7 +157,7 @@ TRAINING_COLUMNS = {
     "compiled": "compiled",
     "images_per_sec": "images/s",
     "compile_seconds": "compile s",
-    "peak_memory_gb": "peak GB",
+    "peak_memory_gb": "peak GiB",
     "gflop_per_image": "GFLOP/image",
     "mfu": "MFU",
     "loss_first": "loss, first 1/4",
@@ -159,6 +194,7 @@ FORMATS = {
     "loss_first": "{:.3f}",
     "loss_last": "{:.3f}",
     "seconds": "{:.1f}",
+    "spread": "{:.0%}",
 }
 """How a float column is shown in ``check.md`` (others: three significant digits)."""
 
@@ -182,8 +218,10 @@ def check_text(
     kernels: KernelsRun | None,
     found: Sequence[str],
     seconds: Mapping[str, float] | None = None,
+    caution: Sequence[str] = (),
 ) -> str:
-    """``check.md``; ``found`` are the :func:`problems`, ``seconds`` each section's."""
+    """``check.md``; ``found`` are the :func:`problems`, ``caution`` the :func:`cautions`,
+    ``seconds`` each section's."""
     lines = [
         f"# vitattn-check on {env['device_name']} ({env['device']}), {env['date']}",
         "",
@@ -195,6 +233,7 @@ def check_text(
         "## Problems",
         "",
         *([f"- {line}" for line in found] or ["none"]),
+        *(["", "## Cautions", "", *(f"- {line}" for line in caution)] if caution else []),
     ]
     if numerics:
         n = settings.numerics
@@ -220,6 +259,7 @@ def check_text(
                 "implementation": "implementation",
                 "compile": "compiled",
                 "images_per_sec": "images/s",
+                "spread": "spread",
                 "compile_seconds": "compile s",
             }
             lines.append(markdown_table(_shown(reference["results"]), columns))
@@ -268,11 +308,13 @@ def write_check(
     each section took)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     found = problems(numerics, training, kernels, reference)
+    caution = cautions(env, reference, kernels)
     content = {
         "settings": dict(given),
         "environment": dict(env),
         "seconds": dict(seconds or {}),
         "problems": found,
+        "cautions": caution,
         "numerics": [asdict(r) for r in numerics],
         "training": [asdict(r) for r in training],
         "reference": reference,
@@ -287,7 +329,9 @@ def write_check(
     write_json(output_dir / "check.json", content)
     if kernels is not None:
         plot_time(kernels.rows, output_dir / "check_kernels.png")
-    text = check_text(settings, env, numerics, training, reference, kernels, found, seconds)
+    text = check_text(
+        settings, env, numerics, training, reference, kernels, found, seconds, caution
+    )
     write_text(output_dir / "check.md", text + "\n")
     print(text, flush=True)
     return content

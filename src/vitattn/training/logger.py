@@ -88,7 +88,7 @@ DISPLAY_NAMES = {
     "acc_test_merged": "merged test acc",
     "images_per_sec": "images/s",
     "gflop_per_image": "GFLOP/image",
-    "peak_memory_gb": "peak GB",
+    "peak_memory_gb": "peak GiB",
     "compile_seconds": "compile s",
     "model/tokens": "tokens",
     "model/mlp_dim": "MLP dim",
