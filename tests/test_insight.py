@@ -4,6 +4,8 @@ itself runs in every training test and is read back in ``tests/test_tensorboard.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -68,3 +70,30 @@ def test_per_layer_curves_only_with_more_than_one_layer() -> None:
         "val/fidelity/layer_1": 0.75,
     }
     assert layer_scalars("entropy_gap", []) == {}
+
+
+def test_the_maps_are_drawn_over_the_images_the_network_saw(data_dir: Path) -> None:
+    """A run of ``data.shift=rotate`` attended to rotated images, and its maps were drawn over
+    the upright ones (audit): the corner query's map sat in the wrong corner. The images the
+    callback draws under its maps are the shifted ones."""
+    from vitattn.data.cifar10 import CIFAR10DataModule
+    from vitattn.data.shifts import rotate
+    from vitattn.bench.kernels import attention_factory
+    from vitattn.models.vit import VisionTransformer
+    from vitattn.training.callbacks.insight import AttentionInsight
+
+    torch.manual_seed(0)
+    softmax = attention_factory("softmax", None)
+    net = VisionTransformer(
+        image_size=32, patch_size=8, embed_dim=32, depth=1, heads=2, attention=softmax
+    )
+    for shift, drawn in (("rotate", rotate), ("none", lambda images: images)):
+        datamodule = CIFAR10DataModule(data_dir, shift=shift, download=False)
+        datamodule.setup("fit")
+        trainer = SimpleNamespace(datamodule=datamodule)
+        module = SimpleNamespace(net=net, device=torch.device("cpu"))
+        callback = AttentionInsight(images=3)
+        figures = callback.inspect(trainer, module)  # type: ignore[arg-type]
+        fixed = callback.fixed_images(trainer)  # type: ignore[arg-type]
+        assert torch.equal(figures["raw"], drawn(fixed)), shift
+        assert len(figures["matrices"]) == 1

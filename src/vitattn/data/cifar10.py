@@ -427,18 +427,23 @@ class CIFAR10DataModule(L.LightningDataModule):
             images = torch.cat([self.randaugment(part) for part in images.split(group)])
         return images
 
+    def shifted(self, images: torch.Tensor) -> torch.Tensor:
+        """``images`` (uint8) as the network sees them before normalising: the data set's
+        variant (``data.shift``), what a figure of what it attends to draws under its maps."""
+        return apply_shift(images, self.settings.shift)
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Shift, augment (when training), normalise and mix a batch on its device. Images
         alone (a model's ``example_input_array``, which Lightning's model summary passes here
         at the start of a fit) are prepared as for evaluation: no augmentation, so no random
         numbers drawn that a resumed run would not draw."""
         if isinstance(batch, torch.Tensor):
-            images = apply_shift(batch, self.settings.shift)
+            images = self.shifted(batch)
             if self.settings.normalize:
                 images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
             return images
         images, labels = batch
-        images = apply_shift(images, self.settings.shift)  # the data set's variant, for all stages
+        images = self.shifted(images)  # the data set's variant, for all stages
         training = self.trainer is not None and self.trainer.training
         if training:
             images = self.augment(images)

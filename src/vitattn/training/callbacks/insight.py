@@ -269,6 +269,9 @@ class AttentionInsight(L.Callback):
         datamodule = trainer.datamodule
         raw = self.fixed_images(trainer).to(pl_module.device)
         images = datamodule.on_after_batch_transfer(raw, 0)  # shift, normalise; never augment
+        # the maps are drawn over the images the network saw: a rotated run's, rotated
+        shifted = getattr(datamodule, "shifted", None)
+        seen = raw if shifted is None else shifted(raw)
         net = pl_module.net
         was_training = net.training
         try:
@@ -288,7 +291,7 @@ class AttentionInsight(L.Callback):
         finally:
             net.train(was_training)
         scalars = {**layer_scalars("fidelity", fidelity), **layer_scalars("entropy_gap", gaps)}
-        return {"scalars": scalars, "matrices": matrices, "raw": raw.cpu()}
+        return {"scalars": scalars, "matrices": matrices, "raw": seen.cpu()}
 
     def publish(self, trainer: L.Trainer, figures: dict[str, Any]) -> None:
         """Overlays to TensorBoard (``~attention/...``) and ``attention/maps.npz``."""
