@@ -22,7 +22,7 @@ import torch
 
 from vitattn.data.augment import normalize, random_crop, random_horizontal_flip
 from vitattn.data.cifar10 import FOLDER, CIFAR10DataModule, read_batch_file
-from vitattn.data.download import LOCK
+from vitattn.data.download import ARCHIVE, LOCK
 from vitattn.errors import ConfigError, DataError
 
 
@@ -468,6 +468,33 @@ def test_a_corrupt_archive_in_the_data_dir_is_moved_aside(
     assert len(dm.test_set) == 1017
     assert leftovers(target) == ["cifar-10-python.tar.gz.corrupt"]
     assert "moved it aside to" in caplog.text
+
+
+def test_a_mirrors_archive_with_a_flipped_bit_is_refused_and_nothing_is_kept(
+    served: Path, tmp_path: Path
+) -> None:
+    """A bit flipped inside a member's data: the tar's headers and lengths hold, and gzip checks
+    its checksum only at the stream's end, which the tar's own end did not reach. The archive
+    was unpacked, and ``test_batch`` read with other pixels (audit); a mirror has no MD5."""
+
+    plain = gzip.decompress((served / ARCHIVE).read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
+        batch = tar.getmember(f"{FOLDER}/test_batch")
+    inside = plain[batch.offset_data + batch.size // 2 :][:32]
+    # deflate's stored blocks copy the bytes: the flip lands in the data, not in the coding
+    stored = bytearray(gzip.compress(plain, compresslevel=0))
+    at = stored.find(inside)
+    assert at > 0 and stored.find(inside, at + 1) == -1
+    stored[at + 16] ^= 0x01
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / ARCHIVE).write_bytes(bytes(stored))
+    target = tmp_path / "data"
+    with archive_url(mirror) as url, pytest.raises(DataError) as info:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    message = str(info.value)
+    assert "is not a complete .tar.gz (BadGzipFile: CRC check failed" in message, message
+    assert "\n" not in message and leftovers(target) == []
 
 
 def test_a_complete_archive_in_the_data_dir_is_used_without_a_download(

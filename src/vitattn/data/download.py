@@ -21,6 +21,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -79,15 +80,17 @@ def describe(member: tarfile.TarInfo) -> str:
     return f"{name}, neither a file nor a folder"
 
 
-def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.TarInfo]:
-    """Each file member of ``tar`` as its header is read (before its data), refused in one line
-    (:class:`DataError`) at the first member that is not :data:`FOLDER` or a regular file of
-    :data:`ARCHIVE_FILES` in it within :data:`MAX_MEMBER_BYTES`, or that repeats one; once the
-    archive ends, one that lacks a batch file is refused too. A file's name is taken as tarfile
-    reads it (``data_batch_1/`` is no batch file's)."""
+def checked_members(stream: ArchiveStream, archive: Path) -> Iterator[tarfile.TarInfo]:
+    """Each file member of ``stream``'s tar as its header is read (before its data), refused in
+    one line (:class:`DataError`) at the first member that is not :data:`FOLDER` or a regular
+    file of :data:`ARCHIVE_FILES` in it within :data:`MAX_MEMBER_BYTES`, or that repeats one.
+    Once the tar ends, the gzip stream is read to its end (:meth:`ArchiveStream.drain`: its
+    checksum and length are checked there, so a corrupt archive is one, not an archive that
+    lacks a batch file), and one that lacks a batch file is refused too. A file's name is taken
+    as tarfile reads it (``data_batch_1/`` is no batch file's)."""
     seen: set[str] = set()
     valid = f"a CIFAR-10 archive holds only {FOLDER}/ with {', '.join(ARCHIVE_FILES)}"
-    for count, member in enumerate(tar, start=1):
+    for count, member in enumerate(stream.tar, start=1):
         if count > MAX_MEMBERS:
             raise DataError(f"{archive} was not unpacked: it holds more than {MAX_MEMBERS} members")
         name = member.name.removeprefix("./")
@@ -107,6 +110,7 @@ def checked_members(tar: tarfile.TarFile, archive: Path) -> Iterator[tarfile.Tar
             )
         seen.add(file)
         yield member
+    stream.drain()
     missing = [file for file in (*TRAIN_FILES, *TEST_FILES) if file not in seen]
     if missing:
         raise DataError(
@@ -128,8 +132,8 @@ def verify_archive(path: Path, md5: str | None) -> None:
             raise DataError(f"{path} does not have the official MD5 {md5} (cut or altered)")
         return
     try:
-        with opened_archive(path) as archive:
-            for _ in checked_members(archive, path):
+        with opened_archive(path) as stream:
+            for _ in checked_members(stream, path):
                 pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         reason = f"{type(error).__name__}: {error}"
@@ -308,11 +312,11 @@ def unpack_archive(archive: Path, target: Path) -> None:
     import zlib
 
     try:
-        with opened_archive(archive) as tar:
+        with opened_archive(archive) as stream:
             folder = target / FOLDER
             folder.mkdir()
-            for member in checked_members(tar, archive):
-                data = tar.extractfile(member)
+            for member in checked_members(stream, archive):
+                data = stream.tar.extractfile(member)
                 if data is None:  # a regular file always has its data
                     raise tarfile.ReadError(f"no data for {member.name}")
                 write_new(folder / member.name.rpartition("/")[2], data, member.size)
@@ -322,18 +326,34 @@ def unpack_archive(archive: Path, target: Path) -> None:
         ) from None
 
 
+@dataclass(frozen=True)
+class ArchiveStream:
+    """A gzipped tar read as a stream: ``tar`` (each member read once, in order) over
+    ``inflated``, the archive's bytes as gzip inflates them, within their bound."""
+
+    tar: tarfile.TarFile
+    inflated: BoundedReader
+
+    def drain(self) -> None:
+        """Read what is left of the gzip stream once the tar has ended (its end-of-archive
+        blocks, the record's padding), within the bound: gzip checks its checksum and length
+        only at its end, which the tar's end does not reach, so a bit flipped inside a member
+        was unpacked unseen."""
+        while self.inflated.read(min(CHUNK, max(self.inflated.room, 1))):
+            pass
+
+
 @contextlib.contextmanager
-def opened_archive(archive: Path) -> Iterator[tarfile.TarFile]:
-    """The gzipped tar ``archive`` as a stream (each member read once, in order), inflated
-    through a :class:`BoundedReader` of :data:`MAX_ARCHIVE_BYTES`."""
+def opened_archive(archive: Path) -> Iterator[ArchiveStream]:
+    """The gzipped tar ``archive`` as a stream (:class:`ArchiveStream`), inflated through a
+    :class:`BoundedReader` of :data:`MAX_ARCHIVE_BYTES`."""
     import gzip
     import tarfile
 
-    with (
-        gzip.open(archive, "rb") as source,
-        tarfile.open(fileobj=BoundedReader(source, MAX_ARCHIVE_BYTES, archive), mode="r|") as tar,
-    ):
-        yield tar
+    with gzip.open(archive, "rb") as source:
+        inflated = BoundedReader(source, MAX_ARCHIVE_BYTES, archive)
+        with tarfile.open(fileobj=inflated, mode="r|") as tar:
+            yield ArchiveStream(tar, inflated)
 
 
 class BoundedReader:
@@ -354,6 +374,11 @@ class BoundedReader:
         data = self.source.read(size)
         self.taken += len(data)
         return data
+
+    @property
+    def room(self) -> int:
+        """The bytes left to read within the bound."""
+        return self.bound - self.taken
 
 
 class ProgressReader:
