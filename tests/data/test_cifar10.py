@@ -12,6 +12,8 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -196,6 +198,36 @@ def test_a_batch_file_bomb_is_one_line_under_a_memory_cap(kind: str, tmp_path: P
         "than the file holds",
     }[kind]
     assert expected in said
+
+
+SHORT_OF_MEMORY = """
+import resource, sys
+from pathlib import Path
+from vitattn.data.cifar10 import read_batch_file
+from vitattn.errors import DataError
+
+used = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + 2**20, resource.RLIM_INFINITY))
+try:
+    read_batch_file(Path(sys.argv[1]))
+except DataError as error:
+    print(error)
+"""
+
+
+def test_a_process_short_of_memory_does_not_blame_the_batch_file(data_dir: Path) -> None:
+    """A process whose address space is capped (``ulimit -v``: a login node's; torch alone
+    takes about 4 GB of it) ran out of memory reading a good batch file, and was told the file
+    was truncated or foreign, and to replace the folder (audit). A real ``MemoryError``: a
+    child process capped 1 MiB above what it uses reads a 3 MB batch file."""
+    batch = data_dir / FOLDER / "data_batch_1"
+    said = subprocess.run(
+        [sys.executable, "-c", SHORT_OF_MEMORY, str(batch)],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert said.startswith(f"reading {batch} ran out of memory (this process may use "), said
+    assert said.endswith("wrong with it: run where more memory is free, or raise the limit")
+    assert "replace" not in said and "truncated" not in said
 
 
 def test_a_batch_file_past_the_size_bound_is_refused_unread(tmp_path: Path) -> None:

@@ -168,12 +168,31 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
             raise ValueError("labels outside 0..9")
         labels = labels.astype(np.int64)
         images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
+    except MemoryError:
+        # Every allocation here is bounded by the file's size (a read of at most
+        # MAX_MEMBER_BYTES, memo indices and operations checked): this process's memory is short
+        raise DataError(
+            f"reading {path} ran out of memory ({short_of_memory()}) before anything was found "
+            "wrong with it: run where more memory is free, or raise the limit"
+        ) from None
     except Exception as error:  # unpickling garbage can raise almost anything
         raise DataError(
             f"{path} is truncated or not a CIFAR-10 batch file ({type(error).__name__}: {error}); "
             f"replace {path.parent} with the official 'CIFAR-10 python version' folder"
         ) from error
     return images, torch.from_numpy(labels)
+
+
+def short_of_memory() -> str:
+    """This process's address-space limit (``ulimit -v``), in words, where it has one: what a
+    :class:`MemoryError` on a bounded read most often meets (a cluster's login node; torch and
+    Lightning alone reserve about 4 GB of it)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return "no address-space limit is set: the machine's memory is short"
+    return f"this process may use {soft / 2**30:.1f} GiB of address space, ulimit -v"
 
 
 def read_bounded(path: Path) -> bytes:
