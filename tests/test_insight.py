@@ -76,9 +76,9 @@ def test_the_maps_are_drawn_over_the_images_the_network_saw(data_dir: Path) -> N
     """A run of ``data.shift=rotate`` attended to rotated images, and its maps were drawn over
     the upright ones (audit): the corner query's map sat in the wrong corner. The images the
     callback draws under its maps are the shifted ones."""
+    from vitattn.bench.kernels import attention_factory
     from vitattn.data.cifar10 import CIFAR10DataModule
     from vitattn.data.shifts import rotate
-    from vitattn.bench.kernels import attention_factory
     from vitattn.models.vit import VisionTransformer
     from vitattn.training.callbacks.insight import AttentionInsight
 
