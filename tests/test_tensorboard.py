@@ -39,6 +39,7 @@ CURATED = {
     "optimizer/lr",
     "optimizer/weight_decay",
     "data/batch_size",
+    "data/shift",
     "seed",
     "trainer/precision",
 }
@@ -246,9 +247,11 @@ def test_the_hparams_view_has_a_trial_per_run_named_by_it_and_results_as_metrics
     assert runs == sorted([*JOBS, *SEED_MEANS])  # a run per job (no `/hparams`), and the means
     assert sorted(group.name for group in groups) == JOBS  # the Trial ID is the run's name
     assert [len(group.sessions) for group in groups] == [1] * 4  # the means have no session
-    # The metrics are the results alone, in RESULTS' order, with short headers.
+    # The metrics are the results alone, in RESULTS' order, with short headers; then a
+    # fine-tuning run's, which TensorBoard shows by this layout where one shares the log dir.
     metric_tags = [info.name.tag for info in experiment.metric_infos]
-    assert metric_tags == [summary_tag(key, RESULTS) for key in RESULTS]
+    extra = [summary_tag(key) for key in ("test/acc_base", "test/acc_merged")]
+    assert metric_tags == [*(summary_tag(key, RESULTS) for key in RESULTS), *extra]
     assert [info.display_name for info in experiment.metric_infos[:4]] == [
         "test acc",
         "best val acc",

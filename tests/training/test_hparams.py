@@ -98,7 +98,7 @@ def test_the_columns_are_the_shown_few_the_sweeps_knobs_and_what_it_varies() -> 
         *("block", "window_blocks", "num_random", "global_blocks"),  # not impl, tile_memory
     }
     assert set(columns) == {*TRAINING_COLUMNS, *map(knob, knobs)}
-    assert len(columns) == 19
+    assert len(columns) == 20
     assert columns[knob("landmarks")] == 0  # computed: a number, whichever run TensorBoard reads
     varied = Sweep(("attention.impl", "model.pool", "ckpt_path", "paths.data_dir"), ("bigbird",))
     columns = view_columns({**values, knob("impl"): "flex"}, TRAINING_COLUMNS, varied)
@@ -135,3 +135,17 @@ def test_only_what_the_sweep_varies_is_marked_as_differing() -> None:
     assert differs == {"attention": True, "seed": True, "params": False, knob("landmarks"): False}
     names = [info.display_name for info in experiment.metric_infos[:SHOWN_AT_FIRST]]
     assert names == ["test acc", "best val acc", "images/s", "GFLOP/image", "seconds"]
+
+
+def test_either_tasks_layout_holds_every_tasks_results() -> None:
+    """TensorBoard reads one run's layout for the whole log directory: where it read a training
+    run's, a fine-tuning run beside it showed no base or merged test accuracy (audit). Each
+    task's layout holds its own results first (the five ticked), then the other's."""
+    from vitattn.training.logger import FINETUNING_RESULTS, view_results
+
+    every = {**RESULTS, **FINETUNING_RESULTS}
+    for results in (RESULTS, FINETUNING_RESULTS):
+        layout = view_results(results)
+        assert list(layout)[: len(results)] == list(results)
+        assert layout == {key: every[key] for key in layout} and set(layout) == set(every)
+    assert "data/shift" in TRAINING_COLUMNS  # a shifted run's test acc is no clean one's

@@ -78,7 +78,7 @@ def test_a_sweep_shows_its_resolved_knobs_in_few_columns(sweep: Path) -> None:
         *("buckets", "hashes", "chunk"),
     }
     assert set(columns) == {*TRAINING_COLUMNS, *(f"{KNOB_PREFIX}{knob}" for knob in knobs)}
-    assert len(columns) == 21 <= MAX_COLUMNS
+    assert len(columns) == 22 <= MAX_COLUMNS
     # Only the attention differs: seed, lr, tokens and params are the same in every job.
     assert [info.name for info in experiment.hparam_infos if info.differs] == ["attention"]
     for group in groups:

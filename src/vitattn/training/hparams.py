@@ -35,6 +35,7 @@ IMPLEMENTATION_KNOBS = ("impl", "sdpa_backend", "tile_memory")
 
 TRAINING_COLUMNS = (
     "attention",
+    "data/shift",
     "seed",
     "params",
     "model/tokens",
@@ -45,7 +46,10 @@ TRAINING_COLUMNS = (
     "data/batch_size",
     "trainer/precision",
 )
-"""The columns every training run shows, besides the knobs and what its sweep varies."""
+"""The columns every training run shows, besides the knobs and what its sweep varies. The data
+variant is one (``none`` most often): a fine-tuning run's test accuracy, on the rotated images,
+shares a column with a training run's, and TensorBoard may show either task's columns (it reads
+the layout of one run of the log directory)."""
 
 FINETUNING_COLUMNS = (
     "attention",
@@ -244,6 +248,7 @@ def training_hyperparameters(
         "optimizer/lr": cfg.optimizer.get("lr"),
         "optimizer/weight_decay": cfg.optimizer.get("weight_decay"),
         "data/batch_size": cfg.data.get("batch_size"),
+        "data/shift": cfg.data.get("shift"),
         "seed": cfg.get("seed"),
         "trainer/precision": str(cfg.trainer.get("precision")),
     }

@@ -80,6 +80,16 @@ FINETUNING_RESULTS = {
 }
 """A fine-tuning run's results: also the base model's and the merged model's test accuracy."""
 
+
+def view_results(results: Mapping[str, str]) -> dict[str, str]:
+    """The metrics of the HPARAMS view's layout for a task of ``results``: those, in their order,
+    then the other task's. TensorBoard reads the layout of one run of the log directory (any) for
+    all of them, so a fine-tuning run beside training runs lost its base and merged test
+    accuracy where it read a training run's (audit)."""
+    others = {**RESULTS, **FINETUNING_RESULTS}
+    return {**results, **{key: tag for key, tag in others.items() if key not in results}}
+
+
 DISPLAY_NAMES = {
     "acc_best_val": "best val acc",
     "acc_final_val": "final val acc",
@@ -395,7 +405,8 @@ def log_hyperparameters(
 ) -> None:
     """Record the run's settings (``hparams.values``) with every logger; for TensorBoard, as the
     HPARAMS view's session of this run, named by the run, with the view's layout
-    (:func:`experiment_summary`: the columns of ``hparams``, the ``results`` as metrics)."""
+    (:func:`experiment_summary`: the columns of ``hparams``, the ``results`` then the other
+    task's as metrics, :func:`view_results`)."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
     flat = {k: ("null" if value is None else value) for k, value in flatten(hparams.values).items()}
@@ -403,7 +414,7 @@ def log_hyperparameters(
         logger.log_hyperparams(flat)  # TensorBoard: kept for hparams.yaml, no summary written
         if isinstance(logger, TensorBoardLogger) and rank_zero_only.rank == 0:
             file_writer = run_writer(logger)._get_file_writer()
-            summary = experiment_summary(hparams.columns, results, hparams.varied)
+            summary = experiment_summary(hparams.columns, view_results(results), hparams.varied)
             file_writer.add_summary(summary)
             # An empty trial id: TensorBoard names the session's group by its run.
             file_writer.add_summary(hp.hparams_pb(flat, trial_id=""))
