@@ -288,6 +288,45 @@ def test_a_journal_naming_a_file_to_delete_is_refused_and_the_file_kept(
     assert path.with_name("optuna.db-journal").stat().st_size == 512 + len(trailer)
 
 
+def fifo_journal(path: Path, victim: Path) -> str:
+    os.mkfifo(path.with_name("optuna.db-journal"))
+    return "has beside it optuna.db-journal, which is not a regular file (a FIFO), and sqlite "
+
+
+def hard_linked_study(path: Path, victim: Path) -> str:
+    path.rename(victim)
+    os.link(victim, path)
+    return "is a hard link (one of 2 names of one file), and sqlite would write the file of its "
+
+
+def linked_study(path: Path, victim: Path) -> str:
+    path.rename(victim)
+    studies.edit(victim, "PRAGMA journal_mode=wal")
+    path.symlink_to(victim)
+    return f"is a symbolic link (to {victim}), and sqlite would make and write its files beside "
+
+
+@pytest.mark.parametrize("plant", [fifo_journal, hard_linked_study, linked_study])
+def test_what_sqlite_would_open_beside_a_study_is_checked_before_it_opens_it(
+    plant: Callable[[Path, Path], str], tmp_path: Path, data_dir: Path
+) -> None:
+    """The study was opened by sqlite before the sweep directory's check of links: a FIFO as its
+    journal held the search for ever; a study hard-linked to a file outside had a planted
+    journal played back into that file; a linked one had sqlite make ``-wal`` and ``-shm``
+    beside the file outside (audit). Each is now one line before sqlite opens anything, and the
+    file outside keeps its bytes and gets no file beside it."""
+    victim = tmp_path / "outside" / "victim.db"
+    victim.parent.mkdir()
+    path = studies.made_study(tmp_path / "search")
+    said_first = plant(path, victim)
+    before = digest(victim) if victim.exists() else None
+    said = refused_search(path.parent, data_dir=data_dir, capped=True)
+    assert said.startswith(f"{path} (hydra.sweeper.storage) {said_first}"), said
+    assert said.endswith("move it away or choose another hydra.sweep.dir or hydra.sweeper.storage")
+    assert (digest(victim) if victim.exists() else None) == before
+    assert sorted(p.name for p in victim.parent.iterdir()) == (["victim.db"] if before else [])
+
+
 def test_a_gp_search_into_a_study_of_more_trials_than_it_fits_is_one_line(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ import functools
 import math
 import os
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from vitattn.errors import ConfigError
-from vitattn.runs.files import UnreadableFileError, one_line, open_regular
+from vitattn.runs.files import UnreadableFileError, one_line, open_regular, what_is_at
 from vitattn.runs.optuna_space import SPACE_SETTING, describe
 from vitattn.utils.checks import invalid, is_number
 from vitattn.utils.config import cut_apart
@@ -130,9 +131,13 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
     larger than ``bounds``; read only, never changed (but for sqlite's own recovery of a write
     cut off by a kill, from its journal), never made."""
     path = storage_file(storage)
-    if path is None or not path.exists() or path.stat().st_size == 0:
+    if path is None:
         return
-    problem = "is not a file" if not path.is_file() else too_large(stored_bytes(path), bounds)
+    problem = planted_problem(path)  # before sqlite opens anything of it, or makes a file
+    if problem is None and (not path.exists() or path.stat().st_size == 0):
+        return
+    if problem is None:
+        problem = "is not a file" if not path.is_file() else too_large(stored_bytes(path), bounds)
     if problem is None:
         # A write cut off by a kill leaves a journal that sqlite rolls back as the file opens,
         # Optuna's open as much as this one: read-only, that open would fail. The study is
@@ -163,6 +168,39 @@ def check_storage_file(storage: str | None, bounds: StudyBounds = STUDY_BOUNDS) 
             f"{one_line(path)} (hydra.sweeper.storage) {problem}: it is kept as it is; move it "
             "away or choose another hydra.sweep.dir or hydra.sweeper.storage"
         )
+
+
+SQLITE_SIBLINGS = ("-journal", "-wal", "-shm")
+"""The files sqlite keeps beside a database (``<name>-journal`` and the like), which it opens,
+plays back into the database and makes as it opens the database."""
+
+
+def planted_problem(path: Path) -> str | None:
+    """Why sqlite must not open the database ``path``, from what is there, before anything is
+    opened (:func:`os.lstat` alone), or ``None``: the database, or a file sqlite keeps beside it
+    (:data:`SQLITE_SIBLINGS`), that is a symbolic link (sqlite makes its journal beside the file
+    it points at), a hard link (a journal played back writes the other name's file too), or not
+    a regular file (sqlite's open of a FIFO journal waits for ever). Checked before the sweep
+    directory's own check of links, which comes after the study is read."""
+    for name in (path.name, *(f"{path.name}{suffix}" for suffix in SQLITE_SIBLINGS)):
+        entry = path.with_name(name)
+        try:
+            status = entry.lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            return f"cannot be checked ({one_line(error)})"
+        if stat.S_ISLNK(status.st_mode):
+            why = "sqlite would make and write its files beside what it points at"
+        elif stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+            why = "sqlite would write the file of its other names too"
+        elif stat.S_ISREG(status.st_mode) or (entry == path and stat.S_ISDIR(status.st_mode)):
+            continue  # a folder where the study goes is "not a file", below
+        else:
+            why = "sqlite would wait on it or read it as its own"
+        where = "" if entry == path else f"has beside it {one_line(entry.name)}, which "
+        return f"{where}is {what_is_at(entry)}, and {why}"
+    return None
 
 
 def sqlite_uri(path: Path, mode: str) -> str:
