@@ -327,6 +327,33 @@ def test_what_sqlite_would_open_beside_a_study_is_checked_before_it_opens_it(
     assert sorted(p.name for p in victim.parent.iterdir()) == (["victim.db"] if before else [])
 
 
+@pytest.mark.parametrize(
+    ("planted", "said"),
+    [
+        ({"hydra": [1]}, "holds a list where the mapping overrides belongs"),
+        (
+            {"hydra": {"overrides": {"task": [f"k{i}=choice(1,2,3)" for i in range(1001)]}}},
+            "holds 1,001 overrides in hydra.overrides.task, more than the 1,000 a sweep's "
+            "command line may have",
+        ),
+        ({"hydra": {"overrides": {"task": [["seed=1"]]}}}, "holds a list in hydra.overrides"),
+    ],
+)
+def test_a_multirun_yaml_planted_in_a_search_is_one_line_before_a_trial(
+    planted: dict, said: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A search writes no ``multirun.yaml``, and each of its trials read the sweep's overrides
+    from one there: a list in it ended every trial in an ``AttributeError``, each stored failed
+    in the study, and 95,000 overrides took each trial 51 s and 1.5 GB to parse (audit)."""
+
+    def plant(path: Path) -> None:
+        path.with_name("multirun.yaml").write_text(yaml.safe_dump(planted))
+
+    path, refused = planted_refusal(tmp_path, plant, data_dir=data_dir)
+    assert refused.startswith(f"{path.with_name('multirun.yaml')}: {said}"), refused
+    assert refused.endswith("; remove it")
+
+
 def test_a_gp_search_into_a_study_of_more_trials_than_it_fits_is_one_line(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

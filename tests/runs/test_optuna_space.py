@@ -299,6 +299,31 @@ def test_a_setting_the_chosen_sampler_does_not_take_is_one_line(tmp_path: Path) 
     )
 
 
+def test_a_sampler_whose_package_is_missing_is_one_line_before_the_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna imports ``cmaes`` at CMA-ES's first ask: the search trained its first trial, then
+    ended in a line that blamed the study's file (audit)."""
+    import importlib.util
+
+    from vitattn.runs.optuna_sweeper import check_search
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "cmaes" else found(name, *a)
+    )
+    chosen = ["hparams_search=optuna", "hydra/sweeper/sampler=cmaes"]
+    cfg = compose_config("train", chosen, tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        check_search(cfg)
+    assert str(refused.value) == (
+        "hydra.sweeper.sampler is optuna.samplers.CmaEsSampler, which needs the cmaes package, "
+        "not installed here: pip install cmaes, or choose another sampler "
+        "(hydra/sweeper/sampler=tpe)"
+    )
+    check_search(compose_config("train", ["hparams_search=optuna"], tmp_path))
+
+
 def test_a_sampler_group_that_a_sampler_set_by_name_overrides_is_refused(tmp_path: Path) -> None:
     """A sampler named by its ``_target_`` wins over the group's choice: the choice is refused
     in one line rather than ignored without a word."""

@@ -25,6 +25,7 @@ from typing import Any
 from vitattn.runs.files import (
     PARTIAL,
     UnreadableFileError,
+    kind_of,
     one_line,
     parse_yaml,
     read_json,
@@ -413,12 +414,54 @@ def natural_key(path: Path) -> list[list[Any]]:
     ]
 
 
+MAX_SWEEP_OVERRIDES = 1_000
+"""The most overrides a sweep's ``multirun.yaml`` may hold: each is parsed by every job (95,000
+planted ones took each trial of a search 51 s and 1.5 GB)."""
+MAX_OVERRIDE_CHARS = 10_000
+"""The most characters of one override there (a ``choice(...)`` of many options)."""
+
+
 def sweep_command_overrides(sweep_dir: Path) -> list[str]:
     """The overrides of the command that made the sweep in ``sweep_dir``, from its
     ``multirun.yaml`` (a job's own overrides hold its values alone); empty where it has none.
-    Read as run files are (:func:`vitattn.runs.files.read_yaml`)."""
+    Read as run files are (:func:`vitattn.runs.files.read_yaml`), and of the shape Hydra writes:
+    ``hydra.overrides.task`` a list of at most :data:`MAX_SWEEP_OVERRIDES` strings, each of at
+    most :data:`MAX_OVERRIDE_CHARS` characters; else one line naming the file. An Optuna search
+    writes none, so one there was planted, and each of its trials read it."""
     multirun = sweep_dir / MULTIRUN
     if not multirun.is_file():
         return []
-    overrides = (read_yaml(multirun).get("hydra") or {}).get("overrides") or {}
-    return [str(override) for override in overrides.get("task") or []]
+    node: Any = read_yaml(multirun)
+    for key in ("hydra", "overrides", "task"):
+        if node is None:
+            return []
+        if not isinstance(node, dict):
+            raise UnreadableFileError(
+                multirun, f"holds {kind_of(node)} where the mapping {key} belongs", "remove it"
+            )
+        node = node.get(key)
+    overrides = node or []
+    if not isinstance(overrides, list):
+        raise UnreadableFileError(
+            multirun,
+            f"holds {kind_of(overrides)} as hydra.overrides.task, where a list of overrides "
+            "belongs",
+            "remove it",
+        )
+    if len(overrides) > MAX_SWEEP_OVERRIDES:
+        raise UnreadableFileError(
+            multirun,
+            f"holds {len(overrides):,} overrides in hydra.overrides.task, more than the "
+            f"{MAX_SWEEP_OVERRIDES:,} a sweep's command line may have",
+            "remove it",
+        )
+    for override in overrides:
+        if not isinstance(override, str) or len(override) > MAX_OVERRIDE_CHARS:
+            what = kind_of(override) if not isinstance(override, str) else "a longer string"
+            raise UnreadableFileError(
+                multirun,
+                f"holds {what} in hydra.overrides.task, where an override of at most "
+                f"{MAX_OVERRIDE_CHARS:,} characters belongs",
+                "remove it",
+            )
+    return list(overrides)

@@ -48,6 +48,7 @@ from typing import Any
 
 from vitattn.errors import ConfigError, FailedJob, VitattnError, first_line, refusing
 from vitattn.runs.files import one_line, write_text
+from vitattn.runs.layout import sweep_command_overrides
 from vitattn.runs.optuna_space import (
     SAMPLERS,
     SPACE_SETTING,
@@ -694,6 +695,28 @@ def check_sampler_choice(config: Any) -> None:
         )
 
 
+SAMPLER_PACKAGES = {"optuna.samplers.CmaEsSampler": "cmaes"}
+"""Samplers whose package Optuna imports only at their first ask, after a trial has trained,
+and does not install itself: the sampler's ``_target_`` and the package."""
+
+
+def check_sampler_package(config: Any) -> None:
+    """Refuse in one line a sampler whose package is not installed (:data:`SAMPLER_PACKAGES`):
+    the search trained its first trial, then ended in a line that blamed the study's file."""
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    target = OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=None)
+    package = SAMPLER_PACKAGES.get(str(target))
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ConfigError(
+            f"hydra.sweeper.sampler is {target}, which needs the {package} package, not "
+            f"installed here: pip install {package}, or choose another sampler "
+            "(hydra/sweeper/sampler=tpe)"
+        )
+
+
 def check_sampler_settings(config: Any) -> None:
     """Refuse in one line a setting of ``hydra.sweeper.sampler`` that its Optuna class does not
     take (a preset's ``population_size``, NSGA-II's, under ``hydra/sweeper/sampler=tpe``),
@@ -739,10 +762,14 @@ def check_search(config: Any) -> None:
         return
     check_sampler_choice(config)
     check_sampler_settings(config)
+    check_sampler_package(config)
     # before Hydra builds it: a storage of a _target_ may make its file as it is built
     url = storage_url(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     # and before the console takes the sweep directory: a refused study left the lock it made
     check_storage_file(url)
+    sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", default=None)
+    if sweep_dir:  # what each trial reads of the sweep: a search writes no multirun.yaml
+        sweep_command_overrides(Path(str(sweep_dir)))
     with refusing("hydra.sweeper"):
         sweeper = instantiate(config.hydra.sweeper)
     arguments = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
