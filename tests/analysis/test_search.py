@@ -180,3 +180,40 @@ def test_the_labels_of_two_close_trials_do_not_cover_each_other(tmp_path: Path) 
     for label, box in boxes.items():
         assert not box.count_overlaps([b for other, b in boxes.items() if other != label]), label
     plt.close(figure)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_results_file_that_is_no_regular_file_is_one_line_unread(
+    kind: str, tmp_path: Path
+) -> None:
+    """A link to a file outside the sweep was followed (its study name reached
+    ``summary.md``), and a FIFO left the search's section out without a word (audit)."""
+    import os
+
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(yaml.safe_dump(results(study_name="SECRET")))
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    if kind == "link":
+        (sweep / RESULTS_FILE).symlink_to(outside)
+    else:
+        os.mkfifo(sweep / RESULTS_FILE)
+    with pytest.raises(UnreadableFileError) as refused:
+        read_search(sweep)
+    said = str(refused.value)
+    assert said.startswith(f"{sweep / RESULTS_FILE}: ") and "\n" not in said
+    assert "SECRET" not in said
+
+
+def test_summary_md_lists_at_most_a_hundred_pareto_trials(tmp_path: Path) -> None:
+    """6,000 planted Pareto trials were 6,000 rows of ``summary.md`` (audit)."""
+
+    def trial(n: int) -> dict[str, Any]:
+        return {"trial": n, "run": "", "values": [n / 1000, 1 - n / 1000], "params": {}}
+
+    two = {"metrics": ["a", "b"], "directions": ["maximize"] * 2}
+    trials, solutions = ([trial(n) for n in range(150)] for _ in range(2))  # no YAML alias
+    text = search_markdown(read(tmp_path, results(**two, trials=trials, solutions=solutions)))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "trial" not in line]
+    assert len(rows) == 100
+    assert f"and 50 more, in {RESULTS_FILE}" in text

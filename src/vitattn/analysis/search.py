@@ -7,6 +7,7 @@ trials (``study.best_trials``) as a section of ``summary.md`` and ``pareto.png``
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +15,16 @@ from typing import Any
 
 from vitattn.analysis.labels import MAX_LABELS, Label, place_labels
 from vitattn.analysis.records import bounded
-from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
+from vitattn.runs.files import UnreadableFileError, parse_yaml, read_text, save_figure
 from vitattn.runs.optuna_study import STUDY_BOUNDS
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
 from vitattn.utils.config import cut_apart
 
 PARETO_FIGURE = "pareto.png"
+MAX_ROWS = 100
+"""The most Pareto trials ``summary.md`` lists (the rest are in the sweep's results file): a
+search of 100 trials has a front of a few; 6,000 planted made 393 KB of rows."""
 MAX_DRAWN = 1e300
 """The largest value (in size) of a trial the summary reads: near the largest float
 (1.8e308), an axis's span or its margins overflow."""
@@ -81,9 +85,11 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
     """The results of the Optuna search in ``sweep_dir``, ``None`` where it holds none; a file
     that is not as the sweeper writes it is one line (:class:`UnreadableFileError`)."""
     path = sweep_dir / RESULTS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    content = read_yaml(path)
+    # never through a link (a link to a file outside put its text in summary.md), and a FIFO
+    # or a folder there is one line, not a section left out without a word (audit)
+    content = parse_yaml(path, read_text(path, follow_links=False))
     metrics, directions = content.get("metrics"), content.get("directions")
     if not isinstance(metrics, list) or not isinstance(directions, list) or not metrics:
         raise UnreadableFileError(path, "names no metrics and directions")
@@ -149,8 +155,10 @@ def search_markdown(search: SearchResults) -> str:
         for trial in sorted(search.pareto, key=lambda t: t.values)
     ]
     headers = {key: key for key in ("trial", "run", *search.metrics, "params")}
-    table = markdown_table(rows, headers) if rows else "(no complete trial)"
-    return "\n".join([*lines, "", f"{title}:", "", table.rstrip("\n"), ""])
+    table = markdown_table(rows[:MAX_ROWS], headers) if rows else "(no complete trial)"
+    more = len(rows) - MAX_ROWS
+    after = [f"and {more:,} more, in {RESULTS_FILE}", ""] if more > 0 else []
+    return "\n".join([*lines, "", f"{title}:", "", table.rstrip("\n"), "", *after])
 
 
 def plot_pareto(search: SearchResults, path: Path) -> bool:
