@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from vitattn.analysis.lora import FinetuneRun
 from vitattn.analysis.records import Run
+from vitattn.runs.files import UnreadableFileError
 from vitattn.runs.layout import RunDir, RunState, find_runs, finite_number, run_state
 
 
@@ -139,3 +141,27 @@ def test_a_metric_at_the_bound_the_message_names_is_within_it(value: float, fits
     """The refusal says "between -10^40 and 10^40": a ``metrics.json`` value written ``1e40`` is
     within it (the float 1e40 is a little above the integer 10**40, and had been refused)."""
     assert finite_number(value) is fits
+
+
+def test_a_sweeps_command_is_read_from_its_multirun_yaml_as_data(tmp_path: Path) -> None:
+    """Hydra's ``multirun.yaml`` gives the sweep's overrides; one of another shape, a link to a
+    file outside, or a flood of overrides is one line naming it (audit: each trial of a search
+    read a planted one)."""
+    from vitattn.runs.layout import MULTIRUN, sweep_command_overrides
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    assert sweep_command_overrides(sweep) == []
+    written = {"hydra": {"overrides": {"task": ["attention=softmax,linear", "seed=1"]}}}
+    (sweep / MULTIRUN).write_text(yaml.safe_dump(written))
+    assert sweep_command_overrides(sweep) == ["attention=softmax,linear", "seed=1"]
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(yaml.safe_dump(written))
+    (sweep / MULTIRUN).unlink()
+    (sweep / MULTIRUN).symlink_to(outside)
+    with pytest.raises(UnreadableFileError, match=r"multirun\.yaml: .*symbolic link"):
+        sweep_command_overrides(sweep)
+    (sweep / MULTIRUN).unlink()
+    (sweep / MULTIRUN).write_text(yaml.safe_dump({"hydra": {"overrides": {"task": "seed=1"}}}))
+    with pytest.raises(UnreadableFileError, match=r"holds a string as hydra\.overrides\.task"):
+        sweep_command_overrides(sweep)
