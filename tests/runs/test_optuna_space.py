@@ -221,24 +221,29 @@ def test_a_waiting_trial_whose_fixed_params_are_no_mapping_is_refused_not_a_trac
     ("recorded", "own_storage", "settled"),
     [
         ("/sweep", False, "FAIL"),  # this directory's, cut off
-        ("/other", True, "RUNNING"),  # another search's, on a storage both share
+        ("other", True, "RUNNING"),  # another search's, on a storage both share
+        ("gone", True, "FAIL"),  # this directory's before it was moved: its old place is gone
+        ("gone", False, "RUNNING"),  # ... in a storage elsewhere: another machine's place
         (None, True, "FAIL"),  # a study of an earlier vitattn, in this directory's own file
         (None, False, "RUNNING"),  # ... in a storage elsewhere, which others may share
     ],
 )
 def test_a_running_trial_is_settled_only_by_the_search_that_started_it(
-    recorded: str | None, own_storage: bool, settled: str
+    recorded: str | None, own_storage: bool, settled: str, tmp_path: Path
 ) -> None:
-    """A running trial is marked failed by a search of the directory it records, or, where it
-    records none (a study of a vitattn before its trials recorded one), by a search whose study
-    is a file inside its own directory; any other is left running."""
+    """A running trial is marked failed by a search of the directory it records, or, in a
+    study that is a file inside the search's own directory, where it records none (a study of
+    a vitattn before its trials recorded one) or a directory that is no more (the sweep moved:
+    its cut trial stayed running for ever, audit); any other is left running."""
     from vitattn.runs.optuna_sweeper import SWEEP_ATTR, settle_stored_trials
 
+    (tmp_path / "other").mkdir()
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name="shared")
     trial = study.ask()
     if recorded is not None:
-        trial.set_user_attr(SWEEP_ATTR, recorded)
+        place = recorded if recorded.startswith("/") else str(tmp_path / recorded)
+        trial.set_user_attr(SWEEP_ATTR, place)
     trials = study.get_trials(deepcopy=False)
     settle_stored_trials(study, storage, {}, trials, Path("/sweep"), own_storage)
     assert [t.state.name for t in study.get_trials(deepcopy=False)] == [settled]

@@ -390,14 +390,17 @@ def settle_running(
     storage: Any, trial: Any, trial_id: int, sweep_dir: Path, own_storage: bool
 ) -> bool:
     """Mark failed a running ``trial`` this sweep directory started (cut off: the directory's
-    lock rules out a live process in it), or one that records no directory (a study of a
-    vitattn before 2026-11-30) in a storage of this directory's own (``own_storage``: its
-    sqlite file inside it); leave any other running (a process on a shared storage may still
-    tell its end); whether it was marked failed."""
+    lock rules out a live process in it), or, in a storage of this directory's own
+    (``own_storage``: its sqlite file inside it), one that records no directory (a study of a
+    vitattn before 2026-11-30) or a directory that is no more (this one, moved or copied from
+    there: its trial was left running for ever, and TPE's constant liar weighed it at every
+    ask); leave any other running (a process on a shared storage may still tell its end);
+    whether it was marked failed."""
     from optuna.trial import TrialState
 
     started_in = trial.user_attrs.get(SWEEP_ATTR)
-    if started_in == str(sweep_dir) or (started_in is None and own_storage):
+    gone = isinstance(started_in, str) and not os.path.lexists(started_in)
+    if started_in == str(sweep_dir) or (own_storage and (started_in is None or gone)):
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         log.info("trial %d was cut off: marked failed, its directory kept", trial.number)
         return True
