@@ -89,12 +89,14 @@ def warm_up(
     """Run ``call_ms`` (one call, returning its milliseconds) unmeasured; return how many times.
 
     At least ``least`` calls, then more until the last two are within ``settle`` of each other,
-    ``most`` calls in all (``most <= least``: exactly ``least``). The warm-up also ends once it
-    has spent ``budget_ms``.
+    ``most`` calls in all (``most <= least``: exactly ``least``). The warm-up also ends once the
+    calls after the first have spent ``budget_ms``: the first compiles a compiled call (seconds,
+    once), and counted, a compile longer than the budget left one warm-up call, and the second,
+    still slow, was measured (audit: 0.74, 0.28, 0.25 ms a call after compiling).
     """
     times: list[float] = []
     while len(times) < max(least, most):
-        if sum(times) > budget_ms:
+        if sum(times[1:]) > budget_ms:
             break
         if len(times) >= least and len(times) >= 2 and settled(times[-2], times[-1], settle):
             break
