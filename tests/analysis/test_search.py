@@ -39,6 +39,8 @@ def test_the_sweepers_results_are_read(tmp_path: Path) -> None:
     search = read(tmp_path, results())
     assert [trial.number for trial in search.pareto] == [0]
     assert "| 0     | 0_lr=0.001 |" in search_markdown(search)
+    # a search's summary says which figure chooses a trial: not test/acc (audit)
+    assert "Choose among the trials by val/acc_best, as the search did" in search_markdown(search)
 
 
 def test_a_best_trial_that_is_not_a_number_names_none(tmp_path: Path) -> None:

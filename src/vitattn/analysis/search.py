@@ -142,6 +142,12 @@ def search_markdown(search: SearchResults) -> str:
     ended = ", ".join(f"{count} {state.lower()}" for state, count in search.states.items())
     aims = " and ".join(f"{d} {m}" for d, m in zip(search.directions, search.metrics, strict=True))
     lines = [f"Optuna study {search.study} ({aims}): trials {ended or 'none'}."]
+    if "test/acc" not in search.metrics:
+        lines.append(
+            f"Choose among the trials by {' and '.join(search.metrics)}, as the search did: the "
+            "tables and figures above place them by test/acc too, which reports the trial "
+            "chosen; choosing by it would fit the settings to the test images."
+        )
     if search.states.get("PRUNED"):
         lines.append("Pruned trials were stopped early by the pruner (status pruned).")
     title = "Pareto trials (study.best_trials)" if len(search.metrics) > 1 else "Best trial"
