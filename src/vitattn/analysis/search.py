@@ -24,7 +24,7 @@ from vitattn.utils.config import cut_apart
 PARETO_FIGURE = "pareto.png"
 MAX_ROWS = 100
 """The most Pareto trials ``summary.md`` lists (the rest are in the sweep's results file): a
-search of 100 trials has a front of a few; 6,000 planted made 393 KB of rows."""
+real front holds a few of a search's trials, a planted one any number."""
 MAX_DRAWN = 1e300
 """The largest value (in size) of a trial the summary reads: near the largest float
 (1.8e308), an axis's span or its margins overflow."""

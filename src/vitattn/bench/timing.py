@@ -92,7 +92,7 @@ def warm_up(
     ``most`` calls in all (``most <= least``: exactly ``least``). The warm-up also ends once the
     calls after the first have spent ``budget_ms``: the first compiles a compiled call (seconds,
     once), and counted, a compile longer than the budget left one warm-up call, and the second,
-    still slow, was measured (audit: 0.74, 0.28, 0.25 ms a call after compiling).
+    still slow, was measured (docs/bench.md).
     """
     times: list[float] = []
     while len(times) < max(least, most):

@@ -25,7 +25,7 @@ REFERENCE = "softmax"
 WARMUP, WARMUP_MAX = 2, 20
 """Each call's warm-up, as ``vitattn-bench``'s (``configs/bench.yaml``): at least 2 calls, then
 until two in a row are within 10% of each other, 20 in all. One call left the second, still
-slow on a CPU (up to twice the steady time), to be measured."""
+slow on a CPU, to be measured (docs/check.md)."""
 
 
 @dataclass

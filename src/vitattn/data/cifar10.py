@@ -185,8 +185,8 @@ def read_batch_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def short_of_memory() -> str:
     """This process's address-space limit (``ulimit -v``), in words, where it has one: what a
-    :class:`MemoryError` on a bounded read most often meets (a cluster's login node; torch and
-    Lightning alone reserve about 4 GB of it)."""
+    :class:`MemoryError` on a bounded read most often meets (a cluster's login node, where
+    torch and Lightning alone reserve much of it: docs/runs.md)."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)

@@ -414,8 +414,8 @@ def natural_key(path: Path) -> list[list[Any]]:
 
 
 MAX_SWEEP_OVERRIDES = 1_000
-"""The most overrides a sweep's ``multirun.yaml`` may hold: each is parsed by every job (95,000
-planted ones took each trial of a search 51 s and 1.5 GB)."""
+"""The most overrides a sweep's ``multirun.yaml`` may hold: every job parses them all (what a
+planted flood cost each trial of a search: docs/runs.md)."""
 MAX_OVERRIDE_CHARS = 10_000
 """The most characters of one override there (a ``choice(...)`` of many options)."""
 
