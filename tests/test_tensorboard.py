@@ -325,7 +325,7 @@ def test_mistakes_are_shown_as_the_images_before_normalisation(data_dir: Path) -
     plain = CIFAR10DataModule(data_dir=data_dir, download=False, normalize=False)
     dark = torch.ones(1, 3, 2, 2, dtype=torch.uint8)  # raw intensities below 1.5
     assert torch.equal(displayable(plain.on_after_batch_transfer(dark, 0), plain), dark)
-    assert error_title("cat", "ship", 0.17) == "cat → ship 17%"
+    assert error_title("cat", "ship", 0.17) == "cat →\nship 17%"
 
 
 @pytest.mark.slow
@@ -440,3 +440,56 @@ def test_the_mistakes_grid_shows_grey_and_colour_images_pixel_for_pixel() -> Non
         assert pixels.dtype == np.uint8 and pixels.shape[-1] == 3
         painted = (pixels == np.array(colour, dtype=np.uint8)).all(axis=-1).sum()
         assert painted >= 9 * 32 * 32  # nine images, each at least its own size, unblended
+
+
+CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def text_on_a_card(figure: Any) -> list[tuple[str, float, Any]]:
+    """Each text of ``figure`` drawn at ``dpi=120`` as TensorBoard's IMAGES tab shows it, its
+    image scaled to a card 350 px wide: the text, its height there in pixels and its box."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    figure.set_dpi(120)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    scale = 350 / canvas.get_width_height()[0]
+    renderer = canvas.get_renderer()
+    return [
+        (t.get_text(), t.get_fontsize() * 120 / 72 * scale, t.get_window_extent(renderer))
+        for t in figure.findobj(Text)
+        if t.get_visible() and t.get_text().strip()
+    ]
+
+
+def test_the_summary_images_read_on_a_tensorboard_card() -> None:
+    """TensorBoard shows an image card about 350 px wide: the 840 px confusion matrix had its
+    counts about 5 px high there, the 1632 px row of mistakes its titles too (audit). Every text
+    is at least 9 px high on the card, inside the figure and clear of every other, with the
+    widest counts (1000) and the longest titles (``automobile → airplane 100%``)."""
+    import matplotlib.pyplot as plt
+
+    from vitattn.training.callbacks.confusion import confusion_figure, errors_figure
+
+    matrix = torch.randint(0, 60, (10, 10))
+    matrix.fill_diagonal_(1000)
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    worst = [(1.0 - i / 100, image, 1, 0) for i in range(16)]
+    for figure, widest in (
+        (confusion_figure(matrix, CIFAR10), "1000"),
+        (errors_figure(worst, CIFAR10), "automobile →\nairplane 100%"),
+    ):
+        try:
+            texts = text_on_a_card(figure)
+            bounds = figure.bbox
+            assert widest in {t for t, _, _ in texts}
+            for text, height, box in texts:
+                assert height >= 9, (text, height)
+                assert bounds.x0 <= box.x0 and box.x1 <= bounds.x1, text
+                assert bounds.y0 <= box.y0 and box.y1 <= bounds.y1, text
+            for i, (text, _, box) in enumerate(texts):
+                for other, _, other_box in texts[i + 1 :]:
+                    assert not box.overlaps(other_box), (text, other)
+        finally:
+            plt.close(figure)

@@ -15,6 +15,7 @@ Each figure is drawn and encoded once: the PNG and the TensorBoard image are the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -131,9 +132,31 @@ def displayable(images: torch.Tensor, datamodule: Any) -> torch.Tensor:
     return (images * std + mean).mul(255).round().clamp(0, 255).to(torch.uint8)
 
 
+CARD_WIDTH = 350
+"""Pixels of width at which TensorBoard's IMAGES tab shows an image by default (its card, in
+TensorBoard 2.21 and a 1600 px window): each figure here is drawn to be read at that width."""
+TEXT_PX = 10
+"""Height in pixels, on a card :data:`CARD_WIDTH` wide, of the figures' labels and titles."""
+SMALLEST_TEXT_PX = 9
+"""The smallest text on a card, the confusion matrix's counts, which ten to a row must fit."""
+FIGURE_INCHES = 5.8
+"""Width of each figure: at ``dpi=120``, about twice :data:`CARD_WIDTH` (sharp where the card
+is wider, or at "Show actual image size")."""
+
+COLUMNS = 4
+"""Mistakes to a row: a quarter of a card holds a two-line title such as ``automobile →``,
+``airplane 100%``."""
+
+
+def points(pixels: float, inches: float = FIGURE_INCHES) -> float:
+    """The font size, in points, that a figure ``inches`` wide shows at ``pixels`` high on a card
+    :data:`CARD_WIDTH` wide, whatever its dpi."""
+    return pixels * 72 * inches / CARD_WIDTH
+
+
 def confusion_figure(matrix: torch.Tensor, names: list[Any]) -> Any:
     """The confusion matrix as a figure: rows true classes, columns predictions, counts shown,
-    each row's accuracy in its label."""
+    each row's accuracy at its right, every text readable on a TensorBoard card."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,30 +164,35 @@ def confusion_figure(matrix: torch.Tensor, names: list[Any]) -> Any:
 
     classes = matrix.shape[0]
     rows = matrix.sum(dim=1).clamp_min(1)
-    figure, axes = plt.subplots(figsize=(1.0 + 0.6 * classes, 0.8 + 0.55 * classes))
-    axes.imshow((matrix / rows[:, None]).numpy(), cmap="Blues", vmin=0, vmax=1)
+    text, counts = points(TEXT_PX), points(SMALLEST_TEXT_PX)
+    figure, axes = plt.subplots(figsize=(FIGURE_INCHES, FIGURE_INCHES * 1.02))
+    axes.imshow((matrix / rows[:, None]).numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
     for i in range(classes):
         for j in range(classes):
             count = int(matrix[i, j])
             colour = "white" if matrix[i, j] / rows[i] > 0.5 else "black"
-            axes.text(j, i, str(count), ha="center", va="center", fontsize=8, color=colour)
+            axes.text(j, i, str(count), ha="center", va="center", fontsize=counts, color=colour)
     accuracy = (matrix.diagonal() / rows).tolist()
-    axes.set_xticks(range(classes), [str(n) for n in names], rotation=45, ha="right")
-    axes.set_yticks(
-        range(classes), [f"{n} ({a:.0%})" for n, a in zip(names, accuracy, strict=True)]
-    )
-    axes.set_xlabel("predicted")
-    axes.set_ylabel("true (accuracy)")
+    axes.set_xticks(range(classes), [str(n) for n in names], rotation=90, fontsize=text)
+    axes.set_yticks(range(classes), [str(n) for n in names], fontsize=text)
+    axes.tick_params(length=2, pad=2)
+    right = axes.secondary_yaxis("right")
+    right.set_yticks(range(classes), [f"{a:.0%}" for a in accuracy], fontsize=text)
+    right.tick_params(length=0, pad=2)
+    axes.text(classes - 0.5, -0.6, " acc", ha="left", va="bottom", fontsize=text)
+    axes.set_xlabel("predicted", fontsize=text, labelpad=2)
+    axes.set_ylabel("true", fontsize=text, labelpad=2)
     total = float(matrix.diagonal().sum() / matrix.sum().clamp_min(1))
-    axes.set_title(f"Test confusion matrix (accuracy {total:.1%})")
-    figure.tight_layout()
+    axes.set_title(f"Test confusion matrix (accuracy {total:.1%})", fontsize=text, pad=text)
+    figure.tight_layout(pad=0.3)
     return figure
 
 
 def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list[Any]) -> Any:
-    """The most confident mistakes as a grid of titled images (eight to a row, pixels shown as
-    they are), or ``None`` if there are none. The grid is one image with its titles written over
-    it, which one drawing makes, rather than sixteen axes placed by a layout engine."""
+    """The most confident mistakes as a grid of titled images (four to a row, pixels shown as
+    they are, each title two lines), or ``None`` if there are none. The grid is one image with
+    its titles written over it, which one drawing makes, rather than sixteen axes placed by a
+    layout engine."""
     if not worst:
         return None
     import matplotlib
@@ -173,29 +201,38 @@ def errors_figure(worst: list[tuple[float, torch.Tensor, int, int]], names: list
     import matplotlib.pyplot as plt
     import numpy as np
 
-    columns = min(8, len(worst))
+    columns = COLUMNS  # fewer mistakes leave cells blank: the text keeps its size on the card
     rows = -(-len(worst) // columns)
     height, width = worst[0][1].shape[-2:]
-    pad, band = max(1, width // 10), max(1, height // 5)  # between images; above each, its title
+    pad = max(1, width // 8)  # between images
+    per_pixel = FIGURE_INCHES / (columns * (width + pad))  # inches of one grid pixel
+    text = points(TEXT_PX)
+    band = math.ceil(2.5 * text / 72 / per_pixel)  # above each image, its two-line title
     cell_width, cell_height = width + pad, band + height + pad
     grid = np.full((rows * cell_height, columns * cell_width, 3), 255, dtype=np.uint8)
-    inches = 1.7 * columns
-    grid_inches = inches * grid.shape[0] / grid.shape[1]
-    figure = plt.figure(figsize=(inches, grid_inches + 0.3))  # 0.3 inch for the title
-    axes = figure.add_axes((0.0, 0.0, 1.0, grid_inches / (grid_inches + 0.3)))
+    grid_inches = per_pixel * grid.shape[0]
+    header = 3.0 * text / 72  # the figure's two-line title
+    figure = plt.figure(figsize=(FIGURE_INCHES, grid_inches + header))
+    axes = figure.add_axes((0.0, 0.0, 1.0, grid_inches / (grid_inches + header)))
     for index, (confidence, image, true, predicted) in enumerate(worst):
         row, column = divmod(index, columns)
         top, left = row * cell_height + band, column * cell_width + pad // 2
         rgb = image.expand(3, -1, -1).permute(1, 2, 0).numpy()  # a grey image as three channels
         grid[top : top + height, left : left + width] = rgb
         title = error_title(names[true], names[predicted], confidence)
-        axes.text(left + width / 2, top - 0.5, title, ha="center", va="bottom", fontsize=7)
+        axes.text(left + width / 2, top - 0.5, title, ha="center", va="bottom", fontsize=text)
     axes.imshow(grid, interpolation="nearest")
     axes.set_axis_off()
-    figure.suptitle("Most confident test mistakes (true → predicted, confidence)", fontsize=9)
+    figure.suptitle(
+        "Most confident test mistakes\n(true → predicted, confidence)",
+        fontsize=text,
+        y=1.0,
+        va="top",
+    )
     return figure
 
 
 def error_title(true: Any, predicted: Any, confidence: float) -> str:
-    """A mistake's title: ``cat → dog 97%`` (the true class, the prediction, its probability)."""
-    return f"{true} → {predicted} {confidence:.0%}"
+    """A mistake's title, on two lines to fit a quarter of a card: ``cat →`` then ``dog 97%``
+    (the true class, the prediction, its probability)."""
+    return f"{true} →\n{predicted} {confidence:.0%}"
