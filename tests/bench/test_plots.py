@@ -105,3 +105,53 @@ def test_the_share_of_the_floor_panel_draws_the_floor_in_its_range(tmp_path, mon
     floor_lines = [line for line in share.get_lines() if list(line.get_ydata()) == [100.0, 100.0]]
     assert len(floor_lines) == 1 and floor_lines[0].get_linestyle() == "--"
     assert "the floor" in [text.get_text() for text in share.texts]
+
+
+def test_every_attention_has_a_colour_of_its_own() -> None:
+    """Fifteen rows (every registered attention, the check's two ``impl=autograd`` variants and
+    ``linear_compiled``) on matplotlib's ten colours drew linear and taylor both red, softmax
+    and random_feature_autograd both blue, efficient and sparse both green (audit of
+    ``check_kernels.png``): distinct attentions have distinct colours, a compiled row its
+    eager row's."""
+    from matplotlib.colors import to_hex
+
+    from vitattn.attention import ATTENTIONS
+
+    names = [*ATTENTIONS, "performer_autograd", "random_feature_autograd", "linear_compiled"]
+    rows = [
+        Row(name, n, 64, fwd_ms=(i + 1) * n, compiled=name.endswith("_compiled"))
+        for i, name in enumerate(names)
+        for n in (256, 1024)
+    ]
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
+        colours = {line.get_label(): to_hex(line.get_color()) for line in axis.get_lines()}
+        assert set(colours) == set(names)
+        eager = [name for name in names if name != "linear_compiled"]
+        assert len({colours[name] for name in eager}) == len(eager), colours
+        assert colours["linear_compiled"] == colours["linear"]
+    finally:
+        plt.close(figure)
+
+
+def test_a_compiled_row_on_its_eager_row_stays_visible() -> None:
+    """``linear_compiled``'s memory is ``linear``'s to the byte: its line lay exactly under the
+    eager one and could not be seen (audit). Its hollow markers are larger and drawn above, a
+    ring around each filled one."""
+    rows = [
+        Row(name, n, 64, memory_bytes=n * 1024, compiled=name.endswith("_compiled"))
+        for name in ("linear", "linear_compiled")
+        for n in (256, 1024)
+    ]
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, "memory_bytes", 1.0, "MiB", "memory")
+        lines = {line.get_label(): line for line in axis.get_lines()}
+        eager, compiled = lines["linear"], lines["linear_compiled"]
+        assert list(compiled.get_ydata()) == list(eager.get_ydata())
+        assert compiled.get_markersize() >= 1.5 * eager.get_markersize()
+        assert compiled.get_markerfacecolor() == "none"
+        assert compiled.get_zorder() > eager.get_zorder()
+    finally:
+        plt.close(figure)

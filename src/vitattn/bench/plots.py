@@ -84,14 +84,33 @@ def _tick_above(value: float) -> float:
     return min(m * decade for m in (1, 2, 5, 10) if m * decade >= value * (1 - 1e-9))
 
 
+PALETTE = "tab20"
+"""Twenty qualitative colours: ten hues dark (matplotlib's default ten), then the same ten light,
+so that every attention the registry holds has a colour of its own."""
+COMPILED_MARKER_SCALE = 1.8
+"""A compiled row's hollow markers, this much larger than its eager row's filled ones, ring
+them where the two lines lie on each other (``linear_compiled``'s memory is ``linear``'s)."""
+
+
+def _palette() -> list[str]:
+    """:data:`PALETTE`'s colours as hex, its dark shades first, then its light ones."""
+    from matplotlib.colors import to_hex
+
+    colours = [to_hex(c) for c in matplotlib.colormaps[PALETTE].colors]
+    return colours[0::2] + colours[1::2]
+
+
 def _styles(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
-    """A distinct (colour, marker) per attention: ten colours, then a new marker. A compiled row
-    ``<name>_compiled`` takes its eager row's, where that is drawn too (its markers are hollow)."""
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    """A distinct (colour, marker) per attention: a colour of its own among twenty, the light
+    shades with a second marker, a third marker past twenty. A compiled row
+    ``<name>_compiled`` takes its eager row's, where that is drawn too (its markers are
+    hollow)."""
+    palette = _palette()
+    shades = len(palette) // 2
     unique = list(dict.fromkeys(names))
     own = [name for name in unique if _eager_of(name, unique) is None]
     styles = {
-        name: (cycle[i % len(cycle)], MARKERS[(i // len(cycle)) % len(MARKERS)])
+        name: (palette[i % len(palette)], MARKERS[(i // shades) % len(MARKERS)])
         for i, name in enumerate(own)
     }
     for name in unique:
@@ -119,14 +138,18 @@ def _log_log_panel(
             continue
         colour, marker = styles[attention]
         label = attention if len(head_dims) == 1 else f"{attention} d={head_dim}"
+        compiled = any(r.compiled for r in points)
+        size = plt.rcParams["lines.markersize"] * (COMPILED_MARKER_SCALE if compiled else 1)
         axis.plot(
             [n for n, _ in ok],
             [v / scale for _, v in ok],
             marker=marker,
-            markerfacecolor="none" if any(r.compiled for r in points) else colour,
+            markersize=size,
+            markerfacecolor="none" if compiled else colour,
             linestyle=LINESTYLES[head_dims.index(head_dim) % len(LINESTYLES)],
             color=colour,
             label=label,
+            zorder=3 if compiled else 2,  # above the eager line it may lie on
         )
     seq_lens = sorted({r.seq_len for r in rows})
     axis.set_xscale("log", base=2)
