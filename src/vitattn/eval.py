@@ -4,6 +4,12 @@ The checkpoint carries the network's config, so the model is rebuilt exactly as 
 the data and trainer settings come from ``configs/eval.yaml`` and the command line, except the
 data settings left ``null`` there (grayscale, normalize, shift), which are those the checkpoint
 was trained with (:mod:`vitattn.data.as_trained`).
+
+With a TensorBoard logger (``configs/eval.yaml``'s default, ``~logger`` for none) the run is a
+TensorBoard run with an HPARAMS session as a training run's: the checkpoint's attention and
+knobs, its size, the data variant tested, the checkpoint's name, and ``test/acc`` as the result
+(``~summary/acc_test``), so that the evaluation's row shows its test accuracy beside the
+training runs'.
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test a checkpoint; write and return ``metrics.json``'s content."""
     import lightning as L
 
+    from vitattn.attention import registered_name
     from vitattn.data.as_trained import as_trained
     from vitattn.loading import existing_checkpoint, load_trained
     from vitattn.runs.task import write_metrics
     from vitattn.training.fitting import check_batch_shares, instantiate_trainer, test_report
+    from vitattn.training.hparams import evaluation_hyperparameters
     from vitattn.training.lightning_output import tidy_lightning_output
+    from vitattn.training.logger import EVALUATION_RESULTS, log_hyperparameters, log_results
 
     tidy_lightning_output()
     trained = load_trained(existing_checkpoint(cfg.get("ckpt_path"), "vitattn-eval"))
@@ -45,15 +54,23 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_batch_shares(cfg.trainer, datamodule, ("test",))
 
     trainer = instantiate_trainer(cfg)
+    params = sum(p.numel() for p in module.parameters())
+    attention = registered_name(module.hparams.net.get("attention"))
+    shift = datamodule.hparams.get("shift", "none")
+    hparams = evaluation_hyperparameters(
+        cfg, module, attention, trained.data_settings, shift, params
+    )
+    log_hyperparameters(trainer.loggers, hparams, EVALUATION_RESULTS)
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics: dict[str, Any] = {
         k: v for k, v in trainer.callback_metrics.items() if k.startswith("test/")
     }
     metrics.update(test_report(trainer))
     metrics["ckpt_path"] = str(Path(cfg.ckpt_path).expanduser().resolve())
-    metrics["params"] = sum(p.numel() for p in module.parameters())
+    metrics["params"] = params
     if trainer.is_global_zero:
         write_metrics(RunDir(Path(cfg.paths.output_dir)).metrics_file, metrics)
+        log_results(trainer.loggers, metrics, trainer.global_step, EVALUATION_RESULTS)
     log.info("test/acc=%.4f", float(metrics["test/acc"]))
     return metrics
 

@@ -141,11 +141,25 @@ def test_either_tasks_layout_holds_every_tasks_results() -> None:
     """TensorBoard reads one run's layout for the whole log directory: where it read a training
     run's, a fine-tuning run beside it showed no base or merged test accuracy (audit). Each
     task's layout holds its own results first (the five ticked), then the other's."""
-    from vitattn.training.logger import FINETUNING_RESULTS, view_results
+    from vitattn.training.logger import TASK_RESULTS, view_results
 
-    every = {**RESULTS, **FINETUNING_RESULTS}
-    for results in (RESULTS, FINETUNING_RESULTS):
+    every = {key: tag for task in TASK_RESULTS for key, tag in task.items()}
+    for results in TASK_RESULTS:
         layout = view_results(results)
         assert list(layout)[: len(results)] == list(results)
         assert layout == {key: every[key] for key in layout} and set(layout) == set(every)
     assert "data/shift" in TRAINING_COLUMNS  # a shifted run's test acc is no clean one's
+
+
+def test_an_evaluation_names_its_checkpoint_without_a_path(tmp_path: Path) -> None:
+    """The HPARAMS view shows no paths (DESIGN.md): under the log directory the checkpoint is
+    named from there, which starts with its run's TensorBoard name; elsewhere by its run's
+    folder and what follows, nothing above."""
+    from vitattn.training.hparams import checkpoint_name
+
+    log_dir = tmp_path / "outputs"
+    inside = log_dir / "train" / "runs" / "r" / "checkpoints" / "last.ckpt"
+    assert checkpoint_name(inside, log_dir) == "train/runs/r/checkpoints/last.ckpt"
+    outside = tmp_path / "home" / "me" / "run" / "checkpoints" / "step8.ckpt"
+    assert checkpoint_name(outside, log_dir) == "run/checkpoints/step8.ckpt"
+    assert checkpoint_name(tmp_path / "loose" / "model.ckpt", log_dir) == "loose/model.ckpt"

@@ -64,6 +64,15 @@ FINETUNING_COLUMNS = (
 )
 """The columns every fine-tuning run shows."""
 
+CHECKPOINT = "~checkpoint"
+"""The setting naming the checkpoint an evaluation tested (:func:`checkpoint_name`); the ``~``
+sorts it after the settings every run has, as the knobs are."""
+
+EVALUATION_COLUMNS = (*TRAINING_COLUMNS, CHECKPOINT)
+"""The columns every evaluation shows: training's, so that where TensorBoard reads an
+evaluation's layout for the log directory the training runs beside it keep theirs, then the
+checkpoint tested."""
+
 MAX_COLUMNS = 40
 """At most this many columns: the shown ones, then the varied ones, then the knobs."""
 
@@ -279,3 +288,50 @@ def finetuning_hyperparameters(
         "seed": cfg.get("seed"),
     }
     return recorded(cfg, values, FINETUNING_COLUMNS)
+
+
+def checkpoint_name(ckpt_path: str | Path, log_dir: str | Path) -> str:
+    """The checkpoint at ``ckpt_path`` named without a path (HPARAMS shows no paths: DESIGN.md):
+    under ``log_dir`` (``paths.log_dir``, where ``tensorboard --logdir outputs`` looks), its path
+    from there, which starts with its training run's TensorBoard name
+    (``train/runs/<stamp>_linear/checkpoints/last.ckpt``); elsewhere its run's folder name and
+    what follows (``<run>/checkpoints/last.ckpt``), nothing above it."""
+    path = Path(ckpt_path).expanduser().resolve()
+    try:
+        return path.relative_to(Path(log_dir).expanduser().resolve()).as_posix()
+    except ValueError:
+        run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        return path.relative_to(run.parent).as_posix()
+
+
+def evaluation_hyperparameters(
+    cfg: DictConfig,
+    module: nn.Module,
+    attention: str | None,
+    trained_data: Mapping[str, Any],
+    shift: str | None,
+    params: int,
+) -> Hyperparameters:
+    """What the HPARAMS view compares an evaluation by: the checkpoint's network (its attention,
+    knobs resolved, size and parameters) and the learning rate and batch size it was trained
+    with (``trained_data``: the data settings saved in it), the data variant it is tested on
+    (``shift``), the precision it is tested in, and the checkpoint (:func:`checkpoint_name`).
+    The checkpoint does not carry its run's seed: the column is there (a number), the value
+    not."""
+    net = module.hparams.net
+    optimizer = module.hparams.get("optimizer") or {}
+    values = {
+        "attention": attention,
+        **resolved_knobs(net.get("attention"), module),
+        **model_size(net),
+        "params": params,
+        "optimizer/lr": optimizer.get("lr"),
+        "data/batch_size": trained_data.get("batch_size"),
+        "data/shift": shift,
+        "trainer/precision": str(cfg.trainer.get("precision")),
+        CHECKPOINT: checkpoint_name(cfg.ckpt_path, cfg.paths.log_dir),
+    }
+    hyperparameters = recorded(cfg, values, EVALUATION_COLUMNS)
+    # A number in the layout, whichever run's layout TensorBoard reads: training runs' seeds.
+    columns = {**hyperparameters.columns, "seed": hyperparameters.columns.get("seed") or 0}
+    return Hyperparameters(hyperparameters.values, columns, hyperparameters.varied)

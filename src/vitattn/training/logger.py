@@ -80,13 +80,20 @@ FINETUNING_RESULTS = {
 }
 """A fine-tuning run's results: also the base model's and the merged model's test accuracy."""
 
+EVALUATION_RESULTS = {"test/acc": "acc_test"}
+"""A ``vitattn-eval`` run's result: the checkpoint's test accuracy, under the tag training's has,
+so that its row's test acc sits in the same column as the training runs'."""
+
+TASK_RESULTS = (RESULTS, FINETUNING_RESULTS, EVALUATION_RESULTS)
+"""Every task's results: each task's HPARAMS layout holds them all (:func:`view_results`)."""
+
 
 def view_results(results: Mapping[str, str]) -> dict[str, str]:
     """The metrics of the HPARAMS view's layout for a task of ``results``: those, in their order,
-    then the other task's. TensorBoard reads the layout of one run of the log directory (any) for
-    all of them, so a fine-tuning run beside training runs lost its base and merged test
-    accuracy where it read a training run's (audit)."""
-    others = {**RESULTS, **FINETUNING_RESULTS}
+    then the other tasks' (:data:`TASK_RESULTS`). TensorBoard reads the layout of one run of the
+    log directory (any) for all of them, so a fine-tuning run beside training runs lost its base
+    and merged test accuracy where it read a training run's (audit)."""
+    others = {key: tag for task in TASK_RESULTS for key, tag in task.items()}
     return {**results, **{key: tag for key, tag in others.items() if key not in results}}
 
 
@@ -106,6 +113,7 @@ DISPLAY_NAMES = {
     "data/batch_size": "batch size",
     "trainer/precision": "precision",
     "params/trainable": "trainable params",
+    "~checkpoint": "checkpoint",
 }
 """Column headers of the HPARAMS view, short enough not to wrap inside a word. Other columns
 show their last part (``~attention/conv_kernel``: ``conv kernel``)."""
