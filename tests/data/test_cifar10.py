@@ -487,6 +487,103 @@ def test_a_cut_download_keeps_nothing_and_the_retry_succeeds(
     assert leftovers(target) == []
 
 
+class UnannouncedHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the archive without its length (as a server streaming it does): nothing to check
+    the space against before it comes."""
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() != "content-length":
+            super().send_header(keyword, value)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def said_for_a_full_disk(target: Path, url: str, own_device: bool = True) -> DataError:
+    """The error ``prepare_data`` into ``target`` from ``url`` ends in, its line checked to name
+    the data directory and the space left there (as measured now, on a device of the test's
+    own; else a figure: others write there), to advise moving it, and to leave nothing."""
+    from vitattn.runs.disk import space_left
+
+    with pytest.raises(DataError) as info:
+        CIFAR10DataModule(target, url=url).prepare_data()
+    message = str(info.value)
+    assert message.startswith(f"data.data_dir={target} "), message
+    space = re.escape(space_left(target)) if own_device else r"[0-9.]+ (GiB|MiB|KiB|bytes) free"
+    said = rf": {space} on its device, and the download from {re.escape(url)} needs"
+    assert re.search(said, message), message
+    assert "set data.data_dir (or VITATTN_DATA_DIR) to a directory with room" in message
+    assert "Errno" not in message and "\n" not in message
+    assert leftovers(target) == []  # no partial archive, no staging folder
+    return info.value
+
+
+@pytest.mark.parametrize("size", ["8m", "28m"])
+def test_a_data_directory_that_fills_says_its_space_and_what_the_download_needs(
+    served: Path, tmp_path: Path, size: str
+) -> None:
+    """A real full disk, a tmpfs of 8 MiB (the 17 MB archive of the subset does not fit) or of
+    28 MiB (it does; its 19 MB of files, unpacked beside it, do not), the length not announced:
+    it said ``failed (OSError: [Errno 28] No space left on device)`` and advised putting the
+    folder in the full directory (audit)."""
+    from tests.support.mounts import tmpfs
+
+    with (
+        tmpfs(tmp_path / "small", f"size={size}") as mount,
+        archive_url(served, UnannouncedHandler) as url,
+    ):
+        message = str(said_for_a_full_disk(mount / "data", url))
+    from vitattn.data.download import SpaceNeeded
+
+    assert "ran out of space while CIFAR-10 was downloaded and unpacked there" in message
+    assert f"needs {SpaceNeeded()};" in message  # nothing announced: the official archive's
+    assert "about 340.2 MiB (the archive, 162.6 MiB, and its unpacked files, 177.6 MiB)" in message
+
+
+def test_a_download_announced_larger_than_the_space_left_is_refused_before_it_comes(
+    served: Path, tmp_path: Path
+) -> None:
+    """The archive and its unpacked files, 36 MB, on a tmpfs of 20 MiB, its length announced."""
+    from tests.support.mounts import tmpfs
+
+    with tmpfs(tmp_path / "small", "size=20m") as mount, archive_url(served) as url:
+        error = said_for_a_full_disk(mount / "data", url)
+    from vitattn.data.download import SpaceNeeded, TooLittleSpaceError
+
+    assert isinstance(error.__cause__, TooLittleSpaceError)  # from the headers, no byte read
+    message = str(error)
+    needed = SpaceNeeded()
+    needed.announced((served / ARCHIVE).stat().st_size)
+    assert "has too little space for CIFAR-10, so nothing was downloaded" in message
+    assert f"needs {needed};" in message
+
+
+def test_an_enospc_write_of_the_download_is_the_same_line(
+    served: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no tmpfs can be mounted: the archive's write fails with ENOSPC after its first
+    megabyte, as on a full disk."""
+    import errno
+
+    from vitattn.data import download
+
+    real = download.write_new
+
+    def full_after_a_chunk(path: Path, source: io.RawIOBase, size: int) -> None:
+        real(path, io.BytesIO(source.read(download.CHUNK)), download.CHUNK)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(download, "write_new", full_after_a_chunk)
+    with archive_url(served) as url:
+        message = str(said_for_a_full_disk(tmp_path / "data", url, own_device=False))
+    from vitattn.data.download import SpaceNeeded
+
+    needed = SpaceNeeded()
+    needed.announced((served / ARCHIVE).stat().st_size)
+    assert "ran out of space while CIFAR-10 was downloaded and unpacked there" in message
+    assert f"needs {needed};" in message
+
+
 def test_a_corrupt_archive_in_the_data_dir_is_moved_aside(
     served: Path, cut: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

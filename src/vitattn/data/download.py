@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -61,6 +62,16 @@ MAX_DOWNLOAD_BYTES = MAX_ARCHIVE_BYTES + MAX_ARCHIVE_BYTES // 8192 + 4096
 """The most bytes a download may take: gzip of :data:`MAX_ARCHIVE_BYTES` at its least
 compressed (deflate's stored blocks, 5 bytes of header for each 65,535) and its own header and
 trailer. A server that sends more (or never ends) is cut off there."""
+OFFICIAL_ARCHIVE_BYTES = 170_498_071
+"""The official archive's length."""
+OFFICIAL_BATCH_BYTES = 31_035_704
+"""An official batch file's length (10,000 images)."""
+OFFICIAL_UNPACKED_BYTES = len((*TRAIN_FILES, *TEST_FILES)) * OFFICIAL_BATCH_BYTES + 4096
+"""What the official archive unpacks to, at most: its six batch files, and ``batches.meta`` and
+``readme.html``, a few hundred bytes."""
+UNPACK_FACTOR = OFFICIAL_UNPACKED_BYTES / OFFICIAL_ARCHIVE_BYTES
+"""Bytes unpacked per byte of archive, the official archive's: what a mirror's archive of an
+announced length is taken to unpack to."""
 CHUNK = 1 << 20
 SHOWN = 200
 """The most characters of a member's name a refusal shows."""
@@ -198,6 +209,63 @@ def check_lock_place(data_dir: Path) -> None:
     )
 
 
+@dataclass
+class SpaceNeeded:
+    """The bytes a download of CIFAR-10 takes in its data directory at once: the ``archive``
+    (0 where one is already there) beside its ``unpacked`` files, both in the staging folder
+    until the folder is moved into place. The official archive's until a server announces its
+    length (:meth:`announced`)."""
+
+    archive: int = OFFICIAL_ARCHIVE_BYTES
+    unpacked: int = OFFICIAL_UNPACKED_BYTES
+
+    @property
+    def total(self) -> int:
+        """The bytes needed in all."""
+        return self.archive + self.unpacked
+
+    def announced(self, length: int) -> None:
+        """An archive of ``length`` bytes, announced by its server, to download."""
+        self.archive, self.unpacked = length, math.ceil(length * UNPACK_FACTOR)
+
+    def present(self, length: int) -> None:
+        """An archive of ``length`` bytes already in the data directory, to unpack alone."""
+        self.archive, self.unpacked = 0, math.ceil(length * UNPACK_FACTOR)
+
+    def __str__(self) -> str:
+        from vitattn.runs.disk import byte_size
+
+        unpacked = f"its unpacked files, {byte_size(self.unpacked)}"
+        if not self.archive:
+            return f"about {byte_size(self.total)} ({unpacked}, beside the archive there)"
+        archive = f"the archive, {byte_size(self.archive)}"
+        return f"about {byte_size(self.total)} ({archive}, and {unpacked})"
+
+
+class TooLittleSpaceError(DataError):
+    """The data directory's file system has less space free than the download announced needs:
+    refused after the server's headers, before the archive's first byte."""
+
+
+def no_space_line(data_dir: Path, url: str, needed: SpaceNeeded, refused: bool) -> str:
+    """The one line for a download of CIFAR-10 that does not fit in ``data_dir`` (``refused``:
+    before it came, from the length announced; else a write that met a full disk): the
+    directory, the space left there (once what was written is removed), the space needed, and
+    where else to put it."""
+    from vitattn.runs.disk import space_left
+
+    happened = (
+        "has too little space for CIFAR-10, so nothing was downloaded"
+        if refused
+        else "ran out of space while CIFAR-10 was downloaded and unpacked there; nothing was kept"
+    )
+    return (
+        f"data.data_dir={data_dir} {happened}: {space_left(data_dir)} on its device, and the "
+        f"download from {url} needs {needed}; free space there, or set data.data_dir "
+        f"(or VITATTN_DATA_DIR) to a directory with room for it, or to one that holds {FOLDER}/"
+    )
+
+
 def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> None:
     """Put ``cifar-10-batches-py/`` into ``data_dir``, all or nothing.
 
@@ -212,12 +280,20 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
     data directory): a file lock (:data:`LOCK`, checked by :func:`check_lock_place`) lets one
     download while the others wait; it stays, empty, afterwards. The lock's holder first removes
     the staging folders a killed download left (:func:`remove_dead_staging`).
+
+    A full disk, whatever write meets it (:func:`vitattn.runs.disk.disk_full`), is one line
+    naming the data directory, the space left there and the space the download needs
+    (:class:`SpaceNeeded`), as is a length announced that could not fit, before its first
+    byte (:func:`no_space_line`).
     """
     from filelock import FileLock
+
+    from vitattn.runs.disk import disk_full
 
     md5 = ARCHIVE_MD5 if url == URL else None
     lock_path = data_dir / LOCK
     check_lock_place(data_dir)
+    needed = SpaceNeeded()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_path):
@@ -228,20 +304,27 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
                 archive = usable_local_archive(data_dir / ARCHIVE, md5)
                 if archive is None:
                     archive = Path(staging) / ARCHIVE
-                    download_bounded(url, archive, timeout)
+                    download_bounded(url, archive, timeout, needed)
                     verify_archive(archive, md5)
+                else:
+                    needed.present(archive.stat().st_size)
                 unpack_archive(archive, Path(staging))
                 os.replace(Path(staging) / FOLDER, data_dir / FOLDER)
-    except DataError as error:
+    except Exception as error:
+        # The staging folder is gone by now: the space left is what a retry would have.
+        refused = isinstance(error, TooLittleSpaceError)
+        if refused or disk_full(error, data_dir):
+            raise DataError(no_space_line(data_dir, url, needed, refused)) from error
+        if not isinstance(error, DataError):
+            raise DataError(
+                f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
+                f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python "
+                f"version' folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a "
+                "directory that has it"
+            ) from error
         raise DataError(
             f"data.data_dir={data_dir} holds no {FOLDER}/ and the download from {url} is "
             f"unusable: {error}; nothing was kept, so running again downloads afresh"
-        ) from error
-    except Exception as error:
-        raise DataError(
-            f"data.data_dir={data_dir} holds no {FOLDER}/ and downloading {url} failed "
-            f"({type(error).__name__}: {error}); put the official 'CIFAR-10 python version' "
-            f"folder {FOLDER}/ in {data_dir}, or set VITATTN_DATA_DIR to a directory that has it"
         ) from error
 
 
@@ -280,15 +363,21 @@ def remove_dead_staging(data_dir: Path) -> None:
         log.warning("removed %s, %s", path, what)
 
 
-def download_bounded(url: str, path: Path, timeout: float) -> None:
+def download_bounded(
+    url: str, path: Path, timeout: float, needed: SpaceNeeded | None = None
+) -> None:
     """Download ``url`` into a new file at ``path`` (:func:`urllib.request.urlopen`, which
     follows redirects), at most :data:`MAX_DOWNLOAD_BYTES` of it: a larger length announced is
     refused before a byte is read, and a download that goes past the bound is stopped there, in
     one line (:class:`DataError`); the caller removes what was written. The download fails once
-    the server has sent nothing for ``timeout`` seconds."""
+    the server has sent nothing for ``timeout`` seconds. A length announced is recorded in
+    ``needed``, and refused before a byte is read (:class:`TooLittleSpaceError`) where the archive
+    and its unpacked files would not fit on the file system of ``path``."""
     import urllib.request
 
     from torchvision.datasets.utils import USER_AGENT
+
+    from vitattn.runs.disk import short_of_space
 
     log.info("downloading %s to %s", url, path)
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
@@ -297,6 +386,10 @@ def download_bounded(url: str, path: Path, timeout: float) -> None:
         length = getattr(response, "length", None)  # a file:// URL's response has none
         if length is not None and length > MAX_DOWNLOAD_BYTES:
             raise DataError(f"the server announces {length:,} bytes, {too_big}")
+        if length is not None and needed is not None:
+            needed.announced(length)
+            if short_of_space(path.parent, needed.total):
+                raise TooLittleSpaceError(f"the server announces {length:,} bytes")
         write_new(path, ProgressReader(response, length), MAX_DOWNLOAD_BYTES + 1)
     if path.stat().st_size > MAX_DOWNLOAD_BYTES:
         raise DataError(f"the server sent {too_big}; stopped there")

@@ -79,14 +79,19 @@ def space_left(path: Path) -> str:
     free = free_bytes(path)
     if free is None:
         return "free space unknown"
-    said = f"{free} bytes free"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if free >= size:
-            said = f"{free / size:.1f} {unit} free"
-            break
+    said = f"{byte_size(free)} free"
     if no_inode_left(path):
         said += ", no file entry (inode) free"
     return said
+
+
+def byte_size(count: int) -> str:
+    """``count`` bytes in words, in the largest binary unit it reaches: ``"340.5 MiB"``,
+    ``"12 bytes"``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def no_inode_left(path: Path) -> bool:
