@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 import pytest
 
@@ -63,6 +65,16 @@ def test_every_point_has_a_labelled_tick_at_or_below_it(low: float, high: float)
         plt.close(figure)
 
 
+def drawn_lines(rows: list[Row], key: str, unit: str, title: str) -> dict[str, Any]:
+    """The lines one log-log panel draws of ``rows``' ``key``, by label (the figure closed)."""
+    figure, axis = plt.subplots()
+    try:
+        _log_log_panel(axis, rows, key, 1.0, unit, title)
+        return {line.get_label(): line for line in axis.get_lines()}
+    finally:
+        plt.close(figure)
+
+
 def test_a_compiled_row_is_drawn_in_its_eager_rows_colour_with_hollow_markers() -> None:
     """``compiled=[linear]`` puts ``linear_compiled`` beside ``linear``: the two lines share a
     colour and a marker, the compiled one hollow, so that a reader pairs them at a glance (each
@@ -72,16 +84,11 @@ def test_a_compiled_row_is_drawn_in_its_eager_rows_colour_with_hollow_markers() 
         for name, ms in (("softmax", 1.0), ("linear", 0.5), ("linear_compiled", 0.3))
         for n in (256, 1024)
     ]
-    figure, axis = plt.subplots()
-    try:
-        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
-        lines = {line.get_label(): line for line in axis.get_lines()}
-        eager, compiled = lines["linear"], lines["linear_compiled"]
-        assert compiled.get_color() == eager.get_color() != lines["softmax"].get_color()
-        assert compiled.get_marker() == eager.get_marker()
-        assert compiled.get_markerfacecolor() == "none" != eager.get_markerfacecolor()
-    finally:
-        plt.close(figure)
+    lines = drawn_lines(rows, "fwd_ms", "milliseconds (median)", "forward")
+    eager, compiled = lines["linear"], lines["linear_compiled"]
+    assert compiled.get_color() == eager.get_color() != lines["softmax"].get_color()
+    assert compiled.get_marker() == eager.get_marker()
+    assert compiled.get_markerfacecolor() == "none" != eager.get_markerfacecolor()
 
 
 def test_the_share_of_the_floor_panel_draws_the_floor_in_its_range(tmp_path, monkeypatch) -> None:
@@ -123,16 +130,12 @@ def test_every_attention_has_a_colour_of_its_own() -> None:
         for i, name in enumerate(names)
         for n in (256, 1024)
     ]
-    figure, axis = plt.subplots()
-    try:
-        _log_log_panel(axis, rows, "fwd_ms", 1.0, "milliseconds (median)", "forward")
-        colours = {line.get_label(): to_hex(line.get_color()) for line in axis.get_lines()}
-        assert set(colours) == set(names)
-        eager = [name for name in names if name != "linear_compiled"]
-        assert len({colours[name] for name in eager}) == len(eager), colours
-        assert colours["linear_compiled"] == colours["linear"]
-    finally:
-        plt.close(figure)
+    lines = drawn_lines(rows, "fwd_ms", "milliseconds (median)", "forward")
+    colours = {label: to_hex(line.get_color()) for label, line in lines.items()}
+    assert set(colours) == set(names)
+    eager = [name for name in names if name != "linear_compiled"]
+    assert len({colours[name] for name in eager}) == len(eager), colours
+    assert colours["linear_compiled"] == colours["linear"]
 
 
 def test_a_compiled_row_on_its_eager_row_stays_visible() -> None:
@@ -144,14 +147,9 @@ def test_a_compiled_row_on_its_eager_row_stays_visible() -> None:
         for name in ("linear", "linear_compiled")
         for n in (256, 1024)
     ]
-    figure, axis = plt.subplots()
-    try:
-        _log_log_panel(axis, rows, "memory_bytes", 1.0, "MiB", "memory")
-        lines = {line.get_label(): line for line in axis.get_lines()}
-        eager, compiled = lines["linear"], lines["linear_compiled"]
-        assert list(compiled.get_ydata()) == list(eager.get_ydata())
-        assert compiled.get_markersize() >= 1.5 * eager.get_markersize()
-        assert compiled.get_markerfacecolor() == "none"
-        assert compiled.get_zorder() > eager.get_zorder()
-    finally:
-        plt.close(figure)
+    lines = drawn_lines(rows, "memory_bytes", "MiB", "memory")
+    eager, compiled = lines["linear"], lines["linear_compiled"]
+    assert list(compiled.get_ydata()) == list(eager.get_ydata())
+    assert compiled.get_markersize() >= 1.5 * eager.get_markersize()
+    assert compiled.get_markerfacecolor() == "none"
+    assert compiled.get_zorder() > eager.get_zorder()
