@@ -437,6 +437,7 @@ def test_a_row_does_not_depend_on_the_attentions_measured_before_it() -> None:
         for measured in (row, other):
             assert measured.fwd_ms is not None and measured.fwd_bwd_ms is not None
             assert measured.fwd_warmup is not None and 2 <= measured.fwd_warmup <= 20
+            assert measured.fwd_first_ms is not None and measured.fwd_bwd_first_ms is not None
         ratio = max(row.fwd_bwd_min_ms, other.fwd_bwd_min_ms) / min(
             row.fwd_bwd_min_ms, other.fwd_bwd_min_ms
         )

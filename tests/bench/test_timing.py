@@ -85,6 +85,10 @@ def test_time_call_measures_only_after_the_warm_up() -> None:
     clock = FakeClock([*SLOW_START[:6], 11.0, 13.0, 12.0])
     timing = time_call(clock.call, CPU, warmup=2, repeats=3, warmup_max=20, clock=clock)
     assert (timing.warmup, timing.repeats) == (6, 3)
+    # the first call, a compiled call's compile, is kept apart from the steady time
+    assert timing.first_ms == pytest.approx(SLOW_START[0])
+    cold = FakeClock([5.0])
+    assert time_call(cold.call, CPU, warmup=0, repeats=1, clock=cold).first_ms is None
     assert (timing.min_ms, timing.median_ms, timing.max_ms) == pytest.approx((11.0, 12.0, 13.0))
     clock = FakeClock([*SLOW_START[:2], 30.0, 20.0, 14.0])  # warmup_max=None: exactly warmup
     timing = time_call(clock.call, CPU, warmup=2, repeats=3, clock=clock)

@@ -359,6 +359,7 @@ class Runner:
         row.fwd_bwd_q25_ms, row.fwd_bwd_q75_ms = fwd_bwd.q25_ms, fwd_bwd.q75_ms
         row.repeats = min(fwd.repeats, fwd_bwd.repeats)
         row.fwd_warmup, row.fwd_bwd_warmup = fwd.warmup, fwd_bwd.warmup
+        row.fwd_first_ms, row.fwd_bwd_first_ms = fwd.first_ms, fwd_bwd.first_ms
         row.saved_bytes, row.peak_tensor_bytes = memory.saved_bytes, memory.peak_tensor_bytes
         row.memory_bytes, row.memory_method = memory.memory_bytes, memory.method
         key = (attention, head_dim)

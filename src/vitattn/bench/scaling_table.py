@@ -32,6 +32,8 @@ class Row:
     repeats: int | None = None  # fewer than asked when guard.max_measure_seconds cut them
     fwd_warmup: int | None = None  # unmeasured calls until the times settled
     fwd_bwd_warmup: int | None = None
+    fwd_first_ms: float | None = None  # the first call, unmeasured: a compiled row compiles in it
+    fwd_bwd_first_ms: float | None = None
     saved_bytes: int | None = None
     peak_tensor_bytes: int | None = None
     memory_method: str | None = None

@@ -51,9 +51,12 @@ class Timing:
     max_ms: float
     repeats: int
     warmup: int = 0
+    first_ms: float | None = None
+    """The first warm-up call's milliseconds: a compiled call's compile, which the measured calls
+    leave out (``None`` without a warm-up)."""
 
 
-def summarize(samples_ms: list[float], warmup: int = 0) -> Timing:
+def summarize(samples_ms: list[float], warmup: int = 0, first_ms: float | None = None) -> Timing:
     """Median, quartiles and range of a list of per-call times."""
     if not samples_ms:
         raise ValueError("no timing samples")
@@ -70,6 +73,7 @@ def summarize(samples_ms: list[float], warmup: int = 0) -> Timing:
         max_ms=ordered[-1],
         repeats=len(ordered),
         warmup=warmup,
+        first_ms=first_ms,
     )
 
 
@@ -142,8 +146,16 @@ def time_call(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     budget_ms = float("inf") if max_seconds is None else max_seconds * 1e3
+    first: list[float] = []
+
+    def warm_up_call() -> float:
+        ms = _one_call_ms(call, device, clock)
+        if not first:
+            first.append(ms)
+        return ms
+
     warmed = warm_up(
-        lambda: _one_call_ms(call, device, clock),
+        warm_up_call,
         least=warmup,
         most=warmup if warmup_max is None else warmup_max,
         settle=settle,
@@ -154,7 +166,7 @@ def time_call(
         samples.append(_one_call_ms(call, device, clock))
         if sum(samples) > budget_ms:
             break
-    return summarize(samples, warmed)
+    return summarize(samples, warmed, first[0] if first else None)
 
 
 def steady_heap() -> bool:
