@@ -15,7 +15,7 @@ from typing import Any
 
 from vitattn.analysis.labels import MAX_LABELS, Label, place_labels
 from vitattn.analysis.records import bounded
-from vitattn.runs.files import UnreadableFileError, parse_yaml, read_text, save_figure
+from vitattn.runs.files import UnreadableFileError, read_yaml, save_figure
 from vitattn.runs.optuna_study import STUDY_BOUNDS
 from vitattn.runs.optuna_sweeper import RESULTS_FILE
 from vitattn.runs.results import markdown_table
@@ -89,7 +89,7 @@ def read_search(sweep_dir: Path) -> SearchResults | None:
         return None
     # never through a link (a link to a file outside put its text in summary.md), and a FIFO
     # or a folder there is one line, not a section left out without a word (audit)
-    content = parse_yaml(path, read_text(path, follow_links=False))
+    content = read_yaml(path, follow_links=False)
     metrics, directions = content.get("metrics"), content.get("directions")
     if not isinstance(metrics, list) or not isinstance(directions, list) or not metrics:
         raise UnreadableFileError(path, "names no metrics and directions")

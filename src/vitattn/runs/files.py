@@ -479,12 +479,14 @@ def _check_bounds(path: Path, content: Any) -> None:
             pending.extend((child, depth + 1) for child in children)
 
 
-def read_yaml(path: Path, expected: type = dict) -> Any:
+def read_yaml(path: Path, expected: type = dict, *, follow_links: bool = True) -> Any:
     """``path``'s YAML (plain data, :class:`RunFileLoader`: no anchors or aliases, bounded by
     :data:`MAX_READ`, :data:`MAX_DEPTH` and :data:`MAX_NODES`), which must be an ``expected``;
     an empty file, other content or a file that cannot be read is one line
-    (:class:`UnreadableFileError`)."""
-    return _yaml_content(path, read_text(path), expected)
+    (:class:`UnreadableFileError`). Without ``follow_links``, a symbolic link at ``path`` is
+    such a file too (as :func:`read_json`: a sweep's own files, read before its check of
+    links)."""
+    return _yaml_content(path, read_text(path, follow_links), expected)
 
 
 def parse_yaml(path: Path, text: str, expected: type = dict) -> Any:

@@ -30,6 +30,7 @@ from vitattn.runs.files import (
     parse_yaml,
     read_json,
     read_text,
+    read_yaml,
     unsafe,
     what_is_at,
 )
@@ -423,7 +424,7 @@ MAX_OVERRIDE_CHARS = 10_000
 def sweep_command_overrides(sweep_dir: Path) -> list[str]:
     """The overrides of the command that made the sweep in ``sweep_dir``, from its
     ``multirun.yaml`` (a job's own overrides hold its values alone); empty where it has none.
-    Read as run files are (:func:`vitattn.runs.files.parse_yaml`), never through a link, and of
+    Read as run files are (:func:`vitattn.runs.files.read_yaml`), never through a link, and of
     the shape Hydra writes: ``hydra.overrides.task`` a list of at most
     :data:`MAX_SWEEP_OVERRIDES` strings, each of at most :data:`MAX_OVERRIDE_CHARS` characters;
     else one line naming the file. An Optuna search writes none, so one there was planted, and
@@ -431,7 +432,7 @@ def sweep_command_overrides(sweep_dir: Path) -> list[str]:
     multirun = sweep_dir / MULTIRUN
     if not os.path.lexists(multirun):
         return []
-    node: Any = parse_yaml(multirun, read_text(multirun, follow_links=False))
+    node: Any = read_yaml(multirun, follow_links=False)
     for key in ("hydra", "overrides", "task"):
         if node is None:
             return []
