@@ -162,11 +162,13 @@ def lower_quartile(row: Row) -> float | None:
     return row.fwd_bwd_q25_ms if row.fwd_bwd_q25_ms is not None else row.fwd_bwd_ms
 
 
-def past_measured_floors(rows: list[Row], floor_device: dict[str, Any] | None) -> list[str]:
+def past_floors(rows: list[Row], floor_device: dict[str, Any] | None, measured: bool) -> list[str]:
     """A line per row measured past its floor (:func:`~vitattn.bench.floor.past_the_floor`)
-    where the floors are taken against figures measured in this process, which a shared
-    machine's load moves: a caution. Against a datasheet's it is a problem (``vitattn-check``)."""
-    if floor_device is None or floor_device.get("measured") is False:
+    where the floors are taken against figures ``measured`` in this process (a shared machine's
+    load moves them: a caution) or, with ``measured`` false, against a datasheet's (which no
+    call beats: the FLOPs are wrong, a problem of ``vitattn-check``)."""
+    # figures that do not say they are a datasheet's are taken as measured
+    if floor_device is None or (floor_device.get("measured") is not False) != measured:
         return []
     found = (
         past_the_floor(r.attention, r.seq_len, r.fwd_floor_pct, r.fwd_bwd_floor_pct) for r in rows

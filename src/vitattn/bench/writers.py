@@ -16,7 +16,7 @@ from vitattn.bench.environment import busy_line
 from vitattn.bench.floor import floor_line
 from vitattn.bench.plots import plot_approx, plot_memory, plot_spectrum, plot_time
 from vitattn.bench.scaling import ScalingRun
-from vitattn.bench.scaling_table import Row, past_measured_floors
+from vitattn.bench.scaling_table import Row, past_floors
 from vitattn.bench.spectrum import HeadSpectrum
 from vitattn.bench.train_speed import TrainRun, TrainSpeed
 from vitattn.runs.files import write_text
@@ -55,7 +55,7 @@ def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -
     plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
     floor = run.environment.get("floor_device")
     busy = busy_line([run.environment.get("load_average")], run.environment.get("cpus"))
-    caution = ([] if busy is None else [busy]) + past_measured_floors(run.rows, floor)
+    caution = ([] if busy is None else [busy]) + past_floors(run.rows, floor, measured=True)
     text = scaling_text(run.rows, run.scaling, run.sweep.reference, floor, caution)
     show(output_dir, "results.md", text)
     log.info(

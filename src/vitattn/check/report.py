@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from vitattn.bench.environment import busy_line, environment, load_average
-from vitattn.bench.floor import floor_line, past_the_floor
+from vitattn.bench.floor import floor_line
 from vitattn.bench.plots import plot_time
-from vitattn.bench.scaling_table import past_measured_floors
+from vitattn.bench.scaling_table import past_floors
 from vitattn.check.kernels import KernelsRun
 from vitattn.check.numerics import NumericsRow
 from vitattn.check.settings import CheckSettings
@@ -95,13 +95,9 @@ def problems(
             if r.status.startswith("error")
         )
         # against a datasheet's figures, which nothing beats: FLOPs counted too many. Measured
-        # figures move with a shared machine's load, and the bench's warning says so
-        if kernels.floor_device.get("measured") is False:
-            for r in kernels.rows:
-                shares = (r.fwd_floor_pct, r.fwd_bwd_floor_pct)
-                past = past_the_floor(r.attention, r.seq_len, *shares)
-                if past is not None:
-                    found.append(f"kernels: {past}")
+        # figures move with a shared machine's load: a caution (:func:`cautions`)
+        past = past_floors(kernels.rows, kernels.floor_device, measured=False)
+        found.extend(f"kernels: {line}" for line in past)
     if reference is not None and not reference["status"].startswith(("ok", "skipped")):
         found.append(f"reference: {reference['status']}")
     for row in [] if reference is None else reference["results"]:
@@ -129,9 +125,8 @@ def cautions(
     busy = busy_line([env.get("load_average"), env.get("load_average_end")], env.get("cpus"))
     found = [] if busy is None else [busy]
     if kernels is not None:
-        found += [
-            f"kernels: {line}" for line in past_measured_floors(kernels.rows, kernels.floor_device)
-        ]
+        past = past_floors(kernels.rows, kernels.floor_device, measured=True)
+        found.extend(f"kernels: {line}" for line in past)
     for row in [] if reference is None else reference["results"]:
         spread = row.get("spread")
         if spread is not None and spread > STEADY_SPREAD:
