@@ -332,8 +332,8 @@ def test_results_md_carries_what_a_busy_machine_may_have_moved(tmp_path: Path) -
     said = (tmp_path / "results.md").read_text()
     cautions = [line for line in said.splitlines() if line.startswith("Caution: ")]
     assert cautions[0] == (
-        "Caution: the machine was busy (load 4.5 at the start and end, on 2 CPUs): its timings "
-        "include waiting for a CPU"
+        "Caution: the machine was busy (load 4.5 at the start, on 2 CPUs): its timings include "
+        "waiting for a CPU"
     )
     assert cautions[1].startswith("Caution: softmax at n=32 ran at ") and len(cautions) == 2
 

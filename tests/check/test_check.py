@@ -581,7 +581,7 @@ def test_figures_a_busy_machine_may_have_moved_are_cautions() -> None:
     ]
     busy = {"cpus": 2, "load_average": 1.0, "load_average_end": 4.3}
     assert cautions(busy, None, KernelsRun(rows, [], {"measured": False})) == [
-        "the machine was busy (load 1.0, 4.3 at the start and end, on 2 CPUs): its timings "
+        "the machine was busy (load 1.0 at the start, 4.3 at the end, on 2 CPUs): its timings "
         "include waiting for a CPU"
     ]  # against a datasheet, a share past the floor is a problem instead
     assert cautions({"cpus": None}, None, None) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +57,18 @@ def load_average() -> float | None:
         return None
 
 
-def busy_line(loads: Sequence[float | None], cpus: int | None) -> str | None:
-    """One line where a load of ``loads`` (the start's, the end's) was above the ``cpus``,
-    else ``None``: the timings then include waiting for a CPU."""
+def busy_line(loads: Mapping[str, float | None], cpus: int | None) -> str | None:
+    """One line where a load of ``loads`` (by when it was read: ``start``, ``end``) was above
+    the ``cpus``, else ``None``: the timings then include waiting for a CPU."""
     cpus = cpus or 1
-    if not any(load is not None and load > cpus for load in loads):
+    if not any(load is not None and load > cpus for load in loads.values()):
         return None
-    shown = ", ".join("-" if load is None else f"{load:.1f}" for load in loads)
+    shown = ", ".join(
+        f"{'-' if load is None else f'{load:.1f}'} at the {when}" for when, load in loads.items()
+    )
     return (
-        f"the machine was busy (load {shown} at the start and end, on {cpus} CPUs): its timings "
-        "include waiting for a CPU"
+        f"the machine was busy (load {shown}, on {cpus} CPUs): its timings include waiting for "
+        "a CPU"
     )
 
 

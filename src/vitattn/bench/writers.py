@@ -54,7 +54,7 @@ def write_scaling(run: ScalingRun, output_dir: Path, settings: dict[str, Any]) -
     plot_time(run.rows, output_dir / "time_vs_seq_len.png")
     plot_memory(run.rows, output_dir / "memory_vs_seq_len.png")
     floor = run.environment.get("floor_device")
-    busy = busy_line([run.environment.get("load_average")], run.environment.get("cpus"))
+    busy = busy_line({"start": run.environment.get("load_average")}, run.environment.get("cpus"))
     caution = ([] if busy is None else [busy]) + past_floors(run.rows, floor, measured=True)
     text = scaling_text(run.rows, run.scaling, run.sweep.reference, floor, caution)
     show(output_dir, "results.md", text)

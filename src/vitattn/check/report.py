@@ -122,7 +122,8 @@ def cautions(
     machine (a load above its CPUs at the start or the end), a kernel faster than floors taken
     against figures measured in this process (a peak or bandwidth measured in a slow moment),
     and a reference row whose images/s spread beyond :data:`STEADY_SPREAD`."""
-    busy = busy_line([env.get("load_average"), env.get("load_average_end")], env.get("cpus"))
+    loads = {"start": env.get("load_average"), "end": env.get("load_average_end")}
+    busy = busy_line(loads, env.get("cpus"))
     found = [] if busy is None else [busy]
     if kernels is not None:
         past = past_floors(kernels.rows, kernels.floor_device, measured=True)
