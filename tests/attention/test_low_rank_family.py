@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from scipy import stats
 
 from vitattn.attention.common.tiling import tiles
 from vitattn.attention.feature_maps.chunked import chunked_attention
@@ -217,6 +218,23 @@ def test_orthogonal_rows_are_orthogonal_within_a_block() -> None:
     block = rows[:16] / rows[:16].norm(dim=1, keepdim=True)
     torch.testing.assert_close(block @ block.T, torch.eye(16), atol=1e-5, rtol=0)
     assert rows.shape == (40, 16)
+
+
+def test_every_entry_of_the_random_rows_is_a_standard_normal_over_draws() -> None:
+    """FAVOR+ is unbiased only where each row is marginally N(0, I) (Choromanski et al. 2021,
+    section 2.4): QR's sign convention alone tilts row i towards a negative i-th coordinate, and
+    rows of a fixed length are not Gaussian vectors."""
+    generator = torch.Generator().manual_seed(0)
+    dim, draws = 8, 400
+    samples = torch.stack(
+        [orthogonal_gaussian_rows(dim, dim, torch.device("cpu"), generator) for _ in range(draws)]
+    ).double()
+    tests = dim * dim + 1
+    for row, column in itertools.product(range(dim), repeat=2):
+        entries = samples[:, row, column].numpy()
+        assert stats.kstest(entries, stats.norm.cdf).pvalue > 1e-3 / tests, (row, column)
+    lengths = samples.norm(dim=-1).flatten().numpy()
+    assert stats.kstest(lengths, stats.chi(dim).cdf).pvalue > 1e-3 / tests
 
 
 def test_rfa_redraws_every_training_step_only_when_asked() -> None:

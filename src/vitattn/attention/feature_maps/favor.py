@@ -40,7 +40,10 @@ def orthogonal_gaussian_rows(
     blocks = []
     for _ in range(math.ceil(rows / dim)):
         gaussian = torch.randn(dim, dim, device=device, dtype=torch.float32, generator=generator)
-        orthonormal, _ = torch.linalg.qr(gaussian)
+        orthonormal, triangular = torch.linalg.qr(gaussian)
+        # Haar-distributed Q (Mezzadri 2007): without this sign fix each row's direction is
+        # biased (row i's i-th coordinate leans negative; row 0's is never positive).
+        orthonormal = orthonormal * torch.diagonal(triangular).sign().unsqueeze(0)
         blocks.append(orthonormal.T)
     directions = torch.cat(blocks)[:rows]
     lengths = torch.randn(rows, dim, device=device, dtype=torch.float32, generator=generator).norm(
