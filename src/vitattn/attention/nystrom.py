@@ -14,6 +14,7 @@ path on V, as in the paper's implementation.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitattn.attention.common import knobs
@@ -136,8 +137,11 @@ class NystromAttention(AttentionKernel):
             kernel_3 = (query_landmarks @ keys.transpose(-2, -1)).softmax(dim=-1)  # (m, n)
             # right to left: m x m by m x d before n x m by that (2 m^2 d, not 2 n m^2 FLOPs)
             out = kernel_1 @ (self.pseudoinverse(kernel_2) @ (kernel_3 @ values))
-            if self.conv is not None:
-                out = out + self.conv(values)
+            if self.conv is not None:  # in fp32 too: under bf16-true its weight is bf16
+                conv = self.conv
+                out = out + F.conv2d(
+                    values, conv.weight.float(), padding=conv.padding, groups=conv.groups
+                )
         return out.to(v.dtype)
 
     def exact_because(self) -> str | None:
