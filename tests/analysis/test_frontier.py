@@ -110,6 +110,27 @@ def test_the_figure_joins_and_names_only_the_frontier(tmp_path: Path) -> None:
     plt.close(figure)
 
 
+def test_every_setting_is_placed_at_one_accuracy(tmp_path: Path) -> None:
+    """A setting without a test accuracy (run with ``test=false``) was placed at its best
+    validation accuracy, a maximum over validations, on the axis the others' test accuracy
+    named: where one lacks test/acc, all are placed at best val/acc."""
+    sweep = tmp_path / "sweep"
+    settings_of(sweep, SETTINGS)
+    for seed in (1, 2, 3):
+        metrics = sweep / f"attention=performer,seed={seed}" / "metrics.json"
+        metrics.write_text(metrics.read_text().replace('"test/acc"', '"untested"'))
+    settings = summary_of(read_runs([sweep])).settings
+    figure = frontier_figure(settings)
+    assert figure is not None
+    best_val = sorted(s.estimates["best_val_acc"].mean for s in settings)
+    for axes in figure.axes:
+        assert axes.get_ylabel() == "best validation accuracy"
+        markers = [c for c in axes.collections if isinstance(c, PathCollection)]
+        placed = sorted(y for c in markers for _, y in c.get_offsets())
+        assert placed == pytest.approx(best_val)
+    plt.close(figure)
+
+
 def test_each_cost_has_its_interval_drawn_within_the_frame(
     tmp_path: Path, make_run: Callable[..., Path]
 ) -> None:

@@ -45,13 +45,19 @@ PANEL_WIDTH = 6.0
 """Inches of figure per panel."""
 
 
-def accuracy_of(setting: Setting) -> tuple[str, Estimate | None]:
-    """The accuracy a setting is placed at: test/acc, else best val/acc."""
-    for key, name in (("test_acc", "test accuracy"), ("best_val_acc", "best validation accuracy")):
-        estimate = setting.estimates.get(key)
-        if estimate is not None:
-            return name, estimate
-    return "", None
+ACCURACIES = {"test_acc": "test accuracy", "best_val_acc": "best validation accuracy"}
+"""The accuracies a setting may be placed at, the first where every setting has it."""
+
+
+def accuracy_axis(settings: Sequence[Setting]) -> str:
+    """The one accuracy every setting is placed at: test/acc where each setting with an
+    accuracy has it, else best val/acc (a maximum over validations, which reads higher: the two
+    are never mixed on one axis)."""
+    measured = [s for s in settings if any(s.estimates.get(key) for key in ACCURACIES)]
+    for key in ACCURACIES:
+        if all(s.estimates.get(key) is not None for s in measured):
+            return key
+    return "best_val_acc"
 
 
 def pareto_front(points: Sequence[tuple[float, float]], more_is_better: bool) -> list[int]:
@@ -130,24 +136,26 @@ def plot_frontier(settings: Sequence[Setting], path: Path, title: str = "") -> b
 
 def frontier_figure(settings: Sequence[Setting], title: str = "") -> Figure | None:
     """The frontier of ``settings``: a panel per cost of :data:`PANELS` that some setting has,
-    each setting at its mean accuracy and cost; ``None`` when no setting has both."""
+    each setting at its mean accuracy (one for all: :func:`accuracy_axis`) and cost; ``None``
+    when no setting has both."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = []
+    axis = accuracy_axis(settings)
     for key, xlabel, more in PANELS:
         placed: list[tuple[Setting, Estimate, Estimate]] = []
         for setting in settings:
-            cost, (_, accuracy) = setting.estimates.get(key), accuracy_of(setting)
+            cost, accuracy = setting.estimates.get(key), setting.estimates.get(axis)
             if cost is not None and accuracy is not None and cost.mean > 0:
                 placed.append((setting, cost, accuracy))
         if placed:
             panels.append((key, xlabel, more, placed))
     if not panels:
         return None
-    accuracy_name = next((name for s in settings if (name := accuracy_of(s)[0])), "accuracy")
+    accuracy_name = ACCURACIES[axis]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     color_of = {s.label: colors[i % len(colors)] for i, s in enumerate(settings)}
     names, key_name = point_names([s.label for s in settings])
