@@ -77,6 +77,12 @@ def test_one_value_has_no_spread_and_no_interval() -> None:
     assert mean_interval([]) is None and mean_interval([None]) is None
 
 
+def test_an_infinite_value_is_left_out_as_nan_is() -> None:
+    """An infinity (a best val/acc from a planted event file) reached ``statistics.stdev``,
+    whose AttributeError ended the whole summary in one warning."""
+    assert mean_interval([0.4, float("inf"), 0.5, float("-inf")]) == mean_interval([0.4, 0.5])
+
+
 def test_identical_values_have_an_interval_of_zero_width() -> None:
     estimate = mean_interval([0.1, 0.1, 0.1])
     assert estimate is not None and estimate.std == 0.0 and estimate.low == estimate.high == 0.1

@@ -5,15 +5,17 @@ statsmodels, independently of vitattn's code."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
-from tests.analysis.conftest import write_seeded_sweep
+from tests.analysis.conftest import write_run, write_seeded_sweep
 from tests.support.tables import read_csv
 from vitattn.analysis.summary import summarize
 
@@ -95,13 +97,15 @@ def test_summary_md_opens_with_each_verdict(sweep: Path) -> None:
     lines = (sweep / "summary.md").read_text().splitlines()
     assert lines[0] == (
         "Against attention=softmax, on test/acc: 2 comparisons, corrected for "
-        "(Holm-Bonferroni: at most a 5% chance of any false verdict)."
+        "(Holm-Bonferroni: at most a 5% chance of any false verdict; each interval is its "
+        "comparison's own, not corrected)."
     )
     linear, performer = lines[2], lines[3]
     assert linear.startswith("- attention=linear: -0.043 [")
     assert "(paired t over 3 seeds), p = 0.039, 0.078 after correction" in linear
     assert "**no detectable difference**" in linear
-    assert f"; {seeds_for_power('linear', 0.025)} seeds per setting would detect it" in linear
+    needed = seeds_for_power("linear", 0.025)
+    assert f"; about {needed} seeds per setting would detect it, if the difference and" in linear
     assert "same hydra.sweep.dir: only the new jobs run" in linear
     assert performer.startswith("- attention=performer: +0.007 [")
     assert "below what this sweep can resolve (more than 50 seeds per setting)" in performer
@@ -124,7 +128,9 @@ def test_a_difference_of_zero_claims_no_seeds_it_would_need(
     sweep = write_seeded_sweep(tmp_path / "same", {"softmax": softmax, "linear": linear})
     summarize([sweep])
     line = (sweep / "summary.md").read_text().splitlines()[2]
-    assert line.startswith("- attention=linear: +0.000 [")
+    assert line.startswith("- attention=linear: +0.000 ")
+    if softmax == linear:  # no interval of zero width
+        assert line.startswith("- attention=linear: +0.000 (paired t over 3 seeds), p = 1:")
     assert "**no detectable difference**; the difference observed is 0: there is none" in line
     assert "seeds per setting" not in line
     assert settings(sweep)["attention=linear"]["seeds_needed"] == ""
@@ -142,32 +148,121 @@ def test_a_single_comparison_is_not_corrected(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("linear", "test"),
+    ("first_linear_seed", "test", "plan"),
     [
-        ((0.5 + 1 / 1024, 0.25 + 1 / 1024), "sign test over 2 seeds), p = 0.5"),
-        ((0.5 + 1 / 1024, 0.5 + 1 / 1024), "Mann-Whitney U, 2 and 3 runs), p = 0.2"),
+        (
+            1,
+            "+0.001 (sign test over 2 seeds both ran; 1 without a pair left out), p = 0.5",
+            "every seed moved alike: 6 seeds that all do would decide it",
+        ),
+        (
+            4,
+            "+0.001 (Mann-Whitney U, 2 and 3 runs), p = 0.2",
+            "each setting's seeds scored alike: no spread",
+        ),
     ],
     ids=["paired", "two samples"],
 )
 def test_seeds_that_moved_by_the_same_image_are_tested_without_dividing_by_no_spread(
-    tmp_path: Path, linear: tuple[float, ...], test: str
+    tmp_path: Path, first_linear_seed: int, test: str, plan: str
 ) -> None:
-    """Two seeds of linear, each one test image above softmax's (paired), or two settings whose
-    seeds each scored alike (two samples, the seeds not shared): a spread observed to be 0,
-    which accuracies counted in whole images give often, is no evidence that the spread is 0.
-    It was taken as certain, p = 0, and the summary called linear **better** at any correction
-    with an interval of zero width; scipy's t-test, dividing by that spread, says the same. The
-    exact tests that do not divide by it say how likely the agreement is by chance: two seeds
-    that agree, p = 0.5 (the sign test); 2 and 3 runs apart, p = 0.2 (Mann-Whitney's U)."""
-    softmax = (0.5, 0.25) if linear[0] != linear[1] else (0.5, 0.5, 0.5)
-    sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": softmax, "linear": linear})
+    """Two seeds of linear, each one test image above softmax's (paired over the two seeds both
+    ran), or two settings whose seeds each scored alike (two samples, the seeds not shared): a
+    spread observed to be 0, which accuracies counted in whole images give often, is no
+    evidence that the spread is 0. It was taken as certain, p = 0, and the summary called linear
+    **better** at any correction with an interval of zero width; scipy's t-test, dividing by
+    that spread, says the same. The exact tests that do not divide by it say how likely the
+    agreement is by chance, and give no interval: two seeds that agree, p = 0.5 (the sign
+    test); 2 and 3 runs apart, p = 0.2 (Mann-Whitney's U)."""
+    sweep = write_seeded_sweep(tmp_path / "sweep", {"softmax": (0.5, 0.5, 0.5)})
+    for seed in (first_linear_seed, first_linear_seed + 1):
+        overrides = ["attention=linear", f"seed={seed}"]
+        accuracy = 0.5 + 1 / 1024
+        metrics = {"test/acc": accuracy}
+        write_run(sweep / f"attention=linear,seed={seed}", overrides, maps=False, metrics=metrics)
     summarize([sweep])
     record = settings(sweep)["attention=linear"]
     assert record["test_acc_diff_delta"] != "" and float(record["test_acc_diff_delta"]) > 0
+    assert (record["test_acc_diff_low"], record["test_acc_diff_high"]) == ("", "")
     assert record["verdict"] == "no detectable difference"
-    line = (sweep / "summary.md").read_text().splitlines()[2]
+    line = next(
+        line for line in (sweep / "summary.md").read_text().splitlines() if "=linear:" in line
+    )
     assert test in line, line
-    assert "**no detectable difference**; the seeds' figures do not vary" in line
+    assert f"**no detectable difference**; {plan}" in line, line
+
+
+def test_seeds_one_image_apart_in_float32_are_alike(tmp_path: Path) -> None:
+    """Test accuracies as torchmetrics records them, float32 counts of 1017 images: three seeds
+    of linear each one image above softmax's. As float32 values the three differences are not
+    equal (1e-8 apart), and the paired t-test, dividing by that rounding, called linear
+    **better** at p = 1e-10 on one image a seed; they are the same difference, and the sign
+    test says three seeds agree by chance with p = 0.25."""
+    counts = (190, 300, 450)
+    recorded = {
+        "softmax": tuple(float(np.float32(k / 1017)) for k in counts),
+        "linear": tuple(float(np.float32((k + 1) / 1017)) for k in counts),
+    }
+    differences = [a - b for a, b in zip(recorded["linear"], recorded["softmax"], strict=True)]
+    assert len(set(differences)) > 1  # the float32 rounding this is about
+    sweep = write_seeded_sweep(tmp_path / "sweep", recorded)
+    summarize([sweep])
+    record = settings(sweep)["attention=linear"]
+    assert (record["test_acc_diff_test"], record["verdict"]) == (
+        "sign test",
+        "no detectable difference",
+    )
+    assert float(record["test_acc_diff_p"]) == pytest.approx(stats.binomtest(3, 3).pvalue)
+
+
+def test_seeds_that_all_scored_alike_show_their_test_sets_interval(tmp_path: Path) -> None:
+    """Two seeds of one accuracy have a spread of 0 and a t interval of zero width: the table
+    showed a bare 0.404, as exact as a FLOP count; the test set (1017 images) still bounds it,
+    as it does one run's."""
+    accuracy = float(np.float32(411 / 1017))
+    accuracies = {"softmax": (accuracy, accuracy), "linear": (0.3, 0.31)}
+    sweep = write_seeded_sweep(
+        tmp_path / "sweep",
+        accuracies,
+        extra=lambda attention, seed: {"test/confusion_matrix": [[1000, 17]]},
+    )
+    summarize([sweep])
+    record = settings(sweep)["attention=softmax"]
+    low, high = stats.binomtest(411, 1017).proportion_ci(0.95, method="exact")
+    assert record["test_acc_interval"] == "binomial"
+    assert float(record["test_acc_low"]) == pytest.approx(low)
+    assert float(record["test_acc_high"]) == pytest.approx(high)
+    assert f"0.404 ± 0.000 [{low:.3f}, {high:.3f}]" in (sweep / "summary.md").read_text()
+
+
+def test_a_verdict_says_what_it_was_reached_on(tmp_path: Path) -> None:
+    """A setting that lost runs is compared on those that completed, and one without a test
+    accuracy on its best validation accuracy: the sentence said neither (the runs not completed
+    were only in the table's notes, the figure only in the opening line, which names test/acc)."""
+    accuracies = {
+        "softmax": (0.50, 0.52, 0.54),
+        "linear": (0.47, 0.46, 0.50),
+        "performer": (0.51, 0.51, 0.56),
+    }
+    sweep = write_seeded_sweep(tmp_path / "sweep", accuracies)
+    write_run(
+        sweep / "attention=linear,seed=4",
+        ["attention=linear", "seed=4"],
+        maps=False,
+        metrics={"status": "failed", "test/acc": None},
+    )
+    for seed in (1, 2, 3):
+        run = sweep / f"attention=performer,seed={seed}" / "metrics.json"
+        metrics = json.loads(run.read_text())
+        del metrics["test/acc"]
+        run.write_text(json.dumps(metrics))
+    summarize([sweep])
+    lines = (sweep / "summary.md").read_text().splitlines()
+    assert lines[0].startswith("Against attention=softmax, on test/acc: 2 comparisons")
+    linear = next(line for line in lines if line.startswith("- attention=linear:"))
+    assert "(paired t over 3 seeds; on the completed runs only: attention=linear 3 of 4)" in linear
+    performer = next(line for line in lines if line.startswith("- attention=performer:"))
+    assert performer.startswith("- attention=performer: on best val/acc, +0.007 [")
 
 
 def test_six_seeds_that_each_moved_by_the_same_image_are_better_by_the_sign_test(

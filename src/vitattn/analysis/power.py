@@ -51,6 +51,16 @@ def seeds_needed(difference: Difference, level: float) -> int | None:
     return low
 
 
+def seeds_agreeing_needed(level: float) -> int:
+    """The fewest seeds that, all moved the same way, the sign test
+    (:data:`vitattn.analysis.uncertainty.SIGN`) finds below ``level``: its two-sided p-value
+    for n seeds that agree is 2^(1 - n), whatever the size of the move."""
+    seeds = 2
+    while 2.0 ** (1 - seeds) >= level:
+        seeds += 1
+    return seeds
+
+
 def smallest_detectable(difference: Difference, level: float) -> float | None:
     """The smallest difference that the seeds compared detect with :data:`POWER` at ``level``,
     in the figure's units; ``None`` without spread or with fewer than two seeds a side."""

@@ -10,11 +10,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vitattn.analysis.comparison import COMPARED, Comparison
+from vitattn.analysis.comparison import COMPARED, FAMILY_LEVEL, Comparison
 from vitattn.analysis.grouping import FIGURES, Setting
-from vitattn.analysis.power import MOST_SEEDS
+from vitattn.analysis.power import MOST_SEEDS, seeds_agreeing_needed
 from vitattn.analysis.records import SUMMARY_COLUMNS
-from vitattn.analysis.uncertainty import NO_DIFFERENCE, PAIRS, Difference, Estimate
+from vitattn.analysis.uncertainty import (
+    MANN_WHITNEY,
+    NO_DIFFERENCE,
+    PAIRS,
+    SIGN,
+    Difference,
+    Estimate,
+)
 from vitattn.runs.files import write_text
 from vitattn.runs.results import markdown_table, write_csv
 
@@ -27,11 +34,12 @@ SHOWN_COLUMNS += ("test_acc", "images_per_sec", "seconds", "attempts", "error")
 
 SETTINGS_INTRO = (
     "Settings: runs that differ only by seed, grouped. Each figure is the mean \N{PLUS-MINUS SIGN} "
-    "std [95% interval, Student's t] over completed runs; for one run, test/acc shows the 95% "
-    "binomial interval of its test set. \N{GREEK CAPITAL LETTER DELTA}: difference from the "
-    "baseline [95% interval], paired t over the seeds both completed, else Welch (test, with its "
-    "n); the verdict is on test/acc, from its p-value adjusted for the number of comparisons "
-    "(Holm-Bonferroni)."
+    "std [95% interval, Student's t] over completed runs; for one run, or seeds that all scored "
+    "alike, test/acc shows the 95% binomial interval of one run's test set. "
+    "\N{GREEK CAPITAL LETTER DELTA}: difference from the baseline [95% interval, not corrected "
+    "for the number of comparisons], paired t over the seeds both completed, else Welch (test, "
+    "with its n); the verdict is on test/acc, from its p-value adjusted for the number of "
+    "comparisons (Holm-Bonferroni)."
 )
 ADD_SEEDS = "same command with more seeds and the same hydra.sweep.dir: only the new jobs run"
 """How to add seeds to a finished sweep, said where a verdict is undecided."""
@@ -120,8 +128,8 @@ def format_estimate(estimate: Estimate | None, key: str) -> str:
     if estimate is None:
         return ""
     text = _number(estimate.mean, key)
-    if estimate.std == 0:  # every run the same (a FLOP count): the interval says nothing
-        return text
+    if estimate.std == 0 and estimate.interval != "binomial":
+        return text  # every run the same (a FLOP count): the interval says nothing
     if estimate.std is not None and estimate.n > 1:
         text += f" ± {_number(estimate.std, key)}"
     if estimate.low is not None and estimate.high is not None:
@@ -167,23 +175,42 @@ def verdict_lines(comparisons: Sequence[Comparison], baseline: Setting) -> list[
     sentence per setting against ``baseline`` (difference, interval, test, p, verdict, and for
     an undecided verdict the seeds that would decide it)."""
     family = max((c.family for c in comparisons), default=0)
-    judged = next((c.judged for c in comparisons if c.judged), "test_acc")
+    judged = headline_figure(comparisons)
     corrected = (
         f"{family} comparisons, corrected for (Holm-Bonferroni: at most a 5% chance of any "
-        "false verdict)"
+        "false verdict; each interval is its comparison's own, not corrected)"
         if family > 1
         else "1 comparison (no correction needed)"
     )
     lines = [f"Against {baseline.label}, on {COMPARED[judged]}: {corrected}.", ""]
     for comparison in comparisons:
         if comparison.setting is not baseline:
-            lines.append(f"- {comparison.setting.label}: {verdict_sentence(comparison)}")
+            sentence = verdict_sentence(comparison, judged, baseline)
+            lines.append(f"- {comparison.setting.label}: {sentence}")
     return lines
 
 
-def verdict_sentence(comparison: Comparison) -> str:
+def headline_figure(comparisons: Sequence[Comparison]) -> str:
+    """The figure most verdicts are on (test/acc unless no setting has it), which the opening
+    line names; a verdict on another names its own."""
+    judged = [c.judged for c in comparisons if c.judged]
+    return max(COMPARED, key=judged.count) if judged else "test_acc"
+
+
+def incomplete(setting: Setting) -> str | None:
+    """``linear 3 of 5`` where some of ``setting``'s runs did not complete (failed, cut, pruned
+    or still running), for a verdict reached on the rest."""
+    runs, completed = len(setting.runs), len(setting.completed) + len(setting.repeats)
+    return f"{setting.label} {completed} of {runs}" if completed < runs else None
+
+
+def verdict_sentence(
+    comparison: Comparison, headline: str = "test_acc", baseline: Setting | None = None
+) -> str:
     """One setting's verdict in words: ``-0.053 [-0.096, -0.009] (paired t over 3 seeds), p =
-    0.033, 0.17 after correction: no detectable difference; ...``."""
+    0.033, 0.17 after correction: no detectable difference; ...``; with the figure it is on
+    where that is not the ``headline``'s, the seeds left unpaired, and the runs of this setting
+    or of ``baseline`` that did not complete."""
     difference = comparison.difference
     if difference is None:
         return comparison.verdict
@@ -192,7 +219,14 @@ def verdict_sentence(comparison: Comparison) -> str:
         if difference.test in PAIRS
         else f"{difference.test}, {difference.n_a} and {difference.n_b} runs"
     )
+    if difference.unpaired:
+        over += f" both ran; {difference.unpaired} without a pair left out"
+    missing = [m for m in (incomplete(comparison.setting), baseline and incomplete(baseline)) if m]
+    if missing:
+        over += f"; on the completed runs only: {', '.join(missing)}"
     text = f"{format_difference(difference)} ({over})"
+    if comparison.judged and comparison.judged != headline:
+        text = f"on {COMPARED[comparison.judged]}, {text}"
     if difference.p is not None:
         text += f", p = {difference.p:.2g}"
         if comparison.family > 1 and comparison.p_adjusted is not None:
@@ -202,12 +236,23 @@ def verdict_sentence(comparison: Comparison) -> str:
         return text
     if difference.delta == 0:
         text += "; the difference observed is 0: there is none to plan more seeds for"
+    elif difference.test == SIGN:
+        level = FAMILY_LEVEL / max(comparison.family, 1)
+        text += (
+            f"; every seed moved alike: {seeds_agreeing_needed(level)} seeds that all do would "
+            f"decide it ({ADD_SEEDS})"
+        )
+    elif difference.test == MANN_WHITNEY:
+        text += "; each setting's seeds scored alike: no spread to plan more seeds from"
     elif not difference.spread:
         text += "; the seeds' figures do not vary: no spread to plan more seeds from"
     elif comparison.seeds_needed is None:
         text += f"; below what this sweep can resolve (more than {MOST_SEEDS} seeds per setting)"
     else:
-        text += f"; {comparison.seeds_needed} seeds per setting would detect it ({ADD_SEEDS})"
+        text += (
+            f"; about {comparison.seeds_needed} seeds per setting would detect it, if the "
+            f"difference and spread observed hold ({ADD_SEEDS})"
+        )
     if comparison.detectable is not None:
         now = difference.sizes
         text += f"; the smallest difference {now} seeds detect: {comparison.detectable:.3f}"

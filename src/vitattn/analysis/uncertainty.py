@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 CONFIDENCE = 0.95
@@ -27,6 +27,12 @@ ACCURACY_DIFFERENCE = (-1.0, 1.0)
 """The range of the difference between two accuracies, which its interval is cut to."""
 UNBOUNDED = (-math.inf, math.inf)
 """No range: an interval left whole."""
+RECORDING_PRECISION = 4 * 2.0**-23
+"""How far apart, relative to the largest figure, two differences of figures may be and still be
+the same difference: the figures are float32 values (torchmetrics' and TensorBoard's), each
+rounded by half a unit (2^-24 of itself), so a difference of two moves by up to one unit of the
+larger, and two differences apart by two; twice that leaves room. A whole test image on even a
+million images (1e-6) is far above it, so counts that truly differ are never taken as alike."""
 
 BETTER = "better"
 WORSE = "worse"
@@ -65,9 +71,12 @@ class Difference:
     p-value from ``test``: :data:`PAIRED` (Student's t over the per-seed differences, ``n_a ==
     n_b`` pairs) or :data:`WELCH` (two samples, unequal variances), and where the spread they
     divide by is 0 but the difference is not, the exact tests that do not divide by it:
-    :data:`SIGN` (pairs) or :data:`MANN_WHITNEY` (two samples). ``spread`` is the standard
-    deviation the test divides by: of the per-seed differences (paired), or the root mean square
-    of the two samples' (Welch); what a power calculation needs."""
+    :data:`SIGN` (pairs) or :data:`MANN_WHITNEY` (two samples), which give a p-value and no
+    interval (nor does a difference of 0 without spread: an interval of zero width would claim a
+    certainty no seeds give). ``spread`` is the standard deviation the test divides by: of the
+    per-seed differences (paired), or the root mean square of the two samples' (Welch); what a
+    power calculation needs. ``unpaired`` counts the seeds of either setting that the other did
+    not run, left out of a paired test."""
 
     delta: float
     low: float | None
@@ -78,6 +87,7 @@ class Difference:
     n_b: int = 0
     p: float | None = None
     spread: float | None = None
+    unpaired: int = 0
 
     @property
     def sizes(self) -> str:
@@ -86,8 +96,14 @@ class Difference:
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
-    """The values that are numbers (``None`` and NaN left out)."""
-    return [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    """The values that are finite numbers (``None``, NaN and infinities left out)."""
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def alike(values: Sequence[float], scale: float) -> bool:
+    """Whether ``values`` (figures, or differences of figures no larger than ``scale``) are one
+    value to the precision the figures were recorded at (:data:`RECORDING_PRECISION`)."""
+    return max(values) - min(values) <= RECORDING_PRECISION * scale
 
 
 def cut(low: float, high: float, bounds: tuple[float, float]) -> tuple[float, float]:
@@ -101,7 +117,8 @@ def mean_interval(
     bounds: tuple[float, float] = UNBOUNDED,
 ) -> Estimate | None:
     """The mean of ``values`` with Student's t interval (``None`` if there is no value). With one
-    value, no std and no interval; with identical values, an interval of zero width.
+    value, no std and no interval; with identical values, an interval of zero width (which
+    :func:`accuracy_estimate` replaces by the test set's).
 
     The interval is cut to ``bounds``, the range the figure's mean lies in (an accuracy's 0 to
     1): with two seeds it reaches 12.7 standard errors either side of the mean, and an accuracy
@@ -142,12 +159,14 @@ def accuracy_estimate(
     confidence: float = CONFIDENCE,
 ) -> Estimate | None:
     """:func:`mean_interval` of test accuracies (within 0 and 1); for a single run evaluated on
-    ``trials`` images, its binomial interval instead."""
+    ``trials`` images, or seeds that all scored alike (whose spread, 0, bounds nothing), the
+    binomial interval of one run's test set instead: the seeds agree, the finite test set still
+    bounds what their accuracy says."""
     estimate = mean_interval(accuracies, confidence, ACCURACY)
-    if estimate is None or estimate.n > 1 or not trials:
+    if estimate is None or (estimate.n > 1 and estimate.std != 0) or not trials:
         return estimate
     low, high = binomial_interval(estimate.mean, trials, confidence)
-    return Estimate(1, estimate.mean, None, low, high, "binomial")
+    return Estimate(estimate.n, estimate.mean, estimate.std, low, high, "binomial")
 
 
 def welch_difference(
@@ -169,11 +188,12 @@ def welch_difference(
     if len(x) < 2 or len(y) < 2:
         return Difference(delta, None, None, None, **sizes)
     spread = math.sqrt((statistics.variance(x) + statistics.variance(y)) / 2)
-    if max(x) == min(x) and max(y) == min(y):  # no spread: the difference is what it is
-        if delta == 0:
-            return Difference(delta, delta, delta, None, **sizes, p=1.0, spread=0.0)
+    scale = max(abs(v) for v in x + y)
+    if alike(x, scale) and alike(y, scale):  # no spread: the difference is what it is
+        if alike([statistics.mean(x), statistics.mean(y)], scale):
+            return Difference(0.0, None, None, None, **sizes, p=1.0, spread=0.0)
         p = float(stats.mannwhitneyu(x, y, method="exact").pvalue)
-        return Difference(delta, delta, delta, None, MANN_WHITNEY, len(x), len(y), p, 0.0)
+        return Difference(delta, None, None, None, MANN_WHITNEY, len(x), len(y), p, 0.0)
     result = stats.ttest_ind(x, y, equal_var=False)
     return _tested(delta, result, confidence, bounds, spread, WELCH, len(x), len(y))
 
@@ -192,11 +212,15 @@ def paired_difference(
     differences = [x - y for x, y in pairs]
     delta, n = statistics.mean(differences), len(pairs)
     spread = statistics.stdev(differences)
-    if spread == 0 and delta == 0:  # no seed moved: there is no difference
-        return Difference(delta, delta, delta, n - 1, PAIRED, n, n, 1.0, 0.0)
-    if spread == 0:  # every seed moved by the same amount: how often n seeds agree by chance
+    scale = max(abs(v) for v in a + b)
+    # Alike to the figures' float32 precision, not to the last bit: 192/1017 - 191/1017 and
+    # 500/1017 - 499/1017, one image each, differ by 1e-8 as float32 values, and a t-test
+    # dividing by that called one image on every seed "better" at p = 1e-10.
+    if alike(differences, scale) and alike([delta, 0.0], scale):  # no seed moved
+        return Difference(0.0, None, None, None, PAIRED, n, n, 1.0, 0.0)
+    if alike(differences, scale):  # every seed moved alike: how often n seeds agree by chance
         p = float(stats.binomtest(n if delta > 0 else 0, n).pvalue)
-        return Difference(delta, delta, delta, None, SIGN, n, n, p, 0.0)
+        return Difference(delta, None, None, None, SIGN, n, n, p, 0.0)
     return _tested(delta, stats.ttest_rel(a, b), confidence, bounds, spread, PAIRED, n, n)
 
 
@@ -225,14 +249,17 @@ def seed_difference(
     bounds: tuple[float, float] = UNBOUNDED,
 ) -> Difference | None:
     """The difference between two settings' values by seed: paired
-    (:func:`paired_difference`) when both have a value for the same two or more seeds and for
-    no other, Welch's (:func:`welch_difference`) otherwise; its interval cut to ``bounds``
-    (:data:`ACCURACY_DIFFERENCE` for two accuracies)."""
+    (:func:`paired_difference`) over the seeds both have a value for, when there are two or
+    more (the others counted as ``unpaired``: one seed failed on one side must not throw the
+    pairing away for all the rest), Welch's (:func:`welch_difference`) otherwise; its interval
+    cut to ``bounds`` (:data:`ACCURACY_DIFFERENCE` for two accuracies)."""
     x = {seed: v for seed, v in a.items() if finite([v])}
     y = {seed: v for seed, v in b.items() if finite([v])}
-    if len(x) >= 2 and x.keys() == y.keys():
-        pairs = [(float(x[s]), float(y[s])) for s in x]  # type: ignore[arg-type]
-        return paired_difference(pairs, confidence, bounds)
+    shared = [seed for seed in x if seed in y]
+    if len(shared) >= 2:
+        pairs = [(float(x[s]), float(y[s])) for s in shared]  # type: ignore[arg-type]
+        paired = paired_difference(pairs, confidence, bounds)
+        return replace(paired, unpaired=len(x) + len(y) - 2 * len(shared))
     return welch_difference(list(x.values()), list(y.values()), confidence, bounds)
 
 
@@ -241,12 +268,13 @@ def verdict(
 ) -> str:
     """``better`` or ``worse`` when ``p`` (the difference's own p-value unless a corrected one
     is given) is below ``level``, ``no detectable difference`` otherwise, ``one seed: no
-    conclusion`` when there is no interval, ``no data`` when there is no difference to judge."""
+    conclusion`` when there was no test (a setting with one seed), ``no data`` when there is no
+    difference to judge."""
     if difference is None:
         return NO_DATA
-    if difference.low is None or difference.high is None:
+    if difference.p is None:
         return ONE_SEED
     p = difference.p if p is None else p
-    if p is None or math.isnan(p) or p >= level:
+    if math.isnan(p) or p >= level:
         return NO_DIFFERENCE
     return BETTER if difference.delta > 0 else WORSE
