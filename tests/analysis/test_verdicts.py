@@ -295,3 +295,31 @@ def test_a_difference_interval_in_the_summary_stays_within_minus_one_and_one(
     whole = stats.ttest_rel([0.9, 0.1], [0.1, 0.9]).confidence_interval(0.95)
     assert whole.low < -1 < 1 < whole.high
     assert float(record["test_acc_diff_p"]) == pytest.approx(1.0)
+
+
+def test_runs_trained_apart_under_one_label_are_said_to_be(tmp_path: Path) -> None:
+    """Two sweeps read together whose configs differ where no override said so (a default
+    changed between them: 300 steps, then 5000), and a run tested on another test set: their
+    runs share a label and were counted as one setting's seeds without a word."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_seeded_sweep(first, {"softmax": (0.50,), "linear": (0.47,)})
+    for attention, accuracy in (("softmax", 0.52), ("linear", 0.46)):
+        overrides = [f"attention={attention}", "seed=2"]
+        metrics = {"test/acc": accuracy}
+        if attention == "linear":
+            metrics["test/confusion_matrix"] = [[9000, 1000]]
+        write_run(second / f"attention={attention},seed=2", overrides, steps=5000, metrics=metrics)
+    write_run(
+        first / "attention=linear,seed=3",
+        ["attention=linear", "seed=3"],
+        metrics={"test/acc": 0.48, "test/confusion_matrix": [[1000, 17]]},
+    )
+    summary = summarize([first, second])
+    notes = {setting.label: setting.notes for setting in summary.settings}
+    assert notes["attention=softmax"] == [
+        "runs trained apart, not seeds of one setting alone: trainer.max_steps 300, 5000"
+    ]
+    assert notes["attention=linear"] == [
+        "runs trained apart, not seeds of one setting alone: trainer.max_steps 300, 5000; "
+        "test images 10000, 1017"
+    ]

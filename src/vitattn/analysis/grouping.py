@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vitattn.analysis.records import Run
+from vitattn.analysis.records import NOT_SETTINGS, Run, is_a_setting
 from vitattn.analysis.uncertainty import (
     ACCURACY,
     NOT_NEGATIVE,
@@ -31,7 +31,9 @@ from vitattn.analysis.uncertainty import (
     accuracy_estimate,
     mean_interval,
 )
+from vitattn.runs.files import one_line
 from vitattn.runs.layout import RunState
+from vitattn.runs.recorded import flattened
 
 DEFAULT_BASELINE = "attention=softmax"
 
@@ -129,8 +131,35 @@ class Setting:
                 f"{len(repeats)} of {len(self.runs)} runs repeat a seed, or the results, of a run "
                 f"already counted, left out: {names}{more}"
             )
+        apart = trained_apart(self.completed)
+        if apart:
+            notes.append(f"runs trained apart, not seeds of one setting alone: {apart}")
         notes += sorted({f"exact: {row['degenerate']}" for row in self.rows if row["degenerate"]})
         return notes
+
+
+MOST_NAMED = 3
+"""Settings named in a note of runs trained apart; then how many more."""
+
+
+def trained_apart(members: Sequence[RunRow]) -> str:
+    """The settings in which runs of one label differ (``trainer.max_steps 300, 5000``): what
+    no override named, such as a config's default changed between two sweeps read together, or
+    a test set of another size (a data folder, a place, is not a setting); empty where none."""
+    values: dict[str, set[str | None]] = {}
+    for member in members:
+        for key in flattened(member.run.config):
+            if is_a_setting(key) and key not in NOT_SETTINGS:
+                values.setdefault(key, set()).add(member.run.setting_of_what_it_trained(key))
+    tested = {member.row.get("test_images") for member in members} - {None}
+    values["test images"] = {str(count) for count in tested}
+    apart = [(key, found) for key, found in values.items() if len(found) > 1]
+    named = [
+        f"{key} {', '.join(sorted(one_line(str(v))[:40] for v in found))}"
+        for key, found in apart[:MOST_NAMED]
+    ]
+    more = f" and {len(apart) - MOST_NAMED} more" if len(apart) > MOST_NAMED else ""
+    return "; ".join(named) + more
 
 
 def group_settings(runs: Sequence[RunRow]) -> tuple[Setting, ...]:
