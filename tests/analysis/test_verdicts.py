@@ -190,6 +190,7 @@ def test_seeds_that_moved_by_the_same_image_are_tested_without_dividing_by_no_sp
     )
     assert test in line, line
     assert f"**no detectable difference**; {plan}" in line, line
+    assert record["test_acc_diff_unpaired"] == ("1" if first_linear_seed == 1 else "0")
 
 
 def test_seeds_one_image_apart_in_float32_are_alike(tmp_path: Path) -> None:

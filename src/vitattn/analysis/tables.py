@@ -102,7 +102,7 @@ def setting_record(comparison: Comparison) -> dict[str, Any]:
             record["test_acc_interval"] = None if estimate is None else estimate.interval
     for key in COMPARED:
         difference = comparison.differences.get(key)
-        for part in ("delta", "low", "high", "df", "test", "sizes", "p"):
+        for part in ("delta", "low", "high", "df", "test", "sizes", "unpaired", "p"):
             record[f"{key}_diff_{part}"] = None if difference is None else getattr(difference, part)
     record["judged"] = comparison.judged or None
     record["p_holm"] = comparison.p_adjusted
@@ -159,15 +159,17 @@ def format_difference(difference: Difference | None) -> str:
 
 
 def format_test(comparison: Comparison) -> dict[str, str]:
-    """The test the verdict used with its n (``paired t, 3``; ``Welch, 3/2``) and its p-value
-    with the Holm-adjusted one (``0.033 (0.17)``)."""
+    """The test the verdict used with its n (``paired t, 3``; ``Welch, 3/2``; ``paired t, 4, 1
+    unpaired``: a seed only one setting completed) and its p-value with the Holm-adjusted one
+    (``0.033 (0.17)``)."""
     difference = comparison.difference
     if difference is None:
         return {"test": "", "p": ""}
     p = "" if difference.p is None else f"{difference.p:.3g}"
     if comparison.p_adjusted is not None:
         p += f" ({comparison.p_adjusted:.3g})"
-    return {"test": f"{difference.test}, {difference.sizes}", "p": p}
+    unpaired = f", {difference.unpaired} unpaired" if difference.unpaired else ""
+    return {"test": f"{difference.test}, {difference.sizes}{unpaired}", "p": p}
 
 
 def verdict_lines(comparisons: Sequence[Comparison], baseline: Setting) -> list[str]:
