@@ -233,6 +233,12 @@ def _drawn_shuffle_seed() -> int:
     return int(torch.randint(0, 2**31 - 1, (1,)).item())
 
 
+def _drawn_augment_seed() -> int:
+    """A seed of the augmentation (unless ``data.augment_seed`` names one), drawn from torch's
+    global generator."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
 def few_validation_images(val_fraction: float, held_out: int, images: int) -> str:
     """The warning for a validation set of ``held_out`` of ``images`` training images, with the
     smallest ``data.val_fraction`` (to a thousandth) that holds out
@@ -276,8 +282,12 @@ class CIFAR10DataModule(L.LightningDataModule):
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
         self._resume_batches = 0
-        # Seed of the epoch order, from the global seed (``seed_everything`` ran before this).
+        # Seeds of the epoch order and of the augmentation, from the global seed
+        # (``seed_everything`` ran before this), drawn before the network is built: the
+        # augmentation's was drawn at the first batch until 2026-12-02, after the network, whose
+        # attention's draws then changed every flip at one seed (training audit).
         self.shuffle_seed = _drawn_shuffle_seed()
+        self.augment_seed = _drawn_augment_seed()
 
     @property
     def folder(self) -> Path:
@@ -418,6 +428,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         seeding, so that each network trains on the same batches, augmented alike, whatever the
         ones before it drew (``vitattn-check``'s training rows)."""
         self.shuffle_seed = _drawn_shuffle_seed()
+        self.augment_seed = _drawn_augment_seed()
         self._generator, self._generator_state = None, None
         self.generator(device)
 
@@ -430,9 +441,7 @@ class CIFAR10DataModule(L.LightningDataModule):
                 self._generator_state = None
             else:
                 seed = self.settings.augment_seed
-                if seed is None:  # from torch's global generator, which seed_everything seeded
-                    seed = int(torch.randint(0, 2**62, (1,)).item())
-                self._generator.manual_seed(seed)
+                self._generator.manual_seed(self.augment_seed if seed is None else seed)
         return self._generator
 
     def augment(self, images: torch.Tensor) -> torch.Tensor:

@@ -86,7 +86,11 @@ def gflop_per_image(net: nn.Module, example: torch.Tensor) -> float | None:
     def forward_backward() -> None:
         probe(example.clone()).float().sum().backward()
 
-    return count_gflop(forward_backward)
+    # In a fork of torch's generators: a training forward of a kernel that redraws (performer,
+    # random_feature, reformer) draws from them, and the run's stream must not depend on it.
+    cuda = [example.device.index or 0] if example.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        return count_gflop(forward_backward)
 
 
 def sixteen_bit_dtype(precision: str) -> str | None:

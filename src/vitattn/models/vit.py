@@ -8,6 +8,7 @@ every pixel is a token, the setting of the founding report and of Long Range Are
 from __future__ import annotations
 
 import copy
+import hashlib
 import types
 from collections.abc import Callable
 from typing import Any
@@ -359,22 +360,28 @@ class VisionTransformer(nn.Module):
         self.num_patches = (image_size // patch_size) ** 2
         self.seq_len = self.num_patches + (1 if pool == "cls" else 0)
 
-        self.patch_embed = (
-            PatchEmbedding(in_channels, embed_dim, patch_size)
-            if embedding == "patch"
-            else IntensityEmbedding(in_channels, embed_dim)
-        )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if pool == "cls" else None
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.seq_len, embed_dim))
-        self.embed_dropout = nn.Dropout(dropout)
-        drop_rates = [drop_path * i / max(1, depth - 1) for i in range(depth)]
-        self.blocks = nn.ModuleList(
-            Block(embed_dim, heads, mlp_dim, self.seq_len, attention, dropout, rate)
-            for rate in drop_rates
-        )
-        self.norm = nn.LayerNorm(embed_dim)
-        self.head = nn.Linear(embed_dim, num_classes)
-        self._init_weights(pos_embed_init)
+        seed = init_seed()
+        # What the layers draw as they are built (an attention's projections, features, random
+        # blocks) comes from a fork of torch's generator: the run's stream, which the data's
+        # augmentation and dropout draw from next, has moved by the one draw above under every
+        # attention, whatever its kernel draws.
+        with torch.random.fork_rng(devices=[]):
+            self.patch_embed = (
+                PatchEmbedding(in_channels, embed_dim, patch_size)
+                if embedding == "patch"
+                else IntensityEmbedding(in_channels, embed_dim)
+            )
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if pool == "cls" else None
+            self.pos_embed = nn.Parameter(torch.zeros(1, self.seq_len, embed_dim))
+            self.embed_dropout = nn.Dropout(dropout)
+            drop_rates = [drop_path * i / max(1, depth - 1) for i in range(depth)]
+            self.blocks = nn.ModuleList(
+                Block(embed_dim, heads, mlp_dim, self.seq_len, attention, dropout, rate)
+                for rate in drop_rates
+            )
+            self.norm = nn.LayerNorm(embed_dim)
+            self.head = nn.Linear(embed_dim, num_classes)
+        self._init_weights(pos_embed_init, seed)
         # A compiled bound method, not a wrapped module: state_dict names stay unprefixed.
         self._compiled_forward = (
             CompiledOrEager(self._forward, COMPILE_AUTO_DEVICES if compile == "auto" else None)
@@ -382,19 +389,36 @@ class VisionTransformer(nn.Module):
             else None
         )
 
-    def _init_weights(self, pos_embed_init: str) -> None:
+    def _init_weights(self, pos_embed_init: str, seed: int) -> None:
+        """Every weight drawn from a generator of its own, seeded by ``seed`` and the weight's
+        name (:func:`named_generator`): a layer every attention has (``blocks.0.mlp.fc1``, the
+        head, the query and value rows of ``qkv``) starts alike under every attention at one
+        seed, as the sweep summary's pairing by seed assumes. Until 2026-12-02 they were drawn
+        in turn from torch's generator, after the kernels' own draws, and under linformer,
+        performer, random_feature, bigbird and reformer every weight after the first block's
+        kernel differed from softmax's at the same seed (training audit)."""
         if pos_embed_init == "sincos":
             with torch.no_grad():
                 self.pos_embed.zero_()  # the class token's position stays at zero
                 codes = sincos_2d_position_embedding(self.grid, self.pos_embed.shape[-1])
                 self.pos_embed[0, -self.num_patches :] = codes
         else:
-            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            nn.init.trunc_normal_(
+                self.pos_embed, std=0.02, generator=named_generator(seed, "pos_embed")
+            )
         if self.cls_token is not None:
-            nn.init.trunc_normal_(self.cls_token, std=0.02)
-        for module in self.modules():
+            nn.init.trunc_normal_(
+                self.cls_token, std=0.02, generator=named_generator(seed, "cls_token")
+            )
+        tied_keys = {
+            id(m.qkv): m.kernel.shared_qk
+            for m in self.modules()
+            if isinstance(m, MultiHeadAttention)
+        }
+        for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                nn.init.trunc_normal_(module.weight, std=0.02)
+                for part, rows in _named_rows(name, module, tied_keys.get(id(module))):
+                    nn.init.trunc_normal_(rows, std=0.02, generator=named_generator(seed, part))
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.LayerNorm):
@@ -450,3 +474,33 @@ def _validate(
     checks.one_of("model.pool", pool, POOLS)
     checks.fraction("model.dropout", dropout)
     checks.one_of("model.pos_embed_init", pos_embed_init, POS_EMBED_INITS)
+
+
+def init_seed() -> int:
+    """The one draw from torch's generator (which the run's ``seed`` fixed) that seeds a
+    network's weights (:func:`named_generator`); none on the meta device, where nothing is
+    drawn or initialised (a check builds a network there before it builds it for real)."""
+    if torch.empty(()).device.type == "meta":
+        return 0
+    return int(torch.randint(0, 2**62, (1,), device="cpu").item())
+
+
+def named_generator(seed: int, name: str) -> torch.Generator:
+    """A CPU generator seeded by ``seed`` and a weight's ``name``, the same in every process."""
+    digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def _named_rows(
+    name: str, linear: nn.Linear, tied_keys: bool | None
+) -> list[tuple[str, torch.Tensor]]:
+    """The weight of ``linear`` (named ``name``) by the names its rows are drawn under: an
+    attention's ``qkv`` (``tied_keys`` not ``None``: whether its kernel ties keys to queries) in
+    its query, key and value rows (``...qkv.q``), so that a kernel with tied keys (``reformer``:
+    no key rows) draws its query and value rows as every other attention does; any other layer
+    whole."""
+    if tied_keys is None:
+        return [(name, linear.weight)]
+    parts = ("q", "v") if tied_keys else ("q", "k", "v")
+    rows = linear.weight.chunk(len(parts), dim=0)
+    return [(f"{name}.{part}", block) for part, block in zip(parts, rows, strict=True)]
