@@ -467,6 +467,26 @@ def test_epoch_based_run_validates_at_its_last_step(tmp_path: Path, data_dir: Pa
     )
 
 
+def test_max_steps_overrides_max_epochs(tmp_path: Path, data_dir: Path) -> None:
+    """``trainer.max_steps`` overrides ``trainer.max_epochs``, as the trainer's config says:
+    Lightning stops at whichever comes first, and 12 steps asked of 4-batch epochs with
+    ``max_epochs=2`` trained 8 and said the run completed (training audit)."""
+    settings = ["trainer.max_epochs=2", "+trainer.limit_train_batches=4", *steps(12, 6)]
+    metrics = train_tiny(tmp_path, data_dir, *settings)
+    assert (metrics["status"], metrics["steps"], metrics["epochs"]) == ("completed", 12, 3)
+
+
+def test_a_run_accumulating_batches_validates_every_so_many_steps(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``trainer.val_check_interval`` counts optimizer steps, as its config says, where
+    Lightning counts batches: a run accumulating 2 batches a step validated every step for an
+    interval of 2 (training audit), and so chose its best checkpoint among twice as many."""
+    settings = ["+trainer.accumulate_grad_batches=2", *steps(4, 2)]
+    train_tiny(tmp_path, data_dir, *settings)
+    assert [step for step, _ in read_scalars(tmp_path)["val/acc"]] == [2, 4]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("stop", "val_steps"),
@@ -538,7 +558,7 @@ def test_a_validation_interval_an_epoch_cannot_hold_is_one_line_before_the_run(
     interval = 100 if "trainer.val_check_interval=100" in settings else 4
     assert re.fullmatch(
         rf"trainer.val_check_interval={interval} is not valid; choose at most {most} \(an "
-        r"epoch's training batches: trainer.check_val_every_n_epoch=2 counts it within each "
+        r"epoch's training steps: trainer.check_val_every_n_epoch=2 counts it within each "
         r"epoch\), a fraction of an epoch \(1.0: its end\), or "
         r"trainer.check_val_every_n_epoch=null \(it counts steps across epochs\)",
         said,

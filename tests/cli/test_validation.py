@@ -488,6 +488,8 @@ def test_finished_runs(tmp_path: Path) -> None:
     metrics.write_text('{"status": "completed", "steps": 350, "epochs": 10}')
     by_epochs = OmegaConf.create({"max_steps": -1, "max_epochs": 10})
     assert finished_run(metrics, by_epochs) == "it finished after 10 epochs (trainer.max_epochs=10)"
+    # trainer.max_steps overrides trainer.max_epochs: 350 steps of 10 epochs, 500 asked
+    assert finished_run(metrics, OmegaConf.create({"max_steps": 500, "max_epochs": 10})) is None
 
 
 # --- every knob, any value: one line or a run that starts -------------------------------------

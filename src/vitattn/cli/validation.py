@@ -366,6 +366,8 @@ def finished_run(metrics_path: Path, trainer_cfg: DictConfig) -> str | None:
     max_steps, max_epochs = trainer_cfg.get("max_steps", -1), trainer_cfg.get("max_epochs")
     if isinstance(max_steps, int) and 0 < max_steps <= steps:
         return f"it finished at step {steps} (trainer.max_steps={max_steps})"
+    if isinstance(max_steps, int) and max_steps > 0:
+        return None  # trainer.max_steps overrides trainer.max_epochs
     if isinstance(max_epochs, int) and 0 < max_epochs <= epochs:
         return f"it finished after {epochs} epochs (trainer.max_epochs={max_epochs})"
     return None

@@ -82,6 +82,7 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
     check_fit_settings(trainer_cfg)
     return hydra.utils.instantiate(
         trainer_cfg,
+        **steps_over_epochs(trainer_cfg),
         default_root_dir=None,
         logger=False,
         callbacks=[],
@@ -90,6 +91,39 @@ def bare_trainer(trainer_cfg: DictConfig) -> Any:
         enable_model_summary=False,
         _convert_="partial",  # plain dicts: Lightning took max_time's mapping for a timedelta
     )
+
+
+def steps_over_epochs(trainer_cfg: Any) -> dict[str, int]:
+    """What Lightning is given where vitattn's settings count optimizer steps and Lightning's
+    would not (until 2026-12-02 both were Lightning's, training audit):
+
+    - ``max_epochs=-1`` where ``trainer.max_steps`` is a number of steps: it overrides
+      ``trainer.max_epochs``, as ``configs/trainer/default.yaml`` says, where Lightning stops at
+      whichever comes first (``trainer.max_steps=60`` trained 40 steps of 10 epochs and said
+      the run completed);
+    - an integer ``trainer.val_check_interval`` times ``trainer.accumulate_grad_batches``:
+      Lightning counts it in batches, and a run accumulating 2 batches a step validated (and
+      chose its best checkpoint) twice as often as its settings said.
+
+    Nothing otherwise."""
+    given: dict[str, int] = {}
+    max_steps = trainer_cfg.get("max_steps", -1)
+    if _count(max_steps) and max_steps > 0:
+        given["max_epochs"] = -1
+    interval, accumulate = trainer_cfg.get("val_check_interval"), accumulated(trainer_cfg)
+    if _count(interval) and accumulate > 1:
+        given["val_check_interval"] = interval * accumulate
+    return given
+
+
+def accumulated(trainer_cfg: Any) -> int:
+    """The batches of one optimizer step (``trainer.accumulate_grad_batches``, 1 unset)."""
+    accumulate = trainer_cfg.get("accumulate_grad_batches") or 1
+    return accumulate if _count(accumulate) and accumulate > 1 else 1
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_machine(trainer_cfg: DictConfig) -> None:

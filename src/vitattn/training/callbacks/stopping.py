@@ -59,9 +59,9 @@ class CheckpointWithoutValidation(L.Callback):
         batch_idx = hook_args[-1]  # Lightning's (pl_module, outputs, batch, batch_idx)
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # in the middle of a step
-        interval = trainer.val_check_interval
+        interval = trainer.val_check_interval  # in batches: the steps' times the accumulation
         if isinstance(interval, int) and trainer.check_val_every_n_epoch is None:
-            due = trainer.global_step % interval == 0
+            due = trainer.global_step % max(1, interval // trainer.accumulate_grad_batches) == 0
         elif isinstance(interval, int):
             due = (batch_idx + 1) % interval == 0
         else:
