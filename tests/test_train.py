@@ -476,6 +476,26 @@ def test_max_steps_overrides_max_epochs(tmp_path: Path, data_dir: Path) -> None:
     assert (metrics["status"], metrics["steps"], metrics["epochs"]) == ("completed", 12, 3)
 
 
+def test_a_resume_that_trains_longer_says_its_schedule_is_planned_anew(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A run resumed to train longer has its schedule planned for the new length: its learning
+    rate jumps from the end of the old cosine to the middle of the new one. It did so without a
+    word while the docs said the schedule went on where it stopped (training audit)."""
+    first = [*TINY, *steps(8, 4), f"hydra.run.dir={tmp_path}"]
+    run_in_process("vitattn-train", *first, data_dir=data_dir)
+    longer = ["resume=true", f"hydra.run.dir={tmp_path}", "trainer.max_steps=12"]
+    run_in_process("vitattn-train", *longer, data_dir=data_dir)
+    said = (tmp_path / "train.log").read_text()
+    assert (
+        "the schedule was planned for 8 steps and is now planned for 12 (the run's length "
+        "changed): resumed at step 8, the learning rate goes over to the 12-step schedule" in said
+    ), said
+    rate = dict(read_scalars(tmp_path)["train/lr"])  # by logged step, 1 to 12
+    assert rate[8] < rate[1] / 10  # the 8-step schedule annealed
+    assert max(rate[step] for step in (9, 10, 11, 12)) > 2 * rate[8]  # the jump the line says
+
+
 def test_a_run_accumulating_batches_validates_every_so_many_steps(
     tmp_path: Path, data_dir: Path
 ) -> None:

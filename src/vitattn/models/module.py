@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,11 @@ from torchmetrics.classification import MulticlassAccuracy
 from vitattn.errors import ConfigError
 from vitattn.utils import checks, metric_names
 from vitattn.utils.parameters import parameter_groups
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_KEY = "vitattn_schedule_steps"
+"""A checkpoint's record of the steps its run's schedule was planned for."""
 
 
 def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:
@@ -164,6 +170,8 @@ class ViTClassifier(L.LightningModule):
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
         total_steps = int(self.trainer.estimated_stepping_batches)
+        replanned(getattr(self, "_resumed_schedule", None), total_steps)
+        self._schedule_steps = total_steps
         scheduler = hydra.utils.instantiate(self.hparams.scheduler)(
             optimizer=optimizer, total_steps=total_steps
         )
@@ -171,3 +179,35 @@ class ViTClassifier(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/lr"},
         }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        steps = getattr(self, "_schedule_steps", None)
+        if steps is not None:
+            checkpoint[SCHEDULE_KEY] = steps
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        planned, step = checkpoint.get(SCHEDULE_KEY), checkpoint.get("global_step")
+        counts = all(isinstance(n, int) and not isinstance(n, bool) for n in (planned, step))
+        self._resumed_schedule = (planned, step) if counts else None
+
+
+def replanned(resumed: tuple[int, int] | None, total_steps: int) -> None:
+    """Say in one warning when a resumed run's schedule is planned for other steps than the
+    run's was (``resumed``: those steps and the step it resumes at), its length changed
+    (``trainer.max_epochs=20``, to train longer): the learning rate then follows the new plan
+    from there on, and jumps to it, a cosine annealed to its end for 40 steps being half-way
+    for 80. Until 2026-12-02 it did so without a word, and the docs said the schedule went on
+    where it stopped (training audit)."""
+    if resumed is None or resumed[0] == total_steps:
+        return
+    planned, step = resumed
+    log.warning(
+        "the schedule was planned for %d steps and is now planned for %d (the run's length "
+        "changed): resumed at step %d, the learning rate goes over to the %d-step schedule, a "
+        "jump from where the %d-step one had brought it",
+        planned,
+        total_steps,
+        step,
+        total_steps,
+        planned,
+    )
