@@ -578,7 +578,7 @@ def test_a_validation_interval_an_epoch_cannot_hold_is_one_line_before_the_run(
     interval = 100 if "trainer.val_check_interval=100" in settings else 4
     assert re.fullmatch(
         rf"trainer.val_check_interval={interval} is not valid; choose at most {most} \(an "
-        r"epoch's training steps: trainer.check_val_every_n_epoch=2 counts it within each "
+        r"epoch's training batches: trainer.check_val_every_n_epoch=2 counts it within each "
         r"epoch\), a fraction of an epoch \(1.0: its end\), or "
         r"trainer.check_val_every_n_epoch=null \(it counts steps across epochs\)",
         said,

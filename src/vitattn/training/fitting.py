@@ -30,7 +30,6 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import (
-    accumulated,
     check_machine,
     check_nodes,
     instantiate_list,
@@ -125,11 +124,9 @@ def check_batch_shares(trainer_cfg: Any, datamodule: Any, splits: Sequence[str])
 
 def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
     """Refuse in one line, once the data is read and before anything is written, an integer
-    ``trainer.val_check_interval`` above an epoch's training steps (its batches over
-    ``trainer.accumulate_grad_batches``) while ``trainer.check_val_every_n_epoch`` is set:
-    Lightning then counts it within each epoch and fails as ``fit`` starts, with the run begun
-    (the same bound as Lightning's ``FitLoop``, on the batches it is given:
-    :func:`~vitattn.training.instantiators.steps_over_epochs`)."""
+    ``trainer.val_check_interval`` above an epoch's training batches while
+    ``trainer.check_val_every_n_epoch`` is set: Lightning then counts it within each epoch and
+    fails as ``fit`` starts, with the run begun (the same bound as Lightning's ``FitLoop``)."""
     every = trainer_cfg.get("check_val_every_n_epoch")
     interval = trainer_cfg.get("val_check_interval")
     if every is None or isinstance(interval, bool) or not isinstance(interval, int):
@@ -137,13 +134,11 @@ def check_validation_interval(trainer_cfg: Any, datamodule: Any) -> None:
     if never_validates(trainer_cfg):
         return
     batches = epoch_batches(trainer_cfg, datamodule)
-    accumulate = accumulated(trainer_cfg)
-    if interval * accumulate > batches:
+    if interval > batches:
         raise checks.invalid(
             "trainer.val_check_interval",
             interval,
-            f"at most {batches // accumulate} (an epoch's training steps: "
-            "trainer.check_val_every_n_epoch="
+            f"at most {batches} (an epoch's training batches: trainer.check_val_every_n_epoch="
             f"{every} counts it within each epoch), a fraction of an epoch (1.0: its end), or "
             "trainer.check_val_every_n_epoch=null (it counts steps across epochs)",
         )

@@ -101,9 +101,11 @@ def steps_over_epochs(trainer_cfg: Any) -> dict[str, int]:
       ``trainer.max_epochs``, as ``configs/trainer/default.yaml`` says, where Lightning stops at
       whichever comes first (``trainer.max_steps=60`` trained 40 steps of 10 epochs and said
       the run completed);
-    - an integer ``trainer.val_check_interval`` times ``trainer.accumulate_grad_batches``:
+    - an integer ``trainer.val_check_interval`` times ``trainer.accumulate_grad_batches``,
+      where it counts steps across epochs (``check_val_every_n_epoch=null``, the default):
       Lightning counts it in batches, and a run accumulating 2 batches a step validated (and
-      chose its best checkpoint) twice as often as its settings said.
+      chose its best checkpoint) twice as often as its settings said. Within epochs
+      (``check_val_every_n_epoch`` set) it stays Lightning's count of an epoch's batches.
 
     Nothing otherwise."""
     given: dict[str, int] = {}
@@ -111,7 +113,8 @@ def steps_over_epochs(trainer_cfg: Any) -> dict[str, int]:
     if _count(max_steps) and max_steps > 0:
         given["max_epochs"] = -1
     interval, accumulate = trainer_cfg.get("val_check_interval"), accumulated(trainer_cfg)
-    if _count(interval) and accumulate > 1:
+    across_epochs = trainer_cfg.get("check_val_every_n_epoch") is None
+    if _count(interval) and accumulate > 1 and across_epochs:
         given["val_check_interval"] = interval * accumulate
     return given
 
