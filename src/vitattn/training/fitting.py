@@ -30,6 +30,7 @@ from vitattn.training.callbacks.insight import AttentionInsight
 from vitattn.training.callbacks.interruption import CheckpointOnInterrupt
 from vitattn.training.callbacks.throughput import ImagesPerSecond, load_average
 from vitattn.training.instantiators import (
+    accumulated,
     check_machine,
     check_nodes,
     instantiate_list,
@@ -171,8 +172,7 @@ def check_least_steps(trainer_cfg: Any, datamodule: Any) -> None:
         return
     if max_steps != -1 or epochs < 1 or least < 1:
         return  # max_steps, where it is set, was checked against min_steps before the data
-    accumulate = trainer_cfg.get("accumulate_grad_batches") or 1
-    per_epoch = -(-epoch_batches(trainer_cfg, datamodule) // accumulate)
+    per_epoch = -(-epoch_batches(trainer_cfg, datamodule) // accumulated(trainer_cfg))
     if least > epochs * per_epoch:
         raise checks.invalid(
             "trainer.min_steps",
