@@ -51,6 +51,7 @@ def test_a_tensor_that_claims_more_than_its_storage_is_named(tensor: Any, proble
     ("part", "refusal"),
     [
         ({"global_step": -1}, r"global_step=-1 is not a count"),
+        ({"global_step": 10**5000}, r"global_step=an integer of 16610 bits is not a count"),
         ({"epoch": 2.0}, r"epoch=2\.0 is not a count"),
         ({"loops": {"fit_loop": {"x": 10**13}}}, r"loops\.fit_loop\.x=10000000000000 is not"),
         ({"loops": {"fit_loop": {"x": [True, "1"]}}}, r"loops\.fit_loop\.x\.1='1' is not a count"),

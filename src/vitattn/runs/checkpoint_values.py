@@ -274,8 +274,11 @@ def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: st
 
 def count(source: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        # an integer past Python's 4,300 digits has no repr: it raised ValueError, not one line
+        huge = isinstance(value, int) and value.bit_length() > 64
+        shown = f"an integer of {value.bit_length()} bits" if huge else repr(value)
         raise CheckpointValueError(
-            f"{source}: {key}={value!r} is not a count (an integer 0 <= count <= {MAX_COUNT}); "
+            f"{source}: {key}={shown} is not a count (an integer 0 <= count <= {MAX_COUNT}); "
             "nothing was loaded"
         )
 
