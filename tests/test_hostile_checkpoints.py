@@ -135,7 +135,18 @@ def smoothing_of_five(checkpoint: dict[str, Any]) -> None:
 
 SMOOTHING = r"hyper_parameters\.label_smoothing=5\.0 is not a number with 0 <= label_smoothing < 1"
 
+
+def schedule_of_minus_one(checkpoint: dict[str, Any]) -> None:
+    """The steps a run's schedule was planned for, read for a resume's warning: -1 was taken
+    for a count and warned of a schedule of -1 steps (found reading the change that added the
+    key, 2026-12-02)."""
+    checkpoint["vitattn_schedule_steps"] = -1
+
+
+SCHEDULE = r"vitattn_schedule_steps=-1 is not a count"
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "a schedule of -1 steps": (schedule_of_minus_one, SCHEDULE),
     "classes the network has not": (disagreeing_classes, CLASSES),
     "a label smoothing of 5": (smoothing_of_five, SMOOTHING),
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),

@@ -82,6 +82,8 @@ def test_a_tensor_that_claims_more_than_its_storage_is_named(tensor: Any, proble
             {"CIFAR10DataModule": {"batches_done_in_epoch": -5}},
             r"batches_done_in_epoch=-5 is not a count",
         ),
+        ({"vitattn_schedule_steps": -8}, r"vitattn_schedule_steps=-8 is not a count"),
+        ({"vitattn_schedule_steps": "8"}, r"vitattn_schedule_steps='8' is not a count"),
     ],
 )
 def test_a_value_outside_its_type_or_bound_is_one_line(part: dict, refusal: str) -> None:

@@ -16,13 +16,11 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from vitattn.errors import ConfigError
+from vitattn.runs.checkpoint_values import SCHEDULE_KEY
 from vitattn.utils import checks, metric_names
 from vitattn.utils.parameters import parameter_groups
 
 log = logging.getLogger(__name__)
-
-SCHEDULE_KEY = "vitattn_schedule_steps"
-"""A checkpoint's record of the steps its run's schedule was planned for."""
 
 
 def _plain(config: Mapping[str, Any] | DictConfig | None) -> dict[str, Any] | None:

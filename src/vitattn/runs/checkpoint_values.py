@@ -272,6 +272,11 @@ def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: st
             )
 
 
+SCHEDULE_KEY = "vitattn_schedule_steps"
+"""A checkpoint's record of the steps its run's schedule was planned for (written by
+``vitattn.models.module.ViTClassifier``, read when a run resumes)."""
+
+
 def count(source: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         # an integer past Python's 4,300 digits has no repr: it raised ValueError, not one line
@@ -294,8 +299,10 @@ def check_progress(checkpoint: dict[str, Any], source: str) -> None:
 
 
 def check_own_state(checkpoint: dict[str, Any], source: str) -> None:
-    """The state vitattn's random-state callback and data module write: generator states of a
-    generator's size, and a batch count."""
+    """The state vitattn's random-state callback, data module and module write: generator states
+    of a generator's size, a batch count, and the steps the schedule was planned for."""
+    if SCHEDULE_KEY in checkpoint:
+        count(source, SCHEDULE_KEY, checkpoint[SCHEDULE_KEY])
     callbacks = checkpoint.get("callbacks")
     random_state = callbacks.get("RandomStateInCheckpoint") if isinstance(callbacks, dict) else None
     if isinstance(random_state, dict):
