@@ -1,5 +1,6 @@
-"""The CSV logger of a resumed run keeps the rows logged before its checkpoint (Lightning's
-writer deletes ``metrics.csv`` as it starts), and drops those a killed run logged past it."""
+"""The CSV logger counts steps as the TensorBoard curves do, and that of a resumed run keeps the
+rows logged before its checkpoint (Lightning's writer deletes ``metrics.csv`` as it starts), and
+drops those a killed run logged past it."""
 
 from __future__ import annotations
 
@@ -47,12 +48,30 @@ def test_a_resumed_run_keeps_its_earlier_rows(tmp_path: Path, data_dir: Path) ->
     stopped = run_cli("vitattn-train", *logged, *fault, f"hydra.run.dir={resumed}",
                       data_dir=data_dir, check=False)  # fmt: skip
     assert stopped.returncode == 143, stopped.stderr[-2000:]
-    assert {row["step"] for row in rows(resumed)} <= {"1", "3", "5"}
+    assert {row["step"] for row in rows(resumed)} <= {"2", "4", "6"}
     run_in_process("vitattn-train", "resume=true", f"hydra.run.dir={resumed}", "~callbacks.fault",
                    data_dir=data_dir)  # fmt: skip
     expected = comparable(rows(straight))
-    assert {row["step"] for row in expected} == {"1", "3", "5", "7", "9", "11", "12"}  # 12: test
+    assert {row["step"] for row in expected} == {"2", "4", "6", "8", "10", "12"}
     assert comparable(rows(resumed)) == expected
+
+
+def test_the_csv_counts_steps_as_tensorboards_curves_do(tmp_path: Path, data_dir: Path) -> None:
+    """Each tag's steps in ``metrics.csv`` are those TensorBoard's accumulator reads from the
+    run's events, and the test's row is at the last step. On the code before, every row but
+    the test's was one step behind (Lightning's count before the step), the test's one past
+    the last training row."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logged = [*TINY, *steps(6, 3), "logger=many_loggers", "trainer.log_every_n_steps=2"]
+    run_in_process("vitattn-train", *logged, f"hydra.run.dir={tmp_path}", data_dir=data_dir)
+    table = rows(tmp_path)
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    for tag in ("train/loss", "val/acc"):
+        in_csv = [int(row["step"]) for row in table if row.get(tag)]
+        assert in_csv == [event.step for event in accumulator.Scalars(tag)], tag
+    assert [int(row["step"]) for row in table if row.get("test/acc")] == [6]
 
 
 def write_rows(path: Path, steps_logged: range) -> None:

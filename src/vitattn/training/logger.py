@@ -202,15 +202,31 @@ class RunCSVLogger(CSVLogger):
     process took and no link is at their names
     (:func:`vitattn.runs.files.check_written_in_place`).
 
+    A row's step is the count of optimizer steps done, as :class:`RunTensorBoard`'s curves
+    count them: Lightning logs a step's training and validation rows at the count before it
+    (the second step's loss at 1), and its test at the count after the fit, so the first are
+    given :attr:`step_offset` more and the test's rows (``test/`` keys only) are kept at theirs.
+    Until 2026-12-02 the CSV's steps were Lightning's, one less than TensorBoard's, and the test
+    row one past the last training row.
+
     Lightning's writer deletes ``metrics.csv`` as it starts. A run resumed from a checkpoint
-    at step ``purge_step`` keeps the rows it logged before that step instead (a step's rows
-    are logged at the count before it: step 7 is the eighth), and drops those a killed run
-    logged past its checkpoint, as TensorBoard's ``purge_step`` does; a file that cannot be
-    read as such rows (:func:`rows_before`) is set aside, named in the log, not deleted."""
+    at step ``purge_step`` keeps the rows it logged before that step instead, and drops those a
+    killed run logged past its checkpoint, as TensorBoard's ``purge_step`` does; a file that
+    cannot be read as such rows (:func:`rows_before`) is set aside, named in the log, not
+    deleted."""
+
+    step_offset = 1
+    """Added to Lightning's step in the fit's rows: the count of optimizer steps done."""
 
     def __init__(self, *args: Any, purge_step: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.purge_step = purge_step
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        tested = all(key.startswith("test/") for key in metrics if key not in DROPPED_KEYS)
+        offset = 0 if tested else self.step_offset
+        super().log_metrics(metrics, None if step is None else step + offset)
 
     @property
     @rank_zero_experiment
