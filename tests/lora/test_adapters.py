@@ -113,6 +113,34 @@ def test_merged_and_unmerged_give_the_same_logits(tmp_path: Path) -> None:
         torch.testing.assert_close(again.eval()(images), unmerged)
 
 
+def test_a_performer_base_merges_and_loads_back_with_its_extra_state(tmp_path: Path) -> None:
+    """Performer keeps its redraw counter as ``_extra_state``, a dict in its state dict: the
+    merge called ``.detach()`` on it (every fine-tune of a Performer base ended "failed" after
+    it had trained and tested), and the size check of a LoRA checkpoint counted its bytes
+    (``vitattn-eval`` on the fine-tune's own checkpoints ended in a traceback; eval audit,
+    2026-12-02)."""
+    from vitattn.loading import load_classifier
+
+    cfg = compose_config("train", [*TINY, "attention=performer"], tmp_path)
+    settings = OmegaConf.to_container(cfg.module, resolve=True)
+    del settings["_target_"], settings["_recursive_"]
+    torch.manual_seed(0)
+    module = LoRAClassifier(**settings, lora={"rank": 4}).eval()
+    randomize_adapters(module)
+    assert any(key.endswith("_extra_state") for key in module.state_dict())
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        adapted = module(images)
+    merged = save_plain_checkpoint(module.merged_classifier(), tmp_path / "merged.ckpt")
+    adapters = tmp_path / "adapters.ckpt"
+    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**state, "pytorch-lightning_version": "2.6.0", "global_step": 0}, adapters)
+    for path in (merged, adapters):
+        with torch.no_grad():
+            logits = load_classifier(path).eval()(images)
+        torch.testing.assert_close(logits, adapted, atol=1e-5, rtol=1e-5)
+
+
 def test_base_weights_load_under_the_adapters(tmp_path: Path) -> None:
     base = tiny_classifier({"rank": 0}, tmp_path).eval()
     module = tiny_classifier({"rank": 4}, tmp_path)

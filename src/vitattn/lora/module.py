@@ -86,7 +86,11 @@ def save_plain_checkpoint(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = {
-        "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
+        # an attention's extra state (Performer's redraw counter, a dict) is kept as it is
+        "state_dict": {
+            k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+            for k, v in module.state_dict().items()
+        },
         ViTClassifier.CHECKPOINT_HYPER_PARAMS_KEY: dict(module.hparams),
         "pytorch-lightning_version": L.__version__,
         "epoch": 0,

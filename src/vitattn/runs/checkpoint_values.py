@@ -220,8 +220,11 @@ def check_attention_config(net: Mapping[str, Any], source: str) -> None:
 
 
 def shown_bytes(tensors: Iterable[Any]) -> int:
-    """The bytes ``tensors`` show (their elements, not the storage behind them), together."""
-    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    """The bytes ``tensors`` show (their elements, not the storage behind them), together;
+    values that are no tensor (an attention's ``_extra_state`` in a state dict) show none."""
+    import torch
+
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def storage_bytes(tensors: Iterable[Any]) -> dict[int, int]:
