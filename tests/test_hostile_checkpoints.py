@@ -145,8 +145,17 @@ def schedule_of_minus_one(checkpoint: dict[str, Any]) -> None:
 
 SCHEDULE = r"vitattn_schedule_steps=-1 is not a count"
 
+
+def precision_of_text(checkpoint: dict[str, Any]) -> None:
+    """The precision a run trained at, which vitattn-eval tests at: a word Lightning has not."""
+    checkpoint["vitattn_precision"] = {"trainer": "\x1b[2J", "matmul": "high"}
+
+
+PRECISION = r"vitattn_precision is not a precision as vitattn records one"
+
 VECTORS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "a schedule of -1 steps": (schedule_of_minus_one, SCHEDULE),
+    "a precision of a terminal escape": (precision_of_text, PRECISION),
     "classes the network has not": (disagreeing_classes, CLASSES),
     "a label smoothing of 5": (smoothing_of_five, SMOOTHING),
     "a stride-0 optimizer state": (expand_optimizer_state, r"exp_avg is a stride-0 view"),

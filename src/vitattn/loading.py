@@ -102,6 +102,9 @@ class Trained:
 
     module: Any
     data_settings: dict[str, Any]
+    precision: dict[str, str] | None = None
+    """The precision the checkpoint's run trained at, where it records one
+    (:func:`~vitattn.runs.checkpoints.precision_of`)."""
 
 
 def load_classifier(ckpt_path: str | Path) -> Any:
@@ -116,7 +119,12 @@ def load_trained(ckpt_path: str | Path) -> Trained:
     import io
 
     from vitattn.models.module import ViTClassifier
-    from vitattn.runs.checkpoints import build_failure, data_settings_of, read_checkpoint_bytes
+    from vitattn.runs.checkpoints import (
+        build_failure,
+        data_settings_of,
+        precision_of,
+        read_checkpoint_bytes,
+    )
 
     path = existing_checkpoint(ckpt_path)
     # Lightning builds the module from the very bytes that were checked.
@@ -137,7 +145,7 @@ def load_trained(ckpt_path: str | Path) -> Trained:
         raise ConfigError(
             f"ckpt_path={ckpt_path} is not a vitattn-train checkpoint ({build_failure(error)})"
         ) from error
-    return Trained(module, data_settings_of(checkpoint))
+    return Trained(module, data_settings_of(checkpoint), precision_of(checkpoint))
 
 
 def holds_adapters(checkpoint: dict[str, Any]) -> bool:

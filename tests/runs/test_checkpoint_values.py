@@ -84,6 +84,16 @@ def test_a_tensor_that_claims_more_than_its_storage_is_named(tensor: Any, proble
         ),
         ({"vitattn_schedule_steps": -8}, r"vitattn_schedule_steps=-8 is not a count"),
         ({"vitattn_schedule_steps": "8"}, r"vitattn_schedule_steps='8' is not a count"),
+        (
+            {"vitattn_precision": {"trainer": "8-true", "matmul": "high"}},
+            r"vitattn_precision is not a precision as vitattn records one \(\{'trainer': one of "
+            r"64-true, .*'matmul': one of highest, high, medium\}\)",
+        ),
+        ({"vitattn_precision": "bf16-mixed"}, r"vitattn_precision is not a precision"),
+        (
+            {"vitattn_precision": {"trainer": "32-true", "matmul": "high", "x": 1}},
+            r"vitattn_precision is not a precision",
+        ),
     ],
 )
 def test_a_value_outside_its_type_or_bound_is_one_line(part: dict, refusal: str) -> None:

@@ -275,6 +275,26 @@ def check_optimizer_states(states: Any, shapes: set[tuple[int, ...]], source: st
             )
 
 
+PRECISION_KEY = "vitattn_precision"
+"""A checkpoint's record of the precision its run trained and tested at, which ``vitattn-eval``
+tests at unless told otherwise: ``{"trainer": <Lightning's trainer.precision>, "matmul": <torch's
+float32 matmul precision>}`` (written by ``vitattn.models.module.ViTClassifier``)."""
+
+TRAINER_PRECISIONS = (
+    "64-true",
+    "32-true",
+    "16-true",
+    "bf16-true",
+    "16-mixed",
+    "bf16-mixed",
+    "transformer-engine",
+    "transformer-engine-float16",
+)
+"""The ``trainer.precision`` values Lightning's trainer reports (its ``precision`` property)."""
+
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+"""The float32 matmul precisions torch has (``torch.get_float32_matmul_precision``)."""
+
 SCHEDULE_KEY = "vitattn_schedule_steps"
 """A checkpoint's record of the steps its run's schedule was planned for (written by
 ``vitattn.models.module.ViTClassifier``, read when a run resumes)."""
@@ -291,6 +311,23 @@ def count(source: str, key: str, value: Any) -> None:
         )
 
 
+def check_precision(source: str, recorded: Any) -> None:
+    """Refuse a :data:`PRECISION_KEY` that is not the two words vitattn records."""
+    words = (("trainer", TRAINER_PRECISIONS), ("matmul", MATMUL_PRECISIONS))
+    if not (
+        isinstance(recorded, dict)
+        and len(recorded) == len(words)
+        and all(
+            isinstance(recorded.get(key), str) and recorded[key] in valid for key, valid in words
+        )
+    ):
+        shown = ", ".join(f"'{key}': one of {', '.join(valid)}" for key, valid in words)
+        raise CheckpointValueError(
+            f"{source}: {PRECISION_KEY} is not a precision as vitattn records one ({{{shown}}}); "
+            "nothing was loaded"
+        )
+
+
 def check_progress(checkpoint: dict[str, Any], source: str) -> None:
     """Lightning's loop progress and step counters: counts (flags where Lightning writes one)."""
     for key in ("global_step", "epoch"):
@@ -303,9 +340,12 @@ def check_progress(checkpoint: dict[str, Any], source: str) -> None:
 
 def check_own_state(checkpoint: dict[str, Any], source: str) -> None:
     """The state vitattn's random-state callback, data module and module write: generator states
-    of a generator's size, a batch count, and the steps the schedule was planned for."""
+    of a generator's size, a batch count, the steps the schedule was planned for, and the
+    precision the run trained at."""
     if SCHEDULE_KEY in checkpoint:
         count(source, SCHEDULE_KEY, checkpoint[SCHEDULE_KEY])
+    if PRECISION_KEY in checkpoint:
+        check_precision(source, checkpoint[PRECISION_KEY])
     callbacks = checkpoint.get("callbacks")
     random_state = callbacks.get("RandomStateInCheckpoint") if isinstance(callbacks, dict) else None
     if isinstance(random_state, dict):

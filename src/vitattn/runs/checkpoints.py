@@ -55,6 +55,16 @@ def data_settings_of(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     return dict(checkpoint.get(DATA_SETTINGS_KEY) or {})
 
 
+def precision_of(checkpoint: Mapping[str, Any]) -> dict[str, str] | None:
+    """The precision a checkpoint already read (and checked) records its run trained at
+    (:data:`~vitattn.runs.checkpoint_values.PRECISION_KEY`); ``None`` where it records none
+    (written before 2026-12-02, or by something other than a Lightning Trainer)."""
+    from vitattn.runs.checkpoint_values import PRECISION_KEY
+
+    recorded = checkpoint.get(PRECISION_KEY)
+    return dict(recorded) if isinstance(recorded, Mapping) else None
+
+
 def config_types() -> list[Any]:
     """What an OmegaConf container is pickled as: its classes, nodes and metadata, and the plain
     types its metadata names (``object_type=dict``, ``key_type=typing.Any``). None of them runs
