@@ -240,17 +240,45 @@ def test_an_addition_the_app_reads_is_taken(config_name: str, overrides: list[st
     check_composition(config_name, overrides)
 
 
-def test_a_groups_choice_added_is_taken(tmp_path: Path) -> None:
-    """``+group=option`` of a group the primary config does not choose adds its node: Hydra's
-    ``hydra.runtime.choices`` names it, and the group's own options say what is valid."""
+def test_a_groups_choice_the_config_does_not_choose_is_refused(tmp_path: Path) -> None:
+    """``+group=option`` of a group the primary config does not choose adds a node nothing
+    reads: no vitattn command reads a group its config does not choose. Until 2026-12-02 it
+    was taken (``vitattn-eval +attention=linear``, which Hydra's refusal of ``attention=linear``
+    suggests, tested the checkpoint's own network while its run recorded linear attention)."""
     (tmp_path / "extra").mkdir()
     (tmp_path / "extra" / "one.yaml").write_text("size: 1\n")
-    (tmp_path / "main.yaml").write_text("seed: 1\n")
-    check_composition("main", ["+extra=one"], config_dir=tmp_path)
+    (tmp_path / "chosen").mkdir()
+    (tmp_path / "chosen" / "a.yaml").write_text("size: 2\n")
+    (tmp_path / "main.yaml").write_text("defaults:\n  - chosen: a\n  - _self_\nseed: 1\n")
+    refusal = r"^\+extra=one adds the group extra, which this command does not read; the "
+    refusal += "groups it reads: chosen$"
+    with pytest.raises(ConfigError, match=refusal):
+        check_composition("main", ["+extra=one"], config_dir=tmp_path)
+    check_composition("main", ["chosen=a"], config_dir=tmp_path)
     refusal = r"^\+sed=2 adds sed, which vitattn does not read; did you mean seed\? choose among: "
-    refusal += "seed$"
+    refusal += "chosen, seed$"
     with pytest.raises(ConfigError, match=refusal):
         check_composition("main", ["+sed=2"], config_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config_name", "addition", "reads"),
+    [
+        ("eval", "+attention=linear", "callbacks, data, logger, paths, trainer"),
+        ("finetune", "+model=vit", "callbacks, data, logger, optimizer, paths, scheduler, trainer"),
+    ],
+)
+def test_a_network_group_added_to_a_command_that_rebuilds_a_checkpoint_is_refused(
+    config_name: str, addition: str, reads: str
+) -> None:
+    group = addition[1:].split("=")[0]
+    refusal = (
+        f"{addition} adds the group {group}, which this command does not read (the network is "
+        f"rebuilt from ckpt_path, as it was trained); the groups it reads: {reads}"
+    )
+    with pytest.raises(ConfigError) as refused:
+        check_composition(config_name, ["ckpt_path=x.ckpt", addition])
+    assert str(refused.value) == refusal
 
 
 @pytest.mark.parametrize("typed", ["seeed=3", "+seeed=3"])

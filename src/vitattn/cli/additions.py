@@ -6,7 +6,12 @@ default. A composed config is checked here for each addition (``+key=value``, an
 ``++key=value`` where the key was not there before) of a key the app does not read. Left to
 other checks, or allowed by design:
 
-* a config-group choice (``+hydra/sweeper=...``, anything with ``@package``);
+* a config-group choice (``+hydra/sweeper=...``, anything with ``@package``, a group whose
+  options write elsewhere, ``+experiment=...``), but for one that adds the group's node to a
+  config whose own groups do not include it: no vitattn command reads a group its config does
+  not choose (``vitattn-eval +attention=linear``, the addition Hydra's refusal of
+  ``attention=linear`` suggests, tested the checkpoint's own network while its run recorded
+  linear attention, until 2026-12-02; eval audit);
 * Hydra's own settings (``hydra.``);
 * a key under a node with a ``_target_``: the target's signature says what it takes
   (:func:`vitattn.cli.validation.check_types`, the data module's settings class), and a new
@@ -49,11 +54,18 @@ def check_additions(
     ``typed``: the command line's overrides, one for each of ``overrides`` (a sweep's job's),
     which the refusal names (``+seed2=1,2``, not the job's ``+seed2=1``)."""
     choices = chosen_groups(cfg)
+    parsed_overrides = list(map(parsed, overrides))
+    groups = {
+        at
+        for at, override in enumerate(parsed_overrides)
+        if group_node_added(cfg, str(override.key_or_group), choices)
+    }
     added = [
         (at, override)
-        for at, override in enumerate(map(parsed, overrides))
+        for at, override in enumerate(parsed_overrides)
         if (override.is_add() or override.is_force_add())
-        and not (override.package or group_choice(override.key_or_group, choices))
+        and not override.package
+        and (at in groups or not group_choice(override.key_or_group, choices))
     ]
     suspects = [
         (at, key)
@@ -73,6 +85,8 @@ def check_additions(
         there = existing_prefix(before, parts)
         if there is None or len(there) == len(parts):
             continue  # there before the addition (``++seed=3``), or cannot tell
+        if at in groups:
+            raise ConfigError(group_refusal((typed or overrides)[at], key, before))
         raise ConfigError(refusal((typed or overrides)[at], key, before, there))
 
 
@@ -88,6 +102,28 @@ def group_choice(key: str, choices: Container[str]) -> bool:
     ``hydra/sweeper``): Hydra's ``hydra.runtime.choices`` holds it, or it is a group's path
     (a ``/`` in it, which no key of a value holds)."""
     return "/" in key or key in choices
+
+
+def group_node_added(cfg: DictConfig, key: str, choices: Container[str]) -> bool:
+    """Whether ``key``, the key of an override, is one of vitattn's config groups chosen in
+    ``cfg`` whose option wrote the group's own node (``attention``; not Hydra's groups, nor a
+    group whose options are ``@package _global_``, such as ``experiment``)."""
+    return key in choices and "/" not in key and not hydras(key) and key in keys_of(cfg)
+
+
+def group_refusal(override: str, group: str, before: DictConfig) -> str:
+    """The line refusing ``override``, which chose an option of ``group``, a group the command's
+    config (``before``: without the additions) does not choose, and so nothing reads."""
+    chosen = chosen_groups(before)
+    read = sorted(key for key in keys_of(before) if key in chosen and not hydras(key))
+    shown = cut_apart(one_line(override), MAX_SHOWN)
+    why = ""
+    if "ckpt_path" in keys_of(before) and group in ("attention", "model", "module"):
+        why = " (the network is rebuilt from ckpt_path, as it was trained)"
+    return (
+        f"{shown} adds the group {cut_apart(one_line(group), MAX_SHOWN)}, which this command "
+        f"does not read{why}; the groups it reads: {', '.join(read)}"
+    )
 
 
 def value_of(override: Any) -> Any:
