@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.support.in_process import refused_in_process
 from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
@@ -109,7 +110,11 @@ def test_vitattn_eval_reads_an_adapter_checkpoint(
     cfg = compose_config(
         "eval", [f"ckpt_path={tested}", "trainer=cpu", f"paths.data_dir={data_dir}"], tmp_path
     )
-    assert float(evaluate(cfg)["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
+    evaluated = evaluate(cfg)
+    assert float(evaluated["test/acc"]) == pytest.approx(metrics["test/acc"], abs=1e-6)
+    # its network's parameters as the fine-tune counted them (the adapters were counted too,
+    # until 2026-12-02: two sizes for one network in the HPARAMS view; eval audit)
+    assert evaluated["params"] == metrics["params"]
 
 
 @pytest.mark.slow
@@ -121,6 +126,9 @@ def test_merged_checkpoint_scores_the_same_in_vitattn_eval(
     run_dir, metrics = finetuned
     merged = run_dir / "checkpoints" / "merged.ckpt"
     assert metrics["merged_ckpt_path"] == str(merged)
+    # the precision it was scored at, which vitattn-eval tests it at
+    recorded = torch.load(merged, weights_only=True)["vitattn_precision"]
+    assert recorded == {"trainer": "32-true", "matmul": "high"}
     assert metrics["test/acc_merged"] == pytest.approx(metrics["test/acc"], abs=1e-6)
     cfg = compose_config(
         "eval",

@@ -64,7 +64,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_batch_shares(cfg.trainer, datamodule, ("test",))
 
     trainer = instantiate_trainer(cfg)
-    params = sum(p.numel() for p in module.parameters())
+    # a fine-tune's checkpoint counts its network as the fine-tune did, its adapters left out
+    counts = getattr(module, "parameter_counts", None)
+    params = counts().total if counts else sum(p.numel() for p in module.parameters())
     attention = registered_name(module.hparams.net.get("attention"))
     shift = datamodule.hparams.get("shift", "none")
     hparams = evaluation_hyperparameters(

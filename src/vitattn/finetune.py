@@ -202,6 +202,7 @@ def save_merged(
     plain checkpoint with the data settings, for ``vitattn-eval``; its test accuracy goes into
     ``metrics`` as ``test/acc_merged``. Returns the checkpoint's path."""
     from vitattn.lora.module import save_plain_checkpoint
+    from vitattn.models.module import precision_record
 
     merged = module.merged_classifier()
     path = save_plain_checkpoint(
@@ -209,6 +210,7 @@ def save_merged(
         RunDir(Path(cfg.paths.output_dir)).checkpoints / MERGED_CHECKPOINT,
         trainer.global_step,
         data_settings=dict(datamodule.hparams),
+        precision=precision_record(trainer),  # vitattn-eval tests it as it was scored here
     )
     metrics["test/acc_merged"] = score(cfg, merged, datamodule)
     log.info("wrote %s (test/acc_merged=%.4f)", path, metrics["test/acc_merged"])

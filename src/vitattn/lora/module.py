@@ -19,6 +19,7 @@ from vitattn.lora.adapters import (
     resolve_targets,
 )
 from vitattn.models.module import ViTClassifier
+from vitattn.runs.checkpoint_values import PRECISION_KEY
 from vitattn.runs.files import write_with
 
 
@@ -76,11 +77,13 @@ def save_plain_checkpoint(
     path: str | Path,
     global_step: int = 0,
     data_settings: dict[str, Any] | None = None,
+    precision: dict[str, str] | None = None,
 ) -> Path:
     """Write ``module`` as a Lightning checkpoint that ``ViTClassifier.load_from_checkpoint``
     (and so ``vitattn-eval ckpt_path=...``) reads: its hyperparameters and weights, and the data
     module's hyperparameters ``data_settings`` where the Trainer would have saved them, so that
-    ``vitattn-eval`` sees the data as it was trained on (:mod:`vitattn.data.as_trained`)."""
+    ``vitattn-eval`` sees the data as it was trained on (:mod:`vitattn.data.as_trained`), and
+    tests at ``precision`` (:func:`vitattn.models.module.precision_record`) where given."""
     import lightning as L
 
     path = Path(path)
@@ -98,5 +101,7 @@ def save_plain_checkpoint(
     }
     if data_settings is not None:
         checkpoint[L.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY] = data_settings
+    if precision is not None:
+        checkpoint[PRECISION_KEY] = precision
     write_with(path, lambda handle: torch.save(checkpoint, handle))  # never through a link
     return path
