@@ -265,6 +265,28 @@ def test_an_empty_output_location_is_one_line_and_nothing_is_written(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("program", "arguments", "instead"),
+    [
+        ("vitattn-eval", ["ckpt_path=x.ckpt", "paths.output_dir={out}"], "hydra.run.dir={out}"),
+        ("vitattn-train", ["-m", "paths.output_dir={out},{out}2", "seed=1,2"], "hydra.sweep.dir"),
+    ],
+)
+def test_the_run_directory_is_chosen_by_hydra_alone(
+    program: str, arguments: list[str], instead: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """``paths.output_dir`` is the directory Hydra makes: given apart from it, a run wrote its
+    lock, ``.hydra`` and log to one folder and its results to another, and ``vitattn-eval
+    '~logger'`` ended a finished test as failed, its figure written into a folder nothing made
+    (eval audit, 2026-12-02)."""
+    given = [argument.format(out=tmp_path / "out") for argument in arguments]
+    said = refused_in_process(program, *given, data_dir=data_dir)
+    assert said.startswith("paths.output_dir=")
+    assert " is not valid: paths.output_dir is the run directory Hydra makes; " in said
+    assert instead.format(out=tmp_path / "out") in said
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_a_wrong_type_is_refused_in_one_line_with_no_run_directory(
     tmp_path: Path, data_dir: Path

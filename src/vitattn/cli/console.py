@@ -30,7 +30,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vitattn.cli.additions import MAX_SHOWN, check_additions, deletion_refusal
+from vitattn.cli.additions import MAX_SHOWN, check_additions, deletion_refusal, value_of
 from vitattn.cli.interpolated import crossing, unresolved
 from vitattn.cli.overrides import (
     NAME_MAX,
@@ -122,6 +122,7 @@ def console_main(
             check_no_sweep_of_hydra(arguments)
             check_sweep_size(arguments)
             check_path_names(arguments)
+            check_output_dir_not_set(arguments)
             check_baseline(arguments)
         check_given_runs(arguments)
         check_run_dir_is_new(arguments, continues_runs, held_by_none=True)
@@ -567,6 +568,39 @@ def check_path_names(arguments: Sequence[str]) -> None:
                 else f"it is {len(encoded)} bytes, more than the {PATH_MAX}"
             )
             raise ConfigError(f"{key}={shown}: {what} a file system takes; choose a shorter path")
+
+
+RUN_DIRECTORY = "${hydra:runtime.output_dir}"
+"""``paths.output_dir``'s value in ``configs/paths/default.yaml``: the directory Hydra makes."""
+
+
+def check_output_dir_not_set(arguments: Sequence[str]) -> None:
+    """Refuse ``paths.output_dir`` set on the command line: it is the run directory Hydra makes
+    (``hydra.run.dir``), where the run's lock, ``.hydra`` and log are. Set apart from it, the
+    files a run writes by it (``metrics.json``, events, checkpoints, figures) went elsewhere,
+    the folder unlocked, and a figure's write into a folder nothing made ended a finished
+    evaluation as failed (until 2026-12-02; eval audit)."""
+    from hydra.errors import HydraException
+
+    for text in overrides_of(arguments):
+        try:
+            override = parsed(text)
+        except HydraException:
+            continue
+        if str(override.key_or_group) != "paths.output_dir" or override.is_delete():
+            continue
+        if not override.is_sweep_override() and value_of(override) == RUN_DIRECTORY:
+            continue
+        shown = cut_apart(one_line(text.lstrip("+")), 120)
+        value = cut_apart(one_line(text.split("=", 1)[-1]), 120)
+        instead = (
+            "choose the sweep's folder with hydra.sweep.dir=<dir>"
+            if override.is_sweep_override()
+            else f"choose it with hydra.run.dir={value}"
+        )
+        raise ConfigError(
+            f"{shown} is not valid: paths.output_dir is the run directory Hydra makes; {instead}"
+        )
 
 
 def check_output_dirs(arguments: Sequence[str], default: Path = PROJECT_ROOT / "outputs") -> None:
