@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from tests.support.in_process import refused_in_process
-from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
+from tests.support.presets import QUIET_CPU, TINY, compose_config, plug, steps
+from tests.support.probes import WorseEachValidation
 from tests.support.runners import trained_run
 from vitattn.errors import ConfigError, own_refusal
 from vitattn.loading import load_classifier
@@ -262,6 +263,27 @@ def test_merge_false_writes_no_merged_checkpoint(
     assert metrics["merged_ckpt_path"] is None and "test/acc_merged" not in metrics
     assert not (tmp_path / "checkpoints" / "merged.ckpt").exists()
     assert isinstance(load_classifier(tmp_path / "checkpoints" / "last.ckpt"), LoRAClassifier)
+
+
+@pytest.mark.slow
+def test_merged_checkpoint_carries_the_step_of_the_weights_it_merged(
+    base_ckpt: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """The best fine-tuned checkpoint is tested, and its weights merged: ``merged.ckpt`` is at
+    its step (2 here, of 6), where it said the fit's last step (6) until 2026-12-02."""
+    import torch
+
+    from vitattn.finetune import finetune
+
+    overrides = [*FINETUNE, *steps(6, 2), *plug("worse", WorseEachValidation)]
+    cfg = compose_config(
+        "finetune", [*overrides, f"ckpt_path={base_ckpt}", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    metrics = finetune(cfg)
+    tested = torch.load(metrics["test_ckpt_path"], map_location="cpu", weights_only=False)
+    merged = torch.load(metrics["merged_ckpt_path"], map_location="cpu", weights_only=False)
+    assert metrics["steps"] == 6 and tested["global_step"] == 2
+    assert merged["global_step"] == tested["global_step"]
 
 
 def test_the_start_line_counts_the_parameters_of_the_network_it_trains(

@@ -74,7 +74,11 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     )
     metrics["test/acc_base"] = base_acc
     writes = fitting.writes_results(trainer, cfg)
-    merged = save_merged(cfg, module, datamodule, trainer, metrics) if merge and writes else None
+    merged = (
+        save_merged(cfg, module, datamodule, trainer, metrics, merged_step(tested, trainer))
+        if merge and writes
+        else None
+    )
     metrics.update(
         {**figures, "test_ckpt_path": tested, "merged_ckpt_path": merged, "status": "completed"}
     )
@@ -195,12 +199,31 @@ def score(cfg: DictConfig, module: Any, datamodule: Any) -> float:
     return float(results[0]["test/acc"])
 
 
+def merged_step(tested: str | None, trainer: Any) -> int:
+    """The step of the weights ``module`` holds once the fit and its test are done: those of the
+    checkpoint ``tested`` (testing it loaded it; the best by ``val/acc`` is seldom the last),
+    else, with ``test=false`` or no checkpoint saved, the fit's last. ``merged.ckpt`` carries
+    it: until 2026-12-02 it carried the last step beside the best checkpoint's weights, so a
+    run continued from it or compared by step was placed where its weights were not."""
+    from vitattn.runs.checkpoints import read_checkpoint
+
+    if tested is None:
+        return int(trainer.global_step)
+    return int(read_checkpoint(tested)["global_step"])
+
+
 def save_merged(
-    cfg: DictConfig, module: Any, datamodule: Any, trainer: Any, metrics: dict[str, Any]
+    cfg: DictConfig,
+    module: Any,
+    datamodule: Any,
+    trainer: Any,
+    metrics: dict[str, Any],
+    step: int,
 ) -> str:
     """Fold the adapters into the weights and save the result as ``checkpoints/merged.ckpt``, a
-    plain checkpoint with the data settings, for ``vitattn-eval``; its test accuracy goes into
-    ``metrics`` as ``test/acc_merged``. Returns the checkpoint's path."""
+    plain checkpoint with the data settings, for ``vitattn-eval``, at ``step``, that of the
+    weights merged (:func:`merged_step`); its test accuracy goes into ``metrics`` as
+    ``test/acc_merged``. Returns the checkpoint's path."""
     from vitattn.lora.module import save_plain_checkpoint
     from vitattn.models.module import precision_record
 
@@ -208,7 +231,7 @@ def save_merged(
     path = save_plain_checkpoint(
         merged,
         RunDir(Path(cfg.paths.output_dir)).checkpoints / MERGED_CHECKPOINT,
-        trainer.global_step,
+        step,
         data_settings=dict(datamodule.hparams),
         precision=precision_record(trainer),  # vitattn-eval tests it as it was scored here
     )
