@@ -171,6 +171,51 @@ def test_the_console_names_a_missing_base_checkpoint(
     assert said == message
 
 
+def test_full_finetuning_without_the_head_is_refused_before_the_run(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """``lora.rank=0`` trains every weight, the head's too: ``lora.train_head=false`` beside it
+    is refused in one line, no run directory made (the run trained the head and recorded
+    ``lora/train_head: false`` until 2026-12-02)."""
+    run_dir = tmp_path / "run"
+    said = refused_in_process(
+        "vitattn-finetune",
+        "ckpt_path=x.ckpt",
+        "lora.rank=0",
+        "lora.train_head=false",
+        f"hydra.run.dir={run_dir}",
+        data_dir=data_dir,
+        creates=run_dir,
+    )
+    assert said == (
+        "lora.train_head=false is not valid with lora.rank=0, which trains every weight, the "
+        "head's too; choose lora.train_head=true, or a lora.rank of 1 or more to train "
+        "adapters without the head"
+    )
+
+
+@pytest.mark.slow
+def test_full_finetuning_records_what_it_trained(
+    base_ckpt: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """A rank-0 run adapts no layer and trains every weight: ``metrics.json`` and its
+    checkpoints say so, not the ``lora.target_modules`` and ``lora.alpha`` it was given (they
+    recorded the unused targets until 2026-12-02)."""
+    from vitattn.finetune import finetune
+
+    overrides = [*FINETUNE, *steps(2, 2), "lora.rank=0", "lora.target_modules=[attn.qkv]"]
+    cfg = compose_config(
+        "finetune", [*overrides, f"ckpt_path={base_ckpt}", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    metrics = finetune(cfg)
+    assert json.loads((tmp_path / "metrics.json").read_text())["lora/target_modules"] == "[]"
+    assert metrics["lora/rank"] == 0 and metrics["lora/train_head"] is True
+    assert metrics["lora/alpha"] is None and metrics["params/lora"] == 0
+    assert metrics["params/trainable"] == metrics["params"]
+    last = load_classifier(tmp_path / "checkpoints" / "last.ckpt")
+    assert last.hparams.lora["target_modules"] == [] and last.hparams.lora["train_head"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "message"),

@@ -98,6 +98,7 @@ def lora_settings(cfg: DictConfig) -> tuple[Any, bool]:
     lora_cfg = OmegaConf.to_container(cfg.lora, resolve=True) if cfg.get("lora") else {}
     assert isinstance(lora_cfg, dict)
     settings = LoRASettings.from_mapping(lora_cfg)
+    settings.check_choices()
     merge = checks.flag("lora.merge", lora_cfg.get("merge", True))
     if cfg.get("label_smoothing") is not None:
         checks.fraction("label_smoothing", cfg.label_smoothing, hint=", or null (the base run's)")
@@ -147,18 +148,21 @@ def adapted_module(cfg: DictConfig, base: Any, settings: Any) -> Any:
 
 def run_figures(cfg: DictConfig, module: Any, datamodule: Any, settings: Any) -> dict[str, Any]:
     """What ``metrics.json`` says of the fine-tune's setup: the parameters (all, trainable, in
-    adapters), the adapters' settings, the data's shift, the attention and the base checkpoint."""
+    adapters), the adapters' settings as they acted (``LoRASettings.in_effect``: at rank 0 no
+    targets, no ``alpha``, the head trained), the data's shift, the attention and the base
+    checkpoint."""
     from vitattn.attention import registered_name
 
     counts = module.parameter_counts()
+    acting = settings.in_effect()
     return {
         "params": counts.total,
         "params/trainable": counts.trainable,
         "params/lora": counts.lora,
-        "lora/rank": settings.rank,
-        "lora/alpha": settings.alpha,
-        "lora/target_modules": str(settings.as_dict()["target_modules"]),
-        "lora/train_head": settings.train_head,
+        "lora/rank": acting.rank,
+        "lora/alpha": acting.alpha if acting.rank > 0 else None,  # no update to scale
+        "lora/target_modules": str(acting.as_dict()["target_modules"]),
+        "lora/train_head": acting.train_head,
         "data/shift": datamodule.hparams.get("shift", "none"),
         "attention": registered_name(module.hparams.net.get("attention")),
         "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),

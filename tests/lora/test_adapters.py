@@ -83,6 +83,22 @@ def test_rank_zero_is_full_finetuning(tmp_path: Path) -> None:
     assert not any("base_layer" in key for key in module.state_dict())  # plain names
 
 
+def test_rank_zero_stores_the_settings_it_trains_with(tmp_path: Path) -> None:
+    """Rank 0 adapts no layer and trains the head with every other weight: its stored settings
+    say so, whatever targets were given (a checkpoint of one written before, saying
+    ``train_head: false``, still loads)."""
+    given = {"rank": 0, "target_modules": ["attn.qkv"], "train_head": False, "dropout": 0.1}
+    module = tiny_classifier(given, tmp_path)
+    assert module.hparams.lora == {
+        "rank": 0,
+        "alpha": 16.0,
+        "dropout": 0.0,
+        "target_modules": [],
+        "train_head": True,
+    }
+    assert module.parameter_counts().trainable == module.parameter_counts().total
+
+
 def test_merged_and_unmerged_give_the_same_logits(tmp_path: Path) -> None:
     module = tiny_classifier({"rank": 4, "alpha": 8}, tmp_path).eval()
     randomize_adapters(module)

@@ -13,6 +13,7 @@ imported only when adapters are built (it pulls in ``transformers``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,11 +89,34 @@ class LoRASettings:
         checks.positive(f"{prefix}.alpha", self.alpha)
         checks.fraction(f"{prefix}.dropout", self.dropout)
         checks.flag(f"{prefix}.train_head", self.train_head)
-        if not self.target_modules:
+        if not self.target_modules and self.rank > 0:  # rank 0 has none (:meth:`in_effect`)
             raise ConfigError(
                 f"{prefix}.target_modules is empty; name layers such as "
                 f"[{', '.join(DEFAULT_TARGETS)}]"
             )
+
+    def check_choices(self, prefix: str = "lora") -> None:
+        """Refuse in one line settings that contradict each other, as a command line gives them:
+        ``rank=0`` (full fine-tuning, every weight trains, the head's too) with
+        ``train_head=false``. Until 2026-12-02 that run trained the head all the same and its
+        ``metrics.json`` said ``lora/train_head: false``. Not part of :meth:`validate`: a
+        checkpoint such a run wrote stores it, and still loads (:meth:`in_effect`)."""
+        if self.rank == 0 and self.train_head is False:
+            raise ConfigError(
+                f"{prefix}.train_head=false is not valid with {prefix}.rank=0, which trains "
+                f"every weight, the head's too; choose {prefix}.train_head=true, or a "
+                f"{prefix}.rank of 1 or more to train adapters without the head"
+            )
+
+    def in_effect(self) -> LoRASettings:
+        """The settings as they act: at ``rank=0`` no layer gets an adapter and every weight
+        trains, so no ``target_modules`` (nor ``dropout``, the adapters' input's) and
+        ``train_head=true``, whatever was given; at any other rank, these. What a fine-tune
+        stores and records (:class:`~vitattn.lora.module.LoRAClassifier`, ``metrics.json``):
+        until 2026-12-02 a rank-0 run recorded the targets it never adapted."""
+        if self.rank > 0:
+            return self
+        return dataclasses.replace(self, target_modules=[], dropout=0.0, train_head=True)
 
     def as_dict(self) -> dict[str, Any]:
         targets = self.target_modules

@@ -46,6 +46,8 @@ class LoRAClassifier(ViTClassifier):
             # checkpoint names layers, never a pattern (vitattn.runs.checkpoint_values).
             names = resolve_targets(self.net, settings.target_modules)
             settings = dataclasses.replace(settings, target_modules=names)
+        # Rank 0 is stored as it trains: no adapter targets, the head (every weight) trained.
+        settings = settings.in_effect()
         self.save_hyperparameters({**self.hparams, "lora": settings.as_dict()}, logger=False)
         self.net = apply_lora(self.net, settings)
 
