@@ -196,3 +196,88 @@ def test_no_completed_run_is_one_line_and_writes_nothing(
     assert sorted(folder.rglob("*")) == before
     with pytest.raises(ValueError, match="no completed vitattn-finetune runs"):
         to_markdown([], [])
+
+
+def finetune_job(root: Path, name: str, acc: float, **recorded: object) -> Path:
+    """A completed fine-tune at rank 8 on the rotated set, as its ``metrics.json`` records it
+    (``recorded`` changes or adds values), with its config and overrides."""
+    path = root / name
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text("lora:\n  rank: 8\n")
+    overrides = recorded.pop("overrides", ["lora.rank=8", "data.shift=rotate"])
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    metrics = {
+        "test/acc": acc,
+        "test/acc_base": 0.2,
+        "params": 1000,
+        "params/trainable": 170,
+        "lora/rank": 8,
+        "lora/alpha": 16,
+        "lora/target_modules": "['attn.qkv', 'attn.proj', 'mlp.fc1', 'mlp.fc2']",
+        "lora/train_head": True,
+        "data/shift": "rotate",
+        "attention": "softmax",
+        "ckpt_path": "/base.ckpt",
+        "status": "completed",
+        **recorded,
+    }
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("other", "column", "values"),
+    [
+        ({"lora/alpha": 32}, "lora/alpha", ["16", "32"]),
+        ({"attention": "linear", "ckpt_path": "/linear.ckpt"}, "attention", ["linear", "softmax"]),
+        ({"lora/train_head": False}, "lora/train_head", ["false", "true"]),
+        (
+            {"overrides": ["lora.rank=8", "data.shift=rotate", "optimizer.lr=0.01"]},
+            "optimizer.lr",
+            ["0.001", "0.01"],
+        ),
+    ],
+)
+def test_runs_that_differ_in_more_than_the_seed_are_not_averaged(
+    tmp_path: Path, other: dict, column: str, values: list[str]
+) -> None:
+    """Two runs at rank 8 on the rotated set that differ in ``lora.alpha`` (or the attention,
+    the head, the learning rate) are two rows, each of one run, with a column naming what
+    differs; until 2026-12-02 they were one cell of two runs, "mean ± std" as if seeds."""
+    finetune_job(tmp_path, "a", 0.5)
+    finetune_job(tmp_path, "b", 0.7, **other)
+    (tmp_path / "a" / ".hydra" / "config.yaml").write_text("optimizer:\n  lr: 0.001\n")
+    if column == "optimizer.lr":  # given as 1e-2, composed as 0.01: its config's value counts
+        (tmp_path / "b" / ".hydra" / "config.yaml").write_text("optimizer:\n  lr: 0.01\n")
+        (tmp_path / "b" / ".hydra" / "overrides.yaml").write_text("- optimizer.lr=1e-2\n")
+    runs = find_runs([tmp_path])
+    rows = lora_table(runs)
+    assert [row["runs"] for row in rows] == [1, 1]
+    assert sorted(row["settings"][column] for row in rows) == values
+    assert sorted(row["test_acc"] for row in rows) == [0.5, 0.7]
+    markdown = to_markdown(rows, runs)
+    assert "±" not in markdown and f"| {column}" in markdown.splitlines()[0]
+    _, _, csv_path = write_table([tmp_path])
+    assert column in csv_path.read_text().splitlines()[0].split(",")
+
+
+def test_seeds_of_one_setting_are_averaged_beside_another_setting(tmp_path: Path) -> None:
+    """Seeds are averaged within each setting: two seeds at alpha 16, one at alpha 32; a seed
+    given on the command line does not tell runs apart, nor a rank-0 run's unused alpha."""
+    finetune_job(tmp_path, "a", 0.5, overrides=["lora.rank=8", "seed=1"])
+    finetune_job(tmp_path, "b", 0.7, overrides=["lora.rank=8", "seed=2"])
+    finetune_job(tmp_path, "c", 0.9, **{"lora/alpha": 32})
+    for name, alpha in (("full-a", 16), ("full-b", 32)):  # written before 2026-12-02
+        finetune_job(tmp_path, name, 0.8, **{"lora/rank": 0, "lora/alpha": alpha})
+    runs = find_runs([tmp_path])
+    rows = lora_table(runs)
+    cells = [(row["rank"], row["settings"].get("lora/alpha"), row["runs"]) for row in rows]
+    assert cells == [(0, None, 2), (8, "16", 2), (8, "32", 1)]
+    lines = to_markdown(rows, runs).splitlines()
+    assert lines[0].split("|")[1:4] == [
+        " rank                 ",
+        " lora/alpha ",
+        " trainable params ",
+    ]
+    assert "| 0 (full fine-tuning) | –" in lines[3]
+    assert lines[4].endswith("60.0 ± 14.1 |") and lines[5].endswith("90.0 |")

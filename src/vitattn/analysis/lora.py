@@ -5,7 +5,11 @@ writes a ``metrics.json``; :func:`lora_table` reads them and lays them out as th
 material did: one row per rank (rank 0 = full fine-tuning) with its trainable parameters, one
 column per shift with the test accuracy on that shifted test set after fine-tuning, and a first
 row with the base model's accuracy on each shifted set before fine-tuning. Several runs of one
-cell (seeds) are averaged; the CSV keeps one row per (rank, shift) with the spread.
+cell are averaged only where they differ by seed alone (:func:`run_settings`): runs that differ in
+anything else, the attention, the base checkpoint, ``lora.alpha``, ``lora.target_modules``,
+``lora.train_head`` or any other setting the command line gave, have rows of their own, with a
+column for each setting that differs (until 2026-12-02 they were averaged as if they were
+seeds). The CSV keeps one row per (rank, settings, shift) with the spread.
 
 ``python scripts/lora_table.py outputs/finetune/multiruns/<stamp>`` prints the Markdown table and
 writes ``lora_table.md`` and ``lora_table.csv`` next to the runs (or into ``--out``); where no run
@@ -20,11 +24,11 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitattn.analysis.records import bounded
+from vitattn.analysis.records import bounded, is_a_setting
 from vitattn.data.shifts import SHIFTS
 from vitattn.errors import VitattnError
 from vitattn.runs.files import (
@@ -55,6 +59,23 @@ CSV_COLUMNS = (
     "test_acc_std",
     "test_acc_base",
 )
+"""The CSV's columns; a column for each setting that differs between rows follows them."""
+
+RECORDED_SETTINGS = {
+    "attention": "attention",
+    "ckpt_path": "ckpt_path",
+    "lora/alpha": "lora.alpha",
+    "lora/target_modules": "lora.target_modules",
+    "lora/train_head": "lora.train_head",
+}
+"""The settings a fine-tune's ``metrics.json`` records (as they acted), with the override that
+sets each: a run's value is its ``metrics.json``'s, else its override's."""
+ADAPTER_SETTINGS = ("lora/alpha", "lora/target_modules", "lora/train_head")
+"""Settings of the adapters, which do nothing at rank 0 (full fine-tuning: no adapter, every
+weight trains): a rank-0 run is not told apart by them, nor by any ``lora.`` override."""
+NOT_COMPARED = ("lora.rank", "data.shift", "lora.merge")
+"""Overrides that do not tell runs of one cell apart: the cell's own rank and shift, and
+``lora.merge``, which writes ``merged.ckpt`` beside the same fine-tune."""
 
 
 @dataclass
@@ -64,8 +85,12 @@ class FinetuneRun:
     path: Path
     metrics: dict[str, Any]
     overrides: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+    """Its ``.hydra/config.yaml``, where readable: the value of a setting it left at its
+    default, to compare with a run that gave it on the command line."""
 
-    def _setting(self, key: str, override: str) -> Any:
+    def recorded_setting(self, key: str, override: str) -> Any:
+        """``key`` of ``metrics.json``, else the value of the override ``override``, as written."""
         if self.metrics.get(key) is not None:
             return self.metrics[key]
         for item in self.overrides:
@@ -74,9 +99,36 @@ class FinetuneRun:
         return None
 
     @property
+    def given(self) -> dict[str, str]:
+        """The command line's overrides as ``{key: value}``, those that say what the run
+        trained (:func:`vitattn.analysis.records.is_a_setting`: not the seed, not a place)."""
+        pairs: dict[str, str] = {}
+        for override in self.overrides:
+            key, equals, value = override.partition("=")
+            key = key.lstrip("+~")
+            if equals and is_a_setting(key) and not key.startswith(("hydra.", "hydra/")):
+                pairs[bounded(key)] = value  # a column's header: text from a file
+        return pairs
+
+    def override_value(self, key: str) -> str | None:
+        """``key``'s value in this run: its config's, where that is one value (a run that left
+        it at its default compares with one that gave the default, ``optimizer.lr=1e-2`` with
+        ``0.01``), else its override's text (a config group's choice, ``trainer=cpu``), else
+        ``None``."""
+        node: Any = self.config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                node = None
+                break
+            node = node[part]
+        if node is not None and not isinstance(node, dict | list):
+            return str(node)
+        return self.given.get(key)
+
+    @property
     def rank_as_written(self) -> Any:
         """``lora/rank`` of ``metrics.json``, else the ``lora.rank=`` override, as written."""
-        return self._setting("lora/rank", "lora.rank")
+        return self.recorded_setting("lora/rank", "lora.rank")
 
     @property
     def rank(self) -> int | None:
@@ -95,7 +147,7 @@ class FinetuneRun:
 
     @property
     def shift(self) -> str | None:
-        value = self._setting("data/shift", "data.shift")
+        value = self.recorded_setting("data/shift", "data.shift")
         return bounded(str(value)) if value is not None else None  # a column's header
 
     @property
@@ -121,7 +173,11 @@ def find_runs(directories: Iterable[str | Path]) -> list[FinetuneRun]:
         except UnreadableFileError as error:
             overrides = []
             metrics = {"status": "failed", "error": str(error)}
-        runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides]))
+        try:
+            config = read_yaml(run.config_file, dict) if run.config_file.exists() else {}
+        except UnreadableFileError:
+            config = {}  # its overrides alone then tell its settings
+        runs.append(FinetuneRun(run_dir, metrics, [str(o) for o in overrides], config))
     return runs
 
 
@@ -138,16 +194,81 @@ def _distinct(values: Iterable[Any]) -> list[Any]:
     return list(dict.fromkeys(v for v in values if v is not None))
 
 
+def _shown(value: Any) -> str | None:
+    """A setting's value as the table and the CSV show it: ``true``/``false`` for a flag, text
+    from a file escaped and cut (:func:`~vitattn.analysis.records.bounded`)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return bounded(str(value))
+
+
+def run_settings(run: FinetuneRun, override_keys: Iterable[str]) -> dict[str, str | None]:
+    """What the run was, besides its rank, shift and seed: the settings its ``metrics.json``
+    records (:data:`RECORDED_SETTINGS`) and the value of each of ``override_keys`` (the
+    overrides any run gave) in it. At rank 0 the adapters' settings are left out
+    (:data:`ADAPTER_SETTINGS`): full fine-tuning trains every weight whatever they say."""
+    full = run.rank == 0
+    settings = {
+        key: _shown(run.recorded_setting(key, override))
+        for key, override in RECORDED_SETTINGS.items()
+        if not (full and key in ADAPTER_SETTINGS)
+    }
+    for key in override_keys:
+        if not (full and key.startswith("lora.")):
+            settings[key] = _shown(run.override_value(key))
+    return settings
+
+
+def differing_settings(runs: Sequence[FinetuneRun]) -> list[dict[str, str | None]]:
+    """For each run (in order), the settings (:func:`run_settings`) whose values differ between
+    ``runs``, each where it applies to the run (not an adapter's at rank 0): runs of one rank
+    and shift with the same of these differ by seed alone, and only those are averaged."""
+    recorded = {override for override in RECORDED_SETTINGS.values()}
+    override_keys = list(
+        dict.fromkeys(
+            key
+            for run in runs
+            for key in run.given
+            if key not in recorded and key not in NOT_COMPARED
+        )
+    )
+    every = [run_settings(run, override_keys) for run in runs]
+    keys = list(dict.fromkeys(key for settings in every for key in settings))
+    differing = [
+        key for key in keys if len({settings[key] for settings in every if key in settings}) > 1
+    ]
+    return [{key: settings[key] for key in differing if key in settings} for settings in every]
+
+
+def _settings_order(settings: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
+    return tuple("" if value is None else value for _, value in settings)
+
+
 def lora_table(runs: Sequence[FinetuneRun]) -> list[dict[str, Any]]:
-    """One row per (rank, shift) of the completed fine-tune runs, ranks ascending (0 first)."""
-    cells: dict[tuple[int, str], list[FinetuneRun]] = defaultdict(list)
-    for run in runs:
-        if run.completed and run.rank is not None and run.shift is not None:
-            cells[(run.rank, run.shift)].append(run)
+    """One row per (rank, settings, shift) of the completed fine-tune runs, ranks ascending (0
+    first): runs are averaged only where they differ by seed alone. ``settings`` (each row's,
+    a mapping) holds the value of each setting that differs between the runs
+    (:func:`differing_settings`), ``None`` where it does not apply (an adapter's at rank 0);
+    empty where the runs differ only in rank, shift and seed."""
+    tabled = [
+        run for run in runs if run.completed and run.rank is not None and run.shift is not None
+    ]
+    differing = differing_settings(tabled)
+    keys = list(dict.fromkeys(key for settings in differing for key in settings))
+    cells: dict[tuple[int, tuple[tuple[str, str | None], ...], str], list[FinetuneRun]]
+    cells = defaultdict(list)
+    for run, its_settings in zip(tabled, differing, strict=True):
+        assert run.rank is not None and run.shift is not None
+        settings = tuple((key, its_settings.get(key)) for key in keys)
+        cells[(run.rank, settings, run.shift)].append(run)
     rows = []
-    shift_order = _shift_order({shift for _, shift in cells})
-    for rank, shift in sorted(cells, key=lambda c: (c[0], shift_order.index(c[1]))):
-        group = cells[(rank, shift)]
+    shift_order = _shift_order({shift for _, _, shift in cells})
+    for rank, settings, shift in sorted(
+        cells, key=lambda c: (c[0], _settings_order(c[1]), shift_order.index(c[2]))
+    ):
+        group = cells[(rank, settings, shift)]
         accs = [float(r.metrics["test/acc"]) for r in group]
         bases = [
             float(r.metrics["test/acc_base"])
@@ -168,6 +289,7 @@ def lora_table(runs: Sequence[FinetuneRun]) -> list[dict[str, Any]]:
                 "test_acc": _mean(accs),
                 "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else None,
                 "test_acc_base": _mean(bases),
+                "settings": dict(settings),
             }
         )
     return rows
@@ -198,29 +320,60 @@ class NoFinetuneRunsError(VitattnError):
         self.failed = list(failed)
 
 
+BASE_SETTINGS = ("attention", "ckpt_path")
+"""The settings that tell base models apart: where one differs, the table has a base row for
+each (the base's accuracy is its checkpoint's)."""
+
+
+def setting_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The settings that differ between ``rows`` (their ``settings``), in order: a column each."""
+    return list(dict.fromkeys(key for row in rows for key in row.get("settings", {})))
+
+
 def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()) -> str:
-    """The table: ranks down, shifts across, test accuracy in percent; base row first. Without
-    rows there is no table: :class:`ValueError`."""
+    """The table: ranks down, shifts across, test accuracy in percent; base rows first. Where
+    runs differ in more than rank, shift and seed, a column for each setting that differs, and
+    a row for each of its values. Without rows there is no table: :class:`ValueError`."""
     if not rows:
         raise ValueError("no completed vitattn-finetune runs: no table to make")
     shifts = _shift_order({row["shift"] for row in rows})
-    by_cell = {(row["rank"], row["shift"]): row for row in rows}
-    ranks = sorted({row["rank"] for row in rows})
-    base_row: dict[str, Any] = {"rank": "base, no fine-tuning", "trainable": 0}
-    for shift in shifts:
-        values = [
-            r["test_acc_base"]
-            for r in rows
-            if r["shift"] == shift and r["test_acc_base"] is not None
-        ]
-        base_row[shift] = _percent(_mean(values))
-    table_rows = [base_row]
-    for rank in ranks:
-        cells = [by_cell.get((rank, shift)) for shift in shifts]
+    varying = setting_columns(rows)
+
+    def settings_of(row: dict[str, Any]) -> tuple[str | None, ...]:
+        return tuple(row["settings"].get(key) for key in varying)
+
+    def shown(values: Iterable[str | None]) -> dict[str, str]:
+        return {key: "–" if v is None else v for key, v in zip(varying, values, strict=True)}
+
+    by_cell = {(row["rank"], settings_of(row), row["shift"]): row for row in rows}
+    bases = [key for key in varying if key in BASE_SETTINGS]
+    base_groups = list(dict.fromkeys(tuple(row["settings"].get(k) for k in bases) for row in rows))
+    table_rows = []
+    for group in sorted(base_groups, key=lambda g: tuple("" if v is None else v for v in g)):
+        base_row: dict[str, Any] = {"rank": "base, no fine-tuning", "trainable": 0}
+        named = shown(dict(zip(bases, group, strict=True)).get(k) for k in varying)
+        base_row.update({key: named[key] if key in bases else "" for key in varying})
+        for shift in shifts:
+            values = [
+                r["test_acc_base"]
+                for r in rows
+                if r["shift"] == shift
+                and r["test_acc_base"] is not None
+                and tuple(r["settings"].get(k) for k in bases) == group
+            ]
+            base_row[shift] = _percent(_mean(values))
+        table_rows.append(base_row)
+    settings_rows = sorted(
+        {(row["rank"], settings_of(row)) for row in rows},
+        key=lambda r: (r[0], tuple("" if v is None else v for v in r[1])),
+    )
+    for rank, settings in settings_rows:
+        cells = [by_cell.get((rank, settings, shift)) for shift in shifts]
         trainable = _distinct(c["params_trainable"] for c in cells if c)
         table_rows.append(
             {
                 "rank": "0 (full fine-tuning)" if rank == 0 else str(rank),
+                **shown(settings),
                 "trainable": " / ".join(_count(t) for t in trainable),
                 **{
                     shift: _percent(c["test_acc"], c["test_acc_std"]) if c else "–"
@@ -228,12 +381,25 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
                 },
             }
         )
-    columns = {"rank": "rank", "trainable": "trainable params", **{s: s for s in shifts}}
+    columns = {
+        "rank": "rank",
+        **{key: key for key in varying},
+        "trainable": "trainable params",
+        **{s: s for s in shifts},
+    }
     lines = [markdown_table(table_rows, columns, align_right=["trainable", *shifts])]
     notes = ["", "Test accuracy (%) on each shifted CIFAR-10 test set."]
     counts = {row["runs"] for row in rows}
     if counts != {1}:
-        notes.append("Cells with several runs show mean ± standard deviation.")
+        notes.append(
+            "Cells with several runs show mean ± standard deviation over runs that differ by "
+            "seed alone."
+        )
+    if varying:
+        notes.append(
+            f"Runs that differ in {', '.join(varying)} are not averaged together: a row for each "
+            "(– where a setting does not apply: the adapters' at rank 0, full fine-tuning)."
+        )
     params = _distinct(row["params"] for row in rows)
     if params:
         notes.append(f"Model parameters: {' / '.join(_count(p) for p in params)}.")
@@ -280,7 +446,11 @@ def write_table(
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out_dir / "lora_table.md", out_dir / "lora_table.csv"
     write_text(md_path, markdown)
-    write_csv(csv_path, rows, CSV_COLUMNS)
+    varying = [key for key in setting_columns(rows) if key not in CSV_COLUMNS]
+    flat = [
+        {**row["settings"], **{k: v for k, v in row.items() if k != "settings"}} for row in rows
+    ]
+    write_csv(csv_path, flat, [*CSV_COLUMNS, *varying])
     return markdown, md_path, csv_path
 
 
