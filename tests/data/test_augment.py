@@ -82,3 +82,34 @@ def test_randaugment_changes_images_reproducibly(data_dir: Path) -> None:
     assert torch.equal(first, second)
     changed = (first != plain).flatten(1).any(dim=1)
     assert changed.float().mean() > 0.5
+
+
+@pytest.mark.parametrize("shift", ["rotate", "invert", "quantize"])
+def test_a_shifted_training_image_is_flipped_before_it_is_shifted(
+    shift: str, data_dir: Path
+) -> None:
+    """Every training image of a shifted variant is the variant of the image or of its mirror
+    image: a flip acts on the natural image. A flip after ``rotate`` turned half the training
+    images -90° where every test image is turned +90° (data audit, 2026-12-02); ``invert`` and
+    ``quantize`` commute with it."""
+    from vitattn.data.shifts import apply_shift
+
+    datamodule = CIFAR10DataModule(
+        data_dir, shift=shift, crop_padding=0, hflip=True, normalize=False, augment_seed=0
+    )
+    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    labels = torch.arange(64) % 10
+
+    class Trainer:
+        training = True
+
+    datamodule.trainer = Trainer()  # type: ignore[assignment]
+    seen, _ = datamodule.on_after_batch_transfer((images, labels), 0)
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a == b).flatten(1).all(1)
+
+    as_is = same(seen, apply_shift(images, shift))
+    mirrored = same(seen, apply_shift(images.flip(-1), shift))
+    assert bool((as_is | mirrored).all())
+    assert 0 < int(mirrored.sum()) < 64  # some images were flipped

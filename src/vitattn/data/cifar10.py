@@ -461,20 +461,25 @@ class CIFAR10DataModule(L.LightningDataModule):
         return apply_shift(images, self.settings.shift)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Shift, augment (when training), normalise and mix a batch on its device. Images
+        """Augment (when training), shift, normalise and mix a batch on its device. Images
         alone (a model's ``example_input_array``, which Lightning's model summary passes here
         at the start of a fit) are prepared as for evaluation: no augmentation, so no random
-        numbers drawn that a resumed run would not draw."""
+        numbers drawn that a resumed run would not draw.
+
+        Crops and flips act on the natural image, before the shift: a flip after ``rotate``
+        mirrors the image turned +90° into one turned -90°, so until 2026-12-02 half of the
+        training images of the rotated variant were turned the other way from every
+        validation and test image (data audit)."""
         if isinstance(batch, torch.Tensor):
             images = self.shifted(batch)
             if self.settings.normalize:
                 images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
             return images
         images, labels = batch
-        images = self.shifted(images)  # the data set's variant, for all stages
         training = self.trainer is not None and self.trainer.training
         if training:
             images = self.augment(images)
+        images = self.shifted(images)  # the data set's variant, for all stages
         if self.settings.normalize:
             images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
         if training and self.mix is not None:

@@ -66,7 +66,8 @@ class DataSettings:
             uint8 pixels on (for ``model.embedding=intensity``).
         shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
             ``rotate``, ``invert`` or ``none``; applied to training, validation and test batches
-            alike, on the device, before augmentation and normalisation.
+            alike, on the device, after augmentation (crops and flips act on the natural image:
+            a flip of a rotated image turns it the other way) and before normalisation.
         augment_seed: seed of the augmentation generator; ``None`` draws it from torch's global
             RNG, which ``seed_everything`` has seeded.
         download: download the archive if ``cifar-10-batches-py/`` is missing.

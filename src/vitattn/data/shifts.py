@@ -2,7 +2,8 @@
 
 The LoRA paper's authors (Hu et al., ICLR 2022) adapted a classifier to quantized, rotated and
 inverted versions of its data set; these are the same three shifts, applied to whole batches on
-whatever device they live on, before augmentation and normalisation:
+whatever device they live on, after augmentation (the crop and flip act on the natural image)
+and before normalisation:
 
 - ``quantize``: each channel keeps :data:`QUANTIZE_LEVELS` evenly spaced intensity levels.
 - ``rotate``: every image turned by :data:`ROTATE_DEGREES` (counter-clockwise, ``torch.rot90``).
