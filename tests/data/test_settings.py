@@ -134,6 +134,12 @@ def test_a_checkpoint_from_before_the_settings_builds_the_same_module(tmp_path: 
             "data.mixup_alpha/data.cutmix_alpha mix float images; they need data.normalize=true",
         ),
         ({"data_dir": 3}, "data.data_dir=3 is not valid; choose a directory"),
+        # torch's generator raised "Overflow when unpacking long long" once the run was made
+        (
+            {"split_seed": 2**64},
+            "data.split_seed=18446744073709551616 is not valid; choose an integer -2**63..2**64-1",
+        ),
+        ({"augment_seed": -(2**63) - 1}, "data.augment_seed=-9223372036854775809 is not valid; "),
         ({"colour": "red"}, "data.colour is not a data setting; choose among: augment_seed, "),
     ],
 )
@@ -150,6 +156,7 @@ def test_a_bad_setting_is_one_line_naming_it(settings: dict, message: str, tmp_p
         ("data.grayscale=null", r"^data\.grayscale=None is not valid; choose true or false$"),
         ("+data.colour=red", r"^data\.colour is not a data setting; choose among: "),
         ("data.download_timeout=soon", r"^data\.download_timeout='soon' is not valid; choose a"),
+        ("data.augment_seed=18446744073709551616", r"^data\.augment_seed=18446744073709551616 is"),
     ],
 )
 def test_the_command_line_gets_the_same_lines(override: str, message: str) -> None:

@@ -166,6 +166,14 @@ class DataSettings:
                 f"a positive number of seconds, at most {MAX_DOWNLOAD_TIMEOUT:g}",
             ),
             ("shift", self.shift not in SHIFTS, f"one of {' | '.join(SHIFTS)}"),
+            # past them torch's generator raised "Overflow when unpacking long long" once the
+            # run was made, until 2026-12-02 (data audit)
+            ("split_seed", not MIN_SEED <= self.split_seed <= MAX_SEED, SEEDS),
+            (
+                "augment_seed",
+                self.augment_seed is not None and not MIN_SEED <= self.augment_seed <= MAX_SEED,
+                f"{SEEDS}, or null (drawn from the run's seed)",
+            ),
             (
                 "num_workers",
                 not 0 <= self.num_workers <= cpus,
@@ -179,6 +187,10 @@ class DataSettings:
         hyperparameters), from which a module is built again."""
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
 
+
+MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1
+"""The seeds a torch generator takes (``torch.Generator.manual_seed``)."""
+SEEDS = "an integer -2**63..2**64-1 (what a torch generator takes)"
 
 HINTS: dict[str, Any] = typing.get_type_hints(DataSettings)
 """Each setting's type, from its annotation."""
