@@ -384,6 +384,18 @@ BAD_INPUTS = [
     # torch takes any word with a warning and keeps float32 products as they were
     (["matmul_precision=low"], r"matmul_precision='low' is not valid; choose one of highest \|"),
     (["model.compile=sometimes"], r"model.compile='sometimes' is not valid; choose true, false or"),
+    # the patch embedding trained on 0..255 without a word; the lookup failed at its first
+    # forward, once the run was made (data audit, 2026-12-02)
+    (
+        ["data.normalize=false"],
+        r"^data.normalize=false does not match model.embedding=patch, which reads normalised "
+        r"pixels; set data.normalize=true$",
+    ),
+    (
+        ["model.embedding=intensity", "model.patch_size=1"],
+        r"^data.normalize=true does not match model.embedding=intensity, which reads the 8-bit "
+        r"pixel values; set data.normalize=false$",
+    ),
 ]
 
 

@@ -116,12 +116,36 @@ class ViTClassifier(L.LightningModule):
                 f"model.image_size={net.image_size} does not match the data's {height}x{width} "
                 f"images; set model.image_size={height}"
             )
+        self.check_normalization(datamodule, checkpoint)
         if getattr(net, "num_classes", None) != datamodule.num_classes:
             raise ConfigError(
                 f"model.num_classes={getattr(net, 'num_classes', None)} does not match the "
                 f"data's {datamodule.num_classes} classes; set model.num_classes="
                 f"{datamodule.num_classes}"
             )
+
+    def check_normalization(self, datamodule: Any, checkpoint: str | None = None) -> None:
+        """Refuse data normalised for the other embedding: the intensity lookup reads the 8-bit
+        pixel values (``data.normalize=false``), the patch embedding normalised pixels. Until
+        2026-12-02 the patch embedding trained on values 0..255 without a word (data audit),
+        and the lookup was refused at its first forward, once the run was made."""
+        from vitattn.models.vit import IntensityEmbedding
+
+        normalize = getattr(getattr(datamodule, "settings", None), "normalize", None)
+        if normalize is None:
+            return
+        lookup = isinstance(getattr(self.net, "patch_embed", None), IntensityEmbedding)
+        if lookup != bool(normalize):
+            return
+        embedding = "intensity" if lookup else "patch"
+        reads = "the 8-bit pixel values" if lookup else "normalised pixels"
+        fix = f"set data.normalize={str(not lookup).lower()}"
+        if checkpoint is not None:
+            fix = f"the network is {checkpoint}'s: leave data.normalize null (as it was trained)"
+        raise ConfigError(
+            f"data.normalize={str(bool(normalize)).lower()} does not match "
+            f"model.embedding={embedding}, which reads {reads}; {fix}"
+        )
 
     def training_step(
         self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
