@@ -371,6 +371,34 @@ def test_a_signal_at_the_last_step_of_an_epoch_resumes_exactly(
     assert validated == [step for step, _ in read_scalars(straight)["val/acc"]]
 
 
+def test_a_run_accumulating_over_epochs_it_does_not_divide_resumes_exactly(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Epochs of 5 batches, 2 accumulated a step: 3 steps an epoch, its last of one batch.
+    SIGTERM after step 5, the second of the second epoch, then resumed: the weights and losses
+    of the run never stopped. Until 2026-12-02 the checkpoint counted 5 x 2 - 5 = 5 batches done
+    in the epoch (4 were), took the epoch for over, and the resumed run trained on the next
+    epoch's batches (data audit)."""
+    settings = [
+        *TINY,
+        *steps(8, 4),
+        "+trainer.limit_train_batches=5",
+        "+trainer.accumulate_grad_batches=2",
+    ]
+    straight = tmp_path / "straight"
+    train_with(straight, data_dir, *settings)
+    stopped = tmp_path / "stopped"
+    at_5 = [*settings, *at_step("SigtermAtStep", 5), as_override("hydra.run.dir", str(stopped))]
+    result = run_cli("vitattn-train", *at_5, data_dir=data_dir, check=False)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert checkpoint_step(stopped) == 5
+    saved = torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["CIFAR10DataModule"]["batches_done_in_epoch"] == 4
+    resume = ["resume=true", as_override("hydra.run.dir", str(stopped)), WITHOUT_FAULT]
+    run_in_process("vitattn-train", *resume, data_dir=data_dir)
+    assert_same_as_straight(stopped, straight, steps=8)
+
+
 def test_a_signal_at_a_runs_last_step_resumes_to_its_end(tmp_path: Path, data_dir: Path) -> None:
     """SIGTERM in the validation after step 12, the last of 3 epochs of 4: the checkpoint holds
     the fit loop as the step left it (its last epoch unfinished), and the resumed run ends that

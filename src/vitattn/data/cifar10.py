@@ -497,10 +497,14 @@ class CIFAR10DataModule(L.LightningDataModule):
             # the best are), when the trainer is not `training`.
             # Modulo the epoch as Lightning counts it (trainer.limit_train_batches): one written
             # at an epoch's end resumes at the next one's start, however short the epochs.
+            # Lightning's own count of the epoch's batches (those processed: at a step's end the
+            # batch is not yet "completed"): the optimizer steps times the accumulation
+            # overcounted by a batch an epoch where the accumulation does not divide the epoch
+            # (its last step is shorter), and the resumed run skipped batches it never trained,
+            # until 2026-12-02 (data audit).
             trainer = self.trainer
-            batches = trainer.global_step * trainer.accumulate_grad_batches
+            done = int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
             epoch = int(trainer.num_training_batches)
-            done = max(0, batches - trainer.current_epoch * epoch)
             state["batches_done_in_epoch"] = done % epoch if epoch > 0 else done
         return state
 
