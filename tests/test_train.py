@@ -412,6 +412,22 @@ def test_bad_input_ends_in_one_line(
 
 
 @pytest.mark.slow
+def test_a_batch_larger_than_each_processs_share_is_refused_before_the_run(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Each of 2 processes takes 2,289 of the 4,577 training images: a batch of 3,000 trained 0
+    steps there and the run said it completed, with the untrained network's test/acc (data
+    audit, 2026-12-02). Refused once the data is read, before anything is written."""
+    run_dir = tmp_path / "run"
+    args = ["trainer.devices=2", "data.batch_size=3000", "trainer=cpu", f"hydra.run.dir={run_dir}"]
+    said = refused("vitattn-train", *args, data_dir=data_dir, creates=run_dir)
+    assert said == (
+        "data.batch_size=3000 is larger than the 2289 training images of each of the 2 "
+        "processes; choose a smaller batch size"
+    )
+
+
+@pytest.mark.slow
 def test_missing_data_that_cannot_be_downloaded_ends_in_one_line(tmp_path: Path, data_dir: Path):
     """The data module's refusal, after the app started and tried the download: its own
     process, which exits with status 1 and leaves no run directory."""

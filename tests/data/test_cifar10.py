@@ -69,6 +69,26 @@ def test_loaders_yield_whole_batches(datamodule: CIFAR10DataModule) -> None:
     assert seen == len(datamodule.val_set)
 
 
+def test_a_batch_larger_than_a_processs_share_is_refused_as_the_fit_starts(
+    data_dir: Path,
+) -> None:
+    """Each of 2 DDP processes takes 2,289 of the 4,577 training images: with a batch of 3,000
+    its loader held no batch (the last, partial one is dropped) and the run trained 0 steps,
+    then said it completed (data audit, 2026-12-02). Where ``trainer.devices`` is a number the
+    command refuses it before the run (``tests/test_train.py``); else the loader does."""
+    datamodule = CIFAR10DataModule(data_dir, batch_size=3000)
+    datamodule.setup("fit")
+
+    class Trainer:
+        world_size, global_rank, overfit_batches = 2, 0, 0
+
+    datamodule.trainer = Trainer()  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match=r"^data.batch_size=3000 is larger than the 2289 "):
+        datamodule.train_dataloader()
+    Trainer.world_size = 1
+    assert len(datamodule.train_dataloader()) == 1
+
+
 def test_augmentation_keeps_shapes_and_is_seeded(data_dir: Path) -> None:
     images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
     outputs = []

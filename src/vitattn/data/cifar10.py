@@ -54,14 +54,21 @@ FEW_VALIDATION_IMAGES = 100
 more and picks the best checkpoint (its 95% interval spans about 20 points at 100 images)."""
 
 
-def check_batch_fits(images: int, batch_size: int, setting: str = "data.batch_size") -> None:
-    """One line naming ``setting`` where a batch of ``batch_size`` is larger than the
-    ``images`` of the training split: ``data.batch_size``, or the batch size of a command that
-    sets the data module's (``train.batch_size`` of ``vitattn-bench mode=train``)."""
-    if images < batch_size:
+def check_batch_fits(
+    images: int, batch_size: int, setting: str = "data.batch_size", processes: int = 1
+) -> None:
+    """One line naming ``setting`` where a batch of ``batch_size`` is larger than the share of
+    the ``images`` of the training split each of ``processes`` takes: ``data.batch_size``, or
+    the batch size of a command that sets the data module's (``train.batch_size`` of
+    ``vitattn-bench mode=train``). Training batches drop the last, partial one, so a larger
+    batch trains nothing: on several processes until 2026-12-02 it trained 0 steps and the
+    run said it completed, with the untrained network's test/acc (data audit)."""
+    share = -(-images // processes)
+    if share < batch_size:
+        whose = f" of each of the {processes} processes" if processes > 1 else ""
         raise ConfigError(
-            f"{setting}={batch_size} is larger than the {images} training images; choose a "
-            "smaller batch size"
+            f"{setting}={batch_size} is larger than the {share} training images{whose}; choose "
+            "a smaller batch size"
         )
 
 
@@ -410,9 +417,14 @@ class CIFAR10DataModule(L.LightningDataModule):
             persistent_workers=self.settings.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def check_batch_fits(self, processes: int = 1) -> None:
+        """After :meth:`setup`: refuse in one line a ``data.batch_size`` larger than the
+        training images each of ``processes`` takes (:func:`check_batch_fits`)."""
         if self.train_set is not None:
-            check_batch_fits(len(self.train_set), self.settings.batch_size)
+            check_batch_fits(len(self.train_set), self.settings.batch_size, processes=processes)
+
+    def train_dataloader(self) -> DataLoader:
+        self.check_batch_fits(self.trainer.world_size if self.trainer is not None else 1)
         return self._loader(self.train_set, self.settings.batch_size, train=True)
 
     def val_dataloader(self) -> DataLoader:

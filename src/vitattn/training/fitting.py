@@ -72,6 +72,19 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
         trainer_cfg, datamodule, ("train", "val", "test") if tests else ("train", "val")
     )
     check_least_steps(trainer_cfg, datamodule)
+    check_batch_per_process(trainer_cfg, datamodule)
+
+
+def check_batch_per_process(trainer_cfg: Any, datamodule: Any) -> None:
+    """Refuse in one line, before anything is written, a batch larger than the training images
+    each of the run's processes takes (``trainer.devices`` times ``trainer.num_nodes``, where
+    they are numbers): it would train nothing there. Where they are not (``auto``), the data
+    module refuses it as the fit starts."""
+    devices = checks.as_count(trainer_cfg.get("devices"))
+    nodes = checks.as_count(trainer_cfg.get("num_nodes", 1))
+    check = getattr(datamodule, "check_batch_fits", None)
+    if devices is not None and nodes is not None and check is not None:
+        check(devices * nodes)
 
 
 def batch_limit(trainer_cfg: Any, split: str) -> tuple[str, Any]:
