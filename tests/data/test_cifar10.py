@@ -89,6 +89,30 @@ def test_a_batch_larger_than_a_processs_share_is_refused_as_the_fit_starts(
     assert len(datamodule.train_dataloader()) == 1
 
 
+def test_grayscale_is_long_range_arenas(data_dir: Path) -> None:
+    """Luma as LRA's input pipeline makes it, TensorFlow's ``rgb_to_grayscale`` on 8-bit images
+    (written here from TensorFlow's definition: the weighted sum of x / 255, times 255.5,
+    truncated): white is 255, the top of the lookup's 256 intensities (torchvision's made it 254,
+    and 27% of the pixels one level lower; data audit, 2026-12-02). Its mean and std are the
+    training split's, not the validation images'."""
+    from vitattn.data.cifar10 import lra_grayscale
+
+    corners = torch.tensor([[255, 255, 255], [0, 0, 0], [255, 0, 0], [0, 255, 0], [0, 0, 255]])
+    pixels = corners.to(torch.uint8).T.reshape(1, 3, 1, 5)
+    assert lra_grayscale(pixels).flatten().tolist() == [255, 0, 76, 149, 29]
+    plain = CIFAR10DataModule(data_dir, val_fraction=0.1)
+    plain.setup("fit")
+    gray = CIFAR10DataModule(data_dir, val_fraction=0.1, grayscale=True)
+    gray.setup("fit")
+    rgb = plain.train_set.tensors[0][:64].to(torch.float32) / 255
+    weights = torch.tensor([0.2989, 0.5870, 0.1140]).reshape(1, 3, 1, 1)
+    expected = ((rgb * weights).sum(1, keepdim=True) * 255.5).to(torch.uint8)
+    assert torch.equal(gray.train_set.tensors[0][:64], expected)
+    luma = gray.train_set.tensors[0].float() / 255
+    torch.testing.assert_close(gray.mean, luma.mean().reshape(1))
+    torch.testing.assert_close(gray.std, luma.std().reshape(1))
+
+
 def test_augmentation_keeps_shapes_and_is_seeded(data_dir: Path) -> None:
     images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
     outputs = []

@@ -27,7 +27,6 @@ from torch.utils.data import (
     TensorDataset,
 )
 from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as v2F
 
 from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
 from vitattn.data.download import (
@@ -47,6 +46,22 @@ from vitattn.runs.files import UnreadableFileError, open_regular
 log = logging.getLogger(__name__)
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+LUMA_WEIGHTS = (0.2989, 0.5870, 0.1140)
+"""ITU-R 601's luma weights of R, G and B, as ``tf.image.rgb_to_grayscale`` has them."""
+
+
+def lra_grayscale(images: torch.Tensor) -> torch.Tensor:
+    """``(n, 3, h, w)`` uint8 ``images`` as ``(n, 1, h, w)`` uint8 luma, as Long Range Arena's
+    Image task makes them (Tay et al. 2021; its input pipeline calls TensorFlow's
+    ``rgb_to_grayscale`` on the 8-bit images): the weighted sum of ``x / 255`` in float32, back
+    to 8 bits by TensorFlow's ``convert_image_dtype``, times 255.5 and truncated. Until
+    2026-12-02 torchvision's conversion truncated the weighted sum of the 8-bit values: 27% of
+    the pixels were one level lower and white was 254 (data audit)."""
+    weights = torch.tensor(LUMA_WEIGHTS, dtype=torch.float32).reshape(1, 3, 1, 1)
+    luma = (images.to(torch.float32) / 255 * weights).sum(dim=1, keepdim=True)
+    return (luma * 255.5).to(torch.uint8)
+
+
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 FEW_VALIDATION_IMAGES = 100
@@ -343,9 +358,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         images, labels = read_split(self.folder, TRAIN_FILES)
         test_images, test_labels = read_split(self.folder, TEST_FILES)
         if self.settings.grayscale:
-            images, test_images = v2F.rgb_to_grayscale(images), v2F.rgb_to_grayscale(test_images)
-            luma = images.float().div(255)
-            self.mean, self.std = luma.mean().reshape(1), luma.std().reshape(1)
+            images, test_images = lra_grayscale(images), lra_grayscale(test_images)
         num_val = max(1, round(self.settings.val_fraction * len(labels)))
         if num_val >= len(labels):
             raise ConfigError(
@@ -356,6 +369,11 @@ class CIFAR10DataModule(L.LightningDataModule):
             len(labels), generator=torch.Generator().manual_seed(self.settings.split_seed)
         )
         val_idx, train_idx = order[:num_val], order[num_val:]
+        if self.settings.grayscale:
+            # fitted on the training split alone (the validation images were in it until
+            # 2026-12-02; data audit)
+            luma = images[train_idx].float().div(255)
+            self.mean, self.std = luma.mean().reshape(1), luma.std().reshape(1)
         self.train_set = TensorDataset(images[train_idx], labels[train_idx])
         self.val_set = TensorDataset(images[val_idx], labels[val_idx])
         self.test_set = TensorDataset(test_images, test_labels)

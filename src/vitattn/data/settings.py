@@ -60,8 +60,9 @@ class DataSettings:
         cutmix_alpha: CutMix (Yun et al. 2019) Beta parameter; 0 turns it off. With both on, each
             batch gets one of the two at random. Either makes the training labels soft,
             ``(batch, classes)`` probabilities.
-        grayscale: convert the images to one luma channel (ITU-R 601), as in Long Range Arena's
-            Image task.
+        grayscale: convert the images to one luma channel (ITU-R 601), as Long Range Arena's
+            Image task does (TensorFlow's conversion: ``vitattn.data.cifar10.lra_grayscale``);
+            normalised by the mean and std of the training split's luma.
         normalize: scale to zero mean and unit variance per channel; ``False`` passes the raw
             uint8 pixels on (for ``model.embedding=intensity``).
         shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
