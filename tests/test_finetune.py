@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from tests.support.in_process import refused_in_process
-from tests.support.presets import QUIET_CPU, TINY, compose_config, plug, steps
-from tests.support.probes import WorseEachValidation
+from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
+from tests.support.probes import FirstValidationBest
 from tests.support.runners import trained_run
 from vitattn.errors import ConfigError, own_refusal
 from vitattn.loading import load_classifier
@@ -320,7 +320,10 @@ def test_merged_checkpoint_carries_the_step_of_the_weights_it_merged(
 
     from vitattn.finetune import finetune
 
-    overrides = [*FINETUNE, *steps(6, 2), *plug("worse", WorseEachValidation)]
+    first_best = (
+        f"callbacks.model_checkpoint._target_={FirstValidationBest.__module__}.FirstValidationBest"
+    )
+    overrides = [*FINETUNE, *steps(6, 2), first_best]
     cfg = compose_config(
         "finetune", [*overrides, f"ckpt_path={base_ckpt}", f"paths.data_dir={data_dir}"], tmp_path
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class SaveFinalWeights(L.Callback):
@@ -114,11 +115,15 @@ class SaveTrainingLabels(L.Callback):
         Path(path).write_text(json.dumps(self.batches))
 
 
-class WorseEachValidation(L.Callback):
-    """Report a ``val/acc`` that falls at each validation (``1 - step / 1000``), so that the
-    first validation's checkpoint is the best by it and the last one is not: what a run whose
-    best weights come before its end is, without waiting for one to overfit."""
+class FirstValidationBest(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint``, told a ``val/acc`` that falls at each validation
+    (``1 - step / 1000``), so that the first validation's checkpoint is the best and the last
+    one is not: what a run whose best weights come before its end is, without waiting for one
+    to overfit. (Setting ``trainer.callback_metrics`` from another callback does not hold:
+    Lightning rebuilds them from the logged results whenever they are read.)"""
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # before ModelCheckpoint's own on_validation_end, which Lightning runs last
-        trainer.callback_metrics["val/acc"] = torch.tensor(1.0 - trainer.global_step / 1000)
+    def _monitor_candidates(self, trainer: L.Trainer) -> dict[str, torch.Tensor]:
+        candidates = super()._monitor_candidates(trainer)
+        if "val/acc" in candidates:
+            candidates["val/acc"] = torch.tensor(1.0 - trainer.global_step / 1000)
+        return candidates
