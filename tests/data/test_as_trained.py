@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.presets import QUIET_CPU, compose_config, steps
+from tests.support.presets import QUIET_CPU, TINY, compose_config, steps
 from tests.support.runners import trained_run
 from vitattn.data.as_trained import as_trained, saved_data_settings
 from vitattn.data.cifar10 import CIFAR10DataModule
@@ -156,6 +156,55 @@ def test_bench_spectrum_reads_an_lra_checkpoint(lra_run: Path, data_dir: Path, t
     )
     benchmark(cfg)
     assert (tmp_path / "spectrum_summary.csv").is_file()
+
+
+def test_grayscale_statistics_are_fitted_on_the_training_split_or_given(data_dir: Path) -> None:
+    """Fitted on the training split and kept in the hyperparameters a checkpoint stores; given
+    (a checkpoint's, through :func:`as_trained`), used as they are, whatever the folder holds."""
+    fitted = CIFAR10DataModule(data_dir, grayscale=True)
+    fitted.setup("fit")
+    luma = fitted.train_set.tensors[0].float() / 255
+    assert fitted.hparams["luma_mean"] == pytest.approx(float(luma.mean()))
+    assert fitted.hparams["luma_std"] == pytest.approx(float(luma.std()))
+    given = CIFAR10DataModule(data_dir, grayscale=True, luma_mean=0.25, luma_std=0.5)
+    given.setup("fit")
+    assert (float(given.mean), float(given.std)) == (0.25, 0.5)
+    assert (given.hparams["luma_mean"], given.hparams["luma_std"]) == (0.25, 0.5)
+
+
+@pytest.mark.slow
+def test_a_grayscale_checkpoint_scores_alike_beside_other_training_files(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tmp_path: Path
+) -> None:
+    """The same test images, beside training files of another folder, are normalised as the
+    network was trained: its checkpoint holds the statistics. Until 2026-12-02 each command
+    fitted them again on the folder at hand: the data audit's run scored 0.1377 on one folder
+    and 0.1347 on the other, which held the same test batch."""
+    from vitattn.eval import evaluate
+
+    gray = [*TINY, *steps(6, 6), "data.grayscale=true", "model.in_channels=1", "logger=csv"]
+    run = trained_run(tmp_path_factory, "gray", data_dir, *gray)
+    trained = json.loads((run / "metrics.json").read_text())
+    saved = saved_data_settings(trained["ckpt_path"])
+    assert saved["luma_mean"] is not None and saved["luma_std"] is not None
+    other = tmp_path / "other" / "cifar-10-batches-py"
+    other.mkdir(parents=True)
+    batches = data_dir / "cifar-10-batches-py"
+    for name in ("batches.meta", "test_batch"):
+        (other / name).write_bytes((batches / name).read_bytes())
+    for index in range(1, 6):  # one batch five times: other training statistics
+        (other / f"data_batch_{index}").write_bytes((batches / "data_batch_3").read_bytes())
+    scores = []
+    for folder in (data_dir, other.parent):
+        cfg = compose_config(
+            "eval",
+            [f"ckpt_path={trained['ckpt_path']}", "trainer=cpu", f"paths.data_dir={folder}"],
+            tmp_path / folder.name,
+        )
+        metrics = evaluate(cfg)
+        scores.append((float(metrics["test/acc"]), float(metrics["test/loss"])))
+    assert scores[0] == scores[1]
+    assert scores[0][0] == pytest.approx(trained["test/acc"], abs=1e-6)
 
 
 @pytest.mark.parametrize("setting", ["grayscale", "normalize", "hflip"])

@@ -25,7 +25,10 @@ from vitattn.utils.config import cut_apart
 
 log = logging.getLogger(__name__)
 
-INPUT_SETTINGS = ("grayscale", "normalize", "shift")
+INPUT_FORMAT = ("grayscale", "normalize", "luma_mean", "luma_std")
+"""Data settings that make the network's input format: channels, normalised or raw pixels, and
+the statistics that normalise grayscale images."""
+INPUT_SETTINGS = (*INPUT_FORMAT, "shift")
 """Data settings that change what the network sees: its input format and the data variant."""
 
 

@@ -370,13 +370,23 @@ class CIFAR10DataModule(L.LightningDataModule):
         )
         val_idx, train_idx = order[:num_val], order[num_val:]
         if self.settings.grayscale:
-            # fitted on the training split alone (the validation images were in it until
-            # 2026-12-02; data audit)
-            luma = images[train_idx].float().div(255)
-            self.mean, self.std = luma.mean().reshape(1), luma.std().reshape(1)
+            self.mean, self.std = self.luma_statistics(images[train_idx])
         self.train_set = TensorDataset(images[train_idx], labels[train_idx])
         self.val_set = TensorDataset(images[val_idx], labels[val_idx])
         self.test_set = TensorDataset(test_images, test_labels)
+
+    def luma_statistics(self, training: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and std that normalise grayscale images: ``data.luma_mean`` and
+        ``data.luma_std`` where given (a checkpoint's, :mod:`vitattn.data.as_trained`), else
+        fitted on the ``training`` images (the training split alone: the validation images
+        were in them until 2026-12-02; data audit) and kept in the hyperparameters, which a
+        checkpoint stores."""
+        mean, std = self.settings.luma_mean, self.settings.luma_std
+        if mean is None or std is None:
+            luma = training.float().div(255)
+            mean, std = float(luma.mean()), float(luma.std())
+            self.hparams["luma_mean"], self.hparams["luma_std"] = mean, std
+        return torch.tensor([mean]), torch.tensor([std])
 
     def validation_warning(self) -> str | None:
         """After :meth:`setup`: the warning for a validation set of fewer than

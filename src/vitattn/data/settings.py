@@ -65,6 +65,13 @@ class DataSettings:
             normalised by the mean and std of the training split's luma.
         normalize: scale to zero mean and unit variance per channel; ``False`` passes the raw
             uint8 pixels on (for ``model.embedding=intensity``).
+        luma_mean, luma_std: the mean and standard deviation that normalise grayscale images;
+            ``None`` fits them on the training split as the data is set up, and the data
+            module's hyperparameters, which a checkpoint stores, then hold them: a command
+            that reuses the checkpoint normalises its images as the network was trained, on
+            any data folder (until 2026-12-02 each command fitted them again on the folder at
+            hand, and the same test images scored otherwise beside other training files; data
+            audit).
         shift: a shifted variant of the data set (:mod:`vitattn.data.shifts`): ``quantize``,
             ``rotate``, ``invert`` or ``none``; applied to training, validation and test batches
             alike, on the device, after augmentation (crops and flips act on the natural image:
@@ -100,6 +107,9 @@ class DataSettings:
     download_timeout: float = 60.0
     num_workers: int = 0
     pin_memory: bool = False
+    # Last: a checkpoint of before 2026-12-02 stores the settings above, in their order.
+    luma_mean: float | None = None
+    luma_std: float | None = None
 
     @classmethod
     def of(cls, **settings: Any) -> DataSettings:
@@ -167,6 +177,16 @@ class DataSettings:
                 f"a positive number of seconds, at most {MAX_DOWNLOAD_TIMEOUT:g}",
             ),
             ("shift", self.shift not in SHIFTS, f"one of {' | '.join(SHIFTS)}"),
+            (
+                "luma_mean",
+                self.luma_mean is not None and not 0 <= self.luma_mean <= 1,
+                "a number 0..1, or null (fitted on the training split)",
+            ),
+            (
+                "luma_std",
+                self.luma_std is not None and not 0 < self.luma_std <= 1,
+                "a number 0 < std <= 1, or null (fitted on the training split)",
+            ),
             # past them torch's generator raised "Overflow when unpacking long long" once the
             # run was made, until 2026-12-02 (data audit)
             ("split_seed", not MIN_SEED <= self.split_seed <= MAX_SEED, SEEDS),
