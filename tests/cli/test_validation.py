@@ -403,8 +403,9 @@ REFUSED_BEFORE_LIGHTNING = {
     "+data.colour=red": (
         "data.colour is not a data setting; choose among: augment_seed, batch_size, "
         "crop_padding, cutmix_alpha, data_dir, download, "
-        "download_timeout, eval_batch_size, grayscale, hflip, mixup_alpha, normalize, "
-        "num_workers, pin_memory, randaugment_group, randaugment_magnitude, randaugment_ops, "
+        "download_timeout, eval_batch_size, grayscale, hflip, luma_mean, luma_std, mixup_alpha, "
+        "normalize, num_workers, pin_memory, randaugment_group, randaugment_magnitude, "
+        "randaugment_ops, "
         "shift, split_seed, url, val_fraction"
     ),
 }
