@@ -170,9 +170,7 @@ def check_weights_fit_their_network(checkpoint: dict[str, Any], path: Path) -> A
         return net
     base = shown_bytes(net.state_dict().values())
     weights = checkpoint.get("state_dict")
-    held = shown_bytes(
-        t for t in (weights.values() if isinstance(weights, Mapping) else ()) if hasattr(t, "numel")
-    )
+    held = shown_bytes(weights.values() if isinstance(weights, Mapping) else ())
     if held > LORA_WEIGHTS_FACTOR * base:
         raise ConfigError(
             f"{path}: its weights claim {held:,} bytes, more than {LORA_WEIGHTS_FACTOR} times "
