@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -51,20 +52,28 @@ def test_cutmix_pastes_one_box_and_weighs_labels_by_its_area() -> None:
     assert float(soft[0, labels.roll(1)[0]]) == pytest.approx(share, abs=1e-6)
 
 
+def random_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``size`` random uint8 images, as the data module holds them, and labels cycling 0..9."""
+    images = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8)
+    return images, torch.arange(size) % 10
+
+
+def transferred(
+    datamodule: CIFAR10DataModule, batch: tuple[torch.Tensor, torch.Tensor], training: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` as ``datamodule`` hands it to a training step (``training``) or an evaluation
+    step, under a stand-in trainer that says which."""
+    datamodule.trainer = SimpleNamespace(training=training)  # type: ignore[assignment]
+    return datamodule.on_after_batch_transfer(batch, 0)
+
+
 def test_training_batches_are_mixed_and_evaluation_batches_are_not(data_dir: Path) -> None:
     datamodule = CIFAR10DataModule(data_dir, batch_size=16, mixup_alpha=1.0, augment_seed=0)
-    images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
-    labels = torch.arange(16) % 10
-
-    class Trainer:
-        training = True
-
-    datamodule.trainer = Trainer()  # type: ignore[assignment]
-    _, soft = datamodule.on_after_batch_transfer((images, labels), 0)
+    images, labels = random_batch(16)
+    _, soft = transferred(datamodule, (images, labels), training=True)
     assert soft.shape == (16, 10) and torch.allclose(soft.sum(dim=1), torch.ones(16))
     assert not torch.equal(soft, F.one_hot(labels, 10).float())
-    Trainer.training = False
-    _, hard = datamodule.on_after_batch_transfer((images, labels), 0)
+    _, hard = transferred(datamodule, (images, labels), training=False)
     assert torch.equal(hard, labels)
 
 
@@ -97,14 +106,8 @@ def test_a_shifted_training_image_is_flipped_before_it_is_shifted(
     datamodule = CIFAR10DataModule(
         data_dir, shift=shift, crop_padding=0, hflip=True, normalize=False, augment_seed=0
     )
-    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
-    labels = torch.arange(64) % 10
-
-    class Trainer:
-        training = True
-
-    datamodule.trainer = Trainer()  # type: ignore[assignment]
-    seen, _ = datamodule.on_after_batch_transfer((images, labels), 0)
+    images, labels = random_batch(64)
+    seen, _ = transferred(datamodule, (images, labels), training=True)
 
     def same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (a == b).flatten(1).all(1)
