@@ -242,8 +242,9 @@ def differing_settings(runs: Sequence[FinetuneRun]) -> list[dict[str, str | None
     return [{key: settings[key] for key in differing if key in settings} for settings in every]
 
 
-def _settings_order(settings: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
-    return tuple("" if value is None else value for _, value in settings)
+def _sortable(values: Iterable[str | None]) -> tuple[str, ...]:
+    """Settings' values as a sort key: one that does not apply (``None``) first."""
+    return tuple("" if value is None else value for value in values)
 
 
 def lora_table(runs: Sequence[FinetuneRun]) -> list[dict[str, Any]]:
@@ -266,7 +267,7 @@ def lora_table(runs: Sequence[FinetuneRun]) -> list[dict[str, Any]]:
     rows = []
     shift_order = _shift_order({shift for _, _, shift in cells})
     for rank, settings, shift in sorted(
-        cells, key=lambda c: (c[0], _settings_order(c[1]), shift_order.index(c[2]))
+        cells, key=lambda c: (c[0], _sortable(v for _, v in c[1]), shift_order.index(c[2]))
     ):
         group = cells[(rank, settings, shift)]
         accs = [float(r.metrics["test/acc"]) for r in group]
@@ -349,7 +350,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
     bases = [key for key in varying if key in BASE_SETTINGS]
     base_groups = list(dict.fromkeys(tuple(row["settings"].get(k) for k in bases) for row in rows))
     table_rows = []
-    for group in sorted(base_groups, key=lambda g: tuple("" if v is None else v for v in g)):
+    for group in sorted(base_groups, key=_sortable):
         base_row: dict[str, Any] = {"rank": "base, no fine-tuning", "trainable": 0}
         named = shown(dict(zip(bases, group, strict=True)).get(k) for k in varying)
         base_row.update({key: named[key] if key in bases else "" for key in varying})
@@ -365,7 +366,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[FinetuneRun] = ()
         table_rows.append(base_row)
     settings_rows = sorted(
         {(row["rank"], settings_of(row)) for row in rows},
-        key=lambda r: (r[0], tuple("" if v is None else v for v in r[1])),
+        key=lambda r: (r[0], _sortable(r[1])),
     )
     for rank, settings in settings_rows:
         cells = [by_cell.get((rank, settings, shift)) for shift in shifts]
