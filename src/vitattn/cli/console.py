@@ -583,11 +583,13 @@ def check_output_dir_not_set(arguments: Sequence[str]) -> None:
     from hydra.errors import HydraException
 
     for text in overrides_of(arguments):
+        if key_of(text) != "paths.output_dir":
+            continue  # only its own override is read with Hydra's grammar
         try:
             override = parsed(text)
         except HydraException:
             continue
-        if str(override.key_or_group) != "paths.output_dir" or override.is_delete():
+        if override.is_delete():
             continue
         if not override.is_sweep_override() and value_of(override) == RUN_DIRECTORY:
             continue
