@@ -58,6 +58,21 @@ def test_the_settings_are_the_config_keys() -> None:
     assert keys == {spec.name for spec in dataclasses.fields(DataSettings)}
 
 
+def test_the_settings_default_to_the_configs_values() -> None:
+    """A data module built in Python (a notebook, a script, the bench) gets what
+    ``vitattn-train`` gets by default: ``crop_padding`` defaulted to 4 in Python and to 0 in the
+    config until 2026-12-02."""
+    node = OmegaConf.load(CONFIG_DIR / "data" / "cifar10.yaml")
+    interpolated = {"data_dir"}  # ``${paths.data_dir}``, and DataSettings has no default for it
+    configured = {str(key): node[key] for key in node if key not in {"_target_", *interpolated}}
+    defaults = {
+        spec.name: spec.default
+        for spec in dataclasses.fields(DataSettings)
+        if spec.name in configured
+    }
+    assert defaults == configured
+
+
 def test_hydra_builds_the_module_from_the_config_and_overrides(tmp_path: Path) -> None:
     cfg = compose_config("train", ["data.batch_size=32", "data.shift=invert"], tmp_path)
     datamodule = hydra.utils.instantiate(cfg.data)
@@ -78,7 +93,7 @@ def test_hyperparameters_are_every_setting_flat(tmp_path: Path) -> None:
     datamodule = CIFAR10DataModule(tmp_path, batch_size=32)
     assert list(datamodule.hparams) == [*SAVED_BEFORE_SETTINGS, *ADDED_SINCE]
     assert datamodule.hparams["batch_size"] == 32
-    assert datamodule.hparams["crop_padding"] == DataSettings.default("crop_padding") == 4
+    assert datamodule.hparams["crop_padding"] == DataSettings.default("crop_padding") == 0
 
 
 def test_a_checkpoint_from_before_the_settings_builds_the_same_module(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ class DataSettings:
     eval_batch_size: int = 500
     val_fraction: float = 0.1
     split_seed: int = 0
-    crop_padding: int = 4
+    crop_padding: int = 0
     hflip: bool = True
     randaugment_ops: int = 0
     randaugment_magnitude: int = 9
