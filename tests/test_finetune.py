@@ -214,6 +214,18 @@ def test_full_finetuning_records_what_it_trained(
     assert metrics["params/trainable"] == metrics["params"]
     last = load_classifier(tmp_path / "checkpoints" / "last.ckpt")
     assert last.hparams.lora["target_modules"] == [] and last.hparams.lora["train_head"]
+    # The HPARAMS view, as TensorBoard reads it, says the same (it showed alpha 16 until
+    # 2026-12-02).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    assert start.hparams["lora/alpha"].string_value == "null"
+    assert start.hparams["lora/rank"].number_value == 0
+    assert start.hparams["lora/target_modules"].string_value == "[]"
 
 
 @pytest.mark.slow
@@ -355,3 +367,4 @@ def test_the_start_line_counts_the_parameters_of_the_network_it_trains(
     assert "6474 of 27242 parameters trainable (6144 in adapters added to the network's 21098)" in (
         line
     )
+

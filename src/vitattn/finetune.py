@@ -62,7 +62,9 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     fitting.prepare_for_fit(module, datamodule, cfg.trainer)
     trainer = fitting.instantiate_trainer(cfg)
     figures = run_figures(cfg, module, datamodule, settings)
-    log_hyperparameters(trainer.loggers, hyperparameters(cfg, data_cfg, module), FINETUNING_RESULTS)
+    log_hyperparameters(
+        trainer.loggers, hyperparameters(cfg, data_cfg, module, settings), FINETUNING_RESULTS
+    )
     log_start(figures, output_dir)
 
     base_acc = score(cfg, base, datamodule)
@@ -154,29 +156,31 @@ def run_figures(cfg: DictConfig, module: Any, datamodule: Any, settings: Any) ->
     from vitattn.attention import registered_name
 
     counts = module.parameter_counts()
-    acting = settings.in_effect()
+    acting = settings.recorded()
     return {
         "params": counts.total,
         "params/trainable": counts.trainable,
         "params/lora": counts.lora,
-        "lora/rank": acting.rank,
-        "lora/alpha": acting.alpha if acting.rank > 0 else None,  # no update to scale
-        "lora/target_modules": str(acting.as_dict()["target_modules"]),
-        "lora/train_head": acting.train_head,
+        "lora/rank": acting["rank"],
+        "lora/alpha": acting["alpha"],
+        "lora/target_modules": str(acting["target_modules"]),
+        "lora/train_head": acting["train_head"],
         "data/shift": datamodule.hparams.get("shift", "none"),
         "attention": registered_name(module.hparams.net.get("attention")),
         "ckpt_path": str(Path(cfg.ckpt_path).expanduser().resolve()),
     }
 
 
-def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any) -> Any:
-    """What the HPARAMS view compares this fine-tune by (its ``Hyperparameters``)."""
+def hyperparameters(cfg: DictConfig, data_cfg: DictConfig, module: Any, settings: Any) -> Any:
+    """What the HPARAMS view compares this fine-tune by (its ``Hyperparameters``): the
+    ``lora`` settings as ``metrics.json`` records them (``LoRASettings.recorded``)."""
     from vitattn.attention import registered_name
     from vitattn.training.hparams import finetuning_hyperparameters
 
     attention = registered_name(module.hparams.net.get("attention"))
     counts = module.parameter_counts()
-    return finetuning_hyperparameters(cfg, data_cfg, module, attention, counts)
+    lora = settings.recorded()
+    return finetuning_hyperparameters(cfg, data_cfg, module, attention, counts, lora)
 
 
 def log_start(figures: dict[str, Any], output_dir: Path) -> None:

@@ -118,6 +118,15 @@ class LoRASettings:
             return self
         return dataclasses.replace(self, target_modules=[], dropout=0.0, train_head=True)
 
+    def recorded(self) -> dict[str, Any]:
+        """The settings as a run records them (``metrics.json``, the HPARAMS view): those
+        :meth:`in_effect`, with no ``alpha`` at ``rank=0``, where there is no update to scale
+        (the HPARAMS view showed the 16 given until 2026-12-02)."""
+        acting = self.in_effect().as_dict()
+        if self.rank == 0:
+            acting["alpha"] = None
+        return acting
+
     def as_dict(self) -> dict[str, Any]:
         targets = self.target_modules
         return {

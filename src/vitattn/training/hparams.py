@@ -270,16 +270,17 @@ def finetuning_hyperparameters(
     module: nn.Module,
     attention: str | None,
     counts: Any,
+    lora: Mapping[str, Any],
 ) -> Hyperparameters:
     """What the HPARAMS view compares a fine-tuning run by: the base network's attention (its
-    knobs resolved) and size, the adapters' settings, the data variant, learning rate, batch
-    size, seed and the parameter counts."""
+    knobs resolved) and size, the adapters' settings as recorded (``lora``), the data variant,
+    learning rate, batch size, seed and the parameter counts."""
     net = module.hparams.net
     values = {
         "attention": attention,
         **resolved_knobs(net.get("attention"), module),
         **model_size(net),
-        **{f"lora/{k}": v for k, v in module.hparams.lora.items()},
+        **{f"lora/{k}": v for k, v in lora.items()},
         "data/shift": data_cfg.get("shift"),
         "params": counts.total,
         "params/trainable": counts.trainable,
