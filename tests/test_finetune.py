@@ -368,3 +368,29 @@ def test_the_start_line_counts_the_parameters_of_the_network_it_trains(
         line
     )
 
+
+@pytest.mark.parametrize(
+    ("given", "split"),
+    [([], (0.2, 7)), (["data.split_seed=3"], (0.2, 3))],
+    ids=["as-trained", "given"],
+)
+def test_a_finetune_splits_the_training_set_as_its_base_did(
+    base_ckpt: Path, data_dir: Path, tmp_path: Path, given: list[str], split: tuple[float, int]
+) -> None:
+    """A base trained on another split (``val_fraction`` 0.2, ``split_seed`` 7) is fine-tuned on
+    that split unless the command line gives one: until 2026-12-02 the fine-tune took the
+    config's (0.1, 0), and chose its best checkpoint on images its base had trained on."""
+    from vitattn.finetune import finetune
+    from vitattn.runs.checkpoints import DATA_SETTINGS_KEY, data_settings_of, read_checkpoint
+
+    base = torch.load(base_ckpt, map_location="cpu", weights_only=False)
+    base[DATA_SETTINGS_KEY].update(val_fraction=0.2, split_seed=7)
+    other_split = tmp_path / "other_split.ckpt"
+    torch.save(base, other_split)
+    overrides = [*FINETUNE, *steps(1, 1), "test=false", "lora.merge=false", *given]
+    cfg = compose_config(
+        "finetune", [*overrides, f"ckpt_path={other_split}", f"paths.data_dir={data_dir}"], tmp_path
+    )
+    finetune(cfg)
+    saved = data_settings_of(read_checkpoint(tmp_path / "checkpoints" / "last.ckpt"))
+    assert (saved["val_fraction"], saved["split_seed"]) == split

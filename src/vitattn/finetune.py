@@ -42,7 +42,7 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     """Fine-tune, test the base and the result on the shifted test set; return the metrics."""
     import lightning as L
 
-    from vitattn.data.as_trained import INPUT_FORMAT, as_trained
+    from vitattn.data.as_trained import INPUT_FORMAT, SPLIT, as_trained
     from vitattn.runs.task import write_metrics
     from vitattn.training import fitting
     from vitattn.training.lightning_output import tidy_lightning_output
@@ -54,9 +54,9 @@ def finetune(cfg: DictConfig) -> dict[str, Any]:
     settings, merge = lora_settings(cfg)
     base, base_data = load_base(cfg.get("ckpt_path"))
     fitting.seed_and_precision(cfg)
-    # The base's input format (grayscale, normalised or raw pixels) unless given; the shift is
-    # this run's own setting.
-    data_cfg = as_trained(cfg.data, base_data, settings=INPUT_FORMAT)
+    # The base's input format (grayscale, normalised or raw pixels) and its split unless given;
+    # the shift is this run's own setting.
+    data_cfg = as_trained(cfg.data, base_data, settings=(*INPUT_FORMAT, *SPLIT))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(data_cfg)
     module = adapted_module(cfg, base, settings)
     fitting.prepare_for_fit(module, datamodule, cfg.trainer)
@@ -272,7 +272,7 @@ def validate(cfg: DictConfig) -> None:
     from omegaconf import open_dict
 
     from vitattn.cli.validation import check_run_settings, check_types, given_groups
-    from vitattn.data.as_trained import INPUT_FORMAT, as_trained
+    from vitattn.data.as_trained import INPUT_FORMAT, SPLIT, as_trained
     from vitattn.loading import checked_checkpoint
     from vitattn.lora.adapters import require_peft
     from vitattn.runs.checkpoints import data_settings_of
@@ -295,7 +295,9 @@ def validate(cfg: DictConfig) -> None:
         trainer=cfg.get("trainer") or {},
     )
     with open_dict(cfg):
-        cfg.data = as_trained(cfg.data, data_settings_of(checkpoint), settings=INPUT_FORMAT)
+        cfg.data = as_trained(
+            cfg.data, data_settings_of(checkpoint), settings=(*INPUT_FORMAT, *SPLIT)
+        )
     require_peft()  # imported: an installed PEFT that fails to import is refused here
     first = built_with_torch_alone(given_groups(cfg))  # the optimizer's and schedule's ranges
     check_types(cfg, groups=first)

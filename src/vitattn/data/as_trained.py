@@ -3,7 +3,8 @@
 ``vitattn-eval``, ``vitattn-finetune`` and ``vitattn-bench`` (``ckpt_path=``) rebuild a network
 from its checkpoint. Some data settings decide what that network can read: a Long Range Arena
 model (``experiment=lra_image``) takes one grayscale channel of raw 8-bit intensities, others
-take three normalised channels, and a fine-tuned model was trained on a shifted variant. Their
+take three normalised channels, and a fine-tuned model was trained on a shifted variant; a
+fine-tune also keeps its base's split of the training set into training and validation. Their
 configs leave these settings ``null``, which means "as the checkpoint was trained": Lightning
 saves the data module's hyperparameters in every checkpoint, and :func:`as_trained` puts them
 back. A value given on the command line (``data.shift=invert``) is used as given.
@@ -30,6 +31,10 @@ INPUT_FORMAT = ("grayscale", "normalize", "luma_mean", "luma_std")
 the statistics that normalise grayscale images."""
 INPUT_SETTINGS = (*INPUT_FORMAT, "shift")
 """Data settings that change what the network sees: its input format and the data variant."""
+SPLIT = ("val_fraction", "split_seed")
+"""Data settings that split the training set into training and validation images. A command that
+trains on from a checkpoint (``vitattn-finetune``) keeps its base run's split: with another, its
+validation images, on which it chooses its best checkpoint, hold images the base trained on."""
 
 
 def saved_data_settings(ckpt_path: str | Path | None) -> dict[str, Any]:
