@@ -10,7 +10,7 @@ import pytest
 from tests.support.faults import NanLossAtStep
 from tests.support.in_process import refused_in_process, run_in_process
 from tests.support.presets import FEW_STEPS, TINY, plug
-from tests.support.probes import CountTestImages
+from tests.support.probes import CountTestImages, RecordAugmentSeed
 from tests.support.runners import run_cli, run_sweep
 from tests.support.tables import read_csv
 from vitattn.analysis.summary import summarize
@@ -86,7 +86,7 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path, data_dir: 
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     run_dir = tmp_path / "run"
-    counts = tmp_path / "test_images"
+    counts, seeds = tmp_path / "test_images", tmp_path / "augment_seed"
     run_cli(
         "vitattn-train",
         "trainer=ddp",
@@ -94,11 +94,15 @@ def test_ddp_on_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
         "trainer.devices=2",
         *FEW_STEPS,
         *plug("count", CountTestImages, path=counts),
+        *plug("augment", RecordAugmentSeed, path=seeds),
         f"hydra.run.dir={run_dir}",
         data_dir=data_dir,
     )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == 8 and metrics["val/acc"] is not None
+    # Each process augments with a generator of its own (they drew alike until 2026-12-02).
+    drawn = [int(seeds.with_name(f"augment_seed.rank{rank}").read_text()) for rank in (0, 1)]
+    assert drawn[0] != drawn[1]
     # Each process tested its own half of the 1017 test images, none twice (torch's sampler
     # repeated one to make the halves even, red team), and the accuracy logged is over all of
     # them: one process evaluating the same checkpoint finds the same.

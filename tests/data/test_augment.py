@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitattn.data.augment import mix_transform
+from vitattn.data.augment import mix_transform, process_seed
 from vitattn.data.cifar10 import CIFAR10DataModule
 
 
@@ -59,11 +60,15 @@ def random_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def transferred(
-    datamodule: CIFAR10DataModule, batch: tuple[torch.Tensor, torch.Tensor], training: bool
+    datamodule: CIFAR10DataModule,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    training: bool,
+    rank: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch`` as ``datamodule`` hands it to a training step (``training``) or an evaluation
-    step, under a stand-in trainer that says which."""
-    datamodule.trainer = SimpleNamespace(training=training)  # type: ignore[assignment]
+    step, under a stand-in trainer that says which, in DDP process ``rank``."""
+    stand_in = SimpleNamespace(training=training, global_rank=rank, global_step=0)
+    datamodule.trainer = stand_in  # type: ignore[assignment]
     return datamodule.on_after_batch_transfer(batch, 0)
 
 
@@ -116,3 +121,69 @@ def test_a_shifted_training_image_is_flipped_before_it_is_shifted(
     mirrored = same(seen, apply_shift(images.flip(-1), shift))
     assert bool((as_is | mirrored).all())
     assert 0 < int(mirrored.sum()) < 64  # some images were flipped
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"crop_padding": 4, "hflip": True},
+        {"crop_padding": 0, "hflip": False, "randaugment_ops": 2},
+        {"crop_padding": 0, "hflip": False, "mixup_alpha": 1.0},
+        {"crop_padding": 0, "hflip": False, "cutmix_alpha": 1.0},
+    ],
+    ids=["crop-and-flip", "randaugment", "mixup", "cutmix"],
+)
+def test_each_ddp_process_draws_its_own_augmentation(settings: dict, data_dir: Path) -> None:
+    """Every DDP process starts from the same seeds (``seed_everything`` and ``augment_seed``
+    alike), yet each augments its batches with draws of its own, seeded again alike; process 0
+    draws as a single process does. Until 2026-12-02 every process cropped, flipped,
+    RandAugmented and mixed its images alike (data audit F7)."""
+    images, labels = random_batch(32)
+
+    def seen(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)  # seed_everything: alike in every process
+        datamodule = CIFAR10DataModule(data_dir, augment_seed=7, **settings)
+        return transferred(datamodule, (images, labels), training=True, rank=rank)
+
+    first, second, second_again, third = seen(0), seen(1), seen(1), seen(2)
+    assert all(torch.equal(a, b) for a, b in zip(second, second_again, strict=True))
+    assert not torch.equal(first[0], second[0])
+    assert not torch.equal(second[0], third[0])
+
+
+def test_process_zero_draws_with_the_seed_itself() -> None:
+    """A single process, and DDP's process 0, seed the augmentation with the seed as they did
+    before the ranks were folded in; other processes and resumed ones get 64-bit seeds of their
+    own."""
+    assert process_seed(7, 0) == 7 and process_seed(-(2**63), 0) == -(2**63)
+    drawn = {process_seed(7, 1), process_seed(7, 2), process_seed(8, 1), process_seed(7, 1, 10)}
+    assert len(drawn) == 4 and all(0 <= seed < 2**64 for seed in drawn)
+    assert process_seed(7, 1) == process_seed(7, 1)
+
+
+def test_a_resumed_process_goes_on_from_the_checkpoint_or_from_its_rank_and_step(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint holds process 0's generator alone (Lightning writes rank 0's state): a
+    resumed process 0 goes on with it exactly, any other starts one from the seed, its rank and
+    the step, and says so, rather than drawing as process 0 does."""
+    saved = CIFAR10DataModule(data_dir, augment_seed=7)
+    stand_in = SimpleNamespace(global_rank=0, state=SimpleNamespace(fn="validate"))
+    saved.trainer = stand_in  # type: ignore[assignment]
+    torch.rand(5, generator=saved.generator(torch.device("cpu")))  # draws before the checkpoint
+    state = saved.state_dict()
+    expected = saved.generator(torch.device("cpu")).get_state()
+
+    def resumed(rank: int) -> torch.Generator:
+        datamodule = CIFAR10DataModule(data_dir, augment_seed=7)
+        stand_in = SimpleNamespace(training=True, global_rank=rank, global_step=12)
+        datamodule.trainer = stand_in  # type: ignore[assignment]
+        datamodule.load_state_dict(state)
+        return datamodule.generator(torch.device("cpu"))
+
+    assert torch.equal(resumed(0).get_state(), expected)
+    with caplog.at_level(logging.INFO, logger="vitattn.data.cifar10"):
+        other = resumed(1)
+    assert other.initial_seed() == process_seed(7, 1, 12)
+    said = "process 1 draws its augmentation anew from the seed, its rank and step 12"
+    assert said in caplog.text

@@ -71,6 +71,18 @@ class CountTestImages(L.Callback):
         Path(f"{self.path}.rank{trainer.global_rank}").write_text(str(self.images))
 
 
+class RecordAugmentSeed(L.Callback):
+    """Write to ``<path>.rank<k>`` the seed this process's augmentation generator started from,
+    once its first training batch is augmented."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        seed = trainer.datamodule.generator(pl_module.device).initial_seed()
+        Path(f"{self.path}.rank{trainer.global_rank}").write_text(str(seed))
+
+
 class LogsItsOwnFigure(L.Callback):
     """A user's own callback: logs ``figure`` (0.5) at the end of each validation, a name
     vitattn does not know of."""

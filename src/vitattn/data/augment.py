@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
+
+
+def process_seed(seed: int, rank: int, step: int | None = None) -> int:
+    """The augmentation seed of DDP process ``rank``: ``seed`` itself for process 0 (what a
+    single-process run draws with), and for each other process a 64-bit seed that NumPy's
+    ``SeedSequence`` spreads from ``seed``, the rank and, for a resumed run, the ``step`` it
+    resumes at (only process 0's generator is in a checkpoint: Lightning writes rank 0's).
+
+    Until 2026-12-02 every process drew with ``seed``: each cropped and flipped its own images
+    at the same offsets and in the same places of its batch (data audit F7)."""
+    if rank == 0 and step is None:
+        return seed
+    words = [seed % 2**64, rank, *([] if step is None else [step])]
+    return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0])
 
 
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:

@@ -7,10 +7,12 @@ normalisation run on whole batches on the training device in ``on_after_batch_tr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import math
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,13 @@ from torch.utils.data import (
 )
 from torchvision.transforms import v2
 
-from vitattn.data.augment import mix_transform, normalize, random_crop, random_horizontal_flip
+from vitattn.data.augment import (
+    mix_transform,
+    normalize,
+    process_seed,
+    random_crop,
+    random_horizontal_flip,
+)
 from vitattn.data.download import (
     FOLDER,
     MAX_MEMBER_BYTES,
@@ -303,6 +311,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         self.test_set: TensorDataset | None = None
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
+        self._host_generator: torch.Generator | None = None
         self._resume_batches = 0
         # Seeds of the epoch order and of the augmentation, from the global seed
         # (``seed_everything`` ran before this), drawn before the network is built: the
@@ -469,20 +478,55 @@ class CIFAR10DataModule(L.LightningDataModule):
         ones before it drew (``vitattn-check``'s training rows)."""
         self.shuffle_seed = _drawn_shuffle_seed()
         self.augment_seed = _drawn_augment_seed()
-        self._generator, self._generator_state = None, None
+        self._generator, self._generator_state, self._host_generator = None, None, None
         self.generator(device)
 
+    @property
+    def process_rank(self) -> int:
+        """This process's rank among a DDP run's (0 alone, or without a trainer)."""
+        return int(self.trainer.global_rank) if self.trainer is not None else 0
+
     def generator(self, device: torch.device) -> torch.Generator:
-        """The augmentation RNG on ``device``, created on first use and checkpointed."""
+        """The augmentation RNG on ``device``, created on first use and checkpointed: each DDP
+        process's own (:func:`~vitattn.data.augment.process_seed`). A resumed run's process 0
+        goes on with the checkpoint's; any other, whose generator no checkpoint holds, starts
+        one from the seed, its rank and the step it resumes at."""
         if self._generator is None or self._generator.device != device:
             self._generator = torch.Generator(device=device)
-            if self._generator_state is not None:  # a resumed run: no seed drawn (see below)
+            rank, resumed = self.process_rank, self._generator_state is not None
+            if resumed and rank == 0:  # no seed drawn (see load_state_dict)
                 self._generator.set_state(self._generator_state)
-                self._generator_state = None
             else:
                 seed = self.settings.augment_seed
-                self._generator.manual_seed(self.augment_seed if seed is None else seed)
+                seed = self.augment_seed if seed is None else seed
+                step = int(self.trainer.global_step) if resumed and self.trainer else None
+                self._generator.manual_seed(process_seed(seed, rank, step))
+                if resumed:
+                    log.info(
+                        "process %d draws its augmentation anew from the seed, its rank and "
+                        "step %s (a checkpoint holds process 0's generator alone)",
+                        rank,
+                        step,
+                    )
+            self._generator_state = None
         return self._generator
+
+    @contextlib.contextmanager
+    def own_global_draws(self, device: torch.device) -> Iterator[None]:
+        """Within: torch's global CPU generator, which RandAugment, MixUp and CutMix draw from,
+        forked and seeded from this process's own generator, on every DDP process but 0 (which
+        draws as a single process does). ``seed_everything`` seeds every process alike, so
+        until 2026-12-02 each chose the same operations, mixing weights and boxes at the same
+        places of its batch (data audit F7)."""
+        if self.process_rank == 0:
+            yield
+            return
+        if self._host_generator is None:
+            drawn = torch.randint(0, 2**62, (1,), generator=self.generator(device), device=device)
+            self._host_generator = torch.Generator().manual_seed(int(drawn.item()))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._host_generator)))
+            yield
 
     def augment(self, images: torch.Tensor) -> torch.Tensor:
         """Random crop with padding and horizontal flip of a uint8 batch."""
@@ -492,7 +536,8 @@ class CIFAR10DataModule(L.LightningDataModule):
             images = random_horizontal_flip(images, generator)
         if self.randaugment is not None:
             group = self.settings.randaugment_group
-            images = torch.cat([self.randaugment(part) for part in images.split(group)])
+            with self.own_global_draws(images.device):
+                images = torch.cat([self.randaugment(part) for part in images.split(group)])
         return images
 
     def shifted(self, images: torch.Tensor) -> torch.Tensor:
@@ -523,7 +568,8 @@ class CIFAR10DataModule(L.LightningDataModule):
         if self.settings.normalize:
             images = normalize(images, self.mean.to(images.device), self.std.to(images.device))
         if training and self.mix is not None:
-            images, labels = self.mix(images, labels)
+            with self.own_global_draws(images.device):
+                images, labels = self.mix(images, labels)
         return images, labels
 
     def state_dict(self) -> dict[str, Any]:
@@ -550,5 +596,5 @@ class CIFAR10DataModule(L.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._generator_state = state_dict.get("augment_generator")
-        self._generator = None
+        self._generator, self._host_generator = None, None
         self._resume_batches = max(0, int(state_dict.get("batches_done_in_epoch", 0)))
