@@ -44,6 +44,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         check_batch_shares,
         instantiate_trainer,
         seed_and_precision,
+        tell_of_the_images,
         test_report,
     )
     from vitattn.training.hparams import evaluation_hyperparameters
@@ -61,6 +62,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     module.check_data(datamodule, checkpoint=str(cfg.ckpt_path))
     datamodule.prepare_data()
     datamodule.setup("test")
+    tell_of_the_images(datamodule)
     check_batch_shares(cfg.trainer, datamodule, ("test",))
 
     trainer = instantiate_trainer(cfg)

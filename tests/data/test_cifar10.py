@@ -494,6 +494,80 @@ def test_download_unpacks_the_archive(
     assert progress[-1] == f"downloaded {size / 1e6:.1f} MB of {size / 1e6:,.1f} MB (100%)"
 
 
+def test_a_mirrors_batch_files_are_compared_with_the_official_md5s(
+    served: Path,
+    data_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mirror's archive (here the subset, from loopback) is checked by member names; once
+    unpacked, its batch files are compared with the official MD5s (torchvision's list) and
+    those that differ are named in a warning, the files kept. The subset's six files all
+    differ. The official 170 MB archive is not at hand, so for the other two cases torchvision's
+    list is set to the subset's own MD5s: all of them, and the line says the files are official;
+    one changed, and it names that one. Until 2026-12-02 nothing was said (data audit F5)."""
+    import hashlib
+
+    from torchvision.datasets import CIFAR10
+
+    def downloaded(name: str) -> list[str]:
+        caplog.clear()
+        with archive_url(served) as url, caplog.at_level(logging.INFO, "vitattn.data.download"):
+            CIFAR10DataModule(tmp_path / name, url=url).prepare_data()
+        assert (tmp_path / name / FOLDER / "test_batch").is_file()  # kept
+        return [r.getMessage() for r in caplog.records if "the archive from" in r.getMessage()]
+
+    (line,) = downloaded("subset")
+    everything = "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch"
+    assert f"is not the official CIFAR-10: {everything} do not have the official MD5" in line
+
+    def md5(name: str) -> str:
+        return hashlib.md5((data_dir / FOLDER / name).read_bytes()).hexdigest()
+
+    monkeypatch.setattr(CIFAR10, "train_list", [[n, md5(n)] for n, _ in CIFAR10.train_list])
+    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5("test_batch")]])
+    (line,) = downloaded("as_official")
+    assert line.endswith("holds the official CIFAR-10 batch files (MD5s)")
+    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", "0" * 32]])
+    (line,) = downloaded("one_differs")
+    assert "is not the official CIFAR-10: test_batch does not have the official MD5" in line
+
+
+def test_a_run_says_how_many_images_it_read_and_warns_where_they_are_not_cifar10s(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One line before a run says how many images were read and where; a warning where they
+    are not the whole of CIFAR-10 (here the subset), and an information line where they are
+    (the sets replaced by 45,000, 5,000 and 10,000 stand-ins). Until 2026-12-02 a run on a
+    partial set said nothing of it (data audit F5)."""
+    from torch.utils.data import TensorDataset
+
+    from vitattn.training.fitting import tell_of_the_images
+
+    dm = CIFAR10DataModule(data_dir)
+    dm.setup("fit")
+    with caplog.at_level(logging.INFO, logger="vitattn.training.fitting"):
+        tell_of_the_images(dm)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"CIFAR-10 at {data_dir / FOLDER}: 5,085 training images (4,577 to train on, 508 to "
+        "validate on) and 1,017 test images, not the whole of CIFAR-10 (50,000 training and "
+        "10,000 test images): its figures do not compare with CIFAR-10's"
+    )
+    caplog.clear()
+    dm.train_set, dm.val_set, dm.test_set = (
+        TensorDataset(torch.zeros(n, 1)) for n in (45_000, 5_000, 10_000)
+    )
+    with caplog.at_level(logging.INFO, logger="vitattn.training.fitting"):
+        tell_of_the_images(dm)
+    (record,) = caplog.records
+    assert record.levelno == logging.INFO and record.getMessage().endswith(
+        "50,000 training images (45,000 to train on, 5,000 to validate on) and 10,000 test images"
+    )
+
+
 @pytest.fixture(scope="module")
 def cut(served: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder serving the first half of the archive: a download cut off half-way."""

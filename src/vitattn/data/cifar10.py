@@ -54,6 +54,8 @@ from vitattn.runs.files import UnreadableFileError, open_regular
 log = logging.getLogger(__name__)
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+WHOLE_TRAINING_IMAGES, WHOLE_TEST_IMAGES = 50_000, 10_000
+"""The images of CIFAR-10's training and test batch files (Krizhevsky 2009)."""
 LUMA_WEIGHTS = (0.2989, 0.5870, 0.1140)
 """ITU-R 601's luma weights of R, G and B, as ``tf.image.rgb_to_grayscale`` has them."""
 
@@ -396,6 +398,30 @@ class CIFAR10DataModule(L.LightningDataModule):
             mean, std = float(luma.mean()), float(luma.std())
             self.hparams["luma_mean"], self.hparams["luma_std"] = mean, std
         return torch.tensor([mean]), torch.tensor([std])
+
+    def images_read(self) -> tuple[int, str]:
+        """After :meth:`setup`: the logging level and the line that say how many images were
+        read and where, and, a warning, where they are not CIFAR-10's 50,000 and 10,000 (a
+        subset, a mirror's or a folder of one's own): until 2026-12-02 nothing said so, and a
+        run on a partial set trained without a word (data audit F5)."""
+        parts, whole = [], True
+        if self.train_set is not None and self.val_set is not None:
+            trained, held_out = len(self.train_set), len(self.val_set)
+            parts.append(
+                f"{trained + held_out:,} training images ({trained:,} to train on, "
+                f"{held_out:,} to validate on)"
+            )
+            whole = trained + held_out == WHOLE_TRAINING_IMAGES
+        if self.test_set is not None:
+            parts.append(f"{len(self.test_set):,} test images")
+            whole = whole and len(self.test_set) == WHOLE_TEST_IMAGES
+        line = f"CIFAR-10 at {self.folder}: {' and '.join(parts)}"
+        if whole:
+            return logging.INFO, line
+        return logging.WARNING, (
+            f"{line}, not the whole of CIFAR-10 ({WHOLE_TRAINING_IMAGES:,} training and "
+            f"{WHOLE_TEST_IMAGES:,} test images): its figures do not compare with CIFAR-10's"
+        )
 
     def validation_warning(self) -> str | None:
         """After :meth:`setup`: the warning for a validation set of fewer than

@@ -1,9 +1,11 @@
 """CIFAR-10's "python version" archive: downloaded, checked and unpacked into a data directory.
 
 An archive from a mirror (any ``data.url`` but the official one, whose MD5 is checked) or one
-left in the data directory is data from someone else. It is unpacked by an allow-list, not by
-tarfile's extraction: the folder :data:`FOLDER` and, in it, the regular files of
-:data:`ARCHIVE_FILES`, each of at most :data:`MAX_MEMBER_BYTES`, every batch file there once.
+left in the data directory is data from someone else; a mirror's batch files are compared with
+the official MD5s once unpacked, and those that differ are named in a warning. It is unpacked by
+an allow-list, not by tarfile's extraction: the folder :data:`FOLDER` and, in it, the regular
+files of :data:`ARCHIVE_FILES`, each of at most :data:`MAX_MEMBER_BYTES`, every batch file there
+once.
 Any other member (a link, a device, a name that climbs out or is absolute, a file the archive
 does not hold, a sparse member, more than :data:`MAX_MEMBERS` in all) is refused in one line at
 its header, before its data is read; the archive is read as a gzipped stream that inflates to
@@ -149,6 +151,35 @@ def verify_archive(path: Path, md5: str | None) -> None:
     except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
         reason = f"{type(error).__name__}: {error}"
         raise DataError(f"{path} is not a complete .tar.gz ({reason})") from error
+
+
+def files_not_official(folder: Path) -> list[str]:
+    """The batch files in ``folder`` (a :data:`FOLDER` this module unpacked) whose MD5 is not
+    the official one, as torchvision's ``CIFAR10`` lists them, in the official order."""
+    from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import check_integrity
+
+    official = [*CIFAR10.train_list, *CIFAR10.test_list]
+    return [name for name, md5 in official if not check_integrity(str(folder / name), md5)]
+
+
+def tell_of_a_mirrors_files(folder: Path, source: str) -> None:
+    """One line on the batch files unpacked into ``folder`` from ``source``, a mirror's archive
+    or one found in the data directory for a mirror (checked by member names alone): a warning
+    naming those whose MD5 is not the official one (kept: a mirror may serve a subset or a
+    variant on purpose), else that all are official. Until 2026-12-02 nothing compared them
+    (data audit F5)."""
+    differing = files_not_official(folder)
+    if differing:
+        log.warning(
+            "the archive from %s is not the official CIFAR-10: %s %s not have the official MD5; "
+            "kept, but its figures do not compare with those of CIFAR-10",
+            source,
+            ", ".join(differing),
+            "does" if len(differing) == 1 else "do",
+        )
+    else:
+        log.info("the archive from %s holds the official CIFAR-10 batch files (MD5s)", source)
 
 
 def check_folder_place(data_dir: Path) -> None:
@@ -302,13 +333,16 @@ def download_cifar10(data_dir: Path, url: str = URL, timeout: float = 60.0) -> N
                 return
             with tempfile.TemporaryDirectory(dir=data_dir, prefix=STAGING) as staging:
                 archive = usable_local_archive(data_dir / ARCHIVE, md5)
+                source = str(archive)
                 if archive is None:
-                    archive = Path(staging) / ARCHIVE
+                    archive, source = Path(staging) / ARCHIVE, url
                     download_bounded(url, archive, timeout, needed)
                     verify_archive(archive, md5)
                 else:
                     needed.present(archive.stat().st_size)
                 unpack_archive(archive, Path(staging))
+                if md5 is None:
+                    tell_of_a_mirrors_files(Path(staging) / FOLDER, source)
                 os.replace(Path(staging) / FOLDER, data_dir / FOLDER)
     except Exception as error:
         # The staging folder is gone by now: the space left is what a retry would have.

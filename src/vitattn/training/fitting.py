@@ -62,10 +62,12 @@ def prepare_for_fit(module: Any, datamodule: Any, trainer_cfg: Any, tests: bool 
     takes none (:func:`check_batch_shares`; of the test split too where the command ``tests``)
     and a least training beyond the epochs' steps (:func:`check_least_steps`); warn of a
     validation set too small to choose the best checkpoint by
-    (:func:`warn_of_few_validation_images`)."""
+    (:func:`warn_of_few_validation_images`), and say how many images were read
+    (:func:`tell_of_the_images`)."""
     module.check_data(datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    tell_of_the_images(datamodule)
     warn_of_few_validation_images(trainer_cfg, datamodule)
     check_validation_interval(trainer_cfg, datamodule)
     check_batch_shares(
@@ -100,6 +102,14 @@ def never_validates(trainer_cfg: Any) -> bool:
     """Whether the trainer's settings turn validation off (``+trainer.limit_val_batches=0``)."""
     _, limit_val = batch_limit(trainer_cfg, "val")
     return limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0
+
+
+@rank_zero_only
+def tell_of_the_images(datamodule: Any) -> None:
+    """One line, in a run's first process, on the images read and where: a warning where they
+    are not the whole of CIFAR-10 (``CIFAR10DataModule.images_read``)."""
+    level, line = datamodule.images_read()
+    log.log(level, line)
 
 
 @rank_zero_only
